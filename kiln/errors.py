@@ -1,0 +1,35 @@
+"""kiln's error hierarchy: every failure a user can trigger derives from KilnError.
+
+Errors say what is wrong and where ("subgraph 0, tensor 12: ..."), so a user can find the
+offending part of the model without a debugger.
+"""
+
+from __future__ import annotations
+
+
+class KilnError(Exception):
+    """Base class of every error kiln raises on purpose."""
+
+
+class ModelError(KilnError, ValueError):
+    """A .tflite model is malformed, truncated, hostile or inconsistent."""
+
+
+class OpError(KilnError, RuntimeError):
+    """An operator failed to prepare or execute (wrapped with the node it happened in)."""
+
+
+class RegistrationError(OpError):
+    """No kernel is registered for an operator (or for its version)."""
+
+
+class InterpreterError(KilnError, ValueError):
+    """The Interpreter API was used wrongly (bad index, shape or dtype, not allocated...)."""
+
+
+class ConversionError(KilnError):
+    """A TensorFlow model could not be converted."""
+
+
+class UnsupportedError(KilnError, NotImplementedError):
+    """A feature that kiln does not implement (yet) was requested."""

@@ -1,0 +1,158 @@
+"""The op record: everything kiln knows about one builtin operator, in one place.
+
+An `OpDef` holds the op's options (with the schema defaults), its version rule (the lowest
+version its features need, as TensorFlow's op_version.cc decides), its NumPy reference
+kernel, an optional shape rule and a slot for the quantized kernel. Op families live in one
+module each (elementwise.py, conv.py, ...) and export a tuple ``OPS`` of records.
+
+Kernel contract::
+
+    def kernel(call: KernelCall, *inputs: np.ndarray | None) -> np.ndarray | tuple[np.ndarray, ...]
+
+``inputs`` are the node's input arrays in operand order (None for an omitted optional
+operand). The kernel returns one array per output, with the output's dtype
+(``call.out_dtypes``). Kernels never mutate their inputs. A kernel that meets a case it
+does not support raises ``OpError`` saying what is unsupported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
+
+import numpy as np
+
+from ..errors import OpError
+from ..schema import BUILTIN_CODES, Activation, DType
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..ir import Operator
+
+
+class Runtime(Protocol):
+    """What a kernel may ask of the interpreter running it (control flow, variables)."""
+
+    def call_subgraph(self, index: int, inputs: Sequence[np.ndarray]) -> list[np.ndarray]: ...
+
+    variables: dict  # resource id -> current value (VAR_HANDLE / READ / ASSIGN_VARIABLE)
+
+
+@dataclass
+class KernelCall:
+    """Per-node context handed to a kernel; built once when the interpreter prepares a node.
+
+    Attributes:
+      opts: the op's builtin options as attributes, schema defaults filled in.
+      op: the IR operator (input/output tensors with dtype, quantization, shape signature).
+      out_dtypes: numpy dtype of each output.
+      runtime: the interpreter, for control-flow and variable ops.
+      state: scratch dict that survives across invocations of this node.
+    """
+
+    opts: SimpleNamespace
+    op: "Operator"
+    out_dtypes: list[np.dtype]
+    runtime: Runtime | None = None
+    state: dict = field(default_factory=dict)
+
+    def in_quant(self, i: int):
+        t = self.op.inputs[i]
+        return None if t is None else t.quantization
+
+    def out_quant(self, i: int = 0):
+        t = self.op.outputs[i]
+        return None if t is None else t.quantization
+
+
+Kernel = Callable[..., Any]
+VersionRule = Callable[["Operator"], int]
+ShapeRule = Callable[[SimpleNamespace, Sequence[tuple[int, ...]]], list[tuple[int, ...]]]
+
+
+@dataclass(frozen=True)
+class OptionsSpec:
+    """A builtin options table and its fields with their schema defaults.
+
+    ``table`` is the schema's table name ("Conv2DOptions"). ``defaults`` maps each field's
+    snake_case name to its default; a tuple default marks an int32 vector field, a float
+    default a float field, a bool default a bool field, an int default an integer or enum.
+    """
+
+    table: str
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _always_v1(op: "Operator") -> int:
+    return 1
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """One builtin operator: options, version rule, reference kernel, shape rule."""
+
+    name: str
+    kernel: Kernel | None
+    options: OptionsSpec | None = None
+    version: VersionRule = _always_v1
+    #: Highest version the reference kernel implements (BuiltinOpResolver registers 1..max).
+    max_version: int = 1
+    #: Kernel for integer-quantized tensors (quantization work fills these in).
+    quantized_kernel: Kernel | None = None
+    #: Optional explicit shape rule: (opts, input shapes) -> output shapes. Without one,
+    #: shapes are inferred by running the kernel (see kiln.ops.infer_output_shapes).
+    shape: ShapeRule | None = None
+
+    @property
+    def code(self) -> int:
+        return BUILTIN_CODES[self.name]
+
+    def make_options(self, given: Mapping[str, Any] | None = None) -> SimpleNamespace:
+        """Options namespace: schema defaults overridden by the operator's stored values."""
+        values = dict(self.options.defaults) if self.options else {}
+        if given:
+            values.update(given)
+        return SimpleNamespace(**values)
+
+
+# -- helpers shared by the op families ------------------------------------------------------
+
+def apply_activation(x: np.ndarray, act: int) -> np.ndarray:
+    """Apply a fused activation function (ActivationFunctionType) to a float result."""
+    if act == Activation.NONE:
+        return x
+    if act == Activation.RELU:
+        return np.maximum(x, 0).astype(x.dtype, copy=False)
+    if act == Activation.RELU6:
+        return np.clip(x, 0, 6).astype(x.dtype, copy=False)
+    if act == Activation.RELU_N1_TO_1:
+        return np.clip(x, -1, 1).astype(x.dtype, copy=False)
+    if act == Activation.TANH:
+        return np.tanh(x).astype(x.dtype, copy=False)
+    if act == Activation.SIGN_BIT:
+        return np.signbit(x).astype(x.dtype)
+    raise OpError(f"unknown fused activation function {act}")
+
+
+def input_dtype(op: "Operator", i: int = 0) -> DType | None:
+    """Element type of input ``i`` (None when the operand is omitted or absent)."""
+    if i >= len(op.inputs) or op.inputs[i] is None:
+        return None
+    return op.inputs[i].dtype
+
+
+def output_dtype(op: "Operator", i: int = 0) -> DType | None:
+    if i >= len(op.outputs) or op.outputs[i] is None:
+        return None
+    return op.outputs[i].dtype
+
+
+def input_rank(op: "Operator", i: int = 0) -> int:
+    if i >= len(op.inputs) or op.inputs[i] is None:
+        return 0
+    return len(op.inputs[i].shape)
+
+
+def dtype_version(op: "Operator", table: Mapping[DType, int], i: int = 0, default: int = 1) -> int:
+    """Version picked by the type of input ``i`` (the most common shape of a version rule)."""
+    return table.get(input_dtype(op, i), default)
