@@ -1,0 +1,63 @@
+"""Delegates: hand parts of a graph to another executor.
+
+The interpreter offers every node to each delegate in turn (`Delegate.claims`), with the op's
+name, version and registration, so a delegate can refuse versions it does not know — as the
+operator-versioning guide requires. Consecutive claimed nodes form a partition; the delegate
+prepares each partition once (`Delegate.prepare`) and the interpreter then runs the whole
+partition as a single step. Unclaimed nodes run on the reference kernels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from ..ir import Operator, Tensor
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """What a delegate is shown about one node."""
+
+    index: int
+    op: Operator
+    name: str          # builtin name ("CONV_2D") or custom code
+    version: int
+    registration: object
+
+
+@dataclass
+class Partition:
+    """A run of consecutive claimed nodes.
+
+    ``inputs``: tensors read from outside the partition (constants excluded), in first-use
+    order; ``outputs``: tensors produced inside and read after it (or subgraph outputs).
+    """
+
+    nodes: list[NodeInfo]
+    inputs: list[Tensor]
+    outputs: list[Tensor]
+
+
+class DelegateKernel:
+    """A prepared partition: computes the partition outputs from its inputs."""
+
+    def invoke(self, inputs: Sequence[np.ndarray]) -> Sequence[np.ndarray]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class Delegate:
+    """Base class of Python delegates; override `claims` and `prepare`."""
+
+    name = "delegate"
+
+    def claims(self, node: NodeInfo) -> bool:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def prepare(self, partition: Partition) -> DelegateKernel:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"

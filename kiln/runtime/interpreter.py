@@ -1,0 +1,572 @@
+"""The kiln Interpreter: runs any .tflite model with the tf.lite.Interpreter API.
+
+Each subgraph runs in an environment of values keyed by tensor index. Intermediate values
+are dropped right after their last use (unless ``experimental_preserve_all_tensors``), so
+peak memory follows the live set, not the tensor count. Every failure inside a node is
+re-raised with the node it happened in ("while executing node 12 (CONV_2D) ...").
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import InterpreterError, KilnError, ModelError, OpError, RegistrationError
+from ..format import read_model
+from ..ir import Model, Operator, Tensor
+from ..ops.record import KernelCall
+from ..schema import DType
+from .custom import Context, Node, TensorView, decode_builtin_options
+from .delegate import Delegate, NodeInfo, Partition
+from .resolver import BuiltinOpResolver, MutableOpResolver, Registration
+
+#: Refuse single tensors larger than this many bytes (hostile shapes; override if needed).
+MAX_TENSOR_BYTES = 1 << 34
+
+
+@dataclass
+class _Step:
+    """One entry of the execution plan: a node, or a delegated partition of nodes."""
+
+    index: int
+    label: str
+    ins: list[int]
+    outs: list[int]
+    reg: Registration | None = None
+    call: KernelCall | None = None
+    node: Node | None = None
+    delegate_kernel: object = None
+    prepared_shapes: tuple | None = None
+    free_after: list[int] = field(default_factory=list)
+
+
+class _SubgraphEnv:
+    """Values, shapes and the execution plan of one subgraph."""
+
+    def __init__(self, interp: "Interpreter", index: int):
+        self.interp = interp
+        self.sg_index = index
+        self.sg = interp._model.subgraphs[index]
+        self.tensors: list[Tensor] = self.sg.tensors
+        self.pos = {id(t): i for i, t in enumerate(self.tensors)}
+        self.values: list[np.ndarray | None] = [None] * len(self.tensors)
+        self.shapes: list[tuple[int, ...]] = [t.shape for t in self.tensors]
+        self.inputs = [self.pos[id(t)] for t in self.sg.inputs]
+        self.outputs = [self.pos[id(t)] for t in self.sg.outputs]
+        self.steps: list[_Step] | None = None
+        self.num_threads = interp._num_threads or 1
+        self.context = Context(self)
+        self._init_values()
+
+    # -- values ------------------------------------------------------------------------------
+    def _init_values(self) -> None:
+        for i, t in enumerate(self.tensors):
+            if t.is_variable:
+                self.values[i] = self._initial_variable(t)
+            elif t.data is not None:
+                self.values[i] = t.data
+
+    def _initial_variable(self, t: Tensor) -> np.ndarray:
+        if t.data is not None:
+            return np.array(t.data, dtype=t.dtype.numpy, copy=True).reshape(t.shape)
+        self.check_allocation(self.pos[id(t)], t.shape, t.dtype.numpy)
+        return np.zeros(t.shape, dtype=t.dtype.numpy)
+
+    def reset_variables(self) -> None:
+        for i, t in enumerate(self.tensors):
+            if t.is_variable:
+                self.values[i] = self._initial_variable(t)
+
+    def check_allocation(self, index: int, shape, dtype) -> None:
+        nbytes = int(np.prod(shape, dtype=np.float64)) * np.dtype(dtype).itemsize
+        if nbytes > MAX_TENSOR_BYTES:
+            raise ModelError(
+                f"subgraph {self.sg_index}, tensor {index} ({self.tensors[index].name!r}): shape "
+                f"{list(shape)} needs {nbytes} bytes, more than kiln allows for one tensor "
+                f"(kiln.runtime.interpreter.MAX_TENSOR_BYTES = {MAX_TENSOR_BYTES})")
+
+    def allocate_inputs(self) -> None:
+        for i in self.inputs:
+            t = self.tensors[i]
+            if t.is_variable or t.data is not None:
+                continue
+            cur = self.values[i]
+            if cur is None or cur.shape != self.shapes[i]:
+                self.check_allocation(i, self.shapes[i], t.dtype.numpy)
+                self.values[i] = np.zeros(self.shapes[i], dtype=t.dtype.numpy)
+
+    # -- planning ----------------------------------------------------------------------------
+    def prepare(self) -> None:
+        if self.steps is not None:
+            return
+        interp = self.interp
+        ops = self.sg.operators
+        regs = [self._resolve(oi, op) for oi, op in enumerate(ops)]
+        claimed: list[Delegate | None] = [None] * len(ops)
+        for delegate in interp._delegates:
+            for oi, op in enumerate(ops):
+                if claimed[oi] is None and delegate.claims(NodeInfo(oi, op, op.name, op.version, regs[oi])):
+                    claimed[oi] = delegate
+        steps: list[_Step] = []
+        oi = 0
+        while oi < len(ops):
+            if claimed[oi] is not None:
+                end = oi
+                while end + 1 < len(ops) and claimed[end + 1] is claimed[oi]:
+                    end += 1
+                steps.append(self._delegate_step(claimed[oi], oi, end, regs))
+                oi = end + 1
+            else:
+                steps.append(self._node_step(oi, ops[oi], regs[oi]))
+                oi += 1
+        self._check_dataflow(steps)
+        self._plan_frees(steps)
+        self.steps = steps
+
+    def _resolve(self, oi: int, op: Operator) -> Registration:
+        resolver = self.interp._resolver
+        if op.op_type == "CUSTOM":
+            reg = resolver.find_op(op.custom_code, op.version)
+            if reg is None:
+                raise RegistrationError(
+                    f"Didn't find custom operator for name '{op.custom_code}'\n"
+                    f"Encountered unresolved custom op: {op.custom_code}.\n"
+                    f"Node number {oi} ({op.custom_code}) failed to prepare.\nRegistration failed.")
+            return reg
+        reg = resolver.find_op(op.op_type, op.version)
+        if reg is None:
+            ranges = resolver.registered_versions(op.op_type)
+            supported = ", ".join(f"{lo}..{hi}" if lo != hi else str(lo) for lo, hi in ranges) or "none"
+            raise RegistrationError(
+                f"Didn't find op for builtin opcode '{op.op_type}' version '{op.version}'. "
+                "An older version of this builtin might be supported. Are you using an old TFLite "
+                f"binary with a newer model? (kiln supports {op.op_type} versions: {supported})\n"
+                f"Registration failed.")
+        return reg
+
+    def _node_step(self, oi: int, op: Operator, reg: Registration) -> _Step:
+        ins = [-1 if t is None else self.pos[id(t)] for t in op.inputs]
+        outs = [-1 if t is None else self.pos[id(t)] for t in op.outputs]
+        step = _Step(oi, f"node {oi} ({op.name})", ins, outs, reg=reg)
+        if reg.kernel is not None:
+            opts = reg.record.make_options(op.options) if reg.record is not None else decode_builtin_options(op)
+            out_dtypes = [np.dtype(t.dtype.numpy) if t is not None else None for t in op.outputs]
+            step.call = KernelCall(opts, op, out_dtypes, runtime=self.interp._runtime)
+        else:
+            views_in = [None if i < 0 else TensorView(self, i, self.tensors[i]) for i in ins]
+            views_out = [None if i < 0 else TensorView(self, i, self.tensors[i]) for i in outs]
+            step.node = Node(views_in, views_out, decode_builtin_options(op) if op.op_type != "CUSTOM" else None,
+                             op.custom_options, oi, op.name)
+            if reg.init is not None:
+                step.node.user_data = self._guard(step, reg.init, self.context, op.custom_options or b"")
+        return step
+
+    def _delegate_step(self, delegate: Delegate, first: int, last: int, regs) -> _Step:
+        ops = self.sg.operators[first:last + 1]
+        produced = {id(t) for op in ops for t in op.outputs if t is not None}
+        inputs, seen = [], set()
+        for op in ops:
+            for t in op.inputs:
+                if t is not None and id(t) not in produced and not t.is_constant and id(t) not in seen:
+                    seen.add(id(t))
+                    inputs.append(t)
+        later_reads = {id(t) for op in self.sg.operators[last + 1:] for t in op.inputs if t is not None}
+        later_reads |= {id(t) for t in self.sg.outputs}
+        outputs = [t for op in ops for t in op.outputs if t is not None and id(t) in later_reads]
+        nodes = [NodeInfo(first + k, op, op.name, op.version, regs[first + k]) for k, op in enumerate(ops)]
+        label = f"nodes {first}..{last} (delegated to {delegate.name})"
+        step = _Step(first, label, [self.pos[id(t)] for t in inputs], [self.pos[id(t)] for t in outputs])
+        try:
+            step.delegate_kernel = delegate.prepare(Partition(nodes, inputs, outputs))
+        except KilnError:
+            raise
+        except Exception as exc:  # a delegate's own failure, reported with where it happened
+            raise OpError(f"subgraph {self.sg_index}, {label}: delegate failed to prepare: {exc}") from exc
+        return step
+
+    def _check_dataflow(self, steps: list[_Step]) -> None:
+        ready = set(self.inputs)
+        ready.update(i for i, t in enumerate(self.tensors) if t.data is not None or t.is_variable)
+        for step in steps:
+            for i in step.ins:
+                if i >= 0 and i not in ready:
+                    raise ModelError(
+                        f"subgraph {self.sg_index}, {step.label}: reads tensor {i} "
+                        f"({self.tensors[i].name!r}) before any operator writes it")
+            ready.update(i for i in step.outs if i >= 0)
+        for i in self.outputs:
+            if i not in ready:
+                raise ModelError(f"subgraph {self.sg_index}: output tensor {i} ({self.tensors[i].name!r}) "
+                                 "is never written")
+
+    def _plan_frees(self, steps: list[_Step]) -> None:
+        if self.interp._preserve_all:
+            return
+        keep = set(self.inputs) | set(self.outputs)
+        keep.update(i for i, t in enumerate(self.tensors) if t.data is not None or t.is_variable)
+        last_use: dict[int, int] = {}
+        for si, step in enumerate(steps):
+            for i in (*step.ins, *step.outs):
+                if i >= 0 and i not in keep:
+                    last_use[i] = si
+        for i, si in last_use.items():
+            steps[si].free_after.append(i)
+
+    # -- execution ---------------------------------------------------------------------------
+    def _guard(self, step: _Step, fn, *args):
+        try:
+            return fn(*args)
+        except KilnError as exc:
+            if isinstance(exc, (RegistrationError,)):
+                raise
+            raise type(exc)(f"subgraph {self.sg_index}, while executing {step.label}: {exc}") from exc
+        except Exception as exc:
+            raise OpError(f"subgraph {self.sg_index}, while executing {step.label}: "
+                          f"{type(exc).__name__}: {exc}") from exc
+
+    def run(self) -> None:
+        self.prepare()
+        values = self.values
+        for step in self.steps:
+            if step.call is not None:
+                args = [values[i] if i >= 0 else None for i in step.ins]
+                result = self._guard(step, step.reg.kernel, step.call, *args)
+                if not isinstance(result, (tuple, list)):
+                    result = (result,)
+                self._store(step, step.outs, result)
+                updates = step.call.state.pop("variable_updates", None)
+                if updates:
+                    for operand, value in updates.items():
+                        idx = step.ins[operand]
+                        values[idx] = np.asarray(value, dtype=self.tensors[idx].dtype.numpy)
+            elif step.node is not None:
+                self._run_custom(step)
+            else:
+                args = [values[i] for i in step.ins]
+                result = self._guard(step, step.delegate_kernel.invoke, args)
+                self._store(step, step.outs, result)
+            for i in step.free_after:
+                values[i] = None
+
+    def _store(self, step: _Step, outs: Sequence[int], result) -> None:
+        if len(result) < sum(1 for i in outs if i >= 0):
+            raise OpError(f"subgraph {self.sg_index}, {step.label}: kernel returned {len(result)} "
+                          f"values for {len(outs)} outputs")
+        for i, value in zip(outs, result):
+            if i < 0 or value is None:
+                continue
+            dtype = self.tensors[i].dtype.numpy
+            arr = np.asarray(value)
+            if arr.dtype != dtype and self.tensors[i].dtype not in (DType.STRING, DType.VARIANT):
+                arr = arr.astype(dtype)
+            self.values[i] = arr
+            self.shapes[i] = arr.shape
+
+    def _run_custom(self, step: _Step) -> None:
+        reg, node = step.reg, step.node
+        in_shapes = tuple(self.values[i].shape if i >= 0 and self.values[i] is not None else None
+                          for i in step.ins)
+        if in_shapes != step.prepared_shapes:
+            for i in step.outs:
+                if i >= 0:
+                    t = self.tensors[i]
+                    self.check_allocation(i, self.shapes[i], t.dtype.numpy)
+                    self.values[i] = np.zeros(self.shapes[i], dtype=t.dtype.numpy)
+            if reg.prepare is not None:
+                self._guard(step, reg.prepare, self.context, node)
+            step.prepared_shapes = in_shapes
+        else:
+            for i in step.outs:  # fresh output buffers: earlier results may still be referenced
+                if i >= 0:
+                    self.values[i] = np.zeros_like(self.values[i]) if self.values[i] is not None else \
+                        np.zeros(self.shapes[i], dtype=self.tensors[i].dtype.numpy)
+        if reg.invoke is None:
+            raise OpError(f"subgraph {self.sg_index}, {step.label}: the registration has no invoke")
+        self._guard(step, reg.invoke, self.context, node)
+        for i in step.outs:
+            if i >= 0:
+                self.shapes[i] = self.values[i].shape
+
+    def free_custom_ops(self) -> None:
+        for step in self.steps or ():
+            if step.node is not None and step.reg.free is not None:
+                try:
+                    step.reg.free(self.context, step.node.user_data)
+                except Exception:  # never let cleanup mask the real error / exit path
+                    pass
+
+
+class _Runtime:
+    """The kernels' view of the interpreter (control flow, resource variables)."""
+
+    def __init__(self, interp: "Interpreter"):
+        self._interp = interp
+        self.variables: dict = {}
+        self.depth = 0
+
+    def call_subgraph(self, index: int, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        interp = self._interp
+        if not 0 <= index < len(interp._model.subgraphs):
+            raise OpError(f"subgraph {index} does not exist")
+        env = interp._env(index)
+        if len(inputs) != len(env.inputs):
+            raise OpError(f"subgraph {index} takes {len(env.inputs)} inputs, got {len(inputs)}")
+        for i, value in zip(env.inputs, inputs):
+            arr = np.asarray(value)
+            env.values[i] = arr
+            env.shapes[i] = arr.shape
+        env.run()
+        return [env.values[i] for i in env.outputs]
+
+
+def _details(env: _SubgraphEnv, i: int, name: str | None = None) -> dict:
+    t = env.tensors[i]
+    q = t.quantization
+    scales = q.scale.astype(np.float32) if q is not None else np.zeros(0, np.float32)
+    zps = q.zero_point.astype(np.int32) if q is not None else np.zeros(0, np.int32)
+    value = env.values[i]
+    shape = value.shape if value is not None and not t.is_constant else env.shapes[i]
+    return {
+        "name": t.name if name is None else name,
+        "index": i,
+        "shape": np.array(shape, dtype=np.int32),
+        "shape_signature": np.array(t.signature, dtype=np.int32),
+        "dtype": t.dtype.numpy.type if t.dtype != DType.STRING else np.bytes_,
+        "quantization": (float(scales[0]), int(zps[0])) if len(scales) == 1 else (0.0, 0),
+        "quantization_parameters": {
+            "scales": scales,
+            "zero_points": zps,
+            "quantized_dimension": q.quantized_dimension if q is not None else 0,
+        },
+        "sparsity_parameters": {},
+    }
+
+
+class Interpreter:
+    """Runs a .tflite model; the API of ``tf.lite.Interpreter`` / ``ai_edge_litert``.
+
+    Args:
+      model_path / model_content: the model (exactly one).
+      op_resolver: a `MutableOpResolver` (default: `BuiltinOpResolver`, every builtin).
+      experimental_delegates: `Delegate` objects offered every node, in order.
+      num_threads: accepted for compatibility (the reference kernels use NumPy's threads).
+      experimental_preserve_all_tensors: keep intermediates so get_tensor can read them.
+    """
+
+    def __init__(self, model_path=None, model_content=None, experimental_delegates=None, num_threads=None,
+                 experimental_op_resolver_type=None, experimental_preserve_all_tensors=False,
+                 op_resolver: MutableOpResolver | None = None, **_ignored):
+        if model_path is None and model_content is None:
+            raise InterpreterError("`model_path` or `model_content` must be specified.")
+        if model_path is not None and model_content is not None:
+            raise InterpreterError("Can't both provide `model_path` and `model_content`")
+        source = os.fspath(model_path) if model_path is not None else model_content
+        self._model: Model = source if isinstance(source, Model) else read_model(source)
+        self._resolver = op_resolver if op_resolver is not None else BuiltinOpResolver()
+        self._delegates = list(experimental_delegates or [])
+        self._num_threads = num_threads
+        self._preserve_all = bool(experimental_preserve_all_tensors)
+        self._runtime = _Runtime(self)
+        self._envs: dict[int, _SubgraphEnv] = {}
+        self._allocated = False
+
+    # -- internals ---------------------------------------------------------------------------
+    def _env(self, index: int = 0) -> _SubgraphEnv:
+        if index not in self._envs:
+            if not 0 <= index < len(self._model.subgraphs):
+                raise InterpreterError(f"Invalid subgraph index {index}: the model has "
+                                       f"{len(self._model.subgraphs)} subgraphs")
+            self._envs[index] = _SubgraphEnv(self, index)
+        return self._envs[index]
+
+    def _check_index(self, env: _SubgraphEnv, index: int) -> int:
+        if not isinstance(index, (int, np.integer)) or not 0 <= index < len(env.tensors):
+            raise InterpreterError(f"Invalid tensor index {index} exceeds max tensor index "
+                                   f"{len(env.tensors) - 1}")
+        return int(index)
+
+    def _ensure_allocated(self) -> None:
+        if not self._allocated:
+            raise InterpreterError("Invoke called on model that is not ready (call allocate_tensors() first).")
+
+    # -- the tf.lite.Interpreter API ---------------------------------------------------------
+    def allocate_tensors(self) -> None:
+        env = self._env(0)
+        env.allocate_inputs()
+        env.prepare()
+        for sig in self._model.signatures:
+            idx = self._model.subgraph_index(sig.subgraph)
+            self._env(idx).allocate_inputs()
+        self._allocated = True
+
+    def invoke(self) -> None:
+        self._ensure_allocated()
+        self._env(0).run()
+
+    def get_input_details(self) -> list[dict]:
+        env = self._env(0)
+        return [_details(env, i) for i in env.inputs]
+
+    def get_output_details(self) -> list[dict]:
+        env = self._env(0)
+        return [_details(env, i) for i in env.outputs]
+
+    def get_tensor_details(self, subgraph_index: int = 0) -> list[dict]:
+        env = self._env(subgraph_index)
+        return [_details(env, i) for i in range(len(env.tensors))]
+
+    def _get_ops_details(self) -> list[dict]:
+        env = self._env(0)
+        out = []
+        for oi, op in enumerate(env.sg.operators):
+            ins = [-1 if t is None else env.pos[id(t)] for t in op.inputs]
+            outs = [-1 if t is None else env.pos[id(t)] for t in op.outputs]
+            out.append({
+                "index": oi, "op_name": op.name, "version": op.version,
+                "inputs": np.array(ins, np.int32), "outputs": np.array(outs, np.int32),
+                "operand_types": [env.tensors[i].dtype.numpy.type if i >= 0 else None for i in ins],
+                "result_types": [env.tensors[i].dtype.numpy.type if i >= 0 else None for i in outs],
+            })
+        return out
+
+    def set_tensor(self, tensor_index: int, value, subgraph_index: int = 0) -> None:
+        env = self._env(subgraph_index)
+        i = self._check_index(env, tensor_index)
+        t = env.tensors[i]
+        arr = np.asarray(value)
+        role = f"input {env.inputs.index(i)}" if i in env.inputs else f"tensor {i}"
+        if t.dtype != DType.STRING and arr.dtype != t.dtype.numpy:
+            got = DType.from_numpy(arr.dtype).name if arr.dtype.kind not in "USO" else "STRING"
+            raise InterpreterError(f"Cannot set tensor: Got value of type {got} but expected type "
+                                   f"{t.dtype.name} for {role}, name: {t.name} ")
+        expected = env.shapes[i]
+        if arr.ndim != len(expected):
+            raise InterpreterError(f"Cannot set tensor: Dimension mismatch. Got {arr.ndim} but expected "
+                                   f"{len(expected)} for {role}.")
+        for d, (got, want) in enumerate(zip(arr.shape, expected)):
+            if got != want:
+                raise InterpreterError(f"Cannot set tensor: Dimension mismatch. Got {got} but expected "
+                                       f"{want} for dimension {d} of {role}.")
+        env.values[i] = np.array(arr, dtype=t.dtype.numpy if t.dtype != DType.STRING else arr.dtype, copy=True)
+
+    def get_tensor(self, tensor_index: int, subgraph_index: int = 0) -> np.ndarray:
+        env = self._env(subgraph_index)
+        i = self._check_index(env, tensor_index)
+        value = env.values[i]
+        if value is None:
+            t = env.tensors[i]
+            if env.steps is not None and not self._preserve_all and i not in env.outputs and i not in env.inputs:
+                raise InterpreterError(
+                    f"tensor {i} ({t.name!r}) is an intermediate that was freed after its last use; "
+                    "create the Interpreter with experimental_preserve_all_tensors=True to read it")
+            return np.zeros(env.shapes[i], dtype=t.dtype.numpy)
+        return np.array(value, copy=True)
+
+    def tensor(self, tensor_index: int, subgraph_index: int = 0):
+        """A callable returning a view of the tensor's current buffer (no copy)."""
+        env = self._env(subgraph_index)
+        i = self._check_index(env, tensor_index)
+
+        def view() -> np.ndarray:
+            if env.values[i] is None:
+                env.values[i] = np.zeros(env.shapes[i], dtype=env.tensors[i].dtype.numpy)
+            return env.values[i]
+
+        return view
+
+    def resize_tensor_input(self, input_index: int, tensor_size, strict: bool = False,
+                            subgraph_index: int = 0) -> None:
+        env = self._env(subgraph_index)
+        i = self._check_index(env, input_index)
+        if i not in env.inputs:
+            raise InterpreterError(f"tensor {i} ({env.tensors[i].name!r}) is not an input of subgraph "
+                                   f"{subgraph_index}; only inputs can be resized")
+        new = tuple(int(d) for d in np.asarray(tensor_size).reshape(-1))
+        t = env.tensors[i]
+        if any(d < 0 for d in new):
+            raise InterpreterError(f"Cannot resize input {t.name!r} to {list(new)}: negative dimension")
+        if strict:
+            sig = t.signature
+            if len(new) != len(sig) or any(s != -1 and s != d for s, d in zip(sig, new)):
+                raise InterpreterError(
+                    f"ResizeInputTensorStrict only allows mutating unknown dimensions identified by -1 "
+                    f"(input {t.name!r} has signature {list(sig)}, asked for {list(new)})")
+        env.check_allocation(i, new, t.dtype.numpy)
+        if env.shapes[i] != new:
+            env.shapes[i] = new
+            env.values[i] = None
+            self._allocated = False
+
+    def get_signature_list(self) -> dict:
+        return {s.key: {"inputs": list(s.inputs), "outputs": list(s.outputs)} for s in self._model.signatures}
+
+    def get_signature_runner(self, signature_key: str | None = None) -> "SignatureRunner":
+        sigs = self._model.signatures
+        if signature_key is None:
+            if len(sigs) != 1:
+                raise InterpreterError(
+                    "SignatureDef signature_key is None and model has {0} Signatures. None is only allowed "
+                    "when the model has 1 SignatureDef".format(len(sigs)))
+            return SignatureRunner(self, sigs[0])
+        for s in sigs:
+            if s.key == signature_key:
+                return SignatureRunner(self, s)
+        raise InterpreterError(f"SignatureDef signature_key is {signature_key!r} but the model has no such "
+                               f"signature (has: {[s.key for s in sigs]})")
+
+    def reset_all_variables(self) -> None:
+        for env in self._envs.values():
+            env.reset_variables()
+        self._runtime.variables.clear()
+
+    def num_subgraphs(self) -> int:
+        return len(self._model.subgraphs)
+
+    @property
+    def model(self) -> Model:
+        """The loaded model's IR (read-only use)."""
+        return self._model
+
+    def __del__(self):
+        for env in getattr(self, "_envs", {}).values():
+            env.free_custom_ops()
+
+
+class SignatureRunner:
+    """Calls one signature by its input/output names (``runner(x=...)`` -> {name: array})."""
+
+    def __init__(self, interpreter: Interpreter, signature):
+        self._interp = interpreter
+        self._sig = signature
+        self._sg_index = interpreter._model.subgraph_index(signature.subgraph)
+        self._env = interpreter._env(self._sg_index)
+
+    def get_input_details(self) -> dict:
+        return {name: _details(self._env, self._env.pos[id(t)], name) for name, t in self._sig.inputs.items()}
+
+    def get_output_details(self) -> dict:
+        return {name: _details(self._env, self._env.pos[id(t)], name) for name, t in self._sig.outputs.items()}
+
+    def __call__(self, **kwargs) -> dict[str, np.ndarray]:
+        env = self._env
+        missing = [n for n in self._sig.inputs if n not in kwargs]
+        unknown = [n for n in kwargs if n not in self._sig.inputs]
+        if unknown:
+            raise InterpreterError(f"Invalid Input name ({unknown[0]}) for SignatureDef {self._sig.key!r}; "
+                                   f"inputs are {list(self._sig.inputs)}")
+        if missing:
+            raise InterpreterError(f"Missing input(s) {missing} for SignatureDef {self._sig.key!r}")
+        for name, value in kwargs.items():
+            i = env.pos[id(self._sig.inputs[name])]
+            arr = np.asarray(value)
+            if tuple(arr.shape) != env.shapes[i]:
+                self._interp.resize_tensor_input(i, arr.shape, subgraph_index=self._sg_index)
+        env.allocate_inputs()
+        env.prepare()
+        for name, value in kwargs.items():
+            self._interp.set_tensor(env.pos[id(self._sig.inputs[name])], np.asarray(value), self._sg_index)
+        env.run()
+        return {name: np.array(env.values[env.pos[id(t)]], copy=True) for name, t in self._sig.outputs.items()}

@@ -1,0 +1,108 @@
+"""Op resolvers: map (op, version) to a kernel registration.
+
+A `Registration` is either a builtin reference kernel (the functional form of an op record)
+or a Python custom op following the LiteRT custom-operator contract — init / free /
+prepare / invoke — with Python callables instead of C function pointers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .. import ops
+from ..errors import RegistrationError
+from ..schema import BUILTIN_CODES, BUILTIN_NAMES
+
+
+@dataclass
+class Registration:
+    """How to run one op.
+
+    Custom-op contract (all optional):
+      init(context, buffer) -> user_data   buffer: the op's custom options bytes
+      free(context, user_data)
+      prepare(context, node)               check inputs, context.resize_tensor(out, shape)
+      invoke(context, node)                write node.outputs[i].data
+    ``kernel`` is the functional form used by builtin reference kernels (see kiln.ops.record).
+    """
+
+    init: Callable | None = None
+    free: Callable | None = None
+    prepare: Callable | None = None
+    invoke: Callable | None = None
+    kernel: Callable | None = field(default=None, repr=False)
+    name: str = ""
+    version_range: tuple[int, int] = (1, 1)
+    #: The op record behind a builtin kernel (None for Python custom ops).
+    record: Any = field(default=None, repr=False)
+
+    @property
+    def is_custom_style(self) -> bool:
+        return self.kernel is None
+
+
+def _op_name(op) -> str:
+    if isinstance(op, int):
+        try:
+            return BUILTIN_NAMES[op]
+        except KeyError:
+            raise RegistrationError(f"unknown builtin operator code {op}") from None
+    name = str(getattr(op, "name", op))
+    return name
+
+
+class MutableOpResolver:
+    """An op resolver you fill yourself: builtins and custom ops, each for a version range."""
+
+    def __init__(self):
+        self._builtins: dict[str, list[Registration]] = {}
+        self._customs: dict[str, list[Registration]] = {}
+
+    def add_builtin(self, op, registration: Registration, min_version: int = 1, max_version: int = 1) -> None:
+        """Register ``registration`` for builtin ``op`` (name, code) at versions min..max.
+
+        A later registration overrides earlier ones for the versions it covers.
+        """
+        name = _op_name(op)
+        if name not in BUILTIN_CODES:
+            raise RegistrationError(f"{name!r} is not a builtin operator")
+        self._add(self._builtins, name, registration, min_version, max_version)
+
+    def add_custom(self, name: str, registration: Registration, min_version: int = 1, max_version: int = 1) -> None:
+        """Register a custom op by the name the model uses (its custom_code)."""
+        self._add(self._customs, str(name), registration, min_version, max_version)
+
+    @staticmethod
+    def _add(table, name, registration, lo, hi):
+        if lo > hi or lo < 1:
+            raise RegistrationError(f"bad version range {lo}..{hi} for {name}")
+        reg = Registration(**{**registration.__dict__, "name": name, "version_range": (lo, hi)})
+        table.setdefault(name, []).insert(0, reg)
+
+    def find_op(self, op, version: int = 1) -> Registration | None:
+        """The registration for builtin ``op`` (name/code) or custom op name at ``version``."""
+        name = _op_name(op)
+        table = self._builtins if name in BUILTIN_CODES and name not in self._customs else self._customs
+        for reg in table.get(name, ()):
+            lo, hi = reg.version_range
+            if lo <= version <= hi:
+                return reg
+        return None
+
+    def registered_versions(self, op) -> list[tuple[int, int]]:
+        name = _op_name(op)
+        table = self._builtins if name in BUILTIN_CODES and name not in self._customs else self._customs
+        return [reg.version_range for reg in table.get(name, ())]
+
+
+class BuiltinOpResolver(MutableOpResolver):
+    """All of kiln's builtin reference kernels, each for versions 1..its record's max_version."""
+
+    def __init__(self):
+        super().__init__()
+        for name, record in ops.OPS.items():
+            if record.kernel is None:
+                continue
+            reg = Registration(kernel=record.kernel, record=record)
+            self.add_builtin(name, reg, 1, record.max_version)
