@@ -1,0 +1,60 @@
+"""kiln: take trained TensorFlow models to fast, portable LiteRT inference, in Python.
+
+The curated public API. The converter needs TensorFlow (``pip install kiln[tf]``) and is
+imported lazily, so the runtime works with numpy, flatbuffers and tflite alone.
+"""
+
+from __future__ import annotations
+
+from .errors import (
+    ConversionError,
+    InterpreterError,
+    KilnError,
+    ModelError,
+    OpError,
+    RegistrationError,
+    UnsupportedError,
+)
+from .format import read_model, save_model, write_model
+from .fusion.registry import CompositeCall, NotFusable, register_fusion, unregister_fusion
+from .runtime import (
+    BuiltinOpResolver,
+    Delegate,
+    DelegateKernel,
+    Interpreter,
+    MutableOpResolver,
+    NodeInfo,
+    Partition,
+    Registration,
+    SignatureRunner,
+)
+from .schema import Activation, DType, Padding
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "TFLiteConverter": ("kiln.converter.api", "TFLiteConverter"),
+    "Optimize": ("kiln.converter.api", "Optimize"),
+    "OpsSet": ("kiln.converter.api", "OpsSet"),
+}
+
+
+def __getattr__(name: str):
+    """Import converter classes on first use (they pull in TensorFlow)."""
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'kiln' has no attribute {name!r}")
+
+
+__all__ = [
+    "Activation", "BuiltinOpResolver", "CompositeCall", "ConversionError", "DType", "Delegate",
+    "DelegateKernel", "Interpreter", "InterpreterError", "KilnError", "ModelError", "MutableOpResolver",
+    "NodeInfo", "NotFusable", "OpError", "Optimize", "OpsSet", "Padding", "Partition", "Registration",
+    "RegistrationError", "SignatureRunner", "TFLiteConverter", "UnsupportedError", "read_model",
+    "register_fusion", "save_model", "unregister_fusion", "write_model", "__version__",
+]

@@ -24,6 +24,9 @@ _NP_FLAGS = {
     "Uint32": np.uint32, "Int64": np.int64, "Uint64": np.uint64, "Float32": np.float32,
     "Float64": np.float64, "Bool": np.bool_,
 }
+_STRING = re.compile(r"def (\w+)\(self\):(?:(?!\bdef ).)*?self\._tab\.String\(", re.S)
+#: Marker "element type" of string fields (VarHandleOptions.container, ...).
+STRING = np.dtype("O")
 _BUILDER_PREPEND = {
     np.dtype(np.int8): "PrependInt8", np.dtype(np.uint8): "PrependUint8",
     np.dtype(np.int16): "PrependInt16", np.dtype(np.uint16): "PrependUint16",
@@ -43,7 +46,7 @@ def snake(camel: str) -> str:
 class Field:
     name: str          # snake_case, the IR's key
     camel: str         # accessor name in the bindings
-    vector: np.dtype | None  # element type for vector fields, None for scalars
+    vector: np.dtype | None  # element type for vector fields (STRING for strings), None for scalars
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,7 @@ def layout(table: str) -> TableLayout:
     module = importlib.import_module(f"tflite.{table}")
     source = inspect.getsource(module)
     vector_types = {m.group(1): np.dtype(_NP_FLAGS[m.group(2)]) for m in _VECTOR_TYPE.finditer(source)}
+    vector_types.update({m.group(1): STRING for m in _STRING.finditer(source)})
     fields = []
     for m in re.finditer(rf"def {table}Add(\w+)\(builder, \w+\):\s*\n\s*builder\.Prepend(\w+)Slot\(", source):
         camel, kind = m.group(1), m.group(2)
@@ -78,7 +82,10 @@ def decode(table: str, buf, pos: int) -> dict:
     obj.Init(buf, pos)
     out = {}
     for f in lay.fields:
-        if f.vector is not None:
+        if f.vector is STRING:
+            raw = getattr(obj, f.camel)()
+            out[f.name] = raw.decode("utf-8", "replace") if raw is not None else ""
+        elif f.vector is not None:
             arr = getattr(obj, f.camel + "AsNumpy")()
             out[f.name] = tuple(arr.tolist()) if isinstance(arr, np.ndarray) else ()
         else:
@@ -95,7 +102,9 @@ def encode(builder, table: str, values: dict) -> int:
         raise KeyError(f"{table} has no field(s) {sorted(unknown)}; fields are {sorted(known)}")
     vectors = {}
     for f in lay.fields:
-        if f.vector is not None and values.get(f.name):
+        if f.vector is STRING and values.get(f.name):
+            vectors[f.name] = builder.CreateString(str(values[f.name]))
+        elif f.vector is not None and values.get(f.name):
             items = np.asarray(values[f.name], dtype=f.vector).ravel()
             getattr(lay.module, f"{table}Start{f.camel}Vector")(builder, len(items))
             prepend = getattr(builder, _BUILDER_PREPEND[f.vector])

@@ -304,8 +304,17 @@ class _Runtime:
 
     def __init__(self, interp: "Interpreter"):
         self._interp = interp
-        self.variables: dict = {}
-        self.depth = 0
+        self.variables: dict[int, np.ndarray] = {}
+        self.call_once_done: set[int] = set()
+        self._resource_ids: dict[tuple[str, str], int] = {}
+
+    def resource_id(self, container: str, shared_name: str) -> int:
+        """The id of resource variable (container, shared_name), the same for every subgraph."""
+        return self._resource_ids.setdefault((container, shared_name), len(self._resource_ids))
+
+    def reset(self) -> None:
+        self.variables.clear()
+        self.call_once_done.clear()
 
     def call_subgraph(self, index: int, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         interp = self._interp
@@ -520,7 +529,7 @@ class Interpreter:
     def reset_all_variables(self) -> None:
         for env in self._envs.values():
             env.reset_variables()
-        self._runtime.variables.clear()
+        self._runtime.reset()
 
     def num_subgraphs(self) -> int:
         return len(self._model.subgraphs)
