@@ -1,0 +1,662 @@
+"""Op family: neural-network layers (fully connected, convolutions, pooling, batch matmul).
+
+Kernels are float reference kernels written with NumPy matrix products: convolutions go
+through im2col (one GEMM per chunk of output rows), depthwise and pooling accumulate one
+filter tap at a time over the whole tensor, so no Python loop ever runs per pixel.
+Geometry (output size, SAME padding split) follows LiteRT's ``ComputePaddingHeightWidth``
+exactly: the extra pixel of an odd total padding goes after, not before.
+
+Integer-quantized tensors are refused (``quantized_kernel`` is left for the quantization
+work); ops that only move data accept them when input and output share one quantization.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import OpError
+from ..schema import Activation, DType, Padding
+from .record import (
+    KernelCall,
+    OpDef,
+    OptionsSpec,
+    apply_activation,
+    input_dtype,
+    output_dtype,
+)
+
+#: Element budget of one im2col patch matrix; larger convolutions run in row chunks.
+_IM2COL_BUDGET = 1 << 24
+
+_INT_QUANT_TYPES = (DType.INT8, DType.UINT8, DType.INT16)
+
+
+# -- quantization guards (shared with image.py) -----------------------------------------------
+
+def is_quantized(tensor) -> bool:
+    """True for an int8/uint8/int16 tensor carrying affine quantization parameters."""
+    if tensor is None or tensor.dtype not in _INT_QUANT_TYPES:
+        return False
+    q = tensor.quantization
+    return q is not None and q.scale.size > 0
+
+
+def reject_quantized(call: KernelCall) -> None:
+    """Refuse integer-quantized operands: computing on raw codes would give garbage."""
+    for tensor in (*call.op.inputs, *call.op.outputs):
+        if is_quantized(tensor):
+            raise OpError(
+                f"{call.op.name}: quantized kernel not implemented yet (tensor {tensor.name!r} "
+                f"is {tensor.dtype.name} with quantization parameters)"
+            )
+
+
+def output_tensor(call: KernelCall, i: int = 0):
+    """The IR tensor of output ``i`` (None when the node has no such output)."""
+    outs = call.op.outputs
+    return outs[i] if i < len(outs) else None
+
+
+def require_same_quantization(call: KernelCall, i: int = 0) -> None:
+    """Data-movement ops may run on quantized codes only when input and output agree."""
+    tin, tout = call.op.inputs[i], output_tensor(call)
+    if not (is_quantized(tin) or is_quantized(tout)):
+        return
+    qin, qout = tin.quantization, tout.quantization
+    if qin is None or qout is None or qin != qout:
+        raise OpError(
+            f"{call.op.name}: quantized kernel not implemented yet for differing input/output "
+            "quantization parameters"
+        )
+
+
+def _float_operand(call: KernelCall, x: np.ndarray, what: str) -> np.ndarray:
+    """The operand as a float array (float64 stays float64); other types are refused."""
+    if x.dtype.kind != "f":
+        raise OpError(f"{call.op.name}: {what} of type {x.dtype} is not supported (float only)")
+    return x if x.dtype == np.float64 else x.astype(np.float32, copy=False)
+
+
+#: Fused activations that LiteRT's float kernels honour: they only clamp to an activation
+#: range (CalculateActivationRange), so TANH and SIGN_BIT fused into these ops are no-ops.
+_CLAMPING_ACTIVATIONS = (Activation.RELU, Activation.RELU6, Activation.RELU_N1_TO_1)
+
+
+def clamp_activation(y: np.ndarray, act: int) -> np.ndarray:
+    """Apply a fused activation the way LiteRT's conv/FC/pool kernels do (clamps only)."""
+    if act in _CLAMPING_ACTIVATIONS:
+        return apply_activation(y, act)
+    if act in (Activation.NONE, Activation.TANH, Activation.SIGN_BIT):
+        return y
+    raise OpError(f"unknown fused activation function {act}")
+
+
+def _finish(call: KernelCall, y: np.ndarray, act: int) -> np.ndarray:
+    return clamp_activation(y, act).astype(call.out_dtypes[0], copy=False)
+
+
+# -- geometry -----------------------------------------------------------------------------------
+
+def _trunc_div(a: int, b: int) -> int:
+    """C integer division (rounds toward zero), as LiteRT's size arithmetic does."""
+    q = abs(a) // b
+    return q if a >= 0 else -q
+
+
+def out_size(padding: int, size: int, kernel: int, stride: int, dilation: int = 1) -> int:
+    """Output extent of a windowed op along one axis (LiteRT's ComputeOutSize)."""
+    if stride <= 0 or dilation <= 0:
+        raise OpError(f"stride ({stride}) and dilation ({dilation}) must be positive")
+    effective = (kernel - 1) * dilation + 1
+    if padding == Padding.SAME:
+        return _trunc_div(size + stride - 1, stride)
+    if padding == Padding.VALID:
+        return _trunc_div(size + stride - effective, stride)
+    raise OpError(f"unknown padding {padding}")
+
+
+def pad_before_after(size: int, kernel: int, stride: int, dilation: int, out: int) -> tuple[int, int]:
+    """Padding split (before, after) that LiteRT derives from the output size."""
+    effective = (kernel - 1) * dilation + 1
+    total = max(0, (out - 1) * stride + effective - size)
+    return total // 2, total - total // 2
+
+
+def _geometry(opts, shape_hw: Sequence[int], kernel_hw: Sequence[int],
+              dilation: Sequence[int] = (1, 1)):
+    """(out_h, out_w), ((top, bottom), (left, right)) of a 2-D windowed op."""
+    strides = (opts.stride_h, opts.stride_w)
+    outs, pads = [], []
+    for size, k, s, d in zip(shape_hw, kernel_hw, strides, dilation):
+        o = out_size(opts.padding, size, k, s, d)
+        if o < 0:
+            raise OpError(f"window {k} (dilation {d}) does not fit input extent {size}")
+        outs.append(o)
+        pads.append(pad_before_after(size, k, s, d, o))
+    return tuple(outs), tuple(pads)
+
+
+def _pad_hw(x: np.ndarray, pads, value=0.0) -> np.ndarray:
+    """Pad the H and W axes of an NHWC array; a no-op when nothing is to be padded."""
+    (t, b), (l, r) = pads
+    if t == b == l == r == 0:
+        return x
+    return np.pad(x, ((0, 0), (t, b), (l, r), (0, 0)), constant_values=value)
+
+
+def _tap(xp: np.ndarray, i: int, j: int, out_hw, strides, dilation) -> np.ndarray:
+    """View of the padded input seen by filter tap (i, j) at every output position."""
+    (oh, ow), (sh, sw), (dh, dw) = out_hw, strides, dilation
+    y0, x0 = i * dh, j * dw
+    return xp[:, y0:y0 + (oh - 1) * sh + 1:sh, x0:x0 + (ow - 1) * sw + 1:sw, :]
+
+
+def _windows(xp: np.ndarray, kernel_hw, out_hw, strides, dilation, rows=None) -> np.ndarray:
+    """Strided view [N, OH, OW, KH, KW, C] of every window of the padded NHWC input."""
+    n, _, _, c = xp.shape
+    sn, sh_, sw_, sc = xp.strides
+    (kh, kw), (oh, ow), (sh, sw), (dh, dw) = kernel_hw, out_hw, strides, dilation
+    start, count = (0, oh) if rows is None else rows
+    base = xp[:, start * sh:]
+    return np.lib.stride_tricks.as_strided(
+        base,
+        shape=(n, count, ow, kh, kw, c),
+        strides=(sn, sh_ * sh, sw_ * sw, sh_ * dh, sw_ * dw, sc),
+        writeable=False,
+    )
+
+
+def _nhwc(call: KernelCall, x: np.ndarray, what: str = "input") -> np.ndarray:
+    if x.ndim != 4:
+        raise OpError(f"{call.op.name}: {what} must be 4-D NHWC, got shape {x.shape}")
+    return x
+
+
+# -- FULLY_CONNECTED ----------------------------------------------------------------------------
+
+_WEIGHTS_DEFAULT = 0
+
+
+def _per_channel(tensor, channels: int, strict: bool) -> bool:
+    """Whether a weight tensor is quantized per channel (op_signature.cc's test)."""
+    q = tensor.quantization if tensor is not None else None
+    if q is None or q.scale.size == 0:
+        return False
+    return q.scale.size == channels and (q.scale.size > 1 or not strict)
+
+
+def _fc_version(op) -> int:
+    opts = op.options
+    t_in, t_w, t_out = input_dtype(op, 0), input_dtype(op, 1), output_dtype(op, 0)
+    weights = op.inputs[1] if len(op.inputs) > 1 else None
+    f32, i8, i16 = DType.FLOAT32, DType.INT8, DType.INT16
+    if (t_in, t_w, t_out) == (f32, i8, f32) and weights is not None and weights.shape \
+            and _per_channel(weights, weights.shape[0], strict=True):
+        return 12
+    if (t_in, t_w, t_out) == (i16, i8, i16) and opts.get("quantized_bias_type", 0):
+        return 11
+    if weights is not None and weights.sparsity is not None:
+        return 8
+    if (t_in, t_w, t_out) == (i16, i16, i16):
+        return 7
+    if len(op.inputs) == 2:
+        return 6
+    if opts.get("keep_num_dims", False):
+        return 5
+    if (t_in, t_w, t_out) == (i8, i8, i8):
+        return 4
+    if (t_in, t_w, t_out) == (i8, DType.INT4, i8):
+        return 10
+    if (t_in, t_w, t_out) == (f32, i8, f32):
+        return 9 if opts.get("asymmetric_quantize_inputs", False) else 3
+    if opts.get("weights_format", _WEIGHTS_DEFAULT) != _WEIGHTS_DEFAULT:
+        return 2
+    return 1
+
+
+def _fc_shape(opts, shapes):
+    x, w = shapes[0], shapes[1]
+    if len(w) != 2:
+        raise OpError(f"FULLY_CONNECTED: weights must be 2-D [units, depth], got {list(w)}")
+    units, depth = w
+    if opts.keep_num_dims:
+        if not x or x[-1] != depth:
+            raise OpError(f"FULLY_CONNECTED: input {list(x)} last dim must equal weights depth {depth}")
+        return [(*x[:-1], units)]
+    size = int(np.prod(x)) if x else 1
+    if depth == 0 or size % depth:
+        raise OpError(f"FULLY_CONNECTED: input {list(x)} does not split into rows of {depth}")
+    return [(size // depth, units)]
+
+
+def _fc_kernel(call: KernelCall, x, w, bias=None):
+    reject_quantized(call)
+    opts = call.opts
+    if opts.weights_format != _WEIGHTS_DEFAULT:
+        raise OpError("FULLY_CONNECTED: only the DEFAULT weights format is supported, got "
+                      f"{opts.weights_format}")
+    if opts.fused_activation_function not in (Activation.NONE, *_CLAMPING_ACTIVATIONS):
+        act = opts.fused_activation_function
+        name = Activation(act).name if act in set(Activation) else str(act)
+        raise OpError(f"FULLY_CONNECTED: fused activation {name} is not supported (LiteRT "
+                      "accepts NONE, RELU, RELU_N1_TO_1 and RELU6)")
+    x = _float_operand(call, x, "input")
+    w = _float_operand(call, w, "weights")
+    (out_shape,) = _fc_shape(opts, [x.shape, w.shape])
+    y = x.reshape(-1, w.shape[1]) @ w.T
+    if bias is not None:
+        y += _float_operand(call, bias, "bias").reshape(-1)
+    return _finish(call, y.reshape(out_shape), opts.fused_activation_function)
+
+
+FULLY_CONNECTED = OpDef(
+    name="FULLY_CONNECTED",
+    kernel=_fc_kernel,
+    options=OptionsSpec("FullyConnectedOptions", {
+        "fused_activation_function": Activation.NONE,
+        "weights_format": _WEIGHTS_DEFAULT,
+        "keep_num_dims": False,
+        "asymmetric_quantize_inputs": False,
+        "quantized_bias_type": DType.FLOAT32,
+    }),
+    version=_fc_version,
+    max_version=14,
+    shape=_fc_shape,
+)
+
+
+# -- CONV_2D --------------------------------------------------------------------------------------
+
+def _conv_version(op) -> int:
+    t_in, t_w, t_out = input_dtype(op, 0), input_dtype(op, 1), output_dtype(op, 0)
+    f32, i8, i16 = DType.FLOAT32, DType.INT8, DType.INT16
+    if (t_in, t_w, t_out) == (i16, i8, i16) and op.options.get("quantized_bias_type", 0):
+        return 8
+    x, w = op.inputs[0], op.inputs[1]
+    if x is not None and w is not None and len(x.shape) == 4 and len(w.shape) == 4 \
+            and x.shape[3] != w.shape[3]:
+        return 6  # grouped convolution
+    if (t_in, t_w, t_out) == (i16, i16, i16):
+        return 4
+    if (t_in, t_w, t_out) == (i8, i8, i8):
+        return 3
+    if (t_in, t_w, t_out) == (i8, DType.INT4, i8):
+        return 7
+    if (t_in, t_w, t_out) == (f32, i8, f32):
+        return 5 if w is not None and w.shape and _per_channel(w, w.shape[0], False) else 2
+    return 1
+
+
+def _conv_shape(opts, shapes):
+    x, w = shapes[0], shapes[1]
+    if len(x) != 4 or len(w) != 4:
+        raise OpError(f"CONV_2D: input {list(x)} and filter {list(w)} must both be 4-D")
+    if w[3] == 0 or x[3] % w[3] or w[0] % (x[3] // w[3] or 1):
+        raise OpError(f"CONV_2D: input channels {x[3]} and filter {list(w)} do not form groups")
+    (oh, ow), _ = _geometry(opts, x[1:3], w[1:3], (opts.dilation_h_factor, opts.dilation_w_factor))
+    return [(x[0], oh, ow, w[0])]
+
+
+def _conv_kernel(call: KernelCall, x, w, bias=None):
+    reject_quantized(call)
+    opts = call.opts
+    x = _float_operand(call, _nhwc(call, x), "input")
+    w = _float_operand(call, _nhwc(call, w, "filter"), "filter")
+    _conv_shape(opts, [x.shape, w.shape])  # validates the grouping
+    n = x.shape[0]
+    dil = (opts.dilation_h_factor, opts.dilation_w_factor)
+    (oh, ow), pads = _geometry(opts, x.shape[1:3], w.shape[1:3], dil)
+    cout, kh, kw, cg = w.shape
+    groups = x.shape[3] // cg
+    strides = (opts.stride_h, opts.stride_w)
+    xp = _pad_hw(x, pads)
+    dtype = np.result_type(x, w)
+    if kh == kw == 1 and groups == 1:
+        y = _tap(xp, 0, 0, (oh, ow), strides, dil).reshape(-1, cg) @ w.reshape(cout, cg).T
+        y = y.reshape(n, oh, ow, cout)
+    else:
+        y = np.empty((n, oh, ow, cout), dtype)
+        depth = kh * kw * cg
+        if groups == 1:
+            wmat = w.reshape(cout, depth).T
+        else:  # [G, KH*KW*Cg, Cout/G]
+            wmat = w.reshape(groups, cout // groups, depth).transpose(0, 2, 1)
+        rows = max(1, _IM2COL_BUDGET // max(1, ow * depth * groups))
+        for r0 in range(0, oh, rows):
+            count = min(rows, oh - r0)
+            win = _windows(xp, (kh, kw), (oh, ow), strides, dil, rows=(r0, count))
+            m = n * count * ow
+            if groups == 1:
+                out = win.reshape(m, depth) @ wmat
+            else:
+                pat = win.reshape(m, kh * kw, groups, cg).transpose(2, 0, 1, 3)
+                out = np.matmul(pat.reshape(groups, m, depth), wmat)
+                out = out.transpose(1, 0, 2).reshape(m, cout)
+            y[:, r0:r0 + count] = out.reshape(n, count, ow, cout)
+    if bias is not None:
+        y += _float_operand(call, bias, "bias").reshape(-1)
+    return _finish(call, y, opts.fused_activation_function)
+
+
+_CONV_OPTIONS = {
+    "padding": Padding.SAME,
+    "stride_w": 0,
+    "stride_h": 0,
+    "fused_activation_function": Activation.NONE,
+    "dilation_w_factor": 1,
+    "dilation_h_factor": 1,
+    "quantized_bias_type": DType.FLOAT32,
+}
+
+CONV_2D = OpDef(
+    name="CONV_2D",
+    kernel=_conv_kernel,
+    options=OptionsSpec("Conv2DOptions", _CONV_OPTIONS),
+    version=_conv_version,
+    max_version=8,
+    shape=_conv_shape,
+)
+
+
+# -- DEPTHWISE_CONV_2D ----------------------------------------------------------------------------
+
+def _dw_version(op) -> int:
+    t_in, t_w, t_out = input_dtype(op, 0), input_dtype(op, 1), output_dtype(op, 0)
+    f32, i8, i16 = DType.FLOAT32, DType.INT8, DType.INT16
+    w = op.inputs[1] if len(op.inputs) > 1 else None
+    if (t_in, t_w, t_out) == (i16, i16, i16):
+        return 5
+    if (t_in, t_w, t_out) == (f32, i8, f32):
+        return 6 if w is not None and len(w.shape) == 4 and _per_channel(w, w.shape[3], False) else 4
+    if (t_in, t_w, t_out) == (i8, i8, i8):
+        return 3
+    if (t_in, t_w, t_out) == (i8, DType.INT4, i8):
+        return 7
+    if op.options.get("dilation_w_factor", 1) != 1 or op.options.get("dilation_h_factor", 1) != 1:
+        return 2
+    return 1
+
+
+def _dw_multiplier(opts, x_shape, w_shape) -> int:
+    cin, cout = x_shape[3], w_shape[3]
+    if w_shape[0] != 1:
+        raise OpError(f"DEPTHWISE_CONV_2D: filter must be [1, KH, KW, C*M], got {list(w_shape)}")
+    if cin == 0 or cout % cin:
+        raise OpError(f"DEPTHWISE_CONV_2D: filter channels {cout} are not a multiple of input "
+                      f"channels {cin}")
+    mult = cout // cin
+    if opts.depth_multiplier not in (0, mult):
+        raise OpError(f"DEPTHWISE_CONV_2D: depth_multiplier {opts.depth_multiplier} disagrees with "
+                      f"filter channels {cout} / input channels {cin}")
+    return mult
+
+
+def _dw_shape(opts, shapes):
+    x, w = shapes[0], shapes[1]
+    if len(x) != 4 or len(w) != 4:
+        raise OpError(f"DEPTHWISE_CONV_2D: input {list(x)} and filter {list(w)} must be 4-D")
+    _dw_multiplier(opts, x, w)
+    (oh, ow), _ = _geometry(opts, x[1:3], w[1:3], (opts.dilation_h_factor, opts.dilation_w_factor))
+    return [(x[0], oh, ow, w[3])]
+
+
+def _dw_kernel(call: KernelCall, x, w, bias=None):
+    reject_quantized(call)
+    opts = call.opts
+    x = _float_operand(call, _nhwc(call, x), "input")
+    w = _float_operand(call, _nhwc(call, w, "filter"), "filter")
+    mult = _dw_multiplier(opts, x.shape, w.shape)
+    dil = (opts.dilation_h_factor, opts.dilation_w_factor)
+    (oh, ow), pads = _geometry(opts, x.shape[1:3], w.shape[1:3], dil)
+    n, cin = x.shape[0], x.shape[3]
+    _, kh, kw, cout = w.shape
+    xp = _pad_hw(x, pads)
+    strides = (opts.stride_h, opts.stride_w)
+    taps = w.reshape(kh, kw, cin, mult)
+    y = np.zeros((n, oh, ow, cin, mult), np.result_type(x, w))
+    for i in range(kh):
+        for j in range(kw):
+            y += _tap(xp, i, j, (oh, ow), strides, dil)[..., None] * taps[i, j]
+    y = y.reshape(n, oh, ow, cout)
+    if bias is not None:
+        y += _float_operand(call, bias, "bias").reshape(-1)
+    return _finish(call, y, opts.fused_activation_function)
+
+
+DEPTHWISE_CONV_2D = OpDef(
+    name="DEPTHWISE_CONV_2D",
+    kernel=_dw_kernel,
+    options=OptionsSpec("DepthwiseConv2DOptions", {
+        "padding": Padding.SAME,
+        "stride_w": 0,
+        "stride_h": 0,
+        "depth_multiplier": 0,
+        "fused_activation_function": Activation.NONE,
+        "dilation_w_factor": 1,
+        "dilation_h_factor": 1,
+    }),
+    version=_dw_version,
+    max_version=7,
+    shape=_dw_shape,
+)
+
+
+# -- TRANSPOSE_CONV -------------------------------------------------------------------------------
+
+def _tconv_version(op) -> int:
+    # op_version.cc tests operand 0 (the output shape) here; kept as written there.
+    if (input_dtype(op, 0), input_dtype(op, 1), output_dtype(op, 0)) == \
+            (DType.INT16, DType.INT8, DType.INT16) and op.options.get("quantized_bias_type", 0):
+        return 5
+    if op.options.get("fused_activation_function", Activation.NONE) != Activation.NONE:
+        return 4
+    if len(op.inputs) == 4 and op.inputs[3] is not None:
+        return 3
+    if input_dtype(op, 1) == DType.INT8:
+        return 2
+    return 1
+
+
+def _tconv_kernel(call: KernelCall, output_shape, w, x, bias=None):
+    """Scatter form: every input pixel adds filter * value into the (padded) output."""
+    reject_quantized(call)
+    opts = call.opts
+    x = _float_operand(call, _nhwc(call, x), "input")
+    w = _float_operand(call, _nhwc(call, w, "weights"), "weights")
+    shape = [int(d) for d in np.asarray(output_shape).reshape(-1)]
+    if len(shape) != 4:
+        raise OpError(f"TRANSPOSE_CONV: output_shape must hold 4 dims, got {shape}")
+    n, h, wd, cin = x.shape
+    cout, kh, kw, wcin = w.shape
+    if wcin != cin or shape[3] != cout or shape[0] != n:
+        raise OpError(f"TRANSPOSE_CONV: input {list(x.shape)}, weights {list(w.shape)} and "
+                      f"output_shape {shape} disagree")
+    oh, ow = shape[1], shape[2]
+    # LiteRT pads as if the output were the input of the forward convolution.
+    (fh, fw), ((pt, _), (pl, _)) = _geometry(opts, (oh, ow), (kh, kw))
+    if (fh, fw) != (h, wd):
+        raise OpError(f"TRANSPOSE_CONV: output_shape {shape} with {kh}x{kw} weights and strides "
+                      f"{opts.stride_h}x{opts.stride_w} needs an input of {fh}x{fw}, got {h}x{wd}")
+    sh, sw = opts.stride_h, opts.stride_w
+    cols = x.reshape(-1, cin) @ w.transpose(1, 2, 0, 3).reshape(kh * kw * cout, cin).T
+    cols = cols.reshape(n, h, wd, kh, kw, cout)
+    full_h = max((h - 1) * sh + kh, pt + oh)
+    full_w = max((wd - 1) * sw + kw, pl + ow)
+    full = np.zeros((n, full_h, full_w, cout), cols.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            full[:, i:i + (h - 1) * sh + 1:sh, j:j + (wd - 1) * sw + 1:sw] += cols[:, :, :, i, j]
+    y = full[:, pt:pt + oh, pl:pl + ow]
+    if bias is not None:
+        y = y + _float_operand(call, bias, "bias").reshape(-1)
+    return _finish(call, np.ascontiguousarray(y), opts.fused_activation_function)
+
+
+TRANSPOSE_CONV = OpDef(
+    name="TRANSPOSE_CONV",
+    kernel=_tconv_kernel,
+    options=OptionsSpec("TransposeConvOptions", {
+        "padding": Padding.SAME,
+        "stride_w": 0,
+        "stride_h": 0,
+        "fused_activation_function": Activation.NONE,
+        "quantized_bias_type": DType.FLOAT32,
+    }),
+    version=_tconv_version,
+    max_version=5,
+)
+
+
+# -- pooling ---------------------------------------------------------------------------------------
+
+def _pool_version(op) -> int:
+    if input_dtype(op) == DType.INT16 and output_dtype(op) == DType.INT16:
+        return 3
+    if input_dtype(op) == DType.INT8:
+        return 2
+    return 1
+
+
+def _pool_shape(opts, shapes):
+    x = shapes[0]
+    if len(x) != 4:
+        raise OpError(f"pooling input must be 4-D NHWC, got {list(x)}")
+    (oh, ow), _ = _geometry(opts, x[1:3], (opts.filter_height, opts.filter_width))
+    return [(x[0], oh, ow, x[3])]
+
+
+def _pool_setup(call: KernelCall, x):
+    opts = call.opts
+    _nhwc(call, x)
+    if opts.filter_height <= 0 or opts.filter_width <= 0:
+        raise OpError(f"{call.op.name}: filter size {opts.filter_height}x{opts.filter_width} "
+                      "must be positive")
+    kernel = (opts.filter_height, opts.filter_width)
+    out_hw, pads = _geometry(opts, x.shape[1:3], kernel)
+    return kernel, out_hw, pads, (opts.stride_h, opts.stride_w)
+
+
+def _max_pool_kernel(call: KernelCall, x):
+    if x.dtype.kind == "f":
+        reject_quantized(call)
+    elif x.dtype in (np.int8, np.uint8, np.int16):
+        require_same_quantization(call)  # max commutes with a shared affine map
+    else:
+        raise OpError(f"MAX_POOL_2D: input type {x.dtype} is not supported")
+    (kh, kw), out_hw, pads, strides = _pool_setup(call, x)
+    if x.dtype.kind == "f":
+        low = -np.inf
+    else:
+        low = np.iinfo(x.dtype).min
+    xp = _pad_hw(x, pads, low)
+    y = None
+    for i in range(kh):
+        for j in range(kw):
+            tap = _tap(xp, i, j, out_hw, strides, (1, 1))
+            y = tap.copy() if y is None else np.maximum(y, tap, out=y)
+    if x.dtype.kind != "f":
+        if call.opts.fused_activation_function != Activation.NONE:
+            raise OpError("MAX_POOL_2D: fused activation on integer input is not implemented")
+        return y.astype(call.out_dtypes[0], copy=False)
+    return _finish(call, y, call.opts.fused_activation_function)
+
+
+def _avg_pool_kernel(call: KernelCall, x):
+    """Mean over the in-bounds part of each window (padding is not counted), as LiteRT."""
+    reject_quantized(call)
+    x = _float_operand(call, x, "input")
+    (kh, kw), (oh, ow), pads, strides = _pool_setup(call, x)
+    xp = _pad_hw(x, pads)
+    inside = _pad_hw(np.ones((1, x.shape[1], x.shape[2], 1), x.dtype), pads)
+    total = np.zeros((x.shape[0], oh, ow, x.shape[3]), x.dtype)
+    count = np.zeros((1, oh, ow, 1), x.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            total += _tap(xp, i, j, (oh, ow), strides, (1, 1))
+            count += _tap(inside, i, j, (oh, ow), strides, (1, 1))
+    return _finish(call, total / count, call.opts.fused_activation_function)
+
+
+_POOL_OPTIONS = OptionsSpec("Pool2DOptions", {
+    "padding": Padding.SAME,
+    "stride_w": 0,
+    "stride_h": 0,
+    "filter_width": 0,
+    "filter_height": 0,
+    "fused_activation_function": Activation.NONE,
+})
+
+MAX_POOL_2D = OpDef(
+    name="MAX_POOL_2D", kernel=_max_pool_kernel, options=_POOL_OPTIONS,
+    version=_pool_version, max_version=3, shape=_pool_shape,
+)
+AVERAGE_POOL_2D = OpDef(
+    name="AVERAGE_POOL_2D", kernel=_avg_pool_kernel, options=_POOL_OPTIONS,
+    version=_pool_version, max_version=3, shape=_pool_shape,
+)
+
+
+# -- BATCH_MATMUL ----------------------------------------------------------------------------------
+
+def _bmm_version(op) -> int:
+    t_in = input_dtype(op, 0)
+    if t_in == DType.INT16:
+        return 3
+    if t_in == DType.INT8:
+        return 2
+    if (t_in, input_dtype(op, 1), output_dtype(op)) == (DType.FLOAT32, DType.INT8, DType.FLOAT32) \
+            and op.options.get("asymmetric_quantize_inputs", False):
+        return 4
+    return 1
+
+
+def _bmm_shape(opts, shapes):
+    a, b = shapes[0], shapes[1]
+    if not (2 <= len(a) <= 5 and 2 <= len(b) <= 5):
+        raise OpError(f"BATCH_MATMUL: operands must have rank 2 to 5, got {list(a)} and {list(b)}")
+    m, ka = (a[-1], a[-2]) if opts.adj_x else (a[-2], a[-1])
+    kb, n = (b[-1], b[-2]) if opts.adj_y else (b[-2], b[-1])
+    if ka != kb:
+        raise OpError(f"BATCH_MATMUL: contraction sizes differ ({list(a)} adj_x={opts.adj_x}, "
+                      f"{list(b)} adj_y={opts.adj_y})")
+    try:
+        batch = np.broadcast_shapes(tuple(a[:-2]), tuple(b[:-2]))
+    except ValueError:
+        raise OpError(f"BATCH_MATMUL: batch dims of {list(a)} and {list(b)} do not broadcast") from None
+    return [(*batch, m, n)]
+
+
+def _bmm_kernel(call: KernelCall, a, b):
+    reject_quantized(call)
+    opts = call.opts
+    a = _float_operand(call, a, "lhs")
+    b = _float_operand(call, b, "rhs")
+    _bmm_shape(opts, [a.shape, b.shape])
+    if opts.adj_x:
+        a = np.swapaxes(a, -1, -2)
+    if opts.adj_y:
+        b = np.swapaxes(b, -1, -2)
+    return np.matmul(a, b).astype(call.out_dtypes[0], copy=False)
+
+
+BATCH_MATMUL = OpDef(
+    name="BATCH_MATMUL",
+    kernel=_bmm_kernel,
+    options=OptionsSpec("BatchMatMulOptions", {
+        "adj_x": False,
+        "adj_y": False,
+        "asymmetric_quantize_inputs": False,
+    }),
+    version=_bmm_version,
+    max_version=4,
+    shape=_bmm_shape,
+)
+
+
+OPS = (
+    FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV, MAX_POOL_2D, AVERAGE_POOL_2D,
+    BATCH_MATMUL,
+)
