@@ -1,0 +1,257 @@
+"""Op family: reductions, arg-max/min, top-k and cumulative sum.
+
+Reducers take their axes from the second operand (constant or computed; scalar or 1-D;
+negative and repeated axes allowed) and ``keep_dims`` from ReducerOptions. Behaviour of
+LiteRT's builtin kernels reproduced here:
+
+* REDUCE_MAX/MIN fold ``cur = cur > x ? cur : x`` over the reduced elements in row-major
+  order from -inf (+inf): a NaN is kept only if nothing follows it, and everything before
+  the last NaN is forgotten. Empty reductions give -inf/+inf (the integer limits for ints).
+* Integer MEAN truncates toward zero; float MEAN of nothing is NaN.
+* ARG_MAX/ARG_MIN take the first extreme; a NaN never wins unless it comes first.
+* TOPK_V2 orders ties by ascending index and ranks NaN below every number.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import OpError
+from ..schema import DType
+from .elementwise import reject_quantized
+from .record import KernelCall, OpDef, OptionsSpec, input_dtype, output_dtype
+
+# -- axes ---------------------------------------------------------------------------------
+
+def _axis_values(call: KernelCall, axis: np.ndarray) -> list[int]:
+    a = np.asarray(axis)
+    if not np.issubdtype(a.dtype, np.integer):
+        raise OpError(f"{call.op.name}: axis operand must be int32 or int64, got {a.dtype}")
+    return [int(v) for v in a.reshape(-1)]
+
+
+def _normalize_axis(call: KernelCall, v: int, rank: int) -> int:
+    if not -rank <= v < rank:
+        raise OpError(f"{call.op.name}: axis {v} is out of range for an input of rank {rank}")
+    return v % rank
+
+
+def reduction_axes(call: KernelCall, x: np.ndarray, axis: np.ndarray) -> tuple[int, ...]:
+    """Sorted, de-duplicated, non-negative axes from a reducer's axis operand."""
+    return tuple(sorted({_normalize_axis(call, v, x.ndim) for v in _axis_values(call, axis)}))
+
+
+def _single_axis(call: KernelCall, x: np.ndarray, axis: np.ndarray) -> int:
+    values = _axis_values(call, axis)
+    if len(values) != 1:
+        raise OpError(f"{call.op.name}: expected one axis, got {values}")
+    return _normalize_axis(call, values[0], x.ndim)
+
+
+def _finish(result: np.ndarray, x: np.ndarray, axes: tuple[int, ...], keep_dims: bool,
+            dtype) -> np.ndarray:
+    """Shape a result computed with reduced axes removed, as keep_dims asks."""
+    result = np.asarray(result).astype(dtype, copy=False)
+    if keep_dims:
+        shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+        result = result.reshape(shape)
+    return result
+
+
+def _to_rows(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """Kept axes first, reduced axes flattened (row-major) into the last one."""
+    kept = [i for i in range(x.ndim) if i not in axes]
+    moved = np.transpose(x, kept + list(axes))
+    k = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    return moved.reshape([x.shape[i] for i in kept] + [k])
+
+
+# -- reducers -----------------------------------------------------------------------------
+
+def _reducer(fn, *, shared_ok: bool = False):
+    """Kernel for a reducer; ``fn(call, x, axes)`` returns the result without kept dims."""
+
+    def kernel(call: KernelCall, x: np.ndarray, axis: np.ndarray) -> np.ndarray:
+        reject_quantized(call, shared_ok=shared_ok)
+        axes = reduction_axes(call, x, axis)
+        with np.errstate(all="ignore"):
+            out = fn(call, x, axes)
+        return _finish(out, x, axes, bool(call.opts.keep_dims), x.dtype)
+
+    return kernel
+
+
+def _mean(call, x, axes):
+    count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    if np.issubdtype(x.dtype, np.integer):
+        total = np.sum(x, axis=axes, dtype=np.int64)
+        if count == 0:
+            return np.zeros_like(total)
+        q = np.abs(total) // count  # truncate toward zero, like C++ integer division
+        return np.where(total < 0, -q, q)
+    return np.sum(x, axis=axes, dtype=np.float64) / count  # 0 / 0 -> NaN when empty
+
+
+def _sum(call, x, axes):
+    acc = np.float64 if np.issubdtype(x.dtype, np.floating) else x.dtype
+    return np.sum(x, axis=axes, dtype=acc)
+
+
+def _prod(call, x, axes):
+    return np.prod(x, axis=axes, dtype=x.dtype)
+
+
+def _extreme(pick_max: bool):
+    """REDUCE_MAX / REDUCE_MIN with LiteRT's fold order (see the module docstring)."""
+
+    def fn(call, x, axes):
+        if x.dtype == np.bool_ or not np.issubdtype(x.dtype, np.floating):
+            info = np.iinfo(x.dtype) if x.dtype != np.bool_ else None
+            init = (info.min if pick_max else info.max) if info else (not pick_max)
+            reduce = np.max if pick_max else np.min
+            return reduce(x, axis=axes, initial=init)
+        init = -np.inf if pick_max else np.inf
+        rows = _to_rows(x, axes)
+        k = rows.shape[-1]
+        if k == 0:
+            return np.full(rows.shape[:-1], init, x.dtype)
+        nan = np.isnan(rows)
+        has_nan = nan.any(axis=-1)
+        last_nan = np.where(has_nan, k - 1 - np.argmax(nan[..., ::-1], axis=-1), -1)
+        after = np.arange(k) > last_nan[..., None]
+        tail = np.where(after, rows, init)
+        out = tail.max(axis=-1) if pick_max else tail.min(axis=-1)
+        return np.where(last_nan == k - 1, np.nan, out).astype(x.dtype)
+
+    return fn
+
+
+def _any(call, x, axes):
+    return np.any(x, axis=axes)
+
+
+def _all(call, x, axes):
+    return np.all(x, axis=axes)
+
+
+# -- arg max/min ----------------------------------------------------------------------------
+
+def _index_dtype(call: KernelCall, i: int, fallback) -> np.dtype:
+    """Index output type: the output tensor's type when it is an integer type."""
+    dt = np.dtype(call.out_dtypes[i]) if len(call.out_dtypes) > i and call.out_dtypes[i] else None
+    if dt is not None and dt.kind in "iu":
+        return dt
+    return np.dtype(fallback)
+
+
+def _arg(pick_max: bool):
+    def kernel(call: KernelCall, x: np.ndarray, axis: np.ndarray) -> np.ndarray:
+        reject_quantized(call, shared_ok=True)
+        if x.ndim == 0:
+            raise OpError(f"{call.op.name}: input must have at least one dimension")
+        ax = _single_axis(call, x, axis)
+        if x.shape[ax] == 0:
+            raise OpError(f"{call.op.name}: cannot reduce an empty axis {ax}")
+        opt = call.opts.output_type
+        fallback = DType(opt).numpy if opt in (DType.INT32, DType.INT64) else np.int64
+        v = x
+        if np.issubdtype(x.dtype, np.floating):
+            # NaN never replaces the running best, so it only wins from position 0.
+            v = np.where(np.isnan(x), -np.inf if pick_max else np.inf, x)
+        idx = np.argmax(v, axis=ax) if pick_max else np.argmin(v, axis=ax)
+        if np.issubdtype(x.dtype, np.floating):
+            first_nan = np.isnan(np.take(x, 0, axis=ax))
+            idx = np.where(first_nan, 0, idx)
+        return np.asarray(idx).astype(_index_dtype(call, 0, fallback))
+
+    return kernel
+
+
+# -- top-k --------------------------------------------------------------------------------
+
+def _descending_order(x: np.ndarray) -> np.ndarray:
+    """Indices sorting the last axis high to low, ties by ascending index, NaN last."""
+    if np.issubdtype(x.dtype, np.floating):
+        return np.argsort(-x, axis=-1, kind="stable")
+    n = x.shape[-1]
+    rev = x[..., ::-1].astype(np.int8) if x.dtype == np.bool_ else x[..., ::-1]
+    return n - 1 - np.argsort(rev, axis=-1, kind="stable")[..., ::-1]
+
+
+def _top_k(call: KernelCall, x: np.ndarray, k: np.ndarray):
+    reject_quantized(call, shared_ok=True)
+    if x.ndim == 0:
+        raise OpError("TOPK_V2: input must have at least one dimension")
+    kv = np.asarray(k).reshape(-1)
+    if kv.size != 1 or not np.issubdtype(kv.dtype, np.integer):
+        raise OpError(f"TOPK_V2: k must be one integer, got {np.asarray(k).tolist()}")
+    kk, n = int(kv[0]), x.shape[-1]
+    if not 0 <= kk <= n:
+        raise OpError(f"TOPK_V2: k={kk} must be in [0, {n}] (the last dimension)")
+    with np.errstate(invalid="ignore"):
+        order = _descending_order(x)[..., :kk]
+    values = np.take_along_axis(x, order, axis=-1)
+    return values, order.astype(_index_dtype(call, 1, np.int32))
+
+
+# -- cumulative sum -----------------------------------------------------------------------
+
+def _cumsum(call: KernelCall, x: np.ndarray, axis: np.ndarray) -> np.ndarray:
+    reject_quantized(call)
+    if x.ndim == 0:
+        raise OpError("CUMSUM: input must have at least one dimension")
+    ax = _single_axis(call, x, axis)
+    v = np.flip(x, ax) if call.opts.reverse else x
+    with np.errstate(all="ignore"):
+        out = np.cumsum(v, axis=ax, dtype=x.dtype)  # sequential, like LiteRT
+    if call.opts.exclusive:
+        head = np.zeros_like(np.take(out, [0], axis=ax))
+        out = np.concatenate([head, np.take(out, np.arange(x.shape[ax] - 1), axis=ax)], axis=ax)
+    return np.flip(out, ax) if call.opts.reverse else out
+
+
+# -- records --------------------------------------------------------------------------------
+
+_REDUCER = OptionsSpec("ReducerOptions", {"keep_dims": False})
+
+
+def _by_input_type(table: dict):
+    def rule(op) -> int:
+        dt = input_dtype(op, 0)
+        for types, version in table.items():
+            if dt in types:
+                return version
+        return 1
+
+    return rule
+
+
+_I8, _I16 = (DType.INT8,), (DType.INT16,)
+_MEAN_MAX_MIN = _by_input_type({_I16: 3, _I8: 2})
+
+
+def _top_k_version(op) -> int:
+    if DType.INT16 in (input_dtype(op, 0), input_dtype(op, 1), output_dtype(op, 1)):
+        return 3
+    return 2 if input_dtype(op, 0) == DType.INT8 else 1
+
+
+OPS: tuple[OpDef, ...] = (
+    OpDef("MEAN", _reducer(_mean), _REDUCER, _MEAN_MAX_MIN, 3),
+    OpDef("SUM", _reducer(_sum), _REDUCER, _by_input_type({_I8: 2}), 2),
+    OpDef("REDUCE_PROD", _reducer(_prod), _REDUCER,
+          _by_input_type({(DType.INT8, DType.INT16): 2}), 2),
+    OpDef("REDUCE_MAX", _reducer(_extreme(True), shared_ok=True), _REDUCER, _MEAN_MAX_MIN, 3),
+    OpDef("REDUCE_MIN", _reducer(_extreme(False), shared_ok=True), _REDUCER, _MEAN_MAX_MIN, 3),
+    OpDef("REDUCE_ANY", _reducer(_any), _REDUCER),
+    OpDef("REDUCE_ALL", _reducer(_all), _REDUCER),
+    OpDef("ARG_MAX", _arg(True), OptionsSpec("ArgMaxOptions", {"output_type": DType.FLOAT32}),
+          _by_input_type({(DType.BOOL,): 3, _I8: 2}), 3),
+    OpDef("ARG_MIN", _arg(False), OptionsSpec("ArgMinOptions", {"output_type": DType.FLOAT32}),
+          _by_input_type({(DType.BOOL,): 3, _I8: 2}), 3),
+    OpDef("TOPK_V2", _top_k, OptionsSpec("TopKV2Options"), _top_k_version, 3),
+    OpDef("CUMSUM", _cumsum,
+          OptionsSpec("CumsumOptions", {"exclusive": False, "reverse": False})),
+)
+
+__all__ = ["OPS", "reduction_axes"]
