@@ -325,6 +325,8 @@ def _minimum(call, a, b):
 
 
 def _atan2(call, a, b):
+    if a.shape != b.shape:  # LiteRT's ATAN2 does not broadcast
+        raise OpError(f"ATAN2: operand shapes {list(a.shape)} and {list(b.shape)} must be equal")
     return np.arctan2(a, b)
 
 
@@ -437,8 +439,8 @@ def _zeros_like(call: KernelCall, x: np.ndarray) -> np.ndarray:
 
 def _add_n(call: KernelCall, *xs: np.ndarray) -> np.ndarray:
     reject_quantized(call)
-    if not xs:
-        raise OpError("ADD_N needs at least one input")
+    if len(xs) < 2:
+        raise OpError(f"ADD_N needs at least two inputs, got {len(xs)}")
     for x in xs[1:]:
         if x.shape != xs[0].shape:
             raise OpError(f"ADD_N: input shapes {[list(v.shape) for v in xs]} differ")
