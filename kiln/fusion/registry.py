@@ -10,6 +10,7 @@ importer then inlines the function as ordinary code and records the reason.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -74,12 +75,86 @@ def unregister_fusion(name: str) -> None:
     _PREFIX.pop(name, None)
 
 
-def find_fusion(name: str) -> Fusion | None:
-    """The fusion for an implements name: exact match first, then the longest prefix."""
-    if name in _EXACT:
-        return _EXACT[name]
+def find_fusion(name: str, attrs: dict | None = None) -> Fusion | None:
+    """The fusion for an implements name: exact match first, then the longest prefix.
+
+    User registrations come before kiln's built-in fusions (kiln/fusion/builtin.py). A name
+    nothing matches gets the ``tfl_fusable_op`` fusion (a CUSTOM op) when ``attrs`` ask for
+    it; with ``attrs`` left out it gets it anyway, and that fusion raises NotFusable ("no
+    fusion is registered ...") unless the call's attrs ask for a custom op.
+    """
+    exact, prefixes, fallback = _tables()
+    if name in exact:
+        return exact[name]
     best = None
-    for prefix, fn in _PREFIX.items():
-        if name.startswith(prefix) and (best is None or len(prefix) > len(best[0])):
-            best = (prefix, fn)
-    return best[1] if best else None
+    for table in prefixes:
+        for prefix, fn in table.items():
+            if name.startswith(prefix) and (best is None or len(prefix) > len(best[0])):
+                best = (prefix, fn)
+    if best is not None:
+        return best[1]
+    if attrs is None or attrs.get("tfl_fusable_op"):
+        return fallback
+    return None
+
+
+def not_fused(call: CompositeCall, reason: str) -> NotFusable:
+    """The NotFusable a fusion raises: "<label>: not fused: <reason>" (what users read)."""
+    label = call.label or call.attrs.get("layer") or call.name
+    if isinstance(label, bytes):
+        label = label.decode()
+    return NotFusable(f"{label}: not fused: {reason}")
+
+
+def guarded(fusion: Fusion) -> Fusion:
+    """``fusion`` made safe to try: any kiln error it raises becomes NotFusable (the call is
+    then inlined) and whatever it added to the subgraph before failing is taken out again;
+    a result with the wrong number of outputs is refused the same way."""
+
+    @functools.wraps(fusion)
+    def run(call: CompositeCall) -> list:
+        sg = call.subgraph
+        n_ops, n_tensors = len(sg.operators), len(sg.tensors)
+        try:
+            result = list(fusion(call))
+            if len(result) != len(call.output_dtypes):
+                raise not_fused(call, f"the fusion returned {len(result)} outputs for a function "
+                                      f"with {len(call.output_dtypes)} results")
+            return result
+        except KilnError as exc:
+            for op in reversed(sg.operators[n_ops:]):
+                sg.remove_operator(op)
+            for t in sg.tensors[n_tensors:]:
+                t.subgraph = None
+            del sg.tensors[n_tensors:]
+            if isinstance(exc, NotFusable):
+                raise
+            raise not_fused(call, str(exc)) from exc
+
+    return run
+
+
+def fuse_call(call: CompositeCall) -> list | None:
+    """Fuse one composite call: the fused outputs, or None when no fusion is registered.
+
+    Raises NotFusable (with the reason to record) when a fusion declines; the subgraph is then
+    as before the attempt and the importer inlines the function.
+    """
+    fusion = find_fusion(call.name, call.attrs)
+    return None if fusion is None else guarded(fusion)(call)
+
+
+_BUILTIN: tuple | None = None
+
+
+def _tables():
+    """(exact, [user prefixes, built-in prefixes], fallback) with the built-ins loaded."""
+    global _BUILTIN
+    if _BUILTIN is None:
+        from . import builtin  # the fusions import the IR helpers; load them on first use
+
+        exact = {name: guarded(fn) for name, fn, prefix in builtin.FUSIONS if not prefix}
+        prefix = {name: guarded(fn) for name, fn, is_prefix in builtin.FUSIONS if is_prefix}
+        _BUILTIN = (exact, prefix, guarded(builtin.FALLBACK))
+    exact, prefix, fallback = _BUILTIN
+    return {**exact, **_EXACT}, [_PREFIX, prefix], fallback
