@@ -125,12 +125,15 @@ def _leaky_relu(call: KernelCall, x: np.ndarray) -> np.ndarray:
 
 
 def _prelu(call: KernelCall, x: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """alpha broadcasts into the input's shape (LiteRT's builtin PRELU needs out == in)."""
     _float_input(call, x)
     try:
-        np.broadcast_shapes(x.shape, alpha.shape)
+        fits = np.broadcast_shapes(x.shape, alpha.shape) == x.shape
     except ValueError:
-        raise OpError(f"PRELU: alpha shape {list(alpha.shape)} does not broadcast against the "
-                      f"input shape {list(x.shape)}") from None
+        fits = False
+    if not fits:
+        raise OpError(f"PRELU: alpha shape {list(alpha.shape)} does not broadcast into the "
+                      f"input shape {list(x.shape)}")
     return np.where(x >= 0, x, x * alpha.astype(x.dtype)).astype(x.dtype)
 
 
