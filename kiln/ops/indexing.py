@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import OpError
 from ..schema import DType
 from .record import KernelCall, OpDef, OptionsSpec, input_dtype, input_rank
-from .shape import int_scalar, int_values, norm_axis
+from .shape import dense, int_scalar, int_values, norm_axis
 
 _POSITION_TYPES = (np.dtype(np.int16), np.dtype(np.int32), np.dtype(np.int64))
 
@@ -51,7 +51,7 @@ def _slice(call: KernelCall, x: np.ndarray, begin: np.ndarray, size: np.ndarray)
         if start < 0 or n < 0 or start + n > dim:
             raise OpError(f"SLICE: begin {b} / size {s} do not fit input shape {list(x.shape)} (axis {d})")
         index.append(slice(start, start + n))
-    return np.ascontiguousarray(x[tuple(index)])
+    return dense(x[tuple(index)])
 
 
 def _slice_version(op) -> int:
@@ -201,7 +201,7 @@ def _strided_slice(call: KernelCall, x: np.ndarray, begin: np.ndarray, end: np.n
     if src_axis != x.ndim:
         raise OpError(f"STRIDED_SLICE: the slice spec does not cover input shape {list(x.shape)}")
     out = x.reshape(eff_shape)[tuple(index)]
-    return np.ascontiguousarray(out).reshape(out_shape)
+    return dense(out).reshape(out_shape)
 
 
 def _strided_slice_version(op) -> int:
@@ -243,7 +243,7 @@ def _gather(call: KernelCall, params: np.ndarray, indices: np.ndarray):
     _check_bounds(indices, params.shape[axis], "GATHER", "index")
     idx = indices.astype(np.intp, copy=False)
     if bd == 0:
-        return np.take(params, idx, axis=axis)
+        return np.asarray(np.take(params, idx, axis=axis))
     batch = int(np.prod(params.shape[:bd], dtype=np.int64))
     outer = int(np.prod(params.shape[bd:axis], dtype=np.int64))
     inner = params.shape[axis + 1:]
@@ -278,9 +278,9 @@ def _gather_nd(call: KernelCall, params: np.ndarray, indices: np.ndarray):
         _check_bounds(indices[..., k], params.shape[k], "GATHER_ND", f"index (component {k})")
     lead = indices.shape[:-1]
     if nd == 0:
-        return np.ascontiguousarray(np.broadcast_to(params, lead + params.shape))
+        return dense(np.broadcast_to(params, lead + params.shape))
     idx = tuple(indices[..., k].astype(np.intp) for k in range(nd))
-    return np.ascontiguousarray(params[idx])
+    return dense(params[idx])
 
 
 def _gather_nd_version(op) -> int:
@@ -305,16 +305,15 @@ def _embedding_lookup(call: KernelCall, ids: np.ndarray, table: np.ndarray):
         raise OpError(f"EMBEDDING_LOOKUP: index out of bounds. Got {bad}, and bounds are [0, {rows - 1}]")
     picked = table[ids]
     want = call.out_dtypes[0] if call.out_dtypes else picked.dtype
-    if picked.dtype in (np.int8, np.uint8) and want == np.float32:
-        return _dequantize_rows(call, ids, picked)
+    q = call.op.inputs[1].quantization if len(call.op.inputs) > 1 else None
+    hybrid = q is not None and q.scale.size > 0 and picked.dtype in (np.int8, np.uint8)
+    if hybrid and want == np.float32:
+        return _dequantize_rows(ids, picked, q)
     return picked
 
 
-def _dequantize_rows(call: KernelCall, ids: np.ndarray, picked: np.ndarray) -> np.ndarray:
+def _dequantize_rows(ids: np.ndarray, picked: np.ndarray, q) -> np.ndarray:
     """Hybrid lookup: an int8 (or uint8, read as int8 like LiteRT) table times its scale."""
-    q = call.op.inputs[1].quantization if len(call.op.inputs) > 1 else None
-    if q is None or q.scale.size == 0:
-        raise OpError(f"EMBEDDING_LOOKUP: a {picked.dtype} table with a float32 output must be quantized")
     if np.any(q.zero_point != 0):
         raise OpError("EMBEDDING_LOOKUP: a hybrid table must have zero point 0")
     scale = q.scale.astype(np.float32)

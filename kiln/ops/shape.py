@@ -46,6 +46,12 @@ def int_scalar(arr: np.ndarray | None, op: str, what: str) -> int:
     return values[0]
 
 
+def dense(a) -> np.ndarray:
+    """A C-contiguous ndarray (0-d stays 0-d, unlike np.ascontiguousarray)."""
+    a = np.asarray(a)
+    return a if a.flags.c_contiguous else a.copy(order="C")
+
+
 def norm_axis(axis: int, rank: int, op: str, what: str = "axis") -> int:
     """Map a possibly negative axis into [0, rank), or raise."""
     a = axis + rank if axis < 0 else axis
@@ -152,7 +158,7 @@ def _transpose(call: KernelCall, x: np.ndarray, perm: np.ndarray):
     p = [norm_axis(v, x.ndim, "TRANSPOSE", "perm entry") for v in p]
     if sorted(p) != list(range(x.ndim)):
         raise OpError(f"TRANSPOSE: perm {p} is not a permutation of 0..{x.ndim - 1}")
-    return np.ascontiguousarray(np.transpose(x, p))
+    return dense(np.transpose(x, p))
 
 
 def _transpose_version(op) -> int:
@@ -270,7 +276,7 @@ def _unpack(call: KernelCall, x: np.ndarray):
     if call.opts.num and call.opts.num != n:
         raise OpError(f"UNPACK: num is {call.opts.num} but axis {axis} has size {n}")
     moved = np.moveaxis(x, axis, 0)
-    return tuple(np.ascontiguousarray(moved[i]) for i in range(n))
+    return tuple(dense(moved[i]) for i in range(n))
 
 
 def _unpack_version(op) -> int:
@@ -288,7 +294,7 @@ def _unpack_version(op) -> int:
 
 def _split_at(x: np.ndarray, axis: int, sizes: Sequence[int]):
     parts = np.split(x, np.cumsum(sizes)[:-1], axis=axis)
-    return tuple(np.ascontiguousarray(p) for p in parts)
+    return tuple(dense(p) for p in parts)
 
 
 def _split(call: KernelCall, axis: np.ndarray, x: np.ndarray):
@@ -347,7 +353,7 @@ def _broadcast_to(call: KernelCall, x: np.ndarray, shape: np.ndarray):
         out = np.broadcast_to(x, target)
     except ValueError:
         raise OpError(f"BROADCAST_TO: input shape {list(x.shape)} cannot broadcast to {target}") from None
-    return np.ascontiguousarray(out)
+    return dense(out)
 
 
 def _broadcast_to_version(op) -> int:
@@ -481,7 +487,7 @@ def _mirror_pad(call: KernelCall, x: np.ndarray, paddings: np.ndarray):
 
 def _reverse_v2(call: KernelCall, x: np.ndarray, axis: np.ndarray):
     axes = {norm_axis(a, x.ndim, "REVERSE_V2") for a in int_values(axis, "REVERSE_V2", "axis")}
-    return np.ascontiguousarray(np.flip(x, tuple(sorted(axes)))) if axes else x.copy()
+    return dense(np.flip(x, tuple(sorted(axes)))) if axes else x.copy()
 
 
 def _reverse_v2_version(op) -> int:
@@ -508,7 +514,7 @@ def _reverse_sequence(call: KernelCall, x: np.ndarray, seq_lengths: np.ndarray):
     src = np.where(t < n, n - 1 - t, t)  # [batch, seq]: which step each output step reads
     moved = np.moveaxis(x, (batch_dim, seq_dim), (0, 1))
     gathered = np.take_along_axis(moved, src.reshape(src.shape + (1,) * (x.ndim - 2)), axis=1)
-    return np.ascontiguousarray(np.moveaxis(gathered, (0, 1), (batch_dim, seq_dim)))
+    return dense(np.moveaxis(gathered, (0, 1), (batch_dim, seq_dim)))
 
 
 # -- records -------------------------------------------------------------------------------
