@@ -13,10 +13,16 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import DType
-from .nn import is_quantized, output_tensor, reject_quantized, require_same_quantization
+from .elementwise import is_quantized, reject_quantized
 from .record import KernelCall, OpDef, OptionsSpec, input_dtype, input_rank
 
 _F32 = np.float32
+
+
+def output_tensor(call: KernelCall, i: int = 0):
+    """The IR tensor of output ``i`` (None when the node has no such output)."""
+    outs = call.op.outputs
+    return outs[i] if i < len(outs) else None
 
 
 def _nhwc(call: KernelCall, x: np.ndarray) -> np.ndarray:
@@ -134,7 +140,7 @@ def _resize_nearest_version(op) -> int:
 
 
 def _resize_nearest_kernel(call: KernelCall, x, size):
-    require_same_quantization(call)
+    reject_quantized(call, shared_ok=True)
     x = _nhwc(call, x)
     opts = call.opts
     oh, ow = _new_size(call, size)
@@ -192,7 +198,7 @@ def _four(shape, name: str):
 
 
 def _depth_to_space_kernel(call: KernelCall, x):
-    require_same_quantization(call)
+    reject_quantized(call, shared_ok=True)
     (out_shape,) = _depth_to_space_shape(call.opts, [x.shape])
     n, h, w, c = x.shape
     b = call.opts.block_size
@@ -201,7 +207,7 @@ def _depth_to_space_kernel(call: KernelCall, x):
 
 
 def _space_to_depth_kernel(call: KernelCall, x):
-    require_same_quantization(call)
+    reject_quantized(call, shared_ok=True)
     (out_shape,) = _space_to_depth_shape(call.opts, [x.shape])
     n, h, w, c = x.shape
     b = call.opts.block_size
@@ -256,7 +262,7 @@ def _block_and_pairs(call: KernelCall, x, block, pairs, what: str):
 
 def _space_to_batch_kernel(call: KernelCall, x, block_shape, paddings):
     """Pad, then move each block offset of the spatial dims into the batch (TF semantics)."""
-    require_same_quantization(call)
+    reject_quantized(call, shared_ok=True)
     block, pads = _block_and_pairs(call, x, block_shape, paddings, "paddings")
     m = len(block)
     out = output_tensor(call)
@@ -283,7 +289,7 @@ def _space_to_batch_kernel(call: KernelCall, x, block_shape, paddings):
 
 def _batch_to_space_kernel(call: KernelCall, x, block_shape, crops):
     """Move block offsets from the batch back into the spatial dims, then crop."""
-    require_same_quantization(call)
+    reject_quantized(call, shared_ok=True)
     block, crop = _block_and_pairs(call, x, block_shape, crops, "crops")
     m = len(block)
     nb = int(np.prod(block))

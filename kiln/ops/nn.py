@@ -6,71 +6,24 @@ filter tap at a time over the whole tensor, so no Python loop ever runs per pixe
 Geometry (output size, SAME padding split) follows LiteRT's ``ComputePaddingHeightWidth``
 exactly: the extra pixel of an odd total padding goes after, not before.
 
+Fused activations clamp like LiteRT's builtin kernels (``elementwise.activation_range``).
 Integer-quantized tensors are refused (``quantized_kernel`` is left for the quantization
-work); ops that only move data accept them when input and output share one quantization.
+work); MAX_POOL_2D accepts them when input and output share one quantization.
 """
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Sequence
 
 import numpy as np
 
 from ..errors import OpError
 from ..schema import Activation, DType, Padding
-from .record import (
-    KernelCall,
-    OpDef,
-    OptionsSpec,
-    apply_activation,
-    input_dtype,
-    output_dtype,
-)
+from .elementwise import activation_range, reject_quantized
+from .record import KernelCall, OpDef, OptionsSpec, input_dtype, output_dtype
 
 #: Element budget of one im2col patch matrix; larger convolutions run in row chunks.
 _IM2COL_BUDGET = 1 << 24
-
-_INT_QUANT_TYPES = (DType.INT8, DType.UINT8, DType.INT16)
-
-
-# -- quantization guards (shared with image.py) -----------------------------------------------
-
-def is_quantized(tensor) -> bool:
-    """True for an int8/uint8/int16 tensor carrying affine quantization parameters."""
-    if tensor is None or tensor.dtype not in _INT_QUANT_TYPES:
-        return False
-    q = tensor.quantization
-    return q is not None and q.scale.size > 0
-
-
-def reject_quantized(call: KernelCall) -> None:
-    """Refuse integer-quantized operands: computing on raw codes would give garbage."""
-    for tensor in (*call.op.inputs, *call.op.outputs):
-        if is_quantized(tensor):
-            raise OpError(
-                f"{call.op.name}: quantized kernel not implemented yet (tensor {tensor.name!r} "
-                f"is {tensor.dtype.name} with quantization parameters)"
-            )
-
-
-def output_tensor(call: KernelCall, i: int = 0):
-    """The IR tensor of output ``i`` (None when the node has no such output)."""
-    outs = call.op.outputs
-    return outs[i] if i < len(outs) else None
-
-
-def require_same_quantization(call: KernelCall, i: int = 0) -> None:
-    """Data-movement ops may run on quantized codes only when input and output agree."""
-    tin, tout = call.op.inputs[i], output_tensor(call)
-    if not (is_quantized(tin) or is_quantized(tout)):
-        return
-    qin, qout = tin.quantization, tout.quantization
-    if qin is None or qout is None or qin != qout:
-        raise OpError(
-            f"{call.op.name}: quantized kernel not implemented yet for differing input/output "
-            "quantization parameters"
-        )
 
 
 def _float_operand(call: KernelCall, x: np.ndarray, what: str) -> np.ndarray:
@@ -80,22 +33,31 @@ def _float_operand(call: KernelCall, x: np.ndarray, what: str) -> np.ndarray:
     return x if x.dtype == np.float64 else x.astype(np.float32, copy=False)
 
 
-#: Fused activations that LiteRT's float kernels honour: they only clamp to an activation
-#: range (CalculateActivationRange), so TANH and SIGN_BIT fused into these ops are no-ops.
-_CLAMPING_ACTIVATIONS = (Activation.RELU, Activation.RELU6, Activation.RELU_N1_TO_1)
-
-
-def clamp_activation(y: np.ndarray, act: int) -> np.ndarray:
-    """Apply a fused activation the way LiteRT's conv/FC/pool kernels do (clamps only)."""
-    if act in _CLAMPING_ACTIVATIONS:
-        return apply_activation(y, act)
-    if act in (Activation.NONE, Activation.TANH, Activation.SIGN_BIT):
-        return y
-    raise OpError(f"unknown fused activation function {act}")
+#: The fused activations LiteRT's FULLY_CONNECTED accepts at all.
+_FC_ACTIVATIONS = (Activation.NONE, Activation.RELU, Activation.RELU6, Activation.RELU_N1_TO_1)
 
 
 def _finish(call: KernelCall, y: np.ndarray, act: int) -> np.ndarray:
-    return clamp_activation(y, act).astype(call.out_dtypes[0], copy=False)
+    """Clamp a scratch result in place to the fused activation's range and cast it.
+
+    LiteRT's builtin float kernels clamp even for NONE (to +-FLT_MAX, so an infinity comes
+    out as FLT_MAX) and have no range for TANH or SIGN_BIT, which they thus ignore.
+    """
+    lo, hi = activation_range(act, y.dtype)
+    np.clip(y, lo, hi, out=y)
+    return y.astype(call.out_dtypes[0], copy=False)
+
+
+def _add_bias(call: KernelCall, y: np.ndarray, bias) -> np.ndarray:
+    """Add bias over the last (channel) axis of ``y``, a scratch array the kernel owns."""
+    if bias is None:
+        return y
+    b = _float_operand(call, bias, "bias").reshape(-1)
+    if b.size != y.shape[-1]:
+        raise OpError(f"{call.op.name}: bias has {b.size} elements for {y.shape[-1]} output "
+                      "channels")
+    y += b
+    return y
 
 
 # -- geometry -----------------------------------------------------------------------------------
@@ -160,6 +122,9 @@ def _windows(xp: np.ndarray, kernel_hw, out_hw, strides, dilation, rows=None) ->
     sn, sh_, sw_, sc = xp.strides
     (kh, kw), (oh, ow), (sh, sw), (dh, dw) = kernel_hw, out_hw, strides, dilation
     start, count = (0, oh) if rows is None else rows
+    if count and ((start + count - 1) * sh + (kh - 1) * dh >= xp.shape[1]
+                  or (ow - 1) * sw + (kw - 1) * dw >= xp.shape[2]):
+        raise OpError(f"internal: windows {kh}x{kw} overrun the padded input {xp.shape}")
     base = xp[:, start * sh:]
     return np.lib.stride_tricks.as_strided(
         base,
@@ -238,7 +203,7 @@ def _fc_kernel(call: KernelCall, x, w, bias=None):
     if opts.weights_format != _WEIGHTS_DEFAULT:
         raise OpError("FULLY_CONNECTED: only the DEFAULT weights format is supported, got "
                       f"{opts.weights_format}")
-    if opts.fused_activation_function not in (Activation.NONE, *_CLAMPING_ACTIVATIONS):
+    if opts.fused_activation_function not in _FC_ACTIVATIONS:
         act = opts.fused_activation_function
         name = Activation(act).name if act in set(Activation) else str(act)
         raise OpError(f"FULLY_CONNECTED: fused activation {name} is not supported (LiteRT "
@@ -246,9 +211,7 @@ def _fc_kernel(call: KernelCall, x, w, bias=None):
     x = _float_operand(call, x, "input")
     w = _float_operand(call, w, "weights")
     (out_shape,) = _fc_shape(opts, [x.shape, w.shape])
-    y = x.reshape(-1, w.shape[1]) @ w.T
-    if bias is not None:
-        y += _float_operand(call, bias, "bias").reshape(-1)
+    y = _add_bias(call, x.reshape(-1, w.shape[1]) @ w.T, bias)
     return _finish(call, y.reshape(out_shape), opts.fused_activation_function)
 
 
@@ -324,7 +287,7 @@ def _conv_kernel(call: KernelCall, x, w, bias=None):
             wmat = w.reshape(cout, depth).T
         else:  # [G, KH*KW*Cg, Cout/G]
             wmat = w.reshape(groups, cout // groups, depth).transpose(0, 2, 1)
-        rows = max(1, _IM2COL_BUDGET // max(1, ow * depth * groups))
+        rows = max(1, _IM2COL_BUDGET // max(1, n * ow * depth * groups))
         for r0 in range(0, oh, rows):
             count = min(rows, oh - r0)
             win = _windows(xp, (kh, kw), (oh, ow), strides, dil, rows=(r0, count))
@@ -336,9 +299,7 @@ def _conv_kernel(call: KernelCall, x, w, bias=None):
                 out = np.matmul(pat.reshape(groups, m, depth), wmat)
                 out = out.transpose(1, 0, 2).reshape(m, cout)
             y[:, r0:r0 + count] = out.reshape(n, count, ow, cout)
-    if bias is not None:
-        y += _float_operand(call, bias, "bias").reshape(-1)
-    return _finish(call, y, opts.fused_activation_function)
+    return _finish(call, _add_bias(call, y, bias), opts.fused_activation_function)
 
 
 _CONV_OPTIONS = {
@@ -380,25 +341,23 @@ def _dw_version(op) -> int:
     return 1
 
 
-def _dw_multiplier(opts, x_shape, w_shape) -> int:
+def _dw_multiplier(x_shape, w_shape) -> int:
     cin, cout = x_shape[3], w_shape[3]
     if w_shape[0] != 1:
         raise OpError(f"DEPTHWISE_CONV_2D: filter must be [1, KH, KW, C*M], got {list(w_shape)}")
     if cin == 0 or cout % cin:
         raise OpError(f"DEPTHWISE_CONV_2D: filter channels {cout} are not a multiple of input "
                       f"channels {cin}")
-    mult = cout // cin
-    if opts.depth_multiplier not in (0, mult):
-        raise OpError(f"DEPTHWISE_CONV_2D: depth_multiplier {opts.depth_multiplier} disagrees with "
-                      f"filter channels {cout} / input channels {cin}")
-    return mult
+    # LiteRT's builtin kernel also takes the multiplier from the shapes and ignores the
+    # (redundant) depth_multiplier option, even when it disagrees.
+    return cout // cin
 
 
 def _dw_shape(opts, shapes):
     x, w = shapes[0], shapes[1]
     if len(x) != 4 or len(w) != 4:
         raise OpError(f"DEPTHWISE_CONV_2D: input {list(x)} and filter {list(w)} must be 4-D")
-    _dw_multiplier(opts, x, w)
+    _dw_multiplier(x, w)
     (oh, ow), _ = _geometry(opts, x[1:3], w[1:3], (opts.dilation_h_factor, opts.dilation_w_factor))
     return [(x[0], oh, ow, w[3])]
 
@@ -408,22 +367,26 @@ def _dw_kernel(call: KernelCall, x, w, bias=None):
     opts = call.opts
     x = _float_operand(call, _nhwc(call, x), "input")
     w = _float_operand(call, _nhwc(call, w, "filter"), "filter")
-    mult = _dw_multiplier(opts, x.shape, w.shape)
+    mult = _dw_multiplier(x.shape, w.shape)
     dil = (opts.dilation_h_factor, opts.dilation_w_factor)
     (oh, ow), pads = _geometry(opts, x.shape[1:3], w.shape[1:3], dil)
     n, cin = x.shape[0], x.shape[3]
     _, kh, kw, cout = w.shape
     xp = _pad_hw(x, pads)
     strides = (opts.stride_h, opts.stride_w)
+    # Output channel c * mult + m reads input channel c: view both as [..., cin, mult].
     taps = w.reshape(kh, kw, cin, mult)
-    y = np.zeros((n, oh, ow, cin, mult), np.result_type(x, w))
+    y = np.empty((n, oh, ow, cin, mult), np.result_type(x, w))
+    scratch = np.empty_like(y)
     for i in range(kh):
         for j in range(kw):
-            y += _tap(xp, i, j, (oh, ow), strides, dil)[..., None] * taps[i, j]
+            view = _tap(xp, i, j, (oh, ow), strides, dil)[..., None]
+            if i == j == 0:
+                np.multiply(view, taps[0, 0], out=y)
+            else:
+                y += np.multiply(view, taps[i, j], out=scratch)
     y = y.reshape(n, oh, ow, cout)
-    if bias is not None:
-        y += _float_operand(call, bias, "bias").reshape(-1)
-    return _finish(call, y, opts.fused_activation_function)
+    return _finish(call, _add_bias(call, y, bias), opts.fused_activation_function)
 
 
 DEPTHWISE_CONV_2D = OpDef(
@@ -490,9 +453,8 @@ def _tconv_kernel(call: KernelCall, output_shape, w, x, bias=None):
         for j in range(kw):
             full[:, i:i + (h - 1) * sh + 1:sh, j:j + (wd - 1) * sw + 1:sw] += cols[:, :, :, i, j]
     y = full[:, pt:pt + oh, pl:pl + ow]
-    if bias is not None:
-        y = y + _float_operand(call, bias, "bias").reshape(-1)
-    return _finish(call, np.ascontiguousarray(y), opts.fused_activation_function)
+    y = _add_bias(call, np.ascontiguousarray(y), bias)
+    return _finish(call, y, opts.fused_activation_function)
 
 
 TRANSPOSE_CONV = OpDef(
@@ -543,7 +505,7 @@ def _max_pool_kernel(call: KernelCall, x):
     if x.dtype.kind == "f":
         reject_quantized(call)
     elif x.dtype in (np.int8, np.uint8, np.int16):
-        require_same_quantization(call)  # max commutes with a shared affine map
+        reject_quantized(call, shared_ok=True)  # max commutes with a shared affine map
     else:
         raise OpError(f"MAX_POOL_2D: input type {x.dtype} is not supported")
     (kh, kw), out_hw, pads, strides = _pool_setup(call, x)

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from kiln import ops
 from kiln.errors import OpError
 from kiln.ir import Model, QuantParams
+from kiln.ops import nn
 from kiln.ops.record import KernelCall
 from kiln.schema import Activation, DType, Padding
 from tests.harness import Const, check_op, run_kiln, single_op_model
@@ -119,10 +120,18 @@ def test_conv2d_dynamic_filter():
     check_op("CONV_2D", [x, f, Const(b)], options=conv_opts(Padding.SAME))
 
 
-def test_conv2d_large_is_chunked():
-    """Enough output rows to split the im2col matrix into several chunks."""
-    x, f, b = rand(1, 70, 64, 32), rand(8, 3, 3, 32, seed=1), rand(8, seed=2)
-    check_op("CONV_2D", [x, Const(f), Const(b)], options=conv_opts(Padding.SAME), rtol=1e-5)
+@pytest.mark.parametrize("groups", [1, 2])
+def test_conv2d_im2col_in_row_chunks(monkeypatch, groups):
+    """A small im2col budget splits the output rows into several chunks (and a remainder)."""
+    monkeypatch.setattr(nn, "_IM2COL_BUDGET", 2 * 9 * 8 * 9 * 4)  # 4 rows per chunk
+    x, f, b = rand(2, 11, 9, 8), rand(6, 3, 3, 8 // groups, seed=1), rand(6, seed=2)
+    check_op("CONV_2D", [x, Const(f), Const(b)], options=conv_opts(Padding.SAME, (1, 1), (1, 2)))
+
+
+def test_bias_of_wrong_size_is_an_op_error():
+    with pytest.raises(OpError, match="bias has 2 elements"):
+        run_kernel("CONV_2D", [rand(1, 4, 4, 2), rand(3, 3, 3, 2), rand(2)],
+                   conv_opts(Padding.SAME))
 
 
 def test_conv2d_without_bias_matches_zero_bias():
@@ -185,11 +194,19 @@ def test_depthwise_conv2d_multiplier_zero_is_inferred():
     check_op("DEPTHWISE_CONV_2D", [x, Const(f), Const(b)], options=opts)
 
 
-def test_depthwise_conv2d_rejects_wrong_multiplier():
+def test_depthwise_conv2d_ignores_inconsistent_multiplier_option():
+    """As LiteRT's builtin kernel: the multiplier comes from the shapes (XNNPACK refuses)."""
     x, f, b = rand(1, 5, 5, 2), rand(1, 3, 3, 4, seed=1), rand(4, seed=2)
-    opts = dict(conv_opts(Padding.SAME), depth_multiplier=3)
-    with pytest.raises(OpError, match="depth_multiplier"):
-        run_kernel("DEPTHWISE_CONV_2D", [x, f, b], opts)
+    good = run_kernel("DEPTHWISE_CONV_2D", [x, f, b], dict(conv_opts(Padding.SAME), depth_multiplier=2))
+    odd = check_builtin("DEPTHWISE_CONV_2D", [x, Const(f), Const(b)],
+                        dict(conv_opts(Padding.SAME), depth_multiplier=3))
+    np.testing.assert_array_equal(odd, good)
+
+
+def test_depthwise_conv2d_rejects_indivisible_channels():
+    with pytest.raises(OpError, match="not a multiple"):
+        run_kernel("DEPTHWISE_CONV_2D", [rand(1, 5, 5, 3), rand(1, 3, 3, 4), rand(4)],
+                   conv_opts(Padding.SAME))
 
 
 # -- TRANSPOSE_CONV -----------------------------------------------------------------------------------
@@ -226,6 +243,12 @@ def test_transpose_conv_activation(act):
     inputs = [Const(np.array([1, 6, 6, 3], np.int32)), Const(f), x, Const(b)]
     opts = dict(padding=Padding.SAME, stride_h=2, stride_w=2, fused_activation_function=act)
     check_op("TRANSPOSE_CONV", inputs, options=opts)
+
+
+def test_transpose_conv_dynamic_output_shape_and_weights():
+    x, f, b = rand(1, 3, 4, 2), rand(3, 3, 3, 2, seed=1), rand(3, seed=2)
+    inputs = [np.array([1, 6, 8, 3], np.int32), f, x, Const(b)]
+    check_op("TRANSPOSE_CONV", inputs, options=dict(padding=Padding.SAME, stride_h=2, stride_w=2))
 
 
 def test_transpose_conv_rejects_inconsistent_output_shape():
@@ -314,6 +337,56 @@ def test_batch_matmul_constant_rhs():
 def test_batch_matmul_rejects_mismatched_depth():
     with pytest.raises(OpError, match="contraction"):
         run_kernel("BATCH_MATMUL", [rand(2, 3), rand(4, 5)], dict(adj_x=False, adj_y=False))
+
+
+# -- LiteRT's builtin kernels (where the default XNNPACK delegate behaves differently) ------------
+
+def check_builtin(name, inputs, options):
+    """Run a one-op model in LiteRT without delegates and in kiln; assert equal outputs."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    model = single_op_model(name, inputs, options=options)
+    feeds = [x for x in inputs if not isinstance(x, Const)]
+    ref = Interpreter(model_content=model,
+                      experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    for d, x in zip(ref.get_input_details(), feeds):
+        ref.resize_tensor_input(d["index"], x.shape)
+    ref.allocate_tensors()
+    for d, x in zip(ref.get_input_details(), feeds):
+        ref.set_tensor(d["index"], x)
+    ref.invoke()
+    expected = ref.get_tensor(ref.get_output_details()[0]["index"])
+    (actual,) = run_kiln(model, feeds)
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+    return actual
+
+
+def with_infinities(shape):
+    x = np.zeros(shape, F32)
+    x[0, 1, 1, 0], x[0, 2, 2, -1] = np.inf, -np.inf
+    return x
+
+
+@pytest.mark.parametrize("act", [Activation.NONE, Activation.RELU])
+@pytest.mark.parametrize("name", ["CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D", "AVERAGE_POOL_2D",
+                                  "FULLY_CONNECTED"])
+def test_infinities_clamp_to_float_max(name, act):
+    """Builtin kernels clamp to the activation range, which is +-FLT_MAX for NONE."""
+    x = with_infinities((1, 4, 4, 2))
+    pool = dict(padding=Padding.SAME, stride_h=1, stride_w=1, filter_height=2, filter_width=2,
+                fused_activation_function=act)
+    inputs, opts = {
+        "CONV_2D": ([x, Const(np.ones((1, 1, 1, 2), F32)), Const(np.zeros(1, F32))],
+                    conv_opts(Padding.SAME, act=act)),
+        "DEPTHWISE_CONV_2D": ([x, Const(np.ones((1, 1, 1, 2), F32)), Const(np.zeros(2, F32))],
+                              conv_opts(Padding.SAME, act=act)),
+        "FULLY_CONNECTED": ([x.reshape(8, 4), Const(np.ones((3, 4), F32)), Const(np.zeros(3, F32))],
+                            dict(fused_activation_function=act)),
+        "MAX_POOL_2D": ([x], pool),
+        "AVERAGE_POOL_2D": ([x], pool),
+    }[name]
+    y = check_builtin(name, inputs, opts)
+    assert np.isfinite(y).all() and y.max() == np.finfo(F32).max
 
 
 # -- versions, quantized refusal ------------------------------------------------------------------------
