@@ -5,8 +5,8 @@ negative and repeated axes allowed) and ``keep_dims`` from ReducerOptions. Behav
 LiteRT's builtin kernels reproduced here:
 
 * REDUCE_MAX/MIN fold ``cur = cur > x ? cur : x`` over the reduced elements in row-major
-  order from -inf (+inf): a NaN is kept only if nothing follows it, and everything before
-  the last NaN is forgotten. Empty reductions give -inf/+inf (the integer limits for ints).
+  order: a NaN is kept only if nothing follows it, and everything before the last NaN is
+  forgotten. Empty reductions give the type's lowest/highest finite value.
 * Integer MEAN truncates toward zero; float MEAN of nothing is NaN.
 * ARG_MAX/ARG_MIN take the first extreme; a NaN never wins unless it comes first.
 * TOPK_V2 orders ties by ascending index and ranks NaN below every number.
@@ -110,11 +110,12 @@ def _extreme(pick_max: bool):
             init = (info.min if pick_max else info.max) if info else (not pick_max)
             reduce = np.max if pick_max else np.min
             return reduce(x, axis=axes, initial=init)
-        init = -np.inf if pick_max else np.inf
         rows = _to_rows(x, axes)
         k = rows.shape[-1]
         if k == 0:
-            return np.full(rows.shape[:-1], init, x.dtype)
+            info = np.finfo(x.dtype)
+            return np.full(rows.shape[:-1], info.min if pick_max else info.max, x.dtype)
+        init = -np.inf if pick_max else np.inf
         nan = np.isnan(rows)
         has_nan = nan.any(axis=-1)
         last_nan = np.where(has_nan, k - 1 - np.argmax(nan[..., ::-1], axis=-1), -1)
