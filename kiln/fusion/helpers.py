@@ -28,6 +28,36 @@ from .registry import not_fused as reject  # "<label>: not fused: <reason>", to 
 Operand = Union[Tensor, np.ndarray]
 
 
+def implements(name: str, **attrs) -> str:
+    """The ``experimental_implements`` string for a composite ``name`` with ``attrs``.
+
+    Without attrs it is the bare name; with attrs a NameAttrList in protobuf text format,
+    which TensorFlow stores on the function and the importer hands to the fusion as
+    ``CompositeCall.attrs``. Values: bool, int, float or str.
+    """
+    if not attrs:
+        return name
+    parts = [f"name: {_quote(name)}"]
+    for key, value in attrs.items():
+        if isinstance(value, bool):
+            field = f"b: {'true' if value else 'false'}"
+        elif isinstance(value, int):
+            field = f"i: {value}"
+        elif isinstance(value, float):
+            field = f"f: {value!r}"
+        elif isinstance(value, str):
+            field = f"s: {_quote(value)}"
+        else:
+            raise KilnError(f"implements attr {key!r}: {type(value).__name__} is not bool, int, "
+                            "float or str")
+        parts.append(f"attr {{ key: {_quote(key)} value {{ {field} }} }}")
+    return " ".join(parts)
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 # -- pure NumPy helpers (weights known at conversion time) ---------------------------------------
 
 def gate_blocks(weights: np.ndarray, layout: str, axis: int = -1) -> dict[str, np.ndarray]:
@@ -263,5 +293,5 @@ def _version(op: Operator) -> int:
 
 
 __all__ = [
-    "FusionBuilder", "Operand", "as_dtype", "gate_blocks", "reject", "shape_of", "value_of",
+    "FusionBuilder", "Operand", "as_dtype", "gate_blocks", "implements", "reject", "shape_of", "value_of",
 ]
