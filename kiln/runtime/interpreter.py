@@ -331,6 +331,10 @@ class _Runtime:
         return [env.values[i] for i in env.outputs]
 
 
+#: numpy types LiteRT's details report where they differ from the element type.
+_DETAIL_DTYPES = {DType.STRING: np.bytes_, DType.RESOURCE: np.object_, DType.VARIANT: np.object_}
+
+
 def _details(env: _SubgraphEnv, i: int, name: str | None = None) -> dict:
     t = env.tensors[i]
     q = t.quantization
@@ -343,12 +347,13 @@ def _details(env: _SubgraphEnv, i: int, name: str | None = None) -> dict:
         "index": i,
         "shape": np.array(shape, dtype=np.int32),
         "shape_signature": np.array(t.signature, dtype=np.int32),
-        "dtype": t.dtype.numpy.type if t.dtype != DType.STRING else np.bytes_,
+        "dtype": _DETAIL_DTYPES.get(t.dtype) or t.dtype.numpy.type,
         "quantization": (float(scales[0]), int(zps[0])) if len(scales) == 1 else (0.0, 0),
         "quantization_parameters": {
             "scales": scales,
             "zero_points": zps,
             "quantized_dimension": q.quantized_dimension if q is not None else 0,
+            "block_size": 0,  # blockwise quantization: kiln reads no block sizes yet
         },
         "sparsity_parameters": {},
     }
@@ -527,9 +532,12 @@ class Interpreter:
                                f"signature (has: {[s.key for s in sigs]})")
 
     def reset_all_variables(self) -> None:
+        """Reset variable tensors (e.g. sequence-LSTM states) to their initial values.
+
+        As in LiteRT, resource variables (VAR_HANDLE / ASSIGN_VARIABLE) keep their values.
+        """
         for env in self._envs.values():
             env.reset_variables()
-        self._runtime.reset()
 
     def num_subgraphs(self) -> int:
         return len(self._model.subgraphs)
