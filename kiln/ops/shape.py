@@ -360,6 +360,23 @@ def _broadcast_to_version(op) -> int:
     return 3 if input_dtype(op, 0) in (DType.INT8, DType.INT16) else 2
 
 
+def _broadcast_args(call: KernelCall, s0: np.ndarray, s1: np.ndarray):
+    """The shape two shapes broadcast to (as TF's BroadcastArgs, emitted for dynamic shapes)."""
+    if s0.dtype != s1.dtype or s0.dtype not in (np.int32, np.int64):
+        raise OpError(f"BROADCAST_ARGS: shapes must both be int32 or int64, got {s0.dtype} and {s1.dtype}")
+    if s0.ndim != 1 or s1.ndim != 1:
+        raise OpError("BROADCAST_ARGS: both shapes must be vectors")
+    a, b = s0.tolist(), s1.tolist()
+    n = max(len(a), len(b))
+    a, b = [1] * (n - len(a)) + a, [1] * (n - len(b)) + b
+    out = []
+    for x, y in zip(a, b):
+        if x != y and 1 not in (x, y):
+            raise OpError(f"BROADCAST_ARGS: shapes {s0.tolist()} and {s1.tolist()} are incompatible")
+        out.append(y if x == 1 else x)
+    return np.asarray(out, dtype=s0.dtype)
+
+
 def _shape(call: KernelCall, x: np.ndarray):
     """Output type: the output tensor's, as LiteRT reads it (else options.out_type)."""
     dt = call.out_dtypes[0] if call.out_dtypes else None
@@ -546,6 +563,7 @@ OPS = (
               version=_first_input_version({DType.INT8: 3, DType.STRING: 2}), max_version=3),
     _movement("BROADCAST_TO", _broadcast_to, options=OptionsSpec("BroadcastToOptions"),
               version=_broadcast_to_version, max_version=4),
+    OpDef("BROADCAST_ARGS", _broadcast_args),
     _movement("SHAPE", _shape, options=OptionsSpec("ShapeOptions", {"out_type": 0})),
     _movement("FILL", _fill, options=OptionsSpec("FillOptions"), version=_fill_version,
               max_version=5),

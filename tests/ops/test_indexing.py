@@ -323,7 +323,10 @@ def test_dynamic_update_slice_version():
 @pytest.mark.parametrize("idx_dtype", [np.int32, np.int64])
 def test_one_hot(idx_shape, axis, dtype, idx_dtype):
     idx = RNG.integers(-1, 5, size=idx_shape).astype(idx_dtype)  # -1 and 4 are off the table
-    on, off = (np.array(True), np.array(False)) if dtype == np.bool_ else (np.array(3, dtype), np.array(-1 if dtype != np.uint8 else 0, dtype))
+    if dtype == np.bool_:
+        on, off = np.array(True), np.array(False)
+    else:
+        on, off = np.array(3, dtype), np.array(-1, dtype)
     check_op("ONE_HOT", [idx, Const(np.int32(4)), Const(on), Const(off)], options={"axis": axis})
 
 

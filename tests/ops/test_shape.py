@@ -326,6 +326,18 @@ def test_broadcast_to_int64_shape_and_error():
         kernel_call("BROADCAST_TO", [rand((2, 3)), i32(3, 3)])
 
 
+@pytest.mark.parametrize("a,b", [((2, 3), (1, 3)), ((4, 1, 3), (5, 1)), ((1,), (2, 2, 2)), ((0, 1), (1, 7))])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_broadcast_args(a, b, dtype):
+    out = check_op("BROADCAST_ARGS", [np.array(a, dtype), np.array(b, dtype)])[0]
+    assert tuple(out) == np.broadcast_shapes(a, b)
+
+
+def test_broadcast_args_incompatible():
+    with pytest.raises(OpError, match="incompatible"):
+        kernel_call("BROADCAST_ARGS", [i32(2, 3), i32(4, 3)])
+
+
 @pytest.mark.parametrize("shape", [(3,), (2, 0, 4), (1, 2, 3, 4, 5)])
 @pytest.mark.parametrize("out", [np.int32, np.int64])
 def test_shape(shape, out):
