@@ -1,0 +1,631 @@
+"""Op family: recurrent sequence ops — LSTM and RNN, one-directional and bidirectional.
+
+LiteRT runs a whole sequence inside one fused node. Its state operands (LSTM activation and
+cell state, RNN hidden state) are *variable tensors*: the node reads them at the start and
+leaves the final states in them. Kernels here never write their inputs; they return the
+outputs and hand the final states to the interpreter as
+``call.state["variable_updates"] = {operand index: new value}``, which the interpreter copies
+into the variable tensors after the node ran.
+
+Numerics follow LiteRT's float path (kernels/lstm_eval.cc, internal/kernel_utils.cc). Where
+LiteRT's result is deterministic but not what the math says — an LSTM whose fused activation
+is NONE (see `_none_cell_gate`), a batch-major BIDIRECTIONAL_SEQUENCE_RNN whose aux input
+should feed the backward cell — kiln reproduces it on purpose, so that kiln and LiteRT agree
+on every model both run. Where LiteRT reads outside a tensor (batch-major merged
+BIDIRECTIONAL_SEQUENCE_LSTM with batch > 1; time-major BIDIRECTIONAL_SEQUENCE_RNN with an aux
+input narrower or wider than the input) kiln computes the intended result instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import OpError
+from ..schema import Activation, DType
+from .record import KernelCall, OpDef, OptionsSpec, apply_activation, input_dtype, output_dtype
+
+#: Key of ``KernelCall.state`` under which a kernel leaves {operand index: final state}.
+VARIABLE_UPDATES = "variable_updates"
+
+_GATES = ("i", "f", "c", "o")  # input, forget, cell (candidate), output — LiteRT's operand order
+_QUANTIZED = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))
+
+
+# -- operand layout --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Layout:
+    """Operand indices of one LSTM direction (uni op, or the fw/bw half of the bidi op)."""
+
+    input_w: tuple[int, int, int, int]
+    recurrent_w: tuple[int, int, int, int]
+    peephole: tuple[int, int, int]          # cell_to_{input, forget, output}
+    bias: tuple[int, int, int, int]
+    projection_w: int
+    projection_b: int
+    output_state: int
+    cell_state: int
+    layer_norm: tuple[int, ...] = ()        # only the unidirectional op has them
+    aux_w: tuple[int, ...] = ()             # only the bidirectional op has them
+
+
+def _direction(base: int, output_state: int, cell_state: int, **extra) -> _Layout:
+    """Layout of a direction whose input_to_input_weights operand sits at ``base``."""
+    return _Layout(
+        input_w=(base, base + 1, base + 2, base + 3),
+        recurrent_w=(base + 4, base + 5, base + 6, base + 7),
+        peephole=(base + 8, base + 9, base + 10),
+        bias=(base + 11, base + 12, base + 13, base + 14),
+        projection_w=base + 15,
+        projection_b=base + 16,
+        output_state=output_state,
+        cell_state=cell_state,
+        **extra,
+    )
+
+
+_UNI = _direction(1, 18, 19, layer_norm=(20, 21, 22, 23))
+_FW = _direction(1, 35, 36, aux_w=(40, 41, 42, 43))
+_BW = _direction(18, 37, 38, aux_w=(44, 45, 46, 47))
+_BIDI_AUX_INPUT = 39
+
+
+# -- small numeric helpers -------------------------------------------------------------------
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return (1.0 / (1.0 + np.exp(-x))).astype(np.float32, copy=False)
+
+
+def _layer_norm(x: np.ndarray) -> np.ndarray:
+    """LiteRT's MeanStddevNormalization over the last axis (population variance, eps 1e-8)."""
+    mean = x.mean(axis=-1, keepdims=True, dtype=np.float32)
+    diff = x - mean
+    var = np.mean(diff * diff, axis=-1, keepdims=True, dtype=np.float32)
+    return (diff / np.sqrt(var + np.float32(1e-8))).astype(np.float32, copy=False)
+
+
+def _clip(x: np.ndarray, limit: float) -> np.ndarray:
+    return np.clip(x, -limit, limit) if limit > 0 else x
+
+
+def _f32(a: np.ndarray | None) -> np.ndarray | None:
+    return None if a is None else np.asarray(a, dtype=np.float32)
+
+
+def _check_float(op_name: str, x: np.ndarray, weights: np.ndarray) -> None:
+    """Refuse integer-quantized and hybrid (int8 weights) operands: no kernel for them yet."""
+    if x.dtype in _QUANTIZED:
+        raise OpError(f"{op_name}: {x.dtype} (integer-quantized) input: quantized kernel not "
+                      "implemented yet")
+    if weights.dtype in _QUANTIZED:
+        raise OpError(f"{op_name}: float input with {weights.dtype} weights (hybrid): quantized "
+                      "kernel not implemented yet")
+    if x.dtype != np.float32:
+        raise OpError(f"{op_name}: input must be float32, got {x.dtype}")
+
+
+def _check_shape(op_name: str, what: str, a: np.ndarray | None, shape: tuple[int, ...]) -> None:
+    if a is not None and a.shape != shape:
+        raise OpError(f"{op_name}: {what} has shape {list(a.shape)}, expected {list(shape)}")
+
+
+def _state(op_name: str, what: str, a: np.ndarray | None, rows: int, cols: int) -> np.ndarray:
+    """A state operand as [rows, cols]; LiteRT accepts any shape with that many elements."""
+    if a is None:
+        raise OpError(f"{op_name}: the {what} operand (a variable tensor) is missing")
+    if a.size != rows * cols:
+        raise OpError(f"{op_name}: {what} has {a.size} elements ({list(a.shape)}), expected "
+                      f"batch {rows} x {cols} = {rows * cols}")
+    return np.asarray(a, dtype=np.float32).reshape(rows, cols)
+
+
+def _swap_time_batch(x: np.ndarray, time_major: bool) -> np.ndarray:
+    """Batch-major [B, T, ...] <-> time-major [T, B, ...] (its own inverse); no-op if time-major."""
+    return x if time_major else x.transpose(1, 0, 2)
+
+
+def _zero_steps(x: np.ndarray | None, time_major: bool) -> np.ndarray:
+    """[T, B] flags: is the input LiteRT hands one step all zeros? (see `_none_cell_gate`).
+
+    Time-major LiteRT steps the whole batch at once, batch-major one row at a time.
+    """
+    if x is None:
+        return np.bool_(True)
+    zero = ~np.any(x, axis=-1)  # [T, B] (x is time-major here)
+    if time_major:
+        zero = np.broadcast_to(zero.all(axis=1, keepdims=True), zero.shape)
+    return zero
+
+
+# -- LSTM ------------------------------------------------------------------------------------
+
+@dataclass
+class _Lstm:
+    """One direction's LSTM operands (float32), keyed by gate ("i", "f", "c", "o").
+
+    A gate absent from ``input_w`` is not computed: CIFG drops "i" and uses i = 1 - f.
+    """
+
+    input_w: dict[str, np.ndarray]
+    recurrent_w: dict[str, np.ndarray]      # [n_cell, n_output], or [n_cell] when diagonal
+    bias: dict[str, np.ndarray]
+    peephole: dict[str, np.ndarray] = field(default_factory=dict)
+    layer_norm: dict[str, np.ndarray] = field(default_factory=dict)
+    aux_w: dict[str, np.ndarray] = field(default_factory=dict)
+    projection_w: np.ndarray | None = None
+    projection_b: np.ndarray | None = None
+    diagonal: bool = False
+
+    @property
+    def gates(self) -> tuple[str, ...]:
+        return tuple(g for g in _GATES if g in self.input_w)
+
+    @property
+    def cifg(self) -> bool:
+        return "i" not in self.input_w
+
+    @property
+    def n_cell(self) -> int:
+        return self.input_w["o"].shape[0]
+
+    @property
+    def n_output(self) -> int:
+        rec = self.recurrent_w["o"]
+        return rec.shape[0] if self.diagonal else rec.shape[1]
+
+
+def _gather(inputs, indices, names=_GATES) -> dict[str, np.ndarray]:
+    found = {}
+    for name, idx in zip(names, indices):
+        a = inputs[idx] if idx < len(inputs) else None
+        if a is not None:
+            found[name] = _f32(a)
+    return found
+
+
+def _read_lstm(op_name: str, inputs, lay: _Layout, diagonal: bool = False) -> _Lstm:
+    """Collect and check one direction's operands (the checks LiteRT's Prepare makes)."""
+    def get(i):
+        return inputs[i] if i < len(inputs) else None
+
+    for idx, what in zip(lay.input_w[1:] + lay.recurrent_w[1:] + lay.bias[1:],
+                         ("input_to_forget", "input_to_cell", "input_to_output",
+                          "recurrent_to_forget", "recurrent_to_cell", "recurrent_to_output",
+                          "forget_gate_bias", "cell_gate_bias", "output_gate_bias")):
+        if get(idx) is None:
+            raise OpError(f"{op_name}: required operand {idx} ({what}) is missing")
+    p = _Lstm(
+        input_w=_gather(inputs, lay.input_w),
+        recurrent_w=_gather(inputs, lay.recurrent_w),
+        bias=_gather(inputs, lay.bias),
+        peephole=_gather(inputs, lay.peephole, ("i", "f", "o")),
+        layer_norm=_gather(inputs, lay.layer_norm),
+        aux_w=_gather(inputs, lay.aux_w),
+        projection_w=_f32(get(lay.projection_w)),
+        projection_b=_f32(get(lay.projection_b)),
+        diagonal=diagonal,
+    )
+    if ("i" in p.input_w) != ("i" in p.recurrent_w):
+        raise OpError(f"{op_name}: input_to_input and recurrent_to_input weights must be both "
+                      "present (LSTM) or both absent (CIFG)")
+    if p.cifg and "i" in p.bias:
+        raise OpError(f"{op_name}: a CIFG LSTM (no input gate weights) must not have an input "
+                      "gate bias")
+    if not p.cifg and "i" not in p.bias:
+        raise OpError(f"{op_name}: the input gate bias is missing")
+    if p.projection_b is not None and p.projection_w is None:
+        raise OpError(f"{op_name}: projection bias given without projection weights")
+    return p
+
+
+def _check_lstm_shapes(op_name: str, p: _Lstm, n_input: int, n_aux: int | None) -> None:
+    n_cell, n_output = p.n_cell, p.n_output
+    if p.diagonal and n_output != n_cell:
+        raise OpError(f"{op_name}: diagonal recurrent weights need n_output == n_cell")
+    for g in p.gates:
+        _check_shape(op_name, f"input_to_{g} weights", p.input_w[g], (n_cell, n_input))
+        rec_shape = (n_cell,) if p.diagonal else (n_cell, n_output)
+        _check_shape(op_name, f"recurrent_to_{g} weights", p.recurrent_w[g], rec_shape)
+        _check_shape(op_name, f"{g} gate bias", p.bias[g], (n_cell,))
+        if g in p.aux_w and n_aux is not None:
+            _check_shape(op_name, f"aux_input_to_{g} weights", p.aux_w[g], (n_cell, n_aux))
+    for g, a in {**p.peephole, **p.layer_norm}.items():
+        _check_shape(op_name, f"{g} gate peephole/layer-norm vector", a, (n_cell,))
+    if p.projection_w is not None:
+        _check_shape(op_name, "projection weights", p.projection_w, (n_output, n_cell))
+    _check_shape(op_name, "projection bias", p.projection_b, (n_output,))
+
+
+def _input_part(p: _Lstm, x: np.ndarray, aux: np.ndarray | None) -> dict[str, np.ndarray]:
+    """Per gate, W·x (+ W_aux·aux) for every step at once, plus the bias unless the gate is
+    layer-normalised (LiteRT adds the bias after the normalisation then)."""
+    gates = p.gates
+    T, B, _ = x.shape
+    stacked = np.concatenate([p.input_w[g] for g in gates])
+    part = (x.reshape(T * B, -1) @ stacked.T).reshape(T, B, len(gates), -1)
+    if aux is not None:
+        stacked_aux = np.concatenate([p.aux_w[g] for g in gates])
+        part = part + (aux.reshape(T * B, -1) @ stacked_aux.T).reshape(T, B, len(gates), -1)
+    out = {}
+    for k, g in enumerate(gates):
+        out[g] = part[:, :, k] if g in p.layer_norm else part[:, :, k] + p.bias[g]
+    return out
+
+
+def _finish_gate(p: _Lstm, g: str, pre: np.ndarray) -> np.ndarray:
+    """Layer norm (if this gate has coefficients): normalise, scale, then add the bias."""
+    if g in p.layer_norm:
+        return _layer_norm(pre) * p.layer_norm[g] + p.bias[g]
+    return pre
+
+
+def _none_cell_gate(p: _Lstm, full: np.ndarray, x_part: np.ndarray, n_inputs: np.ndarray):
+    """The cell-gate value LiteRT ends up using when the fused activation is NONE.
+
+    LiteRT accumulates each gate by ping-ponging between the gate buffer and a scratch buffer
+    (one swap per non-zero input and aux input matmul) and relies on the activation to copy
+    the result back into the gate buffer — which NONE does not do. So the gate buffer keeps an
+    earlier partial sum unless the swaps happen to land the result there, and the cell output
+    h = o * act(c) becomes o * (that buffer), because NONE leaves the scratch holding the cell
+    gate. ``n_inputs`` [B, 1] counts the matmuls LiteRT made for the step (0, 1 or 2).
+    """
+    if p.diagonal:  # the recurrent product adds one more swap
+        partial = p.bias["c"] if "c" not in p.layer_norm else np.float32(0)
+        return np.where(n_inputs == 1, partial, full)
+    return np.where(n_inputs == 1, full, x_part)  # n == 0: x_part is the bias alone
+
+
+def _run_lstm(
+    p: _Lstm, x: np.ndarray, aux: np.ndarray | None, h: np.ndarray, c: np.ndarray,
+    opts, *, reverse: bool, n_inputs: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Run one direction over time-major ``x`` [T, B, I]; returns (outputs [T, B, O], h, c).
+
+    ``n_inputs`` [T, B] (only needed when the activation is NONE) counts, per step and row,
+    the input matmuls LiteRT performs (it skips all-zero inputs).
+    """
+    act = opts.fused_activation_function
+    cell_clip, proj_clip = float(opts.cell_clip), float(opts.proj_clip)
+    gates = p.gates
+    x_part = _input_part(p, x, aux)
+    if not p.diagonal:
+        rec_stacked = np.concatenate([p.recurrent_w[g] for g in gates]).T  # [O, G*C]
+    T = x.shape[0]
+    out = np.empty((T, x.shape[1], p.n_output), np.float32)
+    for t in (range(T - 1, -1, -1) if reverse else range(T)):
+        if p.diagonal:
+            rec = {g: h * p.recurrent_w[g] for g in gates}
+        else:
+            split = np.split(h @ rec_stacked, len(gates), axis=-1)
+            rec = dict(zip(gates, split))
+        pre = {g: x_part[g][t] + rec[g] for g in gates}
+        for g in ("i", "f"):
+            if g in pre and g in p.peephole:
+                pre[g] = pre[g] + p.peephole[g] * c
+        f = _sigmoid(_finish_gate(p, "f", pre["f"]))
+        i = 1.0 - f if p.cifg else _sigmoid(_finish_gate(p, "i", pre["i"]))
+        g_val = _finish_gate(p, "c", pre["c"])
+        if act == Activation.NONE:
+            g_val = _none_cell_gate(p, g_val, x_part["c"][t], n_inputs[t][:, None])
+        else:
+            g_val = apply_activation(g_val, act)
+        c = _clip(f * c + i * g_val, cell_clip)
+        if "o" in p.peephole:
+            pre["o"] = pre["o"] + p.peephole["o"] * c
+        o = _sigmoid(_finish_gate(p, "o", pre["o"]))
+        m = o * (g_val if act == Activation.NONE else apply_activation(c, act))
+        if p.projection_w is not None:
+            m = m @ p.projection_w.T
+            if p.projection_b is not None:
+                m = m + p.projection_b
+            m = _clip(m, proj_clip)
+        h = m.astype(np.float32, copy=False)
+        out[t] = h
+    return out, h, c.astype(np.float32, copy=False)
+
+
+def _matmul_counts(x: np.ndarray, aux: np.ndarray | None, time_major: bool) -> np.ndarray:
+    """[T, B] number of input matmuls LiteRT makes per step (it skips all-zero inputs)."""
+    return (~_zero_steps(x, time_major)).astype(np.int8) + \
+        (~_zero_steps(aux, time_major)).astype(np.int8)
+
+
+def _lstm_pass(name: str, inputs, lay: _Layout, p: _Lstm, x: np.ndarray,
+               aux: np.ndarray | None, opts, *, time_major: bool, reverse: bool = False,
+               updates: dict) -> np.ndarray:
+    """One direction over time-major ``x``: read its states, run, record the final states in
+    ``updates`` (shaped like the state operands). Returns the outputs [T, B, n_output]."""
+    batch = x.shape[1]
+    h_in, c_in = _get(inputs, lay.output_state), _get(inputs, lay.cell_state)
+    h0 = _state(name, f"output/activation state (operand {lay.output_state})", h_in, batch,
+                p.n_output)
+    c0 = _state(name, f"cell_state (operand {lay.cell_state})", c_in, batch, p.n_cell)
+    counts = None
+    if opts.fused_activation_function == Activation.NONE:
+        counts = _matmul_counts(x, aux, time_major)
+    out, h, c = _run_lstm(p, x, aux, h0, c0, opts, reverse=reverse, n_inputs=counts)
+    updates[lay.output_state] = h.reshape(h_in.shape)
+    updates[lay.cell_state] = c.reshape(c_in.shape)
+    return out
+
+
+def _lstm_input(name: str, inputs, rank: int) -> np.ndarray:
+    x, w = _get(inputs, 0), _get(inputs, 4)
+    if x is None or w is None:
+        raise OpError(f"{name}: the input (operand 0) and input_to_output weights (operand 4) "
+                      "are required")
+    x = np.asarray(x)
+    _check_float(name, x, np.asarray(w))
+    if x.ndim != rank:
+        raise OpError(f"{name}: input must be {rank}-D, got shape {list(x.shape)}")
+    return x
+
+
+def _uni_lstm_kernel(call: KernelCall, *inputs):
+    name = "UNIDIRECTIONAL_SEQUENCE_LSTM"
+    opts = call.opts
+    time_major = bool(opts.time_major)
+    xt = _swap_time_batch(_lstm_input(name, inputs, 3), time_major)
+    _check_clips(name, opts)
+    p = _read_lstm(name, inputs, _UNI, diagonal=bool(opts.diagonal_recurrent_tensors))
+    _check_lstm_shapes(name, p, xt.shape[2], None)
+    updates = call.state[VARIABLE_UPDATES] = {}
+    out = _lstm_pass(name, inputs, _UNI, p, xt, None, opts, time_major=time_major,
+                     updates=updates)
+    return _swap_time_batch(out, time_major)
+
+
+def _lstm_kernel(call: KernelCall, *inputs):
+    """LSTM: one step of the full LSTM kernel on a [batch, input] input (same operands as the
+    unidirectional sequence op)."""
+    name = "LSTM"
+    opts = call.opts
+    if opts.kernel_type != 0:
+        raise OpError(f"{name}: the BASIC kernel type (kernel_type=1) is not implemented yet; "
+                      "kiln runs the FULL kernel")
+    x = _lstm_input(name, inputs, 2)
+    _check_clips(name, opts)
+    p = _read_lstm(name, inputs, _UNI)
+    _check_lstm_shapes(name, p, x.shape[1], None)
+    updates = call.state[VARIABLE_UPDATES] = {}
+    return _lstm_pass(name, inputs, _UNI, p, x[None], None, opts, time_major=True,
+                      updates=updates)[0]
+
+
+def _bidi_lstm_kernel(call: KernelCall, *inputs):
+    name = "BIDIRECTIONAL_SEQUENCE_LSTM"
+    opts = call.opts
+    time_major = bool(opts.time_major)
+    xt = _swap_time_batch(_lstm_input(name, inputs, 3), time_major)
+    _check_clips(name, opts)
+    fw = _read_lstm(name, inputs, _FW)
+    bw = _read_lstm(name, inputs, _BW)
+    aux_in = _get(inputs, _BIDI_AUX_INPUT)
+    aux_t = None if aux_in is None else _swap_time_batch(np.asarray(aux_in, np.float32), time_major)
+    has_aux_weights = _check_aux_weights(name, fw, bw)
+    if has_aux_weights and aux_t is None:
+        raise OpError(f"{name}: aux weights given but no aux input (operand 39)")
+    if aux_t is not None and aux_t.shape[:2] != xt.shape[:2]:
+        raise OpError(f"{name}: aux input shape {list(aux_in.shape)} does not match the input's "
+                      f"time and batch dims {list(inputs[0].shape)}")
+    # LiteRT: an aux input without aux weights is the backward direction's input (stacked
+    # bidirectional layers without cross links); with weights it feeds both directions.
+    cross_linked = aux_t is None or has_aux_weights
+    bw_x = xt if cross_linked else aux_t
+    aux = aux_t if cross_linked else None
+    n_aux = None if aux is None else aux.shape[2]
+    _check_lstm_shapes(name, fw, xt.shape[2], n_aux)
+    _check_lstm_shapes(name, bw, bw_x.shape[2], n_aux)
+    updates = call.state[VARIABLE_UPDATES] = {}
+    outs = [
+        _swap_time_batch(_lstm_pass(name, inputs, lay, p, src, aux, opts, time_major=time_major,
+                                    reverse=reverse, updates=updates), time_major)
+        for p, lay, src, reverse in ((fw, _FW, xt, False), (bw, _BW, bw_x, True))
+    ]
+    if opts.merge_outputs:
+        return np.concatenate(outs, axis=-1)
+    return tuple(outs)
+
+
+def _check_aux_weights(name: str, fw: _Lstm, bw: _Lstm) -> bool:
+    """Aux weights come for all gates of both directions or not at all; True if present."""
+    present = [g in p.aux_w for p in (fw, bw) for g in ("f", "c", "o")]
+    if any(present) and not all(present):
+        raise OpError(f"{name}: aux input weights (operands 40-47) must be given for the "
+                      "forget, cell and output gates of both directions, or not at all")
+    for p, side in ((fw, "forward"), (bw, "backward")):
+        if all(present) and not p.cifg and "i" not in p.aux_w:
+            raise OpError(f"{name}: {side} aux_input_to_input weights are missing")
+    return all(present)
+
+
+def _check_clips(name: str, opts) -> None:
+    if opts.cell_clip < 0 or opts.proj_clip < 0:
+        raise OpError(f"{name}: cell_clip and proj_clip must be >= 0 (0 = no clipping), got "
+                      f"{opts.cell_clip} and {opts.proj_clip}")
+
+
+def _get(inputs, i):
+    return inputs[i] if i < len(inputs) else None
+
+
+# -- RNN -------------------------------------------------------------------------------------
+
+def _rnn_operands(name: str, x, w, r, b, h_in, batch: int):
+    """Check one RNN cell's operands; returns (w, r, b, h0 [batch, units])."""
+    if any(a is None for a in (x, w, r, b)):
+        raise OpError(f"{name}: input, weights, recurrent weights and bias are all required")
+    _check_float(name, np.asarray(x), np.asarray(w))
+    w, r, b = _f32(w), _f32(r), _f32(b)
+    units = w.shape[0]
+    _check_shape(name, "weights", w, (units, x.shape[-1]))
+    _check_shape(name, "recurrent weights", r, (units, units))
+    _check_shape(name, "bias", b, (units,))
+    if h_in is None:
+        raise OpError(f"{name}: the hidden state operand (a variable tensor) is missing")
+    _check_shape(name, "hidden state", h_in, (batch, units))
+    return w, r, b, np.asarray(h_in, np.float32)
+
+
+def _run_rnn(x, w, r, b, h, act, *, reverse=False, aux=None, aux_w=None):
+    """h_t = act(W·x_t [+ W_aux·aux_t] + R·h_{t-1} + b) over time-major ``x``."""
+    part = x @ w.T + b
+    if aux is not None and aux_w is not None:
+        part = part + aux @ aux_w.T
+    out = np.empty(part.shape, np.float32)
+    for t in (range(x.shape[0] - 1, -1, -1) if reverse else range(x.shape[0])):
+        h = apply_activation((part[t] + h @ r.T).astype(np.float32, copy=False), act)
+        out[t] = h
+    return out, h
+
+
+def _rnn_kernel(call: KernelCall, x, w, r, b, h_in):
+    name = "RNN"
+    if x is None or np.asarray(x).ndim != 2:
+        raise OpError(f"{name}: input must be 2-D [batch, input], got {list(np.shape(x))}")
+    w, r, b, h0 = _rnn_operands(name, x, w, r, b, h_in, np.shape(x)[0])
+    out, h = _run_rnn(np.asarray(x, np.float32)[None], w, r, b, h0,
+                      call.opts.fused_activation_function)
+    call.state[VARIABLE_UPDATES] = {4: h}
+    return out[0]
+
+
+def _uni_rnn_kernel(call: KernelCall, x, w, r, b, h_in):
+    name = "UNIDIRECTIONAL_SEQUENCE_RNN"
+    if x is None or np.asarray(x).ndim != 3:
+        raise OpError(f"{name}: input must be 3-D, got {list(np.shape(x))}")
+    time_major = bool(call.opts.time_major)
+    xt = _swap_time_batch(np.asarray(x), time_major)
+    w, r, b, h0 = _rnn_operands(name, x, w, r, b, h_in, xt.shape[1])
+    out, h = _run_rnn(xt.astype(np.float32), w, r, b, h0, call.opts.fused_activation_function)
+    call.state[VARIABLE_UPDATES] = {4: h}
+    return _swap_time_batch(out, time_major)
+
+
+def _bidi_rnn_kernel(call: KernelCall, *inputs):
+    name = "BIDIRECTIONAL_SEQUENCE_RNN"
+    opts = call.opts
+    x = inputs[0]
+    if x is None or np.asarray(x).ndim != 3:
+        raise OpError(f"{name}: input must be 3-D, got {list(np.shape(x))}")
+    time_major = bool(opts.time_major)
+    xt = _swap_time_batch(np.asarray(x), time_major)
+    batch = xt.shape[1]
+    aux_in, fw_aux_w, bw_aux_w = (_get(inputs, i) for i in (9, 10, 11))
+    if (fw_aux_w is None) != (bw_aux_w is None):
+        raise OpError(f"{name}: aux weights (operands 10, 11) must be given for both directions "
+                      "or for neither")
+    if fw_aux_w is not None and aux_in is None:
+        raise OpError(f"{name}: aux weights given but no aux input (operand 9)")
+    aux_t = None if aux_in is None else _swap_time_batch(np.asarray(aux_in, np.float32), time_major)
+    cross_linked = aux_t is None or fw_aux_w is not None
+    # LiteRT quirk, reproduced: batch-major, an aux input without aux weights is *not* used as
+    # the backward input (only the time-major path reads it); the backward cell reads `input`.
+    bw_x = xt if (cross_linked or not time_major) else aux_t
+    real_aux = aux_t if cross_linked else None
+    fw_w, fw_r, fw_b, fw_h0 = _rnn_operands(name, x, *inputs[1:5], batch)
+    bw_w, bw_r, bw_b, bw_h0 = _rnn_operands(name, bw_x, *inputs[5:9], batch)
+    act = opts.fused_activation_function
+    fw_out, fw_h = _run_rnn(xt.astype(np.float32), fw_w, fw_r, fw_b, fw_h0, act,
+                            aux=real_aux, aux_w=_f32(fw_aux_w))
+    bw_out, bw_h = _run_rnn(bw_x.astype(np.float32), bw_w, bw_r, bw_b, bw_h0, act, reverse=True,
+                            aux=real_aux, aux_w=_f32(bw_aux_w))
+    call.state[VARIABLE_UPDATES] = {4: fw_h, 8: bw_h}
+    if opts.merge_outputs:
+        return _swap_time_batch(np.concatenate([fw_out, bw_out], axis=-1), time_major)
+    return _swap_time_batch(fw_out, time_major), _swap_time_batch(bw_out, time_major)
+
+
+# -- version rules ---------------------------------------------------------------------------
+
+def _hybrid(op, weight_operand: int) -> bool:
+    """Float input/output with int8 weights: LiteRT's 'hybrid' kernels."""
+    return input_dtype(op, weight_operand) == DType.INT8 and output_dtype(op, 0) == DType.FLOAT32
+
+
+def _hybrid_version(weight_operand: int):
+    def rule(op) -> int:
+        if _hybrid(op, weight_operand):
+            return 3 if op.options.get("asymmetric_quantize_inputs") else 2
+        return 1
+    return rule
+
+
+def _uni_lstm_version(op) -> int:
+    if (input_dtype(op, 0) == DType.INT16 and input_dtype(op, 2) == DType.INT8
+            and output_dtype(op, 0) == DType.INT16):
+        return 5
+    if op.options.get("diagonal_recurrent_tensors"):
+        return 4
+    if input_dtype(op, 0) == DType.FLOAT32 and _hybrid(op, 2):
+        return 3 if op.options.get("asymmetric_quantize_inputs") else 2
+    return 1
+
+
+def _lstm_version(op) -> int:
+    full = not op.options.get("kernel_type")
+    if (full and input_dtype(op, 0) == DType.INT16 and input_dtype(op, 2) == DType.INT8
+            and output_dtype(op, 0) == DType.INT16):
+        return 5
+    if full and input_dtype(op, 0) == DType.FLOAT32 and _hybrid(op, 2):
+        return 4 if op.options.get("asymmetric_quantize_inputs") else 3
+    return 1 if full else 2
+
+
+# -- records ---------------------------------------------------------------------------------
+
+_LSTM_COMMON = {
+    "fused_activation_function": Activation.NONE, "cell_clip": 0.0, "proj_clip": 0.0,
+}
+
+OPS: tuple = (
+    OpDef(
+        "UNIDIRECTIONAL_SEQUENCE_LSTM", _uni_lstm_kernel,
+        OptionsSpec("UnidirectionalSequenceLSTMOptions", {
+            **_LSTM_COMMON, "time_major": False, "asymmetric_quantize_inputs": False,
+            "diagonal_recurrent_tensors": False,
+        }),
+        version=_uni_lstm_version, max_version=4,
+    ),
+    OpDef(
+        "LSTM", _lstm_kernel,
+        OptionsSpec("LSTMOptions", {
+            **_LSTM_COMMON, "kernel_type": 0, "asymmetric_quantize_inputs": False,
+        }),
+        version=_lstm_version, max_version=4,
+    ),
+    OpDef(
+        "BIDIRECTIONAL_SEQUENCE_LSTM", _bidi_lstm_kernel,
+        OptionsSpec("BidirectionalSequenceLSTMOptions", {
+            **_LSTM_COMMON, "merge_outputs": False, "time_major": True,
+            "asymmetric_quantize_inputs": False,
+        }),
+        version=_hybrid_version(1), max_version=3,
+    ),
+    OpDef(
+        "UNIDIRECTIONAL_SEQUENCE_RNN", _uni_rnn_kernel,
+        OptionsSpec("SequenceRNNOptions", {
+            "time_major": False, "fused_activation_function": Activation.NONE,
+            "asymmetric_quantize_inputs": False,
+        }),
+        version=_hybrid_version(1), max_version=3,
+    ),
+    OpDef(
+        "BIDIRECTIONAL_SEQUENCE_RNN", _bidi_rnn_kernel,
+        OptionsSpec("BidirectionalSequenceRNNOptions", {
+            "time_major": False, "fused_activation_function": Activation.NONE,
+            "merge_outputs": False, "asymmetric_quantize_inputs": False,
+        }),
+        version=_hybrid_version(1), max_version=3,
+    ),
+    OpDef(
+        "RNN", _rnn_kernel,
+        OptionsSpec("RNNOptions", {
+            "fused_activation_function": Activation.NONE, "asymmetric_quantize_inputs": False,
+        }),
+        version=_hybrid_version(1), max_version=3,
+    ),
+)
