@@ -180,7 +180,7 @@ def _sub_version(op) -> int:
     return 2 if _in_is(op, 0, _I8) else 1
 
 
-def _scale(op, t) -> float:
+def _scale(t) -> float:
     q = None if t is None else t.quantization
     return float(q.scale[0]) if q is not None and q.scale.size else 0.0
 
@@ -196,8 +196,8 @@ def _mul_version(op) -> int:
         return 5
     if _in_is(op, 0, _I16):
         return 4
-    s1, s2 = _scale(op, op.inputs[0]), _scale(op, op.inputs[1] if len(op.inputs) > 1 else None)
-    so = _scale(op, op.outputs[0] if op.outputs else None)
+    s1, s2 = _scale(op.inputs[0]), _scale(op.inputs[1] if len(op.inputs) > 1 else None)
+    so = _scale(op.outputs[0] if op.outputs else None)
     if s1 and s2 and so and s1 * s2 / so >= 1.0:
         return 3
     return 2 if _in_is(op, 0, _I8) else 1
