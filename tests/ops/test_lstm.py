@@ -161,7 +161,8 @@ def test_uni_lstm_activations(act, features):
 
 
 @pytest.mark.parametrize("time_major", [False, True])
-@pytest.mark.parametrize("features", ["plain", "diagonal", "layer_norm", "diagonal_peephole_layer_norm"])
+@pytest.mark.parametrize("features", ["plain", "diagonal", "layer_norm",
+                                      "diagonal_peephole_layer_norm"])
 def test_uni_lstm_activation_none_with_zero_steps(features, time_major):
     """NONE makes LiteRT's result depend on which inputs are all zero (see _none_cell_gate)."""
     rng = np.random.default_rng(4)
@@ -189,7 +190,8 @@ def test_uni_lstm_state_shapes_may_be_flat():
 
 @pytest.mark.parametrize("act", [Activation.TANH, Activation.RELU6, Activation.NONE],
                          ids=["TANH", "RELU6", "NONE"])
-@pytest.mark.parametrize("features", ["plain", "projection_bias", "layer_norm_cifg_peephole_projection"])
+@pytest.mark.parametrize("features", ["plain", "projection_bias",
+                                      "layer_norm_cifg_peephole_projection"])
 def test_lstm_single_step(features, act):
     """LSTM (full kernel): one step on [batch, input], states carried between invocations."""
     rng = np.random.default_rng(6)
@@ -435,12 +437,35 @@ def test_bidi_rnn(case, time_major, merge):
               states={4: _rand(rng, batch, fw_units), 8: _rand(rng, batch, bw_units)})
 
 
+def test_bidi_rnn_time_major_aux_of_other_width():
+    """LiteRT steps a time-major aux input with the *input's* width (reading past it when the
+    aux is wider); kiln computes h = act(W x + A aux + R h + b) in both directions."""
+    rng = np.random.default_rng(22)
+    time, batch, n_in, n_aux, units = 4, 2, 3, 5, 4
+    x, aux = _rand(rng, time, batch, n_in), _rand(rng, time, batch, n_aux)
+    cells = [[_rand(rng, units, n_in), _rand(rng, units, units), _rand(rng, units),
+              _rand(rng, batch, units), _rand(rng, units, n_aux)] for _ in range(2)]
+    (fw_w, fw_r, fw_b, fw_h, fw_a), (bw_w, bw_r, bw_b, bw_h, bw_a) = cells
+    out, updates = _call_kernel(
+        "BIDIRECTIONAL_SEQUENCE_RNN",
+        [x, fw_w, fw_r, fw_b, fw_h, bw_w, bw_r, bw_b, bw_h, aux, fw_a, bw_a],
+        {"fused_activation_function": Activation.TANH, "time_major": True, "merge_outputs": True})
+    want = np.zeros((time, batch, 2 * units), np.float32)
+    for t in range(time):
+        fw_h = np.tanh(x[t] @ fw_w.T + aux[t] @ fw_a.T + fw_h @ fw_r.T + fw_b)
+        want[t, :, :units] = fw_h
+    for t in reversed(range(time)):
+        bw_h = np.tanh(x[t] @ bw_w.T + aux[t] @ bw_a.T + bw_h @ bw_r.T + bw_b)
+        want[t, :, units:] = bw_h
+    assert_close(out, want)
+    assert_close(updates[8], bw_h, what="final backward state")
+
+
 # -- errors --------------------------------------------------------------------------------------
 
 def _plain_values(rng):
-    operands, states = _uni_lstm(rng)
-    values = [o.value if isinstance(o, (Const, Var)) else o for o in operands]
-    return values
+    operands, _ = _uni_lstm(rng)
+    return [o.value if isinstance(o, (Const, Var)) else o for o in operands]
 
 
 def test_quantized_input_is_refused():
