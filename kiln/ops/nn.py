@@ -374,18 +374,18 @@ def _dw_kernel(call: KernelCall, x, w, bias=None):
     _, kh, kw, cout = w.shape
     xp = _pad_hw(x, pads)
     strides = (opts.stride_h, opts.stride_w)
-    # Output channel c * mult + m reads input channel c: view both as [..., cin, mult].
-    taps = w.reshape(kh, kw, cin, mult)
-    y = np.empty((n, oh, ow, cin, mult), np.result_type(x, w))
+    if mult > 1:  # output channel c * mult + m reads input channel c
+        xp = np.repeat(xp, mult, axis=3)
+    taps = w.reshape(kh, kw, cout)
+    y = np.empty((n, oh, ow, cout), np.result_type(x, w))
     scratch = np.empty_like(y)
     for i in range(kh):
         for j in range(kw):
-            view = _tap(xp, i, j, (oh, ow), strides, dil)[..., None]
+            view = _tap(xp, i, j, (oh, ow), strides, dil)
             if i == j == 0:
                 np.multiply(view, taps[0, 0], out=y)
             else:
                 y += np.multiply(view, taps[i, j], out=scratch)
-    y = y.reshape(n, oh, ow, cout)
     return _finish(call, _add_bias(call, y, bias), opts.fused_activation_function)
 
 
