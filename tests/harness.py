@@ -121,10 +121,12 @@ def _feed(interp, inputs):
     return [interp.get_tensor(d["index"]) for d in interp.get_output_details()]
 
 
-def run_litert(model: bytes, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    from ai_edge_litert.interpreter import Interpreter as LiteRTInterpreter
+def run_litert(model: bytes, inputs: Sequence[np.ndarray], builtin_kernels: bool = False) -> list[np.ndarray]:
+    """Run in ai-edge-litert; ``builtin_kernels`` switches XNNPACK off (LiteRT's reference path)."""
+    from ai_edge_litert.interpreter import Interpreter as LiteRTInterpreter, OpResolverType
 
-    return _feed(LiteRTInterpreter(model_content=model), inputs)
+    kind = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES if builtin_kernels else OpResolverType.AUTO
+    return _feed(LiteRTInterpreter(model_content=model, experimental_op_resolver_type=kind), inputs)
 
 
 def run_kiln(model: bytes, inputs: Sequence[np.ndarray], **kwargs) -> list[np.ndarray]:
@@ -137,11 +139,12 @@ def assert_close(actual, expected, rtol=1e-5, atol=1e-6, what="output"):
     assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
     assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
     if expected.dtype.kind in "fc":
-        scale = float(np.max(np.abs(expected))) if expected.size else 0.0
-        err = float(np.max(np.abs(actual.astype(np.float64) - expected))) if expected.size else 0.0
+        finite_abs = np.abs(expected[np.isfinite(expected)])
+        scale = float(np.max(finite_abs)) if finite_abs.size else 0.0
         nan_ok = np.array_equal(np.isnan(actual), np.isnan(expected))
         assert nan_ok, f"{what}: NaN positions differ"
-        finite = ~np.isnan(expected)
+        assert np.array_equal(np.isinf(actual), np.isinf(expected)), f"{what}: inf positions differ"
+        finite = np.isfinite(expected)
         err = float(np.max(np.abs(actual[finite].astype(np.float64) - expected[finite]), initial=0.0))
         assert err <= atol + rtol * scale, f"{what}: max abs error {err} > {atol} + {rtol} * {scale}"
     else:
@@ -149,12 +152,13 @@ def assert_close(actual, expected, rtol=1e-5, atol=1e-6, what="output"):
 
 
 def check_op(op_type: str, inputs: Sequence, *, options: dict | None = None, version: int | None = None,
-             out_dtypes=None, out_shapes=None, rtol: float = 1e-5, atol: float = 1e-6) -> list[np.ndarray]:
+             out_dtypes=None, out_shapes=None, rtol: float = 1e-5, atol: float = 1e-6,
+             builtin_kernels: bool = False) -> list[np.ndarray]:
     """Run a one-op model in LiteRT and kiln; assert they agree; return kiln's outputs."""
     model = single_op_model(op_type, inputs, options=options, version=version,
                             out_dtypes=out_dtypes, out_shapes=out_shapes)
     feeds = [np.asarray(x) for x in inputs if x is not None and not isinstance(x, (Const, Var))]
-    expected = run_litert(model, feeds)
+    expected = run_litert(model, feeds, builtin_kernels=builtin_kernels)
     actual = run_kiln(model, feeds)
     assert len(actual) == len(expected)
     for k, (a, e) in enumerate(zip(actual, expected)):

@@ -63,11 +63,15 @@ class _SubgraphEnv:
 
     # -- values ------------------------------------------------------------------------------
     def _init_values(self) -> None:
+        inputs = set(self.inputs)
         for i, t in enumerate(self.tensors):
             if t.is_variable:
                 self.values[i] = self._initial_variable(t)
             elif t.data is not None:
                 self.values[i] = t.data
+            elif t.producer is None and i not in inputs and 0 in t.shape:
+                # An empty constant has no bytes, so the file stores no buffer for it.
+                self.values[i] = np.zeros(t.shape, dtype=t.dtype.numpy)
 
     def _initial_variable(self, t: Tensor) -> np.ndarray:
         if t.data is not None:
@@ -189,7 +193,7 @@ class _SubgraphEnv:
 
     def _check_dataflow(self, steps: list[_Step]) -> None:
         ready = set(self.inputs)
-        ready.update(i for i, t in enumerate(self.tensors) if t.data is not None or t.is_variable)
+        ready.update(i for i, v in enumerate(self.values) if v is not None)
         for step in steps:
             for i in step.ins:
                 if i >= 0 and i not in ready:
@@ -206,7 +210,7 @@ class _SubgraphEnv:
         if self.interp._preserve_all:
             return
         keep = set(self.inputs) | set(self.outputs)
-        keep.update(i for i, t in enumerate(self.tensors) if t.data is not None or t.is_variable)
+        keep.update(i for i, v in enumerate(self.values) if v is not None)
         last_use: dict[int, int] = {}
         for si, step in enumerate(steps):
             for i in (*step.ins, *step.outs):
