@@ -148,7 +148,7 @@ def fuse_keras_bidirectional_lstm(call: CompositeCall) -> list:
         b, x, fw, bw, fw_opts, initial_states=(fw_args[0], fw_args[1], bw_args[0], bw_args[1]),
         stateful=stateful, merge_outputs=seqs and merge == "concat")
     if seqs and merge == "concat":
-        ys = [res.outputs[0]]
+        ys = [res.merged]
     else:
         pick = res.direction_output if seqs else res.last_output
         y_fw, y_bw = pick(0), pick(1)

@@ -213,6 +213,9 @@ def _bidirectional_problem(layer, api: _Api) -> str | None:
             return f"{sub.name}: {problem}"
     if fw.go_backwards or not bw.go_backwards:
         return "the forward layer runs backwards (go_backwards=True)"
+    if fw.cell.units != bw.cell.units:
+        return f"the two directions have different sizes ({fw.cell.units} and " \
+               f"{bw.cell.units} units); LiteRT's op needs equal ones"
     if _activation_name(fw.cell.activation) != _activation_name(bw.cell.activation):
         return "the two directions use different activations (the op has one)"
     if getattr(fw, "time_major", False) != getattr(bw, "time_major", False):

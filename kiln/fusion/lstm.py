@@ -162,6 +162,7 @@ class LstmResult:
     states: list[tuple[Tensor, Tensor]]   # (activation variable, cell variable) per direction
     outputs: list[Tensor]       # the op's outputs: one per direction, or the merged one
     split: int | None = None    # merged outputs: where the backward features start
+    merged: Tensor | None = None  # both directions concatenated (bidirectional, when asked)
     _cache: dict = field(default_factory=dict)
 
     @property
@@ -296,13 +297,20 @@ def emit_bidirectional_lstm(b: FusionBuilder, x: Tensor, forward: LstmWeights,
                             stateful: bool = False, merge_outputs: bool = False) -> LstmResult:
     """Emit ONE BIDIRECTIONAL_SEQUENCE_LSTM. The backward direction's outputs are aligned
     with the input (step t at index t). ``initial_states``: (fw_h, fw_c, bw_h, bw_c).
-    ``merge_outputs``: one output, the two directions concatenated on the last axis."""
+    ``merge_outputs``: also give the two directions concatenated on the last axis
+    (`LstmResult.merged`). The op's own merge_outputs is used for time-major input only:
+    LiteRT 2.3 writes the backward half of a merged batch-major output wrongly, so
+    batch-major outputs are concatenated by a CONCATENATION after the op."""
     options = options or LstmOptions()
     for w, side in ((forward, "forward"), (backward, "backward")):
         w.check(f"{b.prefix} ({side})")
         if w.layer_norm:
             raise KilnError(f"{b.prefix}: BIDIRECTIONAL_SEQUENCE_LSTM has no layer-norm operands")
         _check_input(x, w, f"{b.prefix} ({side})")
+    if (forward.n_cell, forward.n_output) != (backward.n_cell, backward.n_output):
+        raise KilnError(f"{b.prefix}: LiteRT's BIDIRECTIONAL_SEQUENCE_LSTM checks the backward "
+                        "weights against the forward sizes, so both directions need the same "
+                        f"number of units (got {forward.n_output} and {backward.n_output})")
     tm = options.time_major
     init = list(initial_states or (None,) * 4)
     states = []
@@ -313,7 +321,8 @@ def emit_bidirectional_lstm(b: FusionBuilder, x: Tensor, forward: LstmWeights,
                            initial=init[2 * k + 1], stateful=stateful)
         states.append((h, c))
     lead = list(x.signature[:2])
-    if merge_outputs:
+    fused_merge = merge_outputs and tm
+    if fused_merge:
         outs = [b.tensor("sequence", DType.FLOAT32, lead + [forward.n_output + backward.n_output])]
     else:
         outs = [b.tensor("fw_sequence", DType.FLOAT32, lead + [forward.n_output]),
@@ -324,11 +333,16 @@ def emit_bidirectional_lstm(b: FusionBuilder, x: Tensor, forward: LstmWeights,
         "fused_activation_function": int(options.activation),
         "cell_clip": float(options.cell_clip),
         "proj_clip": float(options.proj_clip),
-        "merge_outputs": bool(merge_outputs),
+        "merge_outputs": bool(fused_merge),
         "time_major": bool(tm),
     })
-    return LstmResult(b, op, outs[0], tm, states, outs,
-                      split=forward.n_output if merge_outputs else None)
+    res = LstmResult(b, op, outs[0], tm, states, outs,
+                     split=forward.n_output if fused_merge else None)
+    if fused_merge:
+        res.merged = outs[0]
+    elif merge_outputs:
+        res.merged = b.concat(outs, -1, what="sequence")
+    return res
 
 
 def _check_input(x: Tensor, w: LstmWeights, what: str) -> None:

@@ -43,7 +43,7 @@ def composite_model(name: str, attrs: dict, args: Sequence, n_results: int, *,
                     out_shapes: Sequence[tuple] | None = None) -> Built:
     """Hand a CompositeCall over ``args`` (In = model input, Const = frozen constant) to the
     fusion registry, as the importer would, and write a model whose outputs are the results
-    ``keep`` (default: all, duplicates and constants dropped)."""
+    ``keep`` (default: all, constants dropped)."""
     model = Model()
     sg = model.add_subgraph("main")
     inputs, feeds = [], []
@@ -64,7 +64,7 @@ def composite_model(name: str, attrs: dict, args: Sequence, n_results: int, *,
     chosen = []
     for k in (range(n_results) if keep is None else keep):
         t = outs[k]
-        if not t.is_constant and all(t is not c for c in chosen):
+        if not t.is_constant:
             chosen.append(t)
     sg.outputs = chosen
     _dead_code(sg)
