@@ -25,6 +25,8 @@ from . import options as options_codec
 MAX_RANK = 16
 #: Largest element count any single tensor may declare (2**36 ~ 64 G elements).
 MAX_ELEMENTS = 1 << 36
+#: Deepest nesting of control-flow subgraph calls (each level is a Python call chain).
+MAX_CALL_DEPTH = 64
 _LOW_LEVEL = (struct.error, IndexError, ValueError, TypeError, OverflowError, UnicodeDecodeError,
               AttributeError, KeyError)
 
@@ -329,6 +331,7 @@ def check_subgraph_calls(model: Model) -> None:
                     targets.append(idx)
         calls.append(targets)
     state = [0] * n  # 0 new, 1 on stack, 2 done
+    depth = [0] * n  # longest chain of nested calls starting at each subgraph
     for start in range(n):
         if state[start]:
             continue
@@ -340,6 +343,11 @@ def check_subgraph_calls(model: Model) -> None:
             if nxt is None:
                 state[node] = 2
                 stack.pop()
+                depth[node] = 1 + max((depth[t] for t in calls[node]), default=0)
+                if depth[node] > MAX_CALL_DEPTH:
+                    raise ModelError(
+                        f"subgraph {node} starts a chain of {depth[node]} nested subgraph calls, more than "
+                        f"kiln accepts (kiln.format.reader.MAX_CALL_DEPTH = {MAX_CALL_DEPTH})")
             elif state[nxt] == 1:
                 raise ModelError(f"subgraph {node} calls subgraph {nxt}, which (indirectly) calls it back: "
                                  "cyclic subgraph calls are not allowed")
@@ -372,4 +380,4 @@ def read_model(source) -> Model:
     return model
 
 
-__all__ = ["read_model", "MAX_RANK", "MAX_ELEMENTS", "SUBGRAPH_FIELDS"]
+__all__ = ["read_model", "MAX_CALL_DEPTH", "MAX_RANK", "MAX_ELEMENTS", "SUBGRAPH_FIELDS"]
