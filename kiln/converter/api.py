@@ -1,0 +1,329 @@
+"""`TFLiteConverter`: the `tf.lite.TFLiteConverter` API over kiln's converter.
+
+    converter = kiln.TFLiteConverter.from_keras_model(model)
+    tflite_bytes = converter.convert()
+    print(converter.report)
+
+Sources: Keras models (Keras 3 and tf_keras), SavedModel directories, concrete functions.
+Quantization options are accepted and validated, and raise `UnsupportedError` until
+post-training quantization lands.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+from typing import Any
+
+from ..errors import ConversionError, UnsupportedError
+from .metadata import ModelType
+from .pipeline import FunctionSpec, convert
+from .report import ConversionReport
+from .tfutil import tf
+
+
+class Optimize(enum.Enum):
+    """Optimisation goals (``tf.lite.Optimize``); any of them asks for quantization."""
+
+    DEFAULT = "DEFAULT"
+    OPTIMIZE_FOR_SIZE = "OPTIMIZE_FOR_SIZE"
+    OPTIMIZE_FOR_LATENCY = "OPTIMIZE_FOR_LATENCY"
+    EXPERIMENTAL_SPARSITY = "EXPERIMENTAL_SPARSITY"
+
+
+class OpsSet(enum.Enum):
+    """Operator sets a model may use (``tf.lite.OpsSet``)."""
+
+    TFLITE_BUILTINS = "TFLITE_BUILTINS"
+    TFLITE_BUILTINS_INT8 = "TFLITE_BUILTINS_INT8"
+    SELECT_TF_OPS = "SELECT_TF_OPS"
+    EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8 = (
+        "EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8")
+
+
+def _enum_member(cls, value, what: str):
+    """Accept kiln's enum, TF's enum (same member names) or the name itself."""
+    if isinstance(value, cls):
+        return value
+    name = getattr(value, "name", value)
+    try:
+        return cls[str(name)]
+    except KeyError:
+        valid = ", ".join(m.name for m in cls)
+        raise ConversionError(f"unknown {what} {value!r}; expected one of {valid}") from None
+
+
+def _dtype_name(value) -> str:
+    """'float32', 'int8', ... for tf / numpy dtypes and type objects."""
+    if value is None:
+        return "float32"
+    try:
+        return tf().as_dtype(value).name
+    except TypeError:
+        raise ConversionError(f"unknown type {value!r}") from None
+
+
+class TargetSpec:
+    """``converter.target_spec``: what the target runtime supports."""
+
+    def __init__(self):
+        self.supported_ops: set = {OpsSet.TFLITE_BUILTINS}
+        self.supported_types: set = set()
+        self.experimental_select_user_tf_ops: set = set()
+
+    def __repr__(self) -> str:
+        return f"TargetSpec(supported_ops={self.supported_ops}, supported_types={self.supported_types})"
+
+
+class TFLiteConverter:
+    """Converts TensorFlow models to LiteRT flatbuffers, like ``tf.lite.TFLiteConverter``.
+
+    Build one with `from_keras_model`, `from_saved_model` or `from_concrete_functions`, set the
+    attributes, call `convert()`. After converting, ``report`` holds a `ConversionReport`.
+
+    Attributes:
+      allow_custom_ops: TF ops without a builtin become CUSTOM ops (custom code = TF op type,
+        attributes in a FlexBuffer) instead of failing the conversion.
+      optimizations: set of `Optimize` values (quantization; not implemented yet).
+      representative_dataset: calibration data for integer quantization.
+      target_spec: `TargetSpec` (supported_ops, supported_types).
+      inference_input_type / inference_output_type: float32 unless integer-quantized.
+      experimental_enable_resource_variables: keep assigned variables as resource variables.
+      report: the `ConversionReport` of the last ``convert()``.
+    """
+
+    def __init__(self, specs: list[FunctionSpec], *, model_type: ModelType, trackable_obj: Any = None):
+        self._specs = specs
+        self._model_type = model_type
+        self._trackable_obj = trackable_obj  # keeps captured variables alive
+        self.allow_custom_ops = False
+        self.optimizations: set = set()
+        self.representative_dataset = None
+        self.target_spec = TargetSpec()
+        self.inference_input_type = None
+        self.inference_output_type = None
+        self.experimental_enable_resource_variables = True
+        self.report: ConversionReport | None = None
+        self.model = None  # the IR of the last conversion
+        self._notes: list[str] = []  # what tracing already decided (Keras layers routed to fusions)
+
+    # -- construction -----------------------------------------------------------------------
+    @classmethod
+    def from_concrete_functions(cls, funcs, trackable_obj=None) -> "TFLiteConverter":
+        """Convert ``tf.function`` concrete functions (one signature each)."""
+        funcs = list(funcs)
+        if not funcs:
+            raise ConversionError("No ConcreteFunction is specified.")
+        specs = []
+        for fn in funcs:
+            if not hasattr(fn, "graph") or not hasattr(fn, "structured_input_signature"):
+                raise ConversionError(
+                    f"from_concrete_functions expects ConcreteFunctions (tf.function(...).get_concrete_function()), "
+                    f"got {type(fn).__name__}")
+            key = "serving_default" if len(funcs) == 1 else _function_key(fn)
+            specs.append(FunctionSpec(key, fn, _input_names(fn), _output_names(fn)))
+        return cls(specs, model_type=ModelType.TF_CONCRETE_FUNCTIONS, trackable_obj=trackable_obj)
+
+    @classmethod
+    def from_saved_model(cls, saved_model_dir, signature_keys=None, tags=None) -> "TFLiteConverter":
+        """Convert the signatures ``signature_keys`` (default: serving_default) of a SavedModel."""
+        t = tf()
+        try:
+            loaded = t.saved_model.load(str(saved_model_dir), tags=None if tags is None else list(tags))
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise ConversionError(f"cannot load SavedModel {saved_model_dir!r}: {exc}") from exc
+        available = dict(getattr(loaded, "signatures", {}) or {})
+        if signature_keys is None:
+            if "serving_default" in available:
+                signature_keys = ["serving_default"]
+            elif len(available) == 1:
+                signature_keys = list(available)
+            else:
+                signature_keys = sorted(available)
+        if not signature_keys:
+            raise ConversionError(f"SavedModel {saved_model_dir!r} has no signatures to convert")
+        specs = []
+        for key in signature_keys:
+            if key not in available:
+                raise ConversionError(
+                    f"Invalid signature key '{key}' found. Valid keys are '{','.join(sorted(available))}'.")
+            fn = available[key]
+            specs.append(FunctionSpec(key, fn, _input_names(fn), _output_names(fn)))
+        return cls(specs, model_type=ModelType.TF_SAVED_MODEL, trackable_obj=loaded)
+
+    @classmethod
+    def from_keras_model(cls, model) -> "TFLiteConverter":
+        """Convert a Keras model (Keras 3 or tf_keras) called in inference mode."""
+        from ..fusion.keras_layers import prepare_keras_model
+
+        # Recurrent layers kiln can fuse trace through composites while this is active.
+        with prepare_keras_model(model) as keras_report:
+            fn = _keras3_function(model) if _is_keras3(model) else _tf_keras_function(model)
+        spec = FunctionSpec("serving_default", fn, _input_names(fn), _output_names(fn))
+        converter = cls([spec], model_type=ModelType.KERAS_MODEL, trackable_obj=model)
+        converter._notes = list(keras_report.lines())
+        return converter
+
+    # -- conversion -------------------------------------------------------------------------
+    def convert(self) -> bytes:
+        """Convert; returns the .tflite model bytes (``report`` describes the result)."""
+        self._validate()
+        self.report = ConversionReport(notes=list(self._notes))
+        data, model, _ = convert(
+            self._specs, model_type=self._model_type, allow_custom_ops=bool(self.allow_custom_ops),
+            enable_resource_variables=bool(self.experimental_enable_resource_variables), report=self.report)
+        self.model = model
+        return data
+
+    def _validate(self) -> None:
+        """Check the options the way TF's converter does; refuse quantization for now."""
+        optimizations = {_enum_member(Optimize, o, "optimization") for o in (self.optimizations or ())}
+        ops = {_enum_member(OpsSet, o, "target_spec.supported_ops value") for o in
+               (self.target_spec.supported_ops or {OpsSet.TFLITE_BUILTINS})}
+        types = {_dtype_name(t) for t in (self.target_spec.supported_types or ())}
+        in_type, out_type = _dtype_name(self.inference_input_type), _dtype_name(self.inference_output_type)
+        if self.representative_dataset is not None and not callable(self.representative_dataset):
+            raise ConversionError("Representative dataset is not a callable (a generator function of samples).")
+        for name, value in (("inference_input_type", in_type), ("inference_output_type", out_type)):
+            if value not in ("float32", "int8", "uint8", "int16"):
+                raise ConversionError(f"Unsupported {name} value 'tf.{value}'.")
+        if OpsSet.SELECT_TF_OPS in ops:
+            raise UnsupportedError(
+                "SELECT_TF_OPS (TensorFlow kernels inside LiteRT) is not supported by kiln; set "
+                "allow_custom_ops=True and register a Python kernel for the op instead")
+        unsupported_types = types - {"float32"}
+        integer_io = {in_type, out_type} - {"float32"}
+        quantize = (optimizations or unsupported_types or integer_io
+                    or ops & {OpsSet.TFLITE_BUILTINS_INT8,
+                              OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8})
+        if integer_io and not optimizations:
+            raise ConversionError(
+                f"The inference_input_type and inference_output_type must be tf.float32 unless the model is "
+                f"integer-quantized (got {in_type} / {out_type}); set optimizations={{Optimize.DEFAULT}} and a "
+                "representative_dataset")
+        if quantize:
+            what = []
+            if optimizations:
+                what.append("optimizations=" + ",".join(sorted(o.name for o in optimizations)))
+            if unsupported_types:
+                what.append("supported_types=" + ",".join(sorted(unsupported_types)))
+            if integer_io:
+                what.append(f"inference types {in_type}/{out_type}")
+            int_ops = ops - {OpsSet.TFLITE_BUILTINS}
+            if int_ops:
+                what.append("supported_ops=" + ",".join(sorted(o.name for o in int_ops)))
+            if self.representative_dataset is not None:
+                what.append("representative_dataset")
+            raise UnsupportedError(
+                "post-training quantization is not implemented in kiln yet (requested: " + "; ".join(what)
+                + "); convert without optimizations for a float model")
+
+
+# -- function discovery --------------------------------------------------------------------------
+
+def _function_key(fn) -> str:
+    name = getattr(fn, "name", None) or fn.graph.name
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    for prefix in ("__inference_", "__forward_"):
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+    return name.rsplit("_", 1)[0] if name.rsplit("_", 1)[-1].isdigit() else name
+
+
+def _input_names(fn) -> list[str]:
+    """Signature input names: the TensorSpec names, else the argument names."""
+    t = tf()
+    args, kwargs = fn.structured_input_signature
+    captured = {id(internal) for _, internal in fn.graph.captures}
+    placeholders = [x for x in fn.graph.inputs if id(x) not in captured]
+    specs = t.nest.flatten((args, kwargs))
+    specs = [s for s in specs if isinstance(s, t.TensorSpec)]
+    keys = [p for p, _ in _flat_paths(kwargs)] if kwargs and not args else []
+    names = []
+    for i, ph in enumerate(placeholders):
+        spec = specs[i] if i < len(specs) else None
+        if keys and i < len(keys):
+            name = keys[i]
+        elif spec is not None and spec.name:
+            name = spec.name
+        else:
+            name = ph.op.name
+        names.append(name)
+    return _dedupe(names)
+
+
+def _flat_paths(structure) -> list[tuple[str, Any]]:
+    t = tf()
+    flat = t.nest.flatten_with_joined_string_paths(structure)
+    return [(path, value) for path, value in flat]
+
+
+def _output_names(fn) -> list[str]:
+    """Signature output names as TF writes them: dict keys, else output_0, output_1, ..."""
+    t = tf()
+    structured = fn.structured_outputs
+    if isinstance(structured, dict):
+        names = [path for path, _ in _flat_paths(structured)]
+    else:
+        names = [f"output_{i}" for i in range(len(t.nest.flatten(structured)))]
+    if len(names) != len(fn.outputs):
+        names = [f"output_{i}" for i in range(len(fn.outputs))]
+    return _dedupe(names)
+
+
+def _dedupe(names: list[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    out = []
+    for n in names:
+        if n in seen:
+            seen[n] += 1
+            n = f"{n}_{seen[n]}"
+        else:
+            seen[n] = 0
+        out.append(n)
+    return out
+
+
+def _is_keras3(model) -> bool:
+    try:
+        import keras
+    except ImportError:  # pragma: no cover
+        return False
+    return keras.__version__.startswith("3") and isinstance(model, keras.layers.Layer)
+
+
+def _keras3_function(model):
+    """The inference concrete function of a Keras 3 model, traced as TF's converter does."""
+    import keras
+
+    t = tf()
+    if isinstance(model, (keras.src.models.Functional, keras.src.models.Sequential)):
+        signature = t.nest.map_structure(lambda x: t.TensorSpec(x.shape, dtype=x.dtype, name=x.name), model.inputs)
+        if isinstance(signature, list) and len(signature) > 1:
+            signature = [signature]
+    else:
+        from keras.src.export.export_utils import get_input_signature
+
+        try:
+            specs = get_input_signature(model)
+        except ValueError as exc:
+            raise ConversionError(f"cannot trace the Keras model: {exc}") from exc
+        signature = t.nest.map_structure(
+            lambda s: t.TensorSpec(s.shape, dtype=s.dtype, name=getattr(s, "name", None)), specs)
+    call = functools.partial(model.__call__, training=False)
+    return t.function(call, input_signature=signature, autograph=False).get_concrete_function()
+
+
+def _tf_keras_function(model):
+    """tf_keras (Keras 2) models: the serving function tf_keras saves (outputs by layer name)."""
+    try:
+        from tf_keras.src.saving.legacy import saving_utils
+    except ImportError as exc:  # pragma: no cover
+        raise ConversionError(f"cannot convert {type(model).__name__}: not a Keras model ({exc})") from exc
+    signature = None
+    if not isinstance(getattr(model, "call", None), tf().types.experimental.GenericFunction):
+        signature = saving_utils.model_input_signature(model, keep_original_batch_size=True)
+    try:
+        return saving_utils.trace_model_call(model, signature)
+    except Exception as exc:  # noqa: BLE001 - Keras raises many kinds on untraceable models
+        raise ConversionError(f"cannot trace the Keras model: {exc}") from exc

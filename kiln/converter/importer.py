@@ -1,0 +1,425 @@
+"""TensorFlow graph -> kiln IR: walk a concrete function's live graph and legalise each op.
+
+Each signature's function becomes one subgraph. Ops are visited in topological order; only
+ops that feed an output (or have a side effect, such as a variable assignment) are imported.
+Before emitting, TF-level patterns (GELU, ...) claim groups of ops. Function calls are either
+fused through `kiln.fusion.registry` (functions carrying ``_implements``) or inlined;
+While / If / Case become WHILE / IF ops over subgraphs imported the same way.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from ..errors import ConversionError
+from ..ir import Model, Operator, Subgraph, Tensor
+from ..schema import DType
+from . import custom as custom_ops
+from .context import EmitContext, Unsupported
+from .tfutil import shape_signature, static_shape, to_dtype
+from .values import ResourceRef, TensorListValue, VarInfo
+
+#: TF ops with effects beyond their outputs: imported even when no output is used.
+SIDE_EFFECT_TF_OPS = frozenset({
+    "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "ResourceScatterUpdate",
+    "ResourceScatterAdd", "ResourceScatterSub", "ResourceScatterMul", "ResourceScatterDiv",
+    "ResourceScatterMin", "ResourceScatterMax", "ResourceScatterNdUpdate", "ResourceScatterNdAdd",
+    "ResourceScatterNdSub",
+})
+#: TF ops that write the variable given as their first input.
+WRITE_TF_OPS = SIDE_EFFECT_TF_OPS | frozenset({"DestroyResourceOp"})
+
+
+@dataclass
+class Pending:
+    """An op claimed by a TF-level pattern: the anchor emits, interior ops are skipped."""
+
+    emit: Callable[[EmitContext], Any]
+    label: str
+
+
+class Scope:
+    """One TF graph being imported into one IR subgraph (inlined calls get a child scope)."""
+
+    def __init__(self, importer: "Importer", graph, sg: Subgraph, prefix: str = ""):
+        self.importer = importer
+        self.graph = graph
+        self.sg = sg
+        self.prefix = prefix
+        self.values: dict[str, Any] = {}
+        #: per-subgraph caches (constants of read-only variables, VAR_HANDLE outputs)
+        self.cache: dict = importer.subgraph_cache(sg)
+
+    def bind(self, tf_tensor, value) -> None:
+        self.values[tf_tensor.name] = value
+
+    def lookup(self, tf_tensor):
+        try:
+            return self.values[tf_tensor.name]
+        except KeyError:
+            raise ConversionError(
+                f"no value for tensor {tf_tensor.name!r} (op {tf_tensor.op.type}) while importing "
+                f"{self.sg.name!r}") from None
+
+    def has(self, tf_tensor) -> bool:
+        return tf_tensor.name in self.values
+
+    # -- import --------------------------------------------------------------------------------
+    def run(self, outputs: Iterable) -> list:
+        """Import every op the ``outputs`` (and side effects) depend on; their values."""
+        outputs = list(outputs)
+        ops = live_ops(self.graph, outputs)
+        from .legalize.patterns import match_patterns
+
+        claimed, skipped = match_patterns(self, ops)
+        for op in ops:
+            if op.name in skipped:
+                continue
+            if all(self.has(t) for t in op.outputs) and op.outputs:
+                continue  # bound from outside (function arguments)
+            self.importer.import_op(self, op, claimed.get(op.name))
+        return [self.lookup(t) for t in outputs]
+
+
+def live_ops(graph, outputs) -> list:
+    """Ops that ``outputs`` depend on (data and control edges) plus side-effecting ops, in a
+    topological order that follows graph creation order where it can."""
+    all_ops = graph.get_operations()
+    position = {op.name: i for i, op in enumerate(all_ops)}
+    stack = [t.op for t in outputs]
+    stack += [op for op in all_ops if op.type in SIDE_EFFECT_TF_OPS]
+    seen: set[str] = set()
+    live = []
+    while stack:
+        op = stack.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        live.append(op)
+        stack.extend(t.op for t in op.inputs)
+        stack.extend(op.control_inputs)
+    live.sort(key=lambda o: position.get(o.name, 0))
+    # Creation order is topological for traced graphs; verify and repair if not.
+    done: set[str] = set()
+    ordered = []
+    pending = live
+    while pending:
+        rest = []
+        for op in pending:
+            deps = [t.op.name for t in op.inputs] + [c.name for c in op.control_inputs]
+            if all(d in done or d not in seen for d in deps):
+                ordered.append(op)
+                done.add(op.name)
+            else:
+                rest.append(op)
+        if len(rest) == len(pending):
+            raise ConversionError(f"graph has a cycle through {rest[0].name!r}")
+        pending = rest
+    return ordered
+
+
+@dataclass
+class ImportStats:
+    """What the importer saw: for the conversion report."""
+
+    tf_ops: dict[str, int] = field(default_factory=dict)
+    fused: list[str] = field(default_factory=list)
+    not_fused: list[str] = field(default_factory=list)
+    inlined: list[str] = field(default_factory=list)
+    custom: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class Importer:
+    """Imports concrete functions into one `Model` (one subgraph per signature).
+
+    Args:
+      allow_custom_ops: unsupported TF ops become CUSTOM ops instead of an error.
+      enable_resource_variables: mutable variables become LiteRT resource variables; when
+        False a function that assigns a variable cannot be converted.
+      fold_at_import: evaluate ops with constant inputs as they are emitted.
+    """
+
+    def __init__(self, *, allow_custom_ops: bool = False, enable_resource_variables: bool = True,
+                 fold_at_import: bool = True):
+        self.model = Model("kiln converted")
+        self.allow_custom_ops = allow_custom_ops
+        self.enable_resource_variables = enable_resource_variables
+        self.fold_at_import = fold_at_import
+        self.stats = ImportStats()
+        self.unsupported: dict[str, list[str]] = {}
+        self.variables: dict[int, VarInfo] = {}
+        self._var_names: set[str] = set()
+        self._sg_cache: dict[int, dict] = {}
+        self._function_subgraphs: dict[tuple, Subgraph] = {}
+        self._init_subgraph: Subgraph | None = None
+        self._init_vars: list[VarInfo] = []
+
+    # -- bookkeeping ------------------------------------------------------------------------
+    def subgraph_cache(self, sg: Subgraph) -> dict:
+        return self._sg_cache.setdefault(id(sg), {})
+
+    def note_emitted(self, op: Operator, ctx: EmitContext) -> None:
+        """Hook for every emitted op (kept for diagnostics and tests)."""
+
+    # -- variables --------------------------------------------------------------------------
+    def var_for(self, handle, name_hint: str = "") -> VarInfo:
+        key = id(handle)
+        var = self.variables.get(key)
+        if var is None:
+            name = _variable_name(handle, name_hint)
+            base, i = name, 1
+            while name in self._var_names:
+                name = f"{base}_{i}"
+                i += 1
+            self._var_names.add(name)
+            var = VarInfo(name=name, handle=handle)
+            self.variables[key] = var
+        return var
+
+    def variable_constant(self, scope: Scope, var: VarInfo, tf_dtype, name: str) -> Tensor:
+        """A read-only variable's value as a constant in ``scope``'s subgraph (one per var)."""
+        key = ("var", id(var))
+        t = scope.cache.get(key)
+        if t is None:
+            value = var.value(tf_dtype)
+            t = scope.sg.add_constant(name, value)
+            scope.cache[key] = t
+        return t
+
+    def var_handle(self, scope: Scope, var: VarInfo) -> Tensor:
+        """The VAR_HANDLE output for a mutable variable in this subgraph (emitted once,
+        at the front, after making sure the CALL_ONCE initialiser runs first)."""
+        if not self.enable_resource_variables:
+            raise ConversionError(
+                f"variable {var.name!r} is assigned in the model but "
+                "experimental_enable_resource_variables is False")
+        key = ("handle", id(var))
+        t = scope.cache.get(key)
+        if t is not None:
+            return t
+        self._ensure_initialised(var)
+        sg = scope.sg
+        t = sg.add_tensor(var.name, DType.RESOURCE, ())
+        index = 0
+        while index < len(sg.operators) and sg.operators[index].op_type in ("CALL_ONCE", "VAR_HANDLE"):
+            index += 1
+        sg.add_operator("VAR_HANDLE", [], [t], index=index, options={"container": "", "shared_name": var.shared_name})
+        scope.cache[key] = t
+        return t
+
+    def _ensure_initialised(self, var: VarInfo) -> None:
+        if any(v is var for v in self._init_vars):
+            return
+        if self._init_subgraph is None:
+            self._init_subgraph = Subgraph("kiln_init_variables")
+        init = self._init_subgraph
+        h = init.add_tensor(f"{var.name}/handle", DType.RESOURCE, ())
+        value = init.add_constant(f"{var.name}/initial_value", var.value())
+        init.add_operator("VAR_HANDLE", [], [h], options={"container": "", "shared_name": var.shared_name})
+        init.add_operator("ASSIGN_VARIABLE", [h, value], [])
+        self._init_vars.append(var)
+
+    def finish_variables(self) -> None:
+        """Append the initialiser subgraph and a CALL_ONCE at the front of every subgraph
+        reached from a signature that handles variables."""
+        if self._init_subgraph is None:
+            return
+        self.model.add_subgraph(self._init_subgraph)
+        index = self.model.subgraph_index(self._init_subgraph)
+        for sig in self.model.signatures:
+            sg = sig.subgraph
+            if any(op.op_type == "CALL_ONCE" for op in sg.operators):
+                continue
+            if self._uses_variables(sg, set()):
+                sg.add_operator("CALL_ONCE", [], [], index=0, options={"init_subgraph_index": index})
+
+    def _uses_variables(self, sg: Subgraph, seen: set) -> bool:
+        if id(sg) in seen:
+            return False
+        seen.add(id(sg))
+        for op in sg.operators:
+            if op.op_type == "VAR_HANDLE":
+                return True
+            for key in ("cond_subgraph_index", "body_subgraph_index", "then_subgraph_index",
+                        "else_subgraph_index"):
+                if key in op.options and self._uses_variables(self.model.subgraphs[op.options[key]], seen):
+                    return True
+        return False
+
+    # -- ops --------------------------------------------------------------------------------
+    def import_op(self, scope: Scope, op, pending: Pending | None) -> None:
+        from .legalize import EMITTERS
+
+        self.stats.tf_ops[op.type] = self.stats.tf_ops.get(op.type, 0) + 1
+        if pending is not None:
+            emitter = pending.emit
+        else:
+            emitter = EMITTERS.get(op.type)
+            if emitter is None and _is_function_call(scope.graph, op):
+                from .legalize.control import emit_function_op
+
+                emitter = emit_function_op
+        ctx = EmitContext(scope, op)
+        if emitter is None:
+            self._unsupported(ctx, "no legalisation")
+            return
+        try:
+            result = emitter(ctx)
+        except Unsupported as exc:
+            self._unsupported(ctx, str(exc))
+            return
+        self._bind_outputs(scope, op, result)
+
+    def _bind_outputs(self, scope: Scope, op, result) -> None:
+        outs = op.outputs
+        if result is None:
+            if outs:
+                raise ConversionError(f"emitter for {op.type} {op.name!r} returned no outputs")
+            return
+        if not isinstance(result, (list, tuple)):
+            result = [result]
+        if len(result) != len(outs):
+            raise ConversionError(
+                f"emitter for {op.type} {op.name!r} returned {len(result)} values for {len(outs)} outputs")
+        for t, v in zip(outs, result):
+            scope.bind(t, v)
+
+    def _unsupported(self, ctx: EmitContext, reason: str) -> None:
+        op = ctx.op
+        if self.allow_custom_ops and not any(t.dtype.name in ("resource", "variant") for t in op.inputs):
+            outputs = [ctx.out(i) for i in range(len(op.outputs))]
+            options = custom_ops.encode_attrs(op)
+            ctx.emit("CUSTOM", ctx.inputs(), outputs, fold=False, custom_code=op.type, custom_options=options)
+            self.stats.custom[op.type] = self.stats.custom.get(op.type, 0) + 1
+            self._bind_outputs(ctx.scope, op, outputs)
+            return
+        self.unsupported.setdefault(op.type, []).append(f"{ctx.name}: {reason}")
+        # Keep importing so that every unsupported op is reported at once.
+        self._bind_outputs(ctx.scope, op, [ctx.out(i) for i in range(len(op.outputs))])
+
+    # -- functions --------------------------------------------------------------------------
+    def new_subgraph(self, name: str) -> Subgraph:
+        return self.model.add_subgraph(name)
+
+    def import_signature(self, key: str, fn, input_names: list[str], output_names: list[str]):
+        """Import concrete function ``fn`` as the subgraph of signature ``key``."""
+        from ..ir import Signature
+
+        start = time.perf_counter()
+        graph = fn.graph
+        sg = self.new_subgraph(key)
+        scope = Scope(self, graph, sg)
+        captured = {id(internal) for _, internal in graph.captures}
+        user_inputs = [t for t in graph.inputs if id(t) not in captured]
+        if len(user_inputs) != len(input_names):
+            raise ConversionError(
+                f"signature {key!r}: {len(user_inputs)} inputs but {len(input_names)} input names")
+        sig_inputs = {}
+        for t, name in zip(user_inputs, input_names):
+            sig = shape_signature(t.shape)
+            if sig is None:
+                raise ConversionError(f"signature {key!r}: input {name!r} has unknown rank")
+            ir = sg.add_tensor(f"{key}_{name}:0", to_dtype(t.dtype), static_shape(sig), shape_signature=sig)
+            scope.bind(t, ir)
+            sg.inputs.append(ir)
+            sig_inputs[name] = ir
+        self.bind_captures(scope, graph)
+        values = scope.run(fn.outputs)
+        outputs = [self.as_output(scope, v, f"{key}: output {name!r}") for v, name in zip(values, output_names)]
+        outputs = self._distinct_outputs(sg, outputs, output_names)
+        sg.outputs = outputs
+        signature = Signature(key, sg, sig_inputs, dict(zip(output_names, outputs)))
+        self.model.signatures.append(signature)
+        self.stats.seconds += time.perf_counter() - start
+        return signature
+
+    def bind_captures(self, scope: Scope, graph) -> None:
+        for external, internal in graph.captures:
+            if internal.dtype.name == "resource":
+                scope.bind(internal, ResourceRef(self.var_for(external, internal.op.name)))
+            elif hasattr(external, "numpy"):
+                value = np.asarray(external.numpy())
+                scope.bind(internal, scope.sg.add_constant(internal.op.name, value, to_dtype(internal.dtype)))
+            else:
+                raise ConversionError(f"cannot convert captured tensor {internal.name!r} ({external!r})")
+
+    def as_output(self, scope: Scope, value, what: str) -> Tensor:
+        if isinstance(value, TensorListValue):
+            return value.tensor
+        if isinstance(value, ResourceRef):
+            raise ConversionError(f"{what} is a resource handle; return its value instead")
+        return value
+
+    def _distinct_outputs(self, sg: Subgraph, outputs: list[Tensor], names: list[str]) -> list[Tensor]:
+        """Subgraph outputs must be produced inside the subgraph and be distinct: constants,
+        inputs and repeated tensors get an explicit copy op."""
+        seen: set[int] = set()
+        result = []
+        for t, name in zip(outputs, names):
+            if t.producer is None or id(t) in seen:
+                copy = sg.add_tensor(f"{t.name}/{name}", t.dtype, t.shape, shape_signature=t.shape_signature)
+                if t.is_constant:
+                    # A constant output: materialise it with a cheap op LiteRT keeps.
+                    shape = sg.add_constant(f"{t.name}/shape", np.asarray(t.shape, np.int32))
+                    sg.add_operator("RESHAPE", [t, shape], [copy], options={"new_shape": tuple(t.shape)})
+                else:
+                    shape = sg.add_constant(f"{t.name}/shape", np.asarray(t.signature, np.int32))
+                    sg.add_operator("RESHAPE", [t, shape], [copy])
+                t = copy
+            seen.add(id(t))
+            result.append(t)
+        return result
+
+    def function_subgraph(self, key: tuple, build: Callable[[Subgraph], None], name: str) -> int:
+        """Index of the subgraph for ``key``, building it with ``build`` on first use."""
+        sg = self._function_subgraphs.get(key)
+        if sg is None:
+            sg = self.new_subgraph(name)
+            self._function_subgraphs[key] = sg
+            build(sg)
+        return self.model.subgraph_index(sg)
+
+    # -- errors -----------------------------------------------------------------------------
+    def check_supported(self) -> None:
+        """Raise the error users know from TF's converter when some ops had no legalisation."""
+        if not self.unsupported:
+            return
+        builtin = sorted({op.op_type for _, _, op in self.model.operators() if op.op_type != "CUSTOM"})
+        custom = sorted(self.unsupported)
+        error = ConversionError(
+            "Some of the operators in the model are not supported by the standard TensorFlow Lite "
+            "runtime and are not recognized by TensorFlow. If you have a custom implementation for "
+            "them you can disable this error with --allow_custom_ops, or by setting "
+            "allow_custom_ops=True when calling tf.lite.TFLiteConverter(). Here is a list of builtin "
+            f"operators you are using: {', '.join(builtin)}. Here is a list of operators for which you "
+            f"will need custom implementations: {', '.join(custom)}.")
+        error.details = [d for ops in self.unsupported.values() for d in ops]
+        raise error
+
+
+def _is_function_call(graph, op) -> bool:
+    g = graph
+    while g is not None:
+        if g._get_function(op.type) is not None:  # noqa: SLF001
+            return True
+        g = getattr(g, "outer_graph", None)
+    return False
+
+
+def _variable_name(handle, hint: str) -> str:
+    """A readable shared name for a variable (the handle's own name when it has one)."""
+    try:
+        text = repr(handle)
+        start = text.index('name="') + 6
+        name = text[start:text.index('"', start)]
+        if name:
+            return name
+    except ValueError:
+        pass
+    return hint or "variable"

@@ -1,0 +1,366 @@
+"""Shape and data-movement ops: reshape, transpose, concat, slices, gathers, padding ..."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import ConversionError
+from ...schema import DType, MirrorPadMode
+from ..context import EmitContext
+from ..tfutil import const_value, tf
+from .common import as_int32, emitter_table, int32_const, normalize_axis, reshape, shape_const
+
+EMITTERS, emits = emitter_table()
+
+
+@emits("Identity", "Snapshot", "StopGradient", "PreventGradient", "CheckNumerics", "EnsureShape",
+       "Enter", "Exit", "DebugIdentity", "DebugIdentityV2", "DebugIdentityV3")
+def emit_identity(ctx: EmitContext):
+    return ctx.value(0)
+
+
+@emits("IdentityN")
+def emit_identity_n(ctx: EmitContext):
+    return [ctx.value(i) for i in range(ctx.num_inputs)]
+
+
+@emits("NoOp", "Assert", "Print", "PrintV2")
+def emit_nothing(ctx: EmitContext):
+    if ctx.op.outputs:
+        return [ctx.value(0)] if ctx.num_inputs else None
+    return None
+
+
+@emits("Const")
+def emit_const(ctx: EmitContext):
+    value = tf().make_ndarray(ctx.op.get_attr("value"))
+    dtype = ctx.out_dtype(0)
+    if dtype == DType.STRING:
+        raise ctx.fail("string constants are not supported")
+    return ctx.constant(value, dtype, ctx.name)
+
+
+@emits("PlaceholderWithDefault")
+def emit_placeholder_with_default(ctx: EmitContext):
+    return ctx.value(0)
+
+
+@emits("Placeholder")
+def emit_placeholder(ctx: EmitContext):
+    raise ConversionError(f"placeholder {ctx.op.name!r} is not bound to a function input")
+
+
+def _target_signature(ctx: EmitContext) -> list[int] | None:
+    """The output shape of a reshape-like op as constants (-1 for at most one unknown dim)."""
+    sig = ctx.out_signature(0)
+    if sig is not None and sum(d < 0 for d in sig) <= 1:
+        return list(sig)
+    return None
+
+
+@emits("Reshape")
+def emit_reshape(ctx: EmitContext):
+    x = ctx.input(0)
+    target = _target_signature(ctx)
+    if target is not None:
+        return reshape(ctx, x, target, ctx.out(0))
+    return ctx.emit1("RESHAPE", [x, as_int32(ctx, 1, "shape")])
+
+
+@emits("Squeeze")
+def emit_squeeze(ctx: EmitContext):
+    x = ctx.input(0)
+    target = _target_signature(ctx)
+    if target is not None:
+        return reshape(ctx, x, target, ctx.out(0))
+    return ctx.emit1("SQUEEZE", [x], squeeze_dims=tuple(int(d) for d in ctx.attr("squeeze_dims")))
+
+
+@emits("ExpandDims")
+def emit_expand_dims(ctx: EmitContext):
+    x = ctx.input(0)
+    axis = as_int32(ctx, 1, "axis")
+    if x.is_constant:
+        target = _target_signature(ctx)
+        if target is not None:
+            return reshape(ctx, x, target, ctx.out(0))
+    return ctx.emit1("EXPAND_DIMS", [x, axis])
+
+
+@emits("Transpose")
+def emit_transpose(ctx: EmitContext):
+    x = ctx.input(0)
+    perm = as_int32(ctx, 1, "perm")
+    if perm.is_constant and list(perm.data) == list(range(len(perm.data))):
+        return x
+    return ctx.emit1("TRANSPOSE", [x, perm])
+
+
+@emits("ConcatV2", "Concat")
+def emit_concat(ctx: EmitContext):
+    if ctx.type == "Concat":
+        axis_i, values = 0, list(range(1, ctx.num_inputs))
+    else:
+        axis_i, values = ctx.num_inputs - 1, list(range(ctx.num_inputs - 1))
+    axis = int(ctx.require_const(axis_i, "concat axis"))
+    ins = [ctx.input(i) for i in values]
+    if len(ins) == 1:
+        return ins[0]
+    rank = len(ctx.out_signature(0) or ins[0].signature)
+    return ctx.emit1("CONCATENATION", ins, axis=normalize_axis(axis, rank), fused_activation_function=0)
+
+
+@emits("Pack")
+def emit_pack(ctx: EmitContext):
+    ins = ctx.inputs()
+    rank = len(ctx.out_signature(0))
+    return ctx.emit1("PACK", ins, values_count=len(ins), axis=normalize_axis(int(ctx.attr("axis")), rank))
+
+
+@emits("Unpack")
+def emit_unpack(ctx: EmitContext):
+    x = ctx.input(0)
+    num = int(ctx.attr("num"))
+    outs = [ctx.out(i) for i in range(num)]
+    return ctx.emit("UNPACK", [x], outs, num=num, axis=normalize_axis(int(ctx.attr("axis")), x.rank))
+
+
+@emits("Split")
+def emit_split(ctx: EmitContext):
+    axis, x = as_int32(ctx, 0, "axis"), ctx.input(1)
+    n = int(ctx.attr("num_split"))
+    if n == 1:
+        return [x]
+    return ctx.emit("SPLIT", [axis, x], [ctx.out(i) for i in range(n)], num_splits=n)
+
+
+@emits("SplitV")
+def emit_split_v(ctx: EmitContext):
+    x, sizes, axis = ctx.input(0), as_int32(ctx, 1, "size_splits"), as_int32(ctx, 2, "axis")
+    n = int(ctx.attr("num_split"))
+    if n == 1:
+        return [x]
+    return ctx.emit("SPLIT_V", [x, sizes, axis], [ctx.out(i) for i in range(n)], num_splits=n)
+
+
+@emits("Slice")
+def emit_slice(ctx: EmitContext):
+    return ctx.emit1("SLICE", [ctx.input(0), as_int32(ctx, 1, "begin"), as_int32(ctx, 2, "size")])
+
+
+def _bits(mask: int, n: int) -> list[bool]:
+    return [bool(mask >> i & 1) for i in range(n)]
+
+
+@emits("StridedSlice")
+def emit_strided_slice(ctx: EmitContext):
+    x = ctx.input(0)
+    begin, end, strides = (as_int32(ctx, i, n) for i, n in ((1, "begin"), (2, "end"), (3, "strides")))
+    masks = {k: int(ctx.attr(k)) for k in ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask",
+                                            "shrink_axis_mask")}
+    if (masks["ellipsis_mask"] or masks["new_axis_mask"]) and all(t.is_constant for t in (begin, end, strides)):
+        dense = _dense_slice(ctx, x.rank, begin.data, end.data, strides.data, masks)
+        if dense is not None:
+            return dense
+    return ctx.emit1("STRIDED_SLICE", [x, begin, end, strides], offset=False, **masks)
+
+
+def _dense_slice(ctx: EmitContext, rank: int, begin, end, strides, masks):
+    """Rewrite a slice with ellipsis / new axes as a plain slice plus a reshape, as TF's
+    converter does (keeps STRIDED_SLICE at a low version)."""
+    n = len(begin)
+    ell, new = _bits(masks["ellipsis_mask"], n), _bits(masks["new_axis_mask"], n)
+    bm, em, sm = (_bits(masks[k], n) for k in ("begin_mask", "end_mask", "shrink_axis_mask"))
+    real = sum(1 for i in range(n) if not new[i] and not ell[i])
+    b, e, s, obm, oem, osm = [], [], [], [], [], []
+    for i in range(n):
+        if ell[i]:
+            for _ in range(rank - real):
+                b.append(0), e.append(0), s.append(1), obm.append(True), oem.append(True), osm.append(False)
+        elif new[i]:
+            continue
+        else:
+            b.append(int(begin[i])), e.append(int(end[i])), s.append(int(strides[i]))
+            obm.append(bm[i]), oem.append(em[i]), osm.append(sm[i])
+    while len(b) < rank:
+        b.append(0), e.append(0), s.append(1), obm.append(True), oem.append(True), osm.append(False)
+    target = _target_signature(ctx)
+    if target is None:
+        return None
+
+    def mask(bits):
+        return sum(1 << i for i, v in enumerate(bits) if v)
+
+    x = ctx.input(0)
+    sliced_sig = []
+    for d, (bb, ee, ss, mb, me, ms) in enumerate(zip(b, e, s, obm, oem, osm)):
+        if ms:
+            continue
+        size = x.signature[d]
+        if size < 0:
+            sliced_sig.append(-1)
+            continue
+        sl = slice(None if mb else bb, None if me else ee, ss)
+        sliced_sig.append(len(range(*sl.indices(size))))
+    sliced = ctx.emit1(
+        "STRIDED_SLICE", [x, int32_const(ctx, b, "begin"), int32_const(ctx, e, "end"), int32_const(ctx, s, "strides")],
+        ctx.temp("slice", x.dtype, sliced_sig), begin_mask=mask(obm), end_mask=mask(oem), ellipsis_mask=0,
+        new_axis_mask=0, shrink_axis_mask=mask(osm), offset=False)
+    if tuple(sliced_sig) == tuple(target):
+        return sliced
+    return reshape(ctx, sliced, target, ctx.out(0))
+
+
+@emits("GatherV2", "Gather")
+def emit_gather(ctx: EmitContext):
+    params, indices = ctx.input(0), ctx.input(1)
+    axis = 0 if ctx.type == "Gather" else int(ctx.require_const(2, "gather axis"))
+    batch_dims = int(ctx.attr("batch_dims", 0))
+    return ctx.emit1("GATHER", [params, indices], axis=normalize_axis(axis, params.rank),
+                     batch_dims=batch_dims)
+
+
+@emits("GatherNd")
+def emit_gather_nd(ctx: EmitContext):
+    return ctx.emit1("GATHER_ND", [ctx.input(0), ctx.input(1)])
+
+
+@emits("ScatterNd")
+def emit_scatter_nd(ctx: EmitContext):
+    return ctx.emit1("SCATTER_ND", [ctx.input(0), ctx.input(1), as_int32(ctx, 2, "shape")])
+
+
+@emits("Pad", "PadV2", "MirrorPad")
+def emit_pad(ctx: EmitContext):
+    x = ctx.input(0)
+    pads = as_int32(ctx, 1, "paddings")
+    if pads.is_constant and not np.any(pads.data) and ctx.type != "MirrorPad":
+        return x
+    if ctx.type == "MirrorPad":
+        mode = MirrorPadMode.REFLECT if ctx.attr("mode") == "REFLECT" else MirrorPadMode.SYMMETRIC
+        return ctx.emit1("MIRROR_PAD", [x, pads], mode=int(mode))
+    if ctx.type == "PadV2":
+        value = ctx.const(2)
+        if value is None or np.any(value != 0):
+            return ctx.emit1("PADV2", [x, pads, ctx.input(2)])
+    return ctx.emit1("PAD", [x, pads])
+
+
+@emits("Tile")
+def emit_tile(ctx: EmitContext):
+    m = ctx.const(1)
+    if m is not None and np.all(m == 1):
+        return ctx.input(0)
+    return ctx.emit1("TILE", [ctx.input(0), as_int32(ctx, 1, "multiples")])
+
+
+@emits("Fill")
+def emit_fill(ctx: EmitContext):
+    dims = as_int32(ctx, 0, "dims")
+    if not dims.is_constant:
+        target = _target_signature(ctx)
+        if target is not None and all(d >= 0 for d in target):
+            dims = shape_const(ctx, target, "dims")
+    return ctx.emit1("FILL", [dims, ctx.input(1)])
+
+
+@emits("BroadcastTo")
+def emit_broadcast_to(ctx: EmitContext):
+    x = ctx.input(0)
+    sig = ctx.out_signature(0)
+    if sig is not None and tuple(x.signature) == tuple(sig) and all(d >= 0 for d in sig):
+        return x
+    return ctx.emit1("BROADCAST_TO", [x, as_int32(ctx, 1, "shape")])
+
+
+@emits("Shape", "ShapeN")
+def emit_shape(ctx: EmitContext):
+    results = []
+    for i in range(ctx.num_inputs):
+        dtype = ctx.out_dtype(i)
+        static = ctx.in_signature(i)
+        if all(d >= 0 for d in static):
+            results.append(ctx.constant(np.asarray(static, dtype.numpy), dtype, f"{ctx.name}:{i}" if i else ctx.name))
+        else:
+            results.append(ctx.emit1("SHAPE", [ctx.input(i)], ctx.out(i), out_type=int(dtype)))
+    return results
+
+
+@emits("Size")
+def emit_size(ctx: EmitContext):
+    static = ctx.in_signature(0)
+    dtype = ctx.out_dtype(0)
+    if all(d >= 0 for d in static):
+        return ctx.constant(np.asarray(int(np.prod(static)), dtype.numpy), dtype, ctx.name)
+    shape = ctx.emit1("SHAPE", [ctx.input(0)], ctx.temp("shape", dtype, [len(static)]), out_type=int(dtype))
+    axes = int32_const(ctx, [0], "axes")
+    return ctx.emit1("REDUCE_PROD", [shape, axes], keep_dims=False)
+
+
+@emits("Rank")
+def emit_rank(ctx: EmitContext):
+    return ctx.constant(np.asarray(ctx.in_rank(0), np.int32), DType.INT32, ctx.name)
+
+
+@emits("Range")
+def emit_range(ctx: EmitContext):
+    return ctx.emit1("RANGE", ctx.inputs())
+
+
+@emits("ReverseV2")
+def emit_reverse(ctx: EmitContext):
+    return ctx.emit1("REVERSE_V2", [ctx.input(0), as_int32(ctx, 1, "axis")])
+
+
+@emits("TopKV2")
+def emit_topk(ctx: EmitContext):
+    return ctx.emit("TOPK_V2", [ctx.input(0), as_int32(ctx, 1, "k")], [ctx.out(0), ctx.out(1)])
+
+
+@emits("OneHot")
+def emit_one_hot(ctx: EmitContext):
+    indices, depth, on, off = ctx.inputs()
+    rank = len(ctx.out_signature(0))
+    return ctx.emit1("ONE_HOT", [indices, depth, on, off], axis=int(ctx.attr("axis")) if int(ctx.attr("axis")) >= 0 else -1)
+
+
+@emits("SpaceToBatchND")
+def emit_space_to_batch(ctx: EmitContext):
+    return ctx.emit1("SPACE_TO_BATCH_ND", [ctx.input(0), as_int32(ctx, 1, "block"), as_int32(ctx, 2, "paddings")])
+
+
+@emits("BatchToSpaceND")
+def emit_batch_to_space(ctx: EmitContext):
+    return ctx.emit1("BATCH_TO_SPACE_ND", [ctx.input(0), as_int32(ctx, 1, "block"), as_int32(ctx, 2, "crops")])
+
+
+@emits("SpaceToDepth", "DepthToSpace")
+def emit_space_depth(ctx: EmitContext):
+    if ctx.attr("data_format", "NHWC") != "NHWC":
+        raise ctx.fail("only NHWC is supported")
+    op_type = "SPACE_TO_DEPTH" if ctx.type == "SpaceToDepth" else "DEPTH_TO_SPACE"
+    return ctx.emit1(op_type, [ctx.input(0)], block_size=int(ctx.attr("block_size")))
+
+
+@emits("Where")
+def emit_where(ctx: EmitContext):
+    return ctx.emit1("WHERE", [ctx.input(0)])
+
+
+@emits("Unique")
+def emit_unique(ctx: EmitContext):
+    return ctx.emit("UNIQUE", [ctx.input(0)], [ctx.out(0), ctx.out(1)], idx_out_type=int(ctx.out_dtype(1)))
+
+
+@emits("MatrixDiagV3", "MatrixDiag")
+def emit_matrix_diag(ctx: EmitContext):
+    if ctx.type == "MatrixDiagV3":
+        k = ctx.const(1)
+        if k is None or np.any(k != 0):
+            raise ctx.fail("only the main diagonal is supported")
+    return ctx.emit1("MATRIX_DIAG", [ctx.input(0)])
+
+
+def static_value(ctx: EmitContext, i: int):
+    """Input ``i`` evaluated statically by TF itself (shape arithmetic), or None."""
+    return const_value(ctx.op.inputs[i])

@@ -1,0 +1,117 @@
+"""Helpers shared by the legalisation modules: the per-module emitter table, reshapes,
+transposes and casts that fold when their input is constant."""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ...ir import Tensor
+from ...schema import Activation, DType, Padding
+from ..context import EmitContext
+
+Emitter = Callable[[EmitContext], object]
+
+
+def emitter_table() -> tuple[dict[str, Emitter], Callable]:
+    """A module's own table {TF op type: emitter} and the decorator that fills it."""
+    table: dict[str, Emitter] = {}
+
+    def emits(*tf_types: str):
+        def register(fn: Emitter) -> Emitter:
+            for name in tf_types:
+                table[name] = fn
+            return fn
+
+        return register
+
+    return table, emits
+
+
+def padding_of(ctx: EmitContext) -> Padding:
+    pad = ctx.attr("padding")
+    if pad == "SAME":
+        return Padding.SAME
+    if pad == "VALID":
+        return Padding.VALID
+    raise ctx.fail(f"padding {pad!r} is not SAME or VALID")
+
+
+def shape_const(ctx: EmitContext, signature: Sequence[int], name: str = "shape") -> Tensor | None:
+    """A constant int32 shape for ``signature`` when at most one dim is unknown (as -1)."""
+    sig = [int(d) for d in signature]
+    if sum(d < 0 for d in sig) > 1:
+        return None
+    return ctx.constant(np.asarray(sig, np.int32), DType.INT32, f"{ctx.name}/{name}")
+
+
+def reshape(ctx: EmitContext, x: Tensor, signature: Sequence[int], out: Tensor | None = None,
+            suffix: str = "reshape") -> Tensor:
+    """RESHAPE ``x`` to ``signature`` (at most one unknown dim)."""
+    shape = shape_const(ctx, signature, f"{suffix}/shape")
+    if shape is None:
+        raise ctx.fail(f"cannot reshape to {list(signature)}: more than one unknown dimension")
+    if out is None:
+        out = ctx.temp(suffix, x.dtype, signature)
+    return ctx.emit1("RESHAPE", [x, shape], out)
+
+
+def transpose(ctx: EmitContext, x: Tensor, perm: Sequence[int], out: Tensor | None = None,
+              suffix: str = "transpose") -> Tensor:
+    """TRANSPOSE ``x`` by a constant permutation (folds for constants)."""
+    perm = [int(p) for p in perm]
+    if perm == list(range(len(perm))) and out is None:
+        return x
+    sig = tuple(x.signature)
+    if out is None:
+        out = ctx.temp(suffix, x.dtype, [sig[p] for p in perm])
+    p = ctx.constant(np.asarray(perm, np.int32), DType.INT32, f"{ctx.name}/{suffix}/perm")
+    return ctx.emit1("TRANSPOSE", [x, p], out)
+
+
+def cast(ctx: EmitContext, x: Tensor, dtype: DType, suffix: str = "cast") -> Tensor:
+    if x.dtype == dtype:
+        return x
+    if x.is_constant:
+        return ctx.constant(np.asarray(x.data).astype(dtype.numpy), dtype, f"{ctx.name}/{suffix}")
+    return ctx.emit1("CAST", [x], ctx.temp(suffix, dtype, x.signature))
+
+
+def int32_const(ctx: EmitContext, value, suffix: str) -> Tensor:
+    return ctx.constant(np.asarray(value, np.int32), DType.INT32, f"{ctx.name}/{suffix}")
+
+
+def as_int32(ctx: EmitContext, i: int, suffix: str = "i32") -> Tensor:
+    """Input ``i`` as int32 (TFLite wants int32 axes / shapes; TF allows int64)."""
+    t = ctx.input(i)
+    return cast(ctx, t, DType.INT32, suffix) if t.dtype == DType.INT64 else t
+
+
+def normalize_axis(axis: int, rank: int) -> int:
+    return axis + rank if axis < 0 else axis
+
+
+def broadcast_signature(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
+    """NumPy broadcasting of two shape signatures (-1 unknown)."""
+    a, b = list(a), list(b)
+    n = max(len(a), len(b))
+    a = [1] * (n - len(a)) + a
+    b = [1] * (n - len(b)) + b
+    out = []
+    for x, y in zip(a, b):
+        if x == 1:
+            out.append(y)
+        elif y == 1 or x == y:
+            out.append(x)
+        elif x < 0 or y < 0:
+            out.append(max(x, y))
+        else:
+            out.append(max(x, y))
+    return tuple(out)
+
+
+ACTIVATIONS = {
+    "RELU": Activation.RELU, "RELU6": Activation.RELU6, "RELU_N1_TO_1": Activation.RELU_N1_TO_1,
+    "TANH": Activation.TANH,
+}

@@ -1,0 +1,208 @@
+"""Element-wise math, comparisons, activations and reductions."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...schema import DType
+from ..context import EmitContext
+from .common import as_int32, cast, emitter_table
+
+EMITTERS, emits = emitter_table()
+
+_BINARY = {
+    "AddV2": "ADD", "Add": "ADD", "Sub": "SUB", "Mul": "MUL", "RealDiv": "DIV", "Div": "DIV",
+    "Maximum": "MAXIMUM", "Minimum": "MINIMUM", "Pow": "POW", "SquaredDifference": "SQUARED_DIFFERENCE",
+    "FloorDiv": "FLOOR_DIV", "FloorMod": "FLOOR_MOD", "Less": "LESS", "LessEqual": "LESS_EQUAL",
+    "Greater": "GREATER", "GreaterEqual": "GREATER_EQUAL", "Equal": "EQUAL", "NotEqual": "NOT_EQUAL",
+    "LogicalAnd": "LOGICAL_AND", "LogicalOr": "LOGICAL_OR", "Atan2": "ATAN2",
+    "BitwiseXor": "BITWISE_XOR", "RightShift": "RIGHT_SHIFT",
+}
+_UNARY = {
+    "Abs": "ABS", "Ceil": "CEIL", "Cos": "COS", "Exp": "EXP", "Floor": "FLOOR", "Log": "LOG",
+    "Neg": "NEG", "Rsqrt": "RSQRT", "Sin": "SIN", "Sqrt": "SQRT", "Square": "SQUARE", "Tanh": "TANH",
+    "Sigmoid": "LOGISTIC", "Relu": "RELU", "Relu6": "RELU6", "Elu": "ELU", "Round": "ROUND",
+    "Rint": "ROUND", "Sign": "SIGN", "LogicalNot": "LOGICAL_NOT", "ZerosLike": "ZEROS_LIKE",
+    "OnesLike": "ONES_LIKE", "IsFinite": None, "Softmax": "SOFTMAX", "LogSoftmax": "LOG_SOFTMAX",
+}
+_REDUCE = {
+    "Mean": "MEAN", "Sum": "SUM", "Max": "REDUCE_MAX", "Min": "REDUCE_MIN", "Prod": "REDUCE_PROD",
+    "Any": "REDUCE_ANY", "All": "REDUCE_ALL",
+}
+
+
+@emits(*_BINARY)
+def emit_binary(ctx: EmitContext):
+    a, b = ctx.input(0), ctx.input(1)
+    return ctx.emit1(_BINARY[ctx.type], [a, b])
+
+
+@emits("BiasAdd", "BiasAddV1")
+def emit_bias_add(ctx: EmitContext):
+    x, bias = ctx.input(0), ctx.input(1)
+    if ctx.attr("data_format", "NHWC") == "NCHW":
+        rank = ctx.in_rank(0)
+        value = ctx.require_const(1, "NCHW bias")
+        bias = ctx.constant(value.reshape((-1,) + (1,) * (rank - 2)), bias.dtype, f"{ctx.name}/bias")
+    return ctx.emit1("ADD", [x, bias])
+
+
+@emits("AddN")
+def emit_add_n(ctx: EmitContext):
+    ins = ctx.inputs()
+    if len(ins) == 1:
+        return ins[0]
+    if len(ins) == 2:
+        return ctx.emit1("ADD", ins)
+    return ctx.emit1("ADD_N", ins)
+
+
+@emits(*[k for k, v in _UNARY.items() if v])
+def emit_unary(ctx: EmitContext):
+    op_type = _UNARY[ctx.type]
+    options = {"beta": 1.0} if op_type == "SOFTMAX" else {}
+    return ctx.emit1(op_type, [ctx.input(0)], **options)
+
+
+@emits("LeakyRelu")
+def emit_leaky_relu(ctx: EmitContext):
+    return ctx.emit1("LEAKY_RELU", [ctx.input(0)], alpha=float(ctx.attr("alpha")))
+
+
+@emits("Selu")
+def emit_selu(ctx: EmitContext):
+    """selu(x) = scale * (x > 0 ? x : alpha * (exp(x) - 1)), built from builtins like TF."""
+    x = ctx.input(0)
+    scale, alpha = 1.0507009873554805, 1.6732632423543772
+    sig = x.signature
+    zero = ctx.constant(np.float32(0), name=f"{ctx.name}/zero")
+    positive = ctx.emit1("GREATER", [x, zero], ctx.temp("positive", DType.BOOL, sig))
+    scaled = ctx.emit1("MUL", [x, ctx.constant(np.float32(scale))], ctx.temp("scaled", x.dtype, sig))
+    e = ctx.emit1("EXP", [x], ctx.temp("exp", x.dtype, sig))
+    em1 = ctx.emit1("SUB", [e, ctx.constant(np.float32(1.0))], ctx.temp("expm1", x.dtype, sig))
+    neg = ctx.emit1("MUL", [em1, ctx.constant(np.float32(scale * alpha))], ctx.temp("negative", x.dtype, sig))
+    return ctx.emit1("SELECT_V2", [positive, scaled, neg])
+
+
+@emits("Softplus")
+def emit_softplus(ctx: EmitContext):
+    """softplus(x) = log(exp(x) + 1), as TF's converter lowers it."""
+    x = ctx.input(0)
+    e = ctx.emit1("EXP", [x], ctx.temp("exp", x.dtype, x.signature))
+    p = ctx.emit1("ADD", [e, ctx.constant(np.float32(1.0))], ctx.temp("add", x.dtype, x.signature))
+    return ctx.emit1("LOG", [p])
+
+
+@emits("Softsign")
+def emit_softsign(ctx: EmitContext):
+    x = ctx.input(0)
+    a = ctx.emit1("ABS", [x], ctx.temp("abs", x.dtype, x.signature))
+    p = ctx.emit1("ADD", [a, ctx.constant(np.float32(1.0))], ctx.temp("add", x.dtype, x.signature))
+    return ctx.emit1("DIV", [x, p])
+
+
+@emits("Reciprocal", "Inv")
+def emit_reciprocal(ctx: EmitContext):
+    x = ctx.input(0)
+    one = ctx.constant(np.ones((), x.dtype.numpy), x.dtype)
+    return ctx.emit1("DIV", [one, x])
+
+
+@emits("Expm1")
+def emit_expm1(ctx: EmitContext):
+    x = ctx.input(0)
+    e = ctx.emit1("EXP", [x], ctx.temp("exp", x.dtype, x.signature))
+    return ctx.emit1("SUB", [e, ctx.constant(np.ones((), x.dtype.numpy), x.dtype)])
+
+
+@emits("Log1p")
+def emit_log1p(ctx: EmitContext):
+    x = ctx.input(0)
+    p = ctx.emit1("ADD", [x, ctx.constant(np.ones((), x.dtype.numpy), x.dtype)], ctx.temp("add", x.dtype, x.signature))
+    return ctx.emit1("LOG", [p])
+
+
+@emits("DivNoNan")
+def emit_div_no_nan(ctx: EmitContext):
+    x, y = ctx.input(0), ctx.input(1)
+    zero = ctx.constant(np.zeros((), y.dtype.numpy), y.dtype)
+    sig = ctx.out_signature(0)
+    is_zero = ctx.emit1("EQUAL", [y, zero], ctx.temp("is_zero", DType.BOOL, y.signature))
+    q = ctx.emit1("DIV", [x, y], ctx.temp("div", x.dtype, sig))
+    zeros = ctx.emit1("ZEROS_LIKE", [q], ctx.temp("zeros", x.dtype, sig))
+    return ctx.emit1("SELECT_V2", [is_zero, zeros, q])
+
+
+@emits("ClipByValue")
+def emit_clip(ctx: EmitContext):
+    x, lo, hi = ctx.inputs()
+    m = ctx.emit1("MAXIMUM", [x, lo], ctx.temp("max", x.dtype, ctx.out_signature(0)))
+    return ctx.emit1("MINIMUM", [m, hi])
+
+
+@emits("Select")
+def emit_select(ctx: EmitContext):
+    cond, a, b = ctx.inputs()
+    if cond.rank == 1 and a.rank > 1:
+        # TF1 Select picks whole rows with a vector condition: broadcast it explicitly.
+        cond_sig = (cond.signature[0],) + (1,) * (a.rank - 1)
+        shape = ctx.constant(np.asarray([-1] + [1] * (a.rank - 1), np.int32), DType.INT32)
+        cond = ctx.emit1("RESHAPE", [cond, shape], ctx.temp("cond", DType.BOOL, cond_sig))
+        return ctx.emit1("SELECT_V2", [cond, a, b])
+    return ctx.emit1("SELECT", [cond, a, b])
+
+
+@emits("SelectV2")
+def emit_select_v2(ctx: EmitContext):
+    return ctx.emit1("SELECT_V2", ctx.inputs())
+
+
+@emits(*_REDUCE)
+def emit_reduce(ctx: EmitContext):
+    x = ctx.input(0)
+    axes = as_int32(ctx, 1, "axes")
+    if axes.rank == 0 and axes.is_constant:
+        axes = ctx.constant(np.asarray(axes.data).reshape(1), DType.INT32, f"{ctx.name}/axes")
+    keep = bool(ctx.attr("keep_dims", False))
+    return ctx.emit1(_REDUCE[ctx.type], [x, axes], keep_dims=keep)
+
+
+@emits("ArgMax", "ArgMin")
+def emit_arg(ctx: EmitContext):
+    x = ctx.input(0)
+    axis = as_int32(ctx, 1, "axis")
+    out_type = ctx.out_dtype(0)
+    op_type = "ARG_MAX" if ctx.type == "ArgMax" else "ARG_MIN"
+    return ctx.emit1(op_type, [x, axis], output_type=int(out_type))
+
+
+@emits("Cast")
+def emit_cast(ctx: EmitContext):
+    x = ctx.input(0)
+    dtype = ctx.out_dtype(0)
+    if x.dtype == dtype:
+        return x
+    return ctx.emit1("CAST", [x])
+
+
+@emits("Cumsum")
+def emit_cumsum(ctx: EmitContext):
+    x = ctx.input(0)
+    axis = as_int32(ctx, 1, "axis")
+    return ctx.emit1("CUMSUM", [x, axis], exclusive=bool(ctx.attr("exclusive")), reverse=bool(ctx.attr("reverse")))
+
+
+@emits("L2Loss")
+def emit_l2_loss(ctx: EmitContext):
+    x = ctx.input(0)
+    sq = ctx.emit1("SQUARE", [x], ctx.temp("square", x.dtype, x.signature))
+    axes = ctx.constant(np.arange(x.rank, dtype=np.int32), DType.INT32)
+    s = ctx.emit1("SUM", [sq, axes], ctx.temp("sum", x.dtype, ()), keep_dims=False)
+    return ctx.emit1("MUL", [s, ctx.constant(np.float32(0.5))])
+
+
+def float_const(ctx: EmitContext, value, like) -> object:
+    return ctx.constant(np.asarray(value, like.dtype.numpy), like.dtype)
+
+
+__all__ = ["EMITTERS", "cast"]

@@ -1,0 +1,143 @@
+"""TF-level patterns: groups of TF ops that legalise to one builtin as a whole.
+
+Some activations reach the graph already decomposed — GELU as ``0.5 * x * erfc(-x / sqrt 2)``
+(whose Erfc has no builtin), hard-swish as ``x * relu6(x + 3) / 6``. A pattern matches such
+a group at its last op (the anchor); the anchor then emits the builtin, and the interior ops
+are skipped — so an Erfc that only feeds a GELU never needs a legalisation of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from ..context import EmitContext
+from ..tfutil import tf
+
+_COMMUTATIVE = {"Mul", "AddV2", "Add"}
+
+
+@dataclass(frozen=True)
+class C:
+    """A constant leaf (every element close to ``value``)."""
+
+    value: float
+
+
+@dataclass
+class Pattern:
+    name: str
+    tree: Any
+    emit: Callable[[EmitContext, dict], Any]
+
+
+def _const_of(t):
+    while t.op.type == "Identity":
+        t = t.op.inputs[0]
+    if t.op.type != "Const":
+        return None
+    return tf().make_ndarray(t.op.get_attr("value"))
+
+
+def _match(spec, t, binds: dict, ops: list) -> bool:
+    if isinstance(spec, str):
+        bound = binds.get(spec)
+        if bound is None:
+            binds[spec] = t
+            return True
+        return bound is t or bound.name == t.name
+    if isinstance(spec, C):
+        value = _const_of(t)
+        return value is not None and value.size > 0 and bool(np.allclose(value, spec.value, rtol=1e-4, atol=1e-6))
+    types, *args = spec
+    types = (types,) if isinstance(types, str) else types
+    op = t.op
+    if op.type not in types or len(op.inputs) != len(args):
+        return False
+    orders = [list(op.inputs)]
+    if op.type in _COMMUTATIVE and len(args) == 2:
+        orders.append(list(reversed(op.inputs)))
+    for inputs in orders:
+        trial_binds, trial_ops = dict(binds), []
+        if all(_match(a, x, trial_binds, trial_ops) for a, x in zip(args, inputs)):
+            binds.clear()
+            binds.update(trial_binds)
+            ops.append(op)
+            ops.extend(trial_ops)
+            return True
+    return False
+
+
+def _gelu(approximate: bool):
+    def emit(ctx: EmitContext, binds: dict):
+        x = ctx.scope.lookup(binds["x"])
+        return ctx.emit1("GELU", [x], approximate=approximate)
+
+    return emit
+
+
+def _hard_swish(ctx: EmitContext, binds: dict):
+    return ctx.emit1("HARD_SWISH", [ctx.scope.lookup(binds["x"])])
+
+
+_RELU6_X3 = ("Relu6", ("AddV2", "x", C(3.0)))
+PATTERNS = [
+    # tf.nn.gelu(approximate=False): 0.5 * x * erfc(-x * 1/sqrt(2))
+    Pattern("gelu", ("Mul", ("Mul", C(0.5), "x"), ("Erfc", ("Mul", ("Neg", "x"), C(0.7071067811865476)))),
+            _gelu(False)),
+    # 0.5 * x * (1 + erf(x / sqrt(2)))
+    Pattern("gelu", ("Mul", ("Mul", C(0.5), "x"), ("AddV2", C(1.0), ("Erf", ("Mul", "x", C(0.7071067811865476))))),
+            _gelu(False)),
+    Pattern("gelu", ("Mul", ("Mul", C(0.5), "x"), ("AddV2", C(1.0), ("Erf", ("RealDiv", "x", C(1.4142135623730951))))),
+            _gelu(False)),
+    # tf.nn.gelu(approximate=True): 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))
+    Pattern("gelu_tanh", ("Mul", ("Mul", C(0.5), "x"), ("AddV2", C(1.0), ("Tanh", ("Mul", C(0.7978845608028654), (
+        "AddV2", "x", ("Mul", C(0.044715), ("Pow", "x", C(3.0)))))))), _gelu(True)),
+    # keras hard_swish: x * (relu6(x + 3) / 6), and the usual variants
+    Pattern("hard_swish", ("Mul", "x", ("RealDiv", _RELU6_X3, C(6.0))), _hard_swish),
+    Pattern("hard_swish", ("Mul", "x", ("Mul", _RELU6_X3, C(1.0 / 6.0))), _hard_swish),
+    Pattern("hard_swish", ("RealDiv", ("Mul", "x", _RELU6_X3), C(6.0)), _hard_swish),
+    Pattern("hard_swish", ("Mul", ("Mul", "x", _RELU6_X3), C(1.0 / 6.0)), _hard_swish),
+]
+_ANCHORS = {p.tree[0] for p in PATTERNS}
+
+
+def match_patterns(scope, ops) -> tuple[dict, set]:
+    """Match patterns over ``ops`` (topological order), last op first.
+
+    Returns (anchor op name -> Pending, names of interior ops to skip).
+    """
+    from ..importer import Pending
+
+    claimed: dict[str, Pending] = {}
+    skipped: set[str] = set()
+    live = {op.name for op in ops}
+    for op in reversed(ops):
+        if op.type not in _ANCHORS or op.name in skipped or len(op.outputs) != 1:
+            continue
+        for pattern in PATTERNS:
+            binds: dict = {}
+            matched: list = []
+            if not _match(pattern.tree, op.outputs[0], binds, matched):
+                continue
+            inner = {o.name for o in matched} - {op.name}
+            if not _private(matched, op, inner | {op.name}, live):
+                continue
+            claimed[op.name] = Pending(lambda ctx, p=pattern, b=binds: p.emit(ctx, b), pattern.name)
+            skipped |= {o.name for o in matched if o.name != op.name and o.type != "Const"}
+            break
+    return claimed, skipped
+
+
+def _private(matched, anchor, names: set, live: set) -> bool:
+    """Interior ops may only feed ops of the match (else they are needed anyway)."""
+    for o in matched:
+        if o is anchor or o.type == "Const":
+            continue
+        for out in o.outputs:
+            for consumer in out.consumers():
+                if consumer.name not in names and consumer.name in live:
+                    return False
+    return True

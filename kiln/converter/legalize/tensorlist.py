@@ -1,0 +1,132 @@
+"""TensorList ops (tf.TensorArray, tf.while_loop accumulators) lowered to plain tensors.
+
+A list becomes one tensor ``[num_elements, *element_shape]``: Reserve preallocates it,
+FromTensor is the tensor itself, GetItem is a GATHER, SetItem a DYNAMIC_UPDATE_SLICE at
+``[index, 0, ...]``, Stack the tensor. When the element shape has unknown dims (a dynamic
+batch), the list is preallocated with 1 there and broadcast to the item's shape on write.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...schema import DType
+from ..context import EmitContext
+from ..tfutil import to_dtype
+from ..values import TensorListValue
+from .common import emitter_table
+
+EMITTERS, emits = emitter_table()
+
+
+def _list(ctx: EmitContext, i: int = 0) -> TensorListValue:
+    v = ctx.value(i)
+    if not isinstance(v, TensorListValue):
+        raise ctx.fail("the TensorList does not come from an op kiln can lower")
+    return v
+
+
+def _element_signature(ctx: EmitContext, i: int) -> tuple[int, ...]:
+    shape = ctx.const(i)
+    if shape is None:
+        raise ctx.fail("the element shape must be a constant")
+    shape = np.asarray(shape).reshape(-1) if np.ndim(shape) else np.asarray(shape)
+    if shape.ndim == 0:
+        raise ctx.fail("TensorList with an unknown element rank cannot be lowered")
+    return tuple(int(d) for d in shape)
+
+
+@emits("TensorListReserve", "EmptyTensorList")
+def emit_reserve(ctx: EmitContext):
+    elem = _element_signature(ctx, 0)
+    dtype = to_dtype(ctx.attr("element_dtype"))
+    n = ctx.const(1)
+    if ctx.type == "EmptyTensorList":
+        raise ctx.fail("growing lists (EmptyTensorList + PushBack) cannot be lowered")
+    static_elem = [1 if d < 0 else d for d in elem]
+    zero = ctx.constant(np.zeros((), dtype.numpy), dtype, f"{ctx.name}/zero")
+    if n is not None:
+        count = int(n)
+        shape = ctx.constant(np.asarray([count, *static_elem], np.int32), DType.INT32, f"{ctx.name}/shape")
+        sig = (count, *elem)
+    else:
+        n_t = ctx.input(1)
+        n1 = ctx.emit1("RESHAPE", [n_t, ctx.constant(np.asarray([1], np.int32), DType.INT32)],
+                       ctx.temp("count", DType.INT32, (1,)))
+        rest = ctx.constant(np.asarray(static_elem, np.int32), DType.INT32, f"{ctx.name}/element_shape")
+        shape = ctx.emit1("CONCATENATION", [n1, rest], ctx.temp("shape", DType.INT32, (1 + len(elem),)),
+                          axis=0, fused_activation_function=0)
+        sig = (-1, *elem)
+    t = ctx.emit1("FILL", [shape, zero], ctx.temp("list", dtype, sig))
+    return TensorListValue(t, dtype, elem)
+
+
+@emits("TensorListFromTensor")
+def emit_from_tensor(ctx: EmitContext):
+    t = ctx.input(0)
+    return TensorListValue(t, t.dtype, tuple(t.signature[1:]))
+
+
+@emits("TensorListGetItem")
+def emit_get_item(ctx: EmitContext):
+    lst = _list(ctx)
+    index = ctx.input(1)
+    return ctx.emit1("GATHER", [lst.tensor, index], axis=0, batch_dims=0)
+
+
+@emits("TensorListSetItem")
+def emit_set_item(ctx: EmitContext):
+    lst = _list(ctx)
+    index, item = ctx.input(1), ctx.input(2)
+    if bool(ctx.attr("resize_if_index_out_of_bounds", False)):
+        raise ctx.fail("resize_if_index_out_of_bounds is not supported")
+    rank = len(lst.element_signature)
+    axis0 = ctx.constant(np.asarray(0, np.int32), DType.INT32, f"{ctx.name}/axis")
+    update = ctx.emit1("EXPAND_DIMS", [item, axis0], ctx.temp("update", item.dtype, (1, *item.signature)))
+    base = lst.tensor
+    if lst.dynamic_elements:
+        # Allocated with 1 where the element size was unknown: broadcast to the real size.
+        sig = (base.signature[0], *item.signature)
+        s1 = ctx.emit1("SHAPE", [base], ctx.temp("list_shape", DType.INT32, (rank + 1,)), out_type=int(DType.INT32))
+        s2 = ctx.emit1("SHAPE", [update], ctx.temp("item_shape", DType.INT32, (rank + 1,)), out_type=int(DType.INT32))
+        shape = ctx.emit1("MAXIMUM", [s1, s2], ctx.temp("shape", DType.INT32, (rank + 1,)))
+        base = ctx.emit1("BROADCAST_TO", [base, shape], ctx.temp("broadcast", base.dtype, sig))
+    idx = index if index.dtype == DType.INT32 else ctx.emit1("CAST", [index], ctx.temp("index", DType.INT32, ()))
+    zeros = [ctx.constant(np.asarray(0, np.int32), DType.INT32, f"{ctx.name}/zero") for _ in range(rank)]
+    start = ctx.emit1("PACK", [idx, *zeros], ctx.temp("start", DType.INT32, (rank + 1,)),
+                      values_count=rank + 1, axis=0)
+    out = ctx.temp("list", base.dtype, base.signature)
+    new = ctx.emit1("DYNAMIC_UPDATE_SLICE", [base, update, start], out)
+    return TensorListValue(new, lst.element_dtype, lst.element_signature)
+
+
+@emits("TensorListStack")
+def emit_stack(ctx: EmitContext):
+    return _list(ctx).tensor
+
+
+@emits("TensorListGather")
+def emit_gather(ctx: EmitContext):
+    lst = _list(ctx)
+    return ctx.emit1("GATHER", [lst.tensor, ctx.input(1)], axis=0, batch_dims=0)
+
+
+@emits("TensorListLength")
+def emit_length(ctx: EmitContext):
+    lst = _list(ctx)
+    n = lst.tensor.signature[0]
+    if n >= 0:
+        return ctx.constant(np.asarray(n, np.int32), DType.INT32, ctx.name)
+    rank = lst.tensor.rank
+    shape = ctx.emit1("SHAPE", [lst.tensor], ctx.temp("shape", DType.INT32, (rank,)), out_type=int(DType.INT32))
+    zero = ctx.constant(np.asarray(0, np.int32), DType.INT32)
+    return ctx.emit1("GATHER", [shape, zero], axis=0, batch_dims=0)
+
+
+@emits("TensorListElementShape")
+def emit_element_shape(ctx: EmitContext):
+    lst = _list(ctx)
+    if any(d < 0 for d in lst.element_signature):
+        raise ctx.fail("the element shape is not static")
+    dtype = ctx.out_dtype(0)
+    return ctx.constant(np.asarray(lst.element_signature, dtype.numpy), dtype, ctx.name)

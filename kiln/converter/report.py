@@ -1,0 +1,79 @@
+"""`ConversionReport`: what a conversion produced and why (available as ``converter.report``)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from ..ir import Model
+
+
+@dataclass
+class ConversionReport:
+    """Operator counts, size and time of one conversion, and what was fused or not.
+
+    Attributes:
+      op_counts: operator name -> count over all subgraphs (custom ops by custom code).
+      op_versions: sorted (operator name, version) pairs the model uses.
+      size: bytes of the written model.
+      seconds: wall time of ``convert()`` (import, passes, writing).
+      import_seconds / pass_seconds / write_seconds: its parts.
+      fused: composite functions fused ("label: fused (implements name)").
+      not_fused: composite functions that were inlined, each with the reason.
+      custom_ops: TF op types emitted as CUSTOM (``allow_custom_ops``).
+      tf_ops: TF op types seen in the imported graphs, with counts.
+      subgraphs: number of subgraphs.
+      min_runtime_version: the model's ``min_runtime_version``.
+      missing_records: builtin ops without a kiln op record (their version could not be set).
+      passes: per pass, how many rounds changed the model.
+      notes: what tracing decided (e.g. Keras recurrent layers routed to fusions).
+    """
+
+    op_counts: dict[str, int] = field(default_factory=dict)
+    op_versions: list[tuple[str, int]] = field(default_factory=list)
+    size: int = 0
+    seconds: float = 0.0
+    import_seconds: float = 0.0
+    pass_seconds: float = 0.0
+    write_seconds: float = 0.0
+    fused: list[str] = field(default_factory=list)
+    not_fused: list[str] = field(default_factory=list)
+    custom_ops: dict[str, int] = field(default_factory=dict)
+    tf_ops: dict[str, int] = field(default_factory=dict)
+    subgraphs: int = 0
+    min_runtime_version: str = ""
+    missing_records: list[str] = field(default_factory=list)
+    passes: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def num_ops(self) -> int:
+        return sum(self.op_counts.values())
+
+    def record_model(self, model: Model) -> None:
+        counts: Counter = Counter()
+        versions = set()
+        for _, _, op in model.operators():
+            counts[op.name] += 1
+            versions.add((op.name, op.version))
+        self.op_counts = dict(sorted(counts.items()))
+        self.op_versions = sorted(versions)
+        self.subgraphs = len(model.subgraphs)
+
+    def summary(self) -> str:
+        """A few lines for the command line."""
+        ops = ", ".join(f"{name} x{n}" if n > 1 else name for name, n in self.op_counts.items())
+        lines = [
+            f"{self.num_ops} ops in {self.subgraphs} subgraph(s): {ops or '-'}",
+            f"size {self.size} bytes, converted in {self.seconds:.3f} s, min runtime {self.min_runtime_version or '-'}",
+        ]
+        if self.fused:
+            lines.append("fused: " + "; ".join(self.fused))
+        if self.not_fused:
+            lines.append("not fused: " + "; ".join(self.not_fused))
+        if self.custom_ops:
+            lines.append("custom ops: " + ", ".join(sorted(self.custom_ops)))
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()

@@ -1,0 +1,178 @@
+"""Small helpers over TensorFlow's graph objects (imported lazily: TF is an optional extra)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConversionError
+from ..schema import DType
+
+
+@functools.lru_cache(maxsize=None)
+def tf():
+    """The tensorflow module (a clear error when the `tf` extra is not installed)."""
+    try:
+        import tensorflow
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ConversionError("converting TensorFlow models needs tensorflow: pip install kiln[tf]") from exc
+    return tensorflow
+
+
+def to_dtype(tf_dtype) -> DType:
+    """LiteRT tensor type of a TensorFlow dtype."""
+    t = tf()
+    dt = t.as_dtype(tf_dtype)
+    if dt == t.resource:
+        return DType.RESOURCE
+    if dt == t.variant:
+        return DType.VARIANT
+    if dt == t.string:
+        return DType.STRING
+    if dt == t.bfloat16:
+        return DType.BFLOAT16
+    try:
+        return DType.from_numpy(dt.as_numpy_dtype)
+    except (TypeError, ValueError):
+        raise ConversionError(f"TensorFlow type {dt.name} has no LiteRT tensor type") from None
+
+
+def shape_signature(shape) -> tuple[int, ...] | None:
+    """A TensorShape as a tuple with -1 for unknown dims; None when even the rank is unknown."""
+    if shape.rank is None:
+        return None
+    return tuple(-1 if d is None else int(d) for d in shape.as_list())
+
+
+def static_shape(signature: tuple[int, ...]) -> tuple[int, ...]:
+    """The file's ``shape`` for a signature: dynamic dims become 1, as TF's converter writes."""
+    return tuple(1 if d < 0 else d for d in signature)
+
+
+def attr_value(value) -> Any:
+    """An AttrValue proto as a plain Python value (lists, strings, dtypes as names, shapes)."""
+    kind = value.WhichOneof("value")
+    if kind == "list":
+        lst = value.list
+        for field in ("s", "i", "f", "b", "type", "shape", "tensor", "func"):
+            items = getattr(lst, field)
+            if len(items):
+                return [_scalar_attr(field, v) for v in items]
+        return []
+    if kind is None:
+        return None
+    return _scalar_attr(kind, getattr(value, kind))
+
+
+def _scalar_attr(kind: str, v) -> Any:
+    t = tf()
+    if kind == "s":
+        try:
+            return v.decode("utf-8")
+        except UnicodeDecodeError:
+            return bytes(v)
+    if kind in ("i", "f", "b"):
+        return v
+    if kind == "type":
+        return t.as_dtype(v).name
+    if kind == "shape":
+        return None if v.unknown_rank else [int(d.size) for d in v.dim]
+    if kind == "tensor":
+        return t.make_ndarray(v)
+    if kind == "func":
+        return {"name": v.name, **{k: attr_value(a) for k, a in v.attr.items()}}
+    if kind == "placeholder":
+        return v
+    return v
+
+
+def node_attrs(op) -> dict[str, Any]:
+    """All attributes of a graph operation as plain values (internal `_` attrs dropped)."""
+    return {k: attr_value(v) for k, v in op.node_def.attr.items() if not k.startswith("_")}
+
+
+def function_graph(graph, name: str):
+    """The FuncGraph of library function ``name`` reachable from ``graph`` (memoised)."""
+    cache = graph.__dict__.setdefault("_kiln_function_graphs", {})
+    fg = cache.get(name)
+    if fg is None:
+        fg = cache[name] = _function_graph(graph, name)
+    return fg
+
+
+def _function_graph(graph, name: str):
+    g = graph
+    while g is not None:
+        fn = g._get_function(name)  # noqa: SLF001 - TF exposes no public accessor
+        if fn is not None:
+            fg = getattr(fn, "graph", None)
+            if fg is not None:
+                return fg
+            return _graph_from_definition(g, fn.definition)
+        g = getattr(g, "outer_graph", None)
+    # Functions only present in the serialized library (e.g. loaded SavedModels).
+    fdef = _find_fdef(graph, name)
+    if fdef is None:
+        raise ConversionError(f"function {name!r} is not in the graph's function library")
+    return _graph_from_definition(graph, fdef)
+
+
+def function_def(graph, name: str):
+    """The FunctionDef of library function ``name`` (None if absent)."""
+    g = graph
+    while g is not None:
+        fn = g._get_function(name)  # noqa: SLF001
+        if fn is not None:
+            return fn.definition
+        g = getattr(g, "outer_graph", None)
+    return _find_fdef(graph, name)
+
+
+def _find_fdef(graph, name: str):
+    for fdef in graph.as_graph_def().library.function:
+        if fdef.signature.name == name:
+            return fdef
+    return None
+
+
+def _graph_from_definition(graph, fdef):
+    from tensorflow.python.framework import function_def_to_graph
+
+    with graph.as_default():
+        return function_def_to_graph.function_def_to_graph(fdef)
+
+
+def implements_name(fdef) -> tuple[str | None, dict]:
+    """The composite name of a function (``_implements`` or tf_keras' ``api_implements``)
+    and its attributes; (None, {}) for ordinary functions."""
+    if fdef is None:
+        return None, {}
+    attrs = fdef.attr
+    for key in ("_implements", "api_implements"):
+        if key not in attrs:
+            continue
+        value = attrs[key]
+        attr_dict = {k: attr_value(v) for k, v in attrs.items()
+                     if k not in ("_implements", "api_implements") and not k.startswith("_")}
+        if value.WhichOneof("value") == "func":
+            func = value.func
+            attr_dict.update({k: attr_value(v) for k, v in func.attr.items()})
+            return func.name, attr_dict
+        name = attr_value(value)
+        if isinstance(name, bytes):
+            name = name.decode("utf-8", "replace")
+        return str(name), attr_dict
+    return None, {}
+
+
+def const_value(tensor) -> np.ndarray | None:
+    """Value of a graph tensor that TensorFlow can compute statically (Const, Shape, ...)."""
+    from tensorflow.python.framework import tensor_util
+
+    try:
+        value = tensor_util.constant_value(tensor)
+    except Exception:  # noqa: BLE001 - TF raises assorted errors on unsupported graphs
+        return None
+    return None if value is None else np.asarray(value)

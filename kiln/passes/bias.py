@@ -1,0 +1,77 @@
+"""Bias fusion: FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D / CONV_3D followed by an ADD
+(or SUB) of a per-output-channel constant take it as their bias."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Model, Operator, Subgraph
+from ..schema import DType
+from .manager import Pass
+from .rewrite import add_constant, broadcastable_to_last, bypass, const, sole_user, writes_variable
+
+#: op type -> index of its bias operand
+BIAS_INPUT = {"FULLY_CONNECTED": 2, "CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "CONV_3D": 2}
+
+
+def out_channels(op: Operator) -> int:
+    w = op.inputs[1]
+    if op.op_type == "DEPTHWISE_CONV_2D" or op.op_type == "CONV_3D":
+        return w.signature[-1]
+    return w.signature[0]
+
+
+def fusable_producer(t) -> Operator | None:
+    """The affine op producing ``t`` when ``t`` is its only, unshared, activation-free output."""
+    op = t.producer
+    if op is None or op.op_type not in BIAS_INPUT or sole_user(t) is None:
+        return None
+    if op.options.get("fused_activation_function", 0):
+        return None
+    if op.outputs[0].dtype != DType.FLOAT32 or const(op.inputs[1]) is None:
+        return None
+    return op
+
+
+def _fuse(sg: Subgraph, add: Operator) -> bool:
+    if add.op_type not in ("ADD", "SUB") or len(add.inputs) != 2 or writes_variable(add):
+        return False
+    for i in (0, 1):
+        x, c = add.inputs[i], add.inputs[1 - i]
+        if add.op_type == "SUB" and i == 1:
+            break  # c - x is not a bias
+        value = const(c)
+        op = fusable_producer(x) if value is not None else None
+        if op is None or tuple(add.outputs[0].signature) != tuple(x.signature):
+            continue
+        n = out_channels(op)
+        if n < 0 or (value.ndim > len(x.signature)):
+            continue
+        vec = broadcastable_to_last(value, n)
+        if vec is None:
+            continue
+        if add.op_type == "SUB":
+            vec = -vec
+        idx = BIAS_INPUT[op.op_type]
+        old = const(op.inputs[idx]) if len(op.inputs) > idx and op.inputs[idx] is not None else None
+        if len(op.inputs) > idx and op.inputs[idx] is not None and old is None:
+            continue
+        bias = vec.astype(np.float32) + (0 if old is None else old.astype(np.float32))
+        inputs = list(op.inputs) + [None] * (idx + 1 - len(op.inputs))
+        inputs[idx] = add_constant(sg, f"{add.outputs[0].name}/bias", bias, DType.FLOAT32)
+        op.set_inputs(inputs)
+        op.options["fused_activation_function"] = add.options.get("fused_activation_function", 0)
+        return bypass(sg, add, op.outputs[0])
+    return False
+
+
+class FuseBias(Pass):
+    name = "fuse-bias"
+
+    def run(self, model: Model) -> bool:
+        changed = False
+        for sg in model.subgraphs:
+            for op in list(sg.operators):
+                if op.subgraph is sg and op.op_type in ("ADD", "SUB"):
+                    changed |= _fuse(sg, op)
+        return changed

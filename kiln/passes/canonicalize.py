@@ -1,0 +1,104 @@
+"""Transpose / reshape canonicalisation.
+
+- a chain of reshapes (RESHAPE, EXPAND_DIMS, SQUEEZE) ending in a RESHAPE is one RESHAPE;
+- a RESHAPE whose shape is computed at run time but whose result has at most one unknown
+  dim gets a constant shape (the SHAPE / STRIDED_SLICE / PACK chain becomes dead);
+- two TRANSPOSEs in a row are one (or none);
+- a RESHAPE that only flattens the input of a FULLY_CONNECTED is dropped (FULLY_CONNECTED
+  flattens its input itself).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Model, Operator, Subgraph
+from ..schema import DType
+from .manager import Pass
+from .rewrite import add_constant, const, sole_user
+
+_RESHAPES = ("RESHAPE", "EXPAND_DIMS", "SQUEEZE")
+
+
+def _const_shape_sig(op: Operator) -> list[int] | None:
+    sig = list(op.outputs[0].signature)
+    if sum(d < 0 for d in sig) > 1:
+        return None
+    return sig
+
+
+def _merge_reshapes(sg: Subgraph, op: Operator) -> bool:
+    if op.op_type != "RESHAPE":
+        return False
+    src = op.inputs[0]
+    prev = src.producer
+    if prev is None or prev.op_type not in _RESHAPES or sole_user(src) is not op:
+        return False
+    sig = _const_shape_sig(op)
+    if sig is None:
+        return False
+    op.set_input(0, prev.inputs[0])
+    if const(op.inputs[1]) is None:
+        op.set_input(1, add_constant(sg, f"{op.outputs[0].name}/shape", np.asarray(sig, np.int32), DType.INT32))
+    return True
+
+
+def _constant_shape(sg: Subgraph, op: Operator) -> bool:
+    if op.op_type != "RESHAPE" or len(op.inputs) < 2 or op.inputs[1] is None or const(op.inputs[1]) is not None:
+        return False
+    sig = _const_shape_sig(op)
+    if sig is None:
+        return False
+    op.set_input(1, add_constant(sg, f"{op.outputs[0].name}/shape", np.asarray(sig, np.int32), DType.INT32))
+    return True
+
+
+def _merge_transposes(sg: Subgraph, op: Operator) -> bool:
+    if op.op_type != "TRANSPOSE":
+        return False
+    src = op.inputs[0]
+    prev = src.producer
+    if prev is None or prev.op_type != "TRANSPOSE" or sole_user(src) is not op:
+        return False
+    p1, p2 = const(prev.inputs[1]), const(op.inputs[1])
+    if p1 is None or p2 is None:
+        return False
+    perm = np.asarray(p1).reshape(-1)[np.asarray(p2).reshape(-1)]
+    op.set_input(0, prev.inputs[0])
+    op.set_input(1, add_constant(sg, f"{op.outputs[0].name}/perm", perm.astype(np.int32), DType.INT32))
+    return True
+
+
+def _flatten_into_fc(sg: Subgraph, op: Operator) -> bool:
+    """RESHAPE x -> [batch, K] feeding only FULLY_CONNECTED(keep_num_dims=False) over K."""
+    if op.op_type != "RESHAPE":
+        return False
+    out = op.outputs[0]
+    user = sole_user(out)
+    if user is None or user.op_type != "FULLY_CONNECTED" or user.options.get("keep_num_dims"):
+        return False
+    if user.inputs[0] is not out or user.inputs[1] is None or len(out.signature) != 2:
+        return False
+    x = op.inputs[0]
+    k = user.inputs[1].signature[-1]
+    if k < 0 or out.signature[1] != k or x.rank < 2 or x.signature[0] != out.signature[0]:
+        return False
+    inner = x.signature[1:]
+    if any(d < 0 for d in inner) or int(np.prod(inner)) != k:
+        return False
+    user.set_input(0, x)
+    return True
+
+
+class Canonicalize(Pass):
+    name = "canonicalize-reshape-transpose"
+
+    def run(self, model: Model) -> bool:
+        changed = False
+        for sg in model.subgraphs:
+            for op in list(sg.operators):
+                if op.subgraph is not sg:
+                    continue
+                changed |= (_constant_shape(sg, op) | _merge_reshapes(sg, op) | _merge_transposes(sg, op)
+                            | _flatten_into_fc(sg, op))
+        return changed

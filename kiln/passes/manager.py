@@ -1,0 +1,170 @@
+"""Pass manager: small rewrite units with a contract, run to a fixed point.
+
+A pass declares what it needs (``requires``) and what it guarantees afterwards
+(``ensures``); ``run(model)`` rewrites the IR in place and says whether it changed anything.
+The manager repeats its passes until none of them modifies the model, names the pass that
+failed (or broke an invariant), and can check the IR's invariants after every pass.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+from ..errors import ConversionError, KilnError
+from ..ir import Model
+
+
+class PassError(ConversionError):
+    """A pass failed or left the IR inconsistent; the message names the pass."""
+
+
+class Pass:
+    """One rewrite. Subclasses set ``name`` and implement ``run``.
+
+    ``requires`` / ``ensures`` are checks (model -> None, raising on violation) run before and
+    after the pass when the manager checks invariants.
+    """
+
+    name: str = "pass"
+
+    def requires(self, model: Model) -> None:  # pragma: no cover - default: nothing needed
+        return None
+
+    def run(self, model: Model) -> bool:
+        raise NotImplementedError
+
+    def ensures(self, model: Model) -> None:  # pragma: no cover - default: nothing promised
+        return None
+
+    def __repr__(self) -> str:
+        return f"<Pass {self.name}>"
+
+
+class FunctionPass(Pass):
+    """A pass made from a plain function ``fn(model) -> bool``."""
+
+    def __init__(self, name: str, fn: Callable[[Model], bool]):
+        self.name = name
+        self._fn = fn
+
+    def run(self, model: Model) -> bool:
+        return bool(self._fn(model))
+
+
+@dataclass
+class PassStats:
+    """How often each pass ran and changed the model, and its total time (for reports)."""
+
+    runs: dict[str, int] = field(default_factory=dict)
+    changes: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    iterations: int = 0
+
+    def record(self, name: str, modified: bool, seconds: float) -> None:
+        self.runs[name] = self.runs.get(name, 0) + 1
+        self.changes[name] = self.changes.get(name, 0) + int(modified)
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+
+
+def check_invariants(model: Model) -> None:
+    """Raise PassError when use-def links, operator order or subgraph ends disagree."""
+    for si, sg in enumerate(model.subgraphs):
+        tensor_ids = {id(t) for t in sg.tensors}
+        defined = {id(t) for t in sg.tensors if t.producer is None}
+        for oi, op in enumerate(sg.operators):
+            if op.subgraph is not sg:
+                raise PassError(f"subgraph {si} op {oi} {op.name}: operator not linked to its subgraph")
+            for i, t in enumerate(op.inputs):
+                if t is None:
+                    continue
+                if id(t) not in tensor_ids:
+                    raise PassError(f"subgraph {si} op {oi} {op.name}: input {t.name!r} not in subgraph")
+                if (op, i) not in t.users:
+                    raise PassError(f"subgraph {si} op {oi} {op.name}: input {t.name!r} lacks use link")
+                if id(t) not in defined:
+                    raise PassError(
+                        f"subgraph {si} op {oi} {op.name}: input {t.name!r} used before it is produced")
+            for t in op.outputs:
+                if t is None:
+                    continue
+                if t.producer is not op:
+                    raise PassError(f"subgraph {si} op {oi} {op.name}: output {t.name!r} has another producer")
+                if id(t) not in tensor_ids:
+                    raise PassError(f"subgraph {si} op {oi} {op.name}: output {t.name!r} not in subgraph")
+                defined.add(id(t))
+        for t in list(sg.inputs) + list(sg.outputs):
+            if id(t) not in tensor_ids:
+                raise PassError(f"subgraph {si}: input/output tensor {t.name!r} not in subgraph")
+        for t in sg.tensors:
+            for op, i in t.users:
+                if op.subgraph is not sg or op.inputs[i] is not t:
+                    raise PassError(f"subgraph {si}: tensor {t.name!r} has a stale use by {op.name}")
+
+
+class PassManager:
+    """Runs passes in order, repeatedly, until a whole round changes nothing.
+
+    Args:
+      passes: the passes, run in this order each round.
+      max_iterations: rounds before giving up (a pass pair that keeps undoing each other).
+      check: verify IR invariants (and the passes' requires/ensures) after every pass.
+    """
+
+    def __init__(self, passes: Sequence[Pass], *, max_iterations: int = 20, check: bool = False):
+        self.passes = list(passes)
+        self.max_iterations = max_iterations
+        self.check = check
+        self.stats = PassStats()
+
+    def run(self, model: Model) -> bool:
+        """Run to a fixed point; returns whether anything changed."""
+        changed_any = False
+        for iteration in range(self.max_iterations):
+            self.stats.iterations = iteration + 1
+            changed = False
+            for p in self.passes:
+                changed |= self._run_one(p, model)
+            changed_any |= changed
+            if not changed:
+                return changed_any
+        raise PassError(
+            f"passes did not reach a fixed point after {self.max_iterations} rounds "
+            f"({', '.join(p.name for p in self.passes)})")
+
+    def run_once(self, model: Model) -> bool:
+        """Run every pass exactly once, in order."""
+        return any([self._run_one(p, model) for p in self.passes])
+
+    def _run_one(self, p: Pass, model: Model) -> bool:
+        if self.check:
+            self._guard(p, "requires", p.requires, model)
+        start = time.perf_counter()
+        try:
+            modified = bool(p.run(model))
+        except PassError:
+            raise
+        except KilnError as exc:
+            raise PassError(f"pass {p.name!r} failed: {exc}") from exc
+        except Exception as exc:  # a bug in a pass: name it for the user
+            raise PassError(f"pass {p.name!r} failed: {type(exc).__name__}: {exc}") from exc
+        self.stats.record(p.name, modified, time.perf_counter() - start)
+        if self.check:
+            self._guard(p, "invariants", check_invariants, model)
+            self._guard(p, "ensures", p.ensures, model)
+        return modified
+
+    @staticmethod
+    def _guard(p: Pass, what: str, fn: Callable[[Model], None], model: Model) -> None:
+        try:
+            fn(model)
+        except KilnError as exc:
+            raise PassError(f"pass {p.name!r}: {what} check failed: {exc}") from exc
+
+
+def run_passes(model: Model, passes: Iterable[Pass], *, check: bool = False) -> PassStats:
+    """Convenience: run ``passes`` to a fixed point and return the statistics."""
+    manager = PassManager(list(passes), check=check)
+    manager.run(model)
+    return manager.stats

@@ -1,0 +1,147 @@
+"""Helpers every pass uses to inspect and rewrite the IR without breaking its order."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+from ..ir import Operator, Subgraph, Tensor
+from ..schema import DType
+
+#: Operators whose effect is not captured by their outputs: never removed or folded.
+SIDE_EFFECT_OPS = frozenset({
+    "ASSIGN_VARIABLE", "CALL_ONCE", "CUSTOM", "WHILE", "IF", "CALL", "STABLEHLO_COMPOSITE",
+})
+#: Operators whose result is not a pure function of their inputs: never folded.
+STATEFUL_OPS = SIDE_EFFECT_OPS | frozenset({
+    "VAR_HANDLE", "READ_VARIABLE", "RANDOM_UNIFORM", "RANDOM_STANDARD_NORMAL", "MULTINOMIAL",
+    "HASHTABLE", "HASHTABLE_FIND", "HASHTABLE_IMPORT", "HASHTABLE_SIZE",
+})
+#: Options fields that hold a subgraph index.
+SUBGRAPH_INDEX_FIELDS = (
+    "cond_subgraph_index", "body_subgraph_index", "then_subgraph_index", "else_subgraph_index",
+    "init_subgraph_index", "subgraph", "decomposition_subgraph_index",
+)
+
+
+def writes_variable(op: Operator) -> bool:
+    """Whether ``op`` writes a variable tensor (e.g. the state of a fused LSTM)."""
+    return any(t is not None and t.is_variable for t in op.outputs)
+
+
+def is_output(t: Tensor) -> bool:
+    sg = t.subgraph
+    return sg is not None and any(o is t for o in sg.outputs)
+
+
+def sole_user(t: Tensor) -> Operator | None:
+    """The operator reading ``t`` when it is the only reader (and ``t`` is not an output)."""
+    if len(t.users) != 1 or is_output(t):
+        return None
+    return t.users[0][0]
+
+
+def const(t: Tensor | None) -> np.ndarray | None:
+    """The value of a constant tensor, else None."""
+    if t is None or not t.is_constant or t.quantization is not None and not t.quantization.is_empty:
+        return None
+    return t.data
+
+
+def add_constant(sg: Subgraph, name: str, value, dtype: DType | None = None) -> Tensor:
+    """A new constant tensor named ``name`` (uniquified) holding ``value``."""
+    return sg.add_constant(unique_name(sg, name), value, dtype)
+
+
+def add_tensor_like(sg: Subgraph, name: str, like: Tensor, *, dtype: DType | None = None,
+                    signature: Iterable[int] | None = None) -> Tensor:
+    """A new activation tensor with ``like``'s type and shape (or the given signature)."""
+    sig = tuple(like.signature) if signature is None else tuple(signature)
+    shape = tuple(1 if d < 0 else d for d in sig)
+    return sg.add_tensor(unique_name(sg, name), like.dtype if dtype is None else dtype, shape,
+                         shape_signature=sig)
+
+
+def unique_name(sg: Subgraph, name: str) -> str:
+    """``name`` itself, or ``name`` with a numeric suffix when the subgraph already has it."""
+    names = _names(sg)
+    if name not in names:
+        names.add(name)
+        return name
+    i = 1
+    while f"{name}{i}" in names:
+        i += 1
+    names.add(f"{name}{i}")
+    return f"{name}{i}"
+
+
+def _names(sg: Subgraph) -> set[str]:
+    # Memo of names in use: tensors are appended, so only the new tail needs adding; a shrunk
+    # tensor list (unused tensors dropped) rebuilds it. Handed-out names are added at once.
+    cache = getattr(sg, "_kiln_names", None)
+    n = len(sg.tensors)
+    if cache is None or cache[0] > n:
+        cache = [n, {t.name for t in sg.tensors}]
+    elif cache[0] < n:
+        cache[1].update(t.name for t in sg.tensors[cache[0]:])
+        cache[0] = n
+    sg._kiln_names = cache  # noqa: SLF001 - private memo on our own object
+    return cache[1]
+
+
+def insert_before(sg: Subgraph, anchor: Operator, op_type: str, inputs, outputs, **kwargs) -> Operator:
+    """Add an operator right before ``anchor`` (keeps the operator list topologically sorted)."""
+    return sg.add_operator(op_type, inputs, outputs, index=sg.operators.index(anchor), **kwargs)
+
+
+def replace_op(sg: Subgraph, old: Operator, new_outputs: list[Tensor | None]) -> None:
+    """Redirect every reader of ``old``'s outputs to ``new_outputs`` and drop ``old``."""
+    for t, new in zip(old.outputs, new_outputs):
+        if t is not None and new is not None and new is not t:
+            t.replace_all_uses_with(new)
+    sg.remove_operator(old)
+
+
+def bypass(sg: Subgraph, op: Operator, source: Tensor) -> bool:
+    """Remove a one-output no-op whose output equals ``source``; False when not possible.
+
+    When the output is a subgraph output and the source is a subgraph input or constant,
+    the op must stay (a subgraph output cannot alias an input in LiteRT).
+    """
+    out = op.outputs[0]
+    if out.is_variable:
+        return False  # an op writing a variable tensor is an effect, not a copy
+    if is_output(out):
+        if source.producer is None or is_output(source):
+            return False
+        # Keep the user-visible name of the output on the surviving tensor.
+        source.name, out.name = out.name, source.name
+        _retarget_signatures(sg, out, source)
+    out.replace_all_uses_with(source)
+    sg.remove_operator(op)
+    return True
+
+
+def _retarget_signatures(sg: Subgraph, old: Tensor, new: Tensor) -> None:
+    model = sg.model
+    if model is None:
+        return
+    for sig in model.signatures:
+        if sig.subgraph is not sg:
+            continue
+        for mapping in (sig.inputs, sig.outputs):
+            for k, v in mapping.items():
+                if v is old:
+                    mapping[k] = new
+
+
+def broadcastable_to_last(value: np.ndarray, channels: int) -> np.ndarray | None:
+    """``value`` as a per-channel vector of length ``channels`` when it only varies along the
+    last axis (or is a scalar); None otherwise."""
+    v = np.asarray(value)
+    if v.size == 1:
+        return np.full(channels, v.reshape(()), dtype=v.dtype)
+    if v.ndim >= 1 and v.shape[-1] == channels and v.size == channels:
+        return v.reshape(channels)
+    return None
