@@ -217,9 +217,14 @@ class FusionBuilder:
     def reshape(self, t: Operand, signature: Sequence[int], what: str = "reshaped"):
         """Reshape to ``signature`` (at most one -1, inferred at run time as TensorFlow does)."""
         sig = tuple(int(d) for d in signature)
+        known = shape_of(t)
+        out_sig = sig
+        if sig.count(-1) == 1 and all(d >= 0 for d in known):  # static input: infer the -1
+            rest = int(np.prod([d for d in sig if d >= 0]))
+            out_sig = tuple(int(np.prod(known)) // max(rest, 1) if d < 0 else d for d in sig)
         return self._fold_or_emit(
             what, [value_of(t)], lambda v: np.reshape(v, sig), "RESHAPE",
-            [t, np.asarray(sig, np.int32)], sig, _dtype(t))
+            [t, np.asarray(sig, np.int32)], out_sig, _dtype(t))
 
     def add(self, a: Operand, b: Operand, what: str = "sum"):
         return self._fold_or_emit(
