@@ -135,6 +135,12 @@ class _SubgraphEnv:
         if op.op_type == "CUSTOM":
             reg = resolver.find_op(op.custom_code, op.version)
             if reg is None:
+                ranges = resolver.registered_versions(op.custom_code)
+                if ranges:  # registered, but not for this version
+                    supported = ", ".join(f"{lo}..{hi}" if lo != hi else str(lo) for lo, hi in ranges)
+                    raise RegistrationError(
+                        f"Didn't find custom operator for name '{op.custom_code}' version '{op.version}' "
+                        f"(node {oi}; registered versions: {supported})\nRegistration failed.")
                 raise RegistrationError(
                     f"Didn't find custom operator for name '{op.custom_code}'\n"
                     f"Encountered unresolved custom op: {op.custom_code}.\n"
@@ -369,6 +375,7 @@ class Interpreter:
     Args:
       model_path / model_content: the model (exactly one).
       op_resolver: a `MutableOpResolver` (default: `BuiltinOpResolver`, every builtin).
+      custom_op_registerers: Python callables, each called with the op resolver to add ops.
       experimental_delegates: `Delegate` objects offered every node, in order.
       num_threads: accepted for compatibility (the reference kernels use NumPy's threads).
       experimental_preserve_all_tensors: keep intermediates so get_tensor can read them.
@@ -376,7 +383,7 @@ class Interpreter:
 
     def __init__(self, model_path=None, model_content=None, experimental_delegates=None, num_threads=None,
                  experimental_op_resolver_type=None, experimental_preserve_all_tensors=False,
-                 op_resolver: MutableOpResolver | None = None, **_ignored):
+                 op_resolver: MutableOpResolver | None = None, custom_op_registerers=None, **_ignored):
         if model_path is None and model_content is None:
             raise InterpreterError("`model_path` or `model_content` must be specified.")
         if model_path is not None and model_content is not None:
@@ -384,6 +391,12 @@ class Interpreter:
         source = os.fspath(model_path) if model_path is not None else model_content
         self._model: Model = source if isinstance(source, Model) else read_model(source)
         self._resolver = op_resolver if op_resolver is not None else BuiltinOpResolver()
+        for registerer in custom_op_registerers or ():
+            if not callable(registerer):  # LiteRT also takes names of C functions; kiln cannot load those
+                raise InterpreterError(
+                    f"custom_op_registerers: {registerer!r} is not callable; kiln takes Python functions "
+                    "that add ops to the resolver they are given (e.g. resolver.add_custom(...))")
+            registerer(self._resolver)
         self._delegates = list(experimental_delegates or [])
         self._num_threads = num_threads
         self._preserve_all = bool(experimental_preserve_all_tensors)
