@@ -2,8 +2,8 @@
 
 kiln's interpreter has to run what TensorFlow writes, not only what kiln writes, so every
 model here comes from ``tf.lite.TFLiteConverter``. Conversion is slow (TensorFlow import,
-tracing), so the files are cached in a temp directory keyed by this file's source and the
-TensorFlow version; later test sessions and ``bench/runtime_bench.py`` reuse them.
+tracing), so the files are cached in a temp directory per TensorFlow version, each keyed by
+its builder's source; later test sessions and ``bench/runtime_bench.py`` reuse them.
 
 Use ``zoo_path(name)`` / ``zoo_bytes(name)``; ``sample_inputs(model_bytes, seed)`` makes
 deterministic inputs from a model's input details.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import inspect
 import io
 import os
 import tempfile
@@ -203,16 +204,28 @@ BUILDERS = {name: globals()[f"build_{name}"] for name in ZOO}
 # -- cache ----------------------------------------------------------------------------------
 
 def cache_dir() -> Path:
-    """Where converted zoo models live: $KILN_ZOO_DIR, else a temp dir keyed by source + TF."""
+    """Where converted models live: $KILN_ZOO_DIR, else a temp dir per TensorFlow version."""
     env = os.environ.get("KILN_ZOO_DIR")
     if env:
         path = Path(env)
     else:
         from importlib.metadata import version
 
-        key = hashlib.sha256(Path(__file__).read_bytes() + version("tensorflow").encode()).hexdigest()[:12]
-        path = Path(tempfile.gettempdir()) / f"kiln-zoo-{key}"
+        path = Path(tempfile.gettempdir()) / f"kiln-zoo-tf{version('tensorflow')}"
     path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def cached_model(name: str, build) -> Path:
+    """Path of the model ``build()`` returns, built once and cached under ``name`` plus a
+    hash of the builder's source (editing a builder rebuilds only that model)."""
+    key = hashlib.sha256(inspect.getsource(build).encode()).hexdigest()[:10]
+    path = cache_dir() / f"{name}-{key}.tflite"
+    if not path.exists():
+        data = build()
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)  # atomic: concurrent sessions never see half a file
     return path
 
 
@@ -220,13 +233,7 @@ def zoo_path(name: str) -> Path:
     """Path of zoo model ``name``, converting it with TensorFlow on first use."""
     if name not in BUILDERS:
         raise KeyError(f"no zoo model {name!r}; have {sorted(BUILDERS)}")
-    path = cache_dir() / f"{name}.tflite"
-    if not path.exists():
-        data = BUILDERS[name]()
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)  # atomic: concurrent sessions never see half a file
-    return path
+    return cached_model(name, BUILDERS[name])
 
 
 def zoo_bytes(name: str) -> bytes:
