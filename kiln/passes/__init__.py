@@ -14,6 +14,8 @@ from .dce import DeadCodeElimination, prune_subgraphs
 from .dilated import FuseDilatedConv
 from .fold import ConstantFolding, fold_operator
 from .identity import RemoveNoOps
+from .pad import FusePadIntoConv
+from .shapes import ShapeInference
 from .manager import FunctionPass, Pass, PassError, PassManager, PassStats, check_invariants, run_passes
 from .versioning import AssignVersions
 
@@ -21,14 +23,14 @@ from .versioning import AssignVersions
 def optimization_passes() -> list[Pass]:
     """The converter's optimisation pipeline (run to a fixed point)."""
     return [
-        ConstantFolding(), RemoveNoOps(), Canonicalize(), FuseDilatedConv(), FoldAffine(), FuseBias(),
-        FuseActivations(), DeadCodeElimination(),
+        ConstantFolding(), RemoveNoOps(), ShapeInference(), Canonicalize(), FuseDilatedConv(),
+        FusePadIntoConv(), FoldAffine(), FuseBias(), FuseActivations(), DeadCodeElimination(),
     ]
 
 
 __all__ = [
     "AssignVersions", "Canonicalize", "ConstantFolding", "DeadCodeElimination", "FoldAffine",
-    "FunctionPass", "FuseActivations", "FuseBias", "FuseDilatedConv", "Pass", "PassError", "PassManager",
-    "PassStats", "RemoveNoOps", "check_invariants", "fold_operator", "optimization_passes",
+    "FunctionPass", "FuseActivations", "FuseBias", "FuseDilatedConv", "FusePadIntoConv", "Pass", "PassError", "PassManager",
+    "PassStats", "RemoveNoOps", "ShapeInference", "check_invariants", "fold_operator", "optimization_passes",
     "prune_subgraphs", "run_passes",
 ]

@@ -1,4 +1,4 @@
-"""Bias fusion: FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D / CONV_3D followed by an ADD
+"""Bias fusion: FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D / CONV_3D / TRANSPOSE_CONV followed by an ADD
 (or SUB) of a per-output-channel constant take it as their bias."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from .manager import Pass
 from .rewrite import add_constant, broadcastable_to_last, bypass, const, sole_user, writes_variable
 
 #: op type -> index of its bias operand
-BIAS_INPUT = {"FULLY_CONNECTED": 2, "CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "CONV_3D": 2}
+BIAS_INPUT = {"FULLY_CONNECTED": 2, "CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "CONV_3D": 2, "TRANSPOSE_CONV": 3}
 
 
 def out_channels(op: Operator) -> int:
@@ -21,8 +21,25 @@ def out_channels(op: Operator) -> int:
     return w.signature[0]
 
 
+def through_reshapes(t):
+    """Follow ``t`` back through reshapes that keep the last (channel) dim and are the only
+    readers of their inputs; returns the tensor an affine op may produce."""
+    while True:
+        op = t.producer
+        if op is None or op.op_type not in ("RESHAPE", "EXPAND_DIMS", "SQUEEZE") or sole_user(t) is None:
+            return t
+        src = op.inputs[0]
+        if not src.signature or not t.signature or src.signature[-1] != t.signature[-1] or src.signature[-1] < 0:
+            return t
+        if sole_user(src) is not op:
+            return t
+        t = src
+
+
 def fusable_producer(t) -> Operator | None:
-    """The affine op producing ``t`` when ``t`` is its only, unshared, activation-free output."""
+    """The affine op producing ``t`` (possibly through channel-preserving reshapes) when its
+    output is unshared and activation-free."""
+    t = through_reshapes(t)
     op = t.producer
     if op is None or op.op_type not in BIAS_INPUT or sole_user(t) is None:
         return None
@@ -61,7 +78,7 @@ def _fuse(sg: Subgraph, add: Operator) -> bool:
         inputs[idx] = add_constant(sg, f"{add.outputs[0].name}/bias", bias, DType.FLOAT32)
         op.set_inputs(inputs)
         op.options["fused_activation_function"] = add.options.get("fused_activation_function", 0)
-        return bypass(sg, add, op.outputs[0])
+        return bypass(sg, add, x)
     return False
 
 

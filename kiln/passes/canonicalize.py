@@ -5,7 +5,8 @@
   dim gets a constant shape (the SHAPE / STRIDED_SLICE / PACK chain becomes dead);
 - two TRANSPOSEs in a row are one (or none);
 - a RESHAPE that only flattens the input of a FULLY_CONNECTED is dropped (FULLY_CONNECTED
-  flattens its input itself).
+  flattens its input itself); reshape -> FULLY_CONNECTED -> reshape back over the leading dims
+  is a FULLY_CONNECTED with keep_num_dims.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import numpy as np
 from ..ir import Model, Operator, Subgraph
 from ..schema import DType
 from .manager import Pass
-from .rewrite import add_constant, const, sole_user
+from .rewrite import add_constant, bypass, const, sole_user
 
 _RESHAPES = ("RESHAPE", "EXPAND_DIMS", "SQUEEZE")
 
@@ -90,6 +91,34 @@ def _flatten_into_fc(sg: Subgraph, op: Operator) -> bool:
     return True
 
 
+def _fc_keep_dims(sg: Subgraph, fc: Operator) -> bool:
+    """RESHAPE x[..., K] -> [P, K] -> FULLY_CONNECTED -> RESHAPE [..., N] is one
+    FULLY_CONNECTED(x, keep_num_dims=True) (what a Keras Dense on a rank-3 input traces to)."""
+    if fc.op_type != "FULLY_CONNECTED" or fc.options.get("keep_num_dims") or fc.inputs[1] is None:
+        return False
+    flat = fc.inputs[0]
+    pre = flat.producer
+    if pre is None or pre.op_type != "RESHAPE" or sole_user(flat) is not fc:
+        return False
+    x = pre.inputs[0]
+    out = fc.outputs[0]
+    post = sole_user(out)
+    if post is None or post.op_type != "RESHAPE" or x.rank < 3:
+        return False
+    final = post.outputs[0]
+    k = fc.inputs[1].signature[-1]
+    n = fc.inputs[1].signature[0]
+    xs, fs = tuple(x.signature), tuple(final.signature)
+    if k < 0 or xs[-1] != k or fs[:-1] != xs[:-1] or fs[-1] != n or sum(d < 0 for d in xs) > 1:
+        return False
+    if flat.rank != 2 or flat.signature[-1] != k:
+        return False
+    fc.set_input(0, x)
+    fc.options["keep_num_dims"] = True
+    out.shape, out.shape_signature = final.shape, final.shape_signature
+    return bypass(sg, post, out)
+
+
 class Canonicalize(Pass):
     name = "canonicalize-reshape-transpose"
 
@@ -100,5 +129,5 @@ class Canonicalize(Pass):
                 if op.subgraph is not sg:
                     continue
                 changed |= (_constant_shape(sg, op) | _merge_reshapes(sg, op) | _merge_transposes(sg, op)
-                            | _flatten_into_fc(sg, op))
+                            | _flatten_into_fc(sg, op) | _fc_keep_dims(sg, op))
         return changed

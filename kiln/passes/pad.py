@@ -1,0 +1,58 @@
+"""PAD + VALID convolution -> SAME convolution, when the padding is exactly what SAME adds
+(Keras' ZeroPadding2D before a strided depthwise conv in MobileNet)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Model, Operator, Subgraph
+from ..schema import Padding
+from .manager import Pass
+from .rewrite import bypass, const, sole_user
+
+
+def same_padding(size: int, kernel: int, stride: int, dilation: int) -> tuple[int, int]:
+    """(before, after) padding LiteRT's SAME adds along one spatial dim."""
+    effective = (kernel - 1) * dilation + 1
+    out = (size + stride - 1) // stride
+    total = max((out - 1) * stride + effective - size, 0)
+    return total // 2, total - total // 2
+
+
+def _fuse(sg: Subgraph, conv: Operator) -> bool:
+    if conv.op_type not in ("CONV_2D", "DEPTHWISE_CONV_2D") or conv.options.get("padding") != Padding.VALID:
+        return False
+    padded = conv.inputs[0]
+    pad = padded.producer
+    if pad is None or pad.op_type not in ("PAD", "PADV2") or sole_user(padded) is not conv:
+        return False
+    if pad.op_type == "PADV2":
+        value = const(pad.inputs[2])
+        if value is None or np.any(value != 0):
+            return False
+    pads = const(pad.inputs[1])
+    x = pad.inputs[0]
+    if pads is None or pads.shape != (4, 2) or np.any(pads[0]) or np.any(pads[3]):
+        return False
+    w = conv.inputs[1].signature
+    o = conv.options
+    for axis, (k, s, d) in ((1, (w[1], o.get("stride_h", 1), o.get("dilation_h_factor", 1))),
+                            (2, (w[2], o.get("stride_w", 1), o.get("dilation_w_factor", 1)))):
+        size = x.signature[axis]
+        if size < 0 or tuple(int(p) for p in pads[axis]) != same_padding(size, k, s, d):
+            return False
+    conv.set_input(0, x)
+    o["padding"] = int(Padding.SAME)
+    return True
+
+
+class FusePadIntoConv(Pass):
+    name = "fuse-pad-into-conv"
+
+    def run(self, model: Model) -> bool:
+        changed = False
+        for sg in model.subgraphs:
+            for op in list(sg.operators):
+                if op.subgraph is sg:
+                    changed |= _fuse(sg, op)
+        return changed
