@@ -253,9 +253,9 @@ def _input_names(fn) -> list[str]:
 
 
 def _flat_paths(structure) -> list[tuple[str, Any]]:
-    t = tf()
-    flat = t.nest.flatten_with_joined_string_paths(structure)
-    return [(path, value) for path, value in flat]
+    from tensorflow.python.util import nest
+
+    return [(path, value) for path, value in nest.flatten_with_joined_string_paths(structure)]
 
 
 def _output_names(fn) -> list[str]:
@@ -320,10 +320,8 @@ def _tf_keras_function(model):
         from tf_keras.src.saving.legacy import saving_utils
     except ImportError as exc:  # pragma: no cover
         raise ConversionError(f"cannot convert {type(model).__name__}: not a Keras model ({exc})") from exc
-    signature = None
-    if not isinstance(getattr(model, "call", None), tf().types.experimental.GenericFunction):
-        signature = saving_utils.model_input_signature(model, keep_original_batch_size=True)
     try:
-        return saving_utils.trace_model_call(model, signature)
+        # As the SavedModel tf_keras writes (TF's converter's first route): batch left dynamic.
+        return saving_utils.trace_model_call(model)
     except Exception as exc:  # noqa: BLE001 - Keras raises many kinds on untraceable models
         raise ConversionError(f"cannot trace the Keras model: {exc}") from exc

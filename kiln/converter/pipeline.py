@@ -28,8 +28,18 @@ def build_model(specs: list[FunctionSpec], *, allow_custom_ops: bool = False,
                 enable_resource_variables: bool = True, check: bool = False,
                 report: ConversionReport | None = None) -> Model:
     """Import ``specs`` into one IR model and optimise it (no metadata, not written)."""
+    from .tfutil import clear_function_cache
+
     report = report if report is not None else ConversionReport()
     start = time.perf_counter()
+    try:
+        model = _build(specs, allow_custom_ops, enable_resource_variables, check, report, start)
+    finally:
+        clear_function_cache()
+    return model
+
+
+def _build(specs, allow_custom_ops, enable_resource_variables, check, report, start) -> Model:
     importer = Importer(allow_custom_ops=allow_custom_ops, enable_resource_variables=enable_resource_variables)
     for spec in specs:
         mark_mutable_variables(importer, spec.function)

@@ -93,9 +93,20 @@ def node_attrs(op) -> dict[str, Any]:
     return {k: attr_value(v) for k, v in op.node_def.attr.items() if not k.startswith("_")}
 
 
+#: id(graph) -> (graph, {function name: FuncGraph}); emptied after each conversion.
+_FUNCTION_GRAPHS: dict[int, tuple] = {}
+
+
+def clear_function_cache() -> None:
+    _FUNCTION_GRAPHS.clear()
+
+
 def function_graph(graph, name: str):
     """The FuncGraph of library function ``name`` reachable from ``graph`` (memoised)."""
-    cache = graph.__dict__.setdefault("_kiln_function_graphs", {})
+    entry = _FUNCTION_GRAPHS.get(id(graph))
+    if entry is None or entry[0] is not graph:
+        entry = _FUNCTION_GRAPHS[id(graph)] = (graph, {})
+    cache = entry[1]
     fg = cache.get(name)
     if fg is None:
         fg = cache[name] = _function_graph(graph, name)

@@ -79,3 +79,9 @@ class TensorListValue:
     @property
     def dynamic_elements(self) -> bool:
         return any(d < 0 for d in self.element_signature)
+
+    @property
+    def signature(self) -> tuple[int, ...]:
+        """[num_elements, *element_signature]: what the tensor may hold at run time (its
+        static shape can be narrower, e.g. a preallocated constant)."""
+        return (self.tensor.signature[0], *self.element_signature)

@@ -3,7 +3,8 @@
 - a chain of reshapes (RESHAPE, EXPAND_DIMS, SQUEEZE) ending in a RESHAPE is one RESHAPE;
 - a RESHAPE whose shape is computed at run time but whose result has at most one unknown
   dim gets a constant shape (the SHAPE / STRIDED_SLICE / PACK chain becomes dead);
-- two TRANSPOSEs in a row are one (or none);
+- two TRANSPOSEs in a row are one (or none); a TRANSPOSE that only moves size-1 dims is a
+  RESHAPE; a DYNAMIC_UPDATE_SLICE that overwrites its whole operand is its update;
 - a RESHAPE that only flattens the input of a FULLY_CONNECTED is dropped (FULLY_CONNECTED
   flattens its input itself); reshape -> FULLY_CONNECTED -> reshape back over the leading dims
   is a FULLY_CONNECTED with keep_num_dims.
@@ -119,6 +120,35 @@ def _fc_keep_dims(sg: Subgraph, fc: Operator) -> bool:
     return bypass(sg, post, out)
 
 
+def _transpose_as_reshape(sg: Subgraph, op: Operator) -> bool:
+    """A TRANSPOSE that only moves size-1 dims keeps the element order: a RESHAPE."""
+    if op.op_type != "TRANSPOSE":
+        return False
+    perm = const(op.inputs[1])
+    x, out = op.inputs[0], op.outputs[0]
+    if perm is None or any(d < 0 for d in x.signature) or x.rank != len(perm):
+        return False
+    moved = [int(p) for p in np.asarray(perm).reshape(-1) if x.signature[int(p)] != 1]
+    if moved != sorted(moved):
+        return False
+    shape = add_constant(sg, f"{out.name}/shape", np.asarray(out.signature, np.int32), DType.INT32)
+    index = sg.operators.index(op)
+    op.set_outputs([])
+    sg.remove_operator(op)
+    sg.add_operator("RESHAPE", [x, shape], [out], index=index)
+    return True
+
+
+def _whole_update(sg: Subgraph, op: Operator) -> bool:
+    """DYNAMIC_UPDATE_SLICE whose update covers the whole operand is the update itself."""
+    if op.op_type != "DYNAMIC_UPDATE_SLICE":
+        return False
+    base, update = op.inputs[0], op.inputs[1]
+    if tuple(base.signature) != tuple(update.signature) or any(d < 0 for d in base.signature):
+        return False
+    return bypass(sg, op, update)
+
+
 class Canonicalize(Pass):
     name = "canonicalize-reshape-transpose"
 
@@ -129,5 +159,6 @@ class Canonicalize(Pass):
                 if op.subgraph is not sg:
                     continue
                 changed |= (_constant_shape(sg, op) | _merge_reshapes(sg, op) | _merge_transposes(sg, op)
-                            | _flatten_into_fc(sg, op) | _fc_keep_dims(sg, op))
+                            | _flatten_into_fc(sg, op) | _fc_keep_dims(sg, op) | _transpose_as_reshape(sg, op)
+                            | _whole_update(sg, op))
         return changed

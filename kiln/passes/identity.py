@@ -32,8 +32,10 @@ def is_noop(op: Operator) -> bool:
     x, out = op.inputs[0], op.outputs[0]
     if x.dtype != out.dtype:
         return False
-    if t in ("RESHAPE", "SQUEEZE", "EXPAND_DIMS", "BROADCAST_TO"):
+    if t in ("RESHAPE", "SQUEEZE", "EXPAND_DIMS"):  # same element count: one unknown dim is fine
         return _same_signature(op)
+    if t == "BROADCAST_TO":  # may grow a dim that is 1 at conversion time: fully static only
+        return _same_signature(op) and all(d >= 0 for d in x.signature)
     if t == "CAST":
         return True
     if t == "TRANSPOSE":
@@ -45,8 +47,7 @@ def is_noop(op: Operator) -> bool:
         return _same_signature(op) and _all(const(op.inputs[1]), 1)
     if t in ("PAD", "PADV2", "TILE"):
         value = const(op.inputs[1])
-        return _same_signature(op) and value is not None and (
-            _all(value, 1) if t == "TILE" else not np.any(value))
+        return value is not None and (_all(value, 1) if t == "TILE" else not np.any(value))
     if t == "CONCATENATION":
         return len(op.inputs) == 1
     if t == "SLICE":  # a full-size slice must start at 0

@@ -97,7 +97,7 @@ def _localize(sg: Subgraph, value):
 def _carried_input(sg: Subgraph, value, signature, name: str):
     """A subgraph input standing for a carried value (a TensorList stays a TensorList)."""
     if isinstance(value, TensorListValue):
-        sig = tuple(value.tensor.signature) if signature is None else signature
+        sig = value.signature if signature is None else signature
         t = sg.add_tensor(name, value.tensor.dtype, static_shape(sig), shape_signature=sig)
         return t, TensorListValue(t, value.element_dtype, value.element_signature)
     sig = tuple(value.signature) if signature is None else signature
@@ -182,7 +182,7 @@ def emit_while(ctx: EmitContext):
     for i in carried:
         v = args[i]
         if isinstance(v, TensorListValue):
-            signatures[i] = tuple(v.tensor.signature)
+            signatures[i] = v.signature
         else:
             sig = ctx.out_signature(i)
             signatures[i] = tuple(v.signature) if sig is None else sig

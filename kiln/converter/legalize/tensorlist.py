@@ -86,7 +86,7 @@ def emit_set_item(ctx: EmitContext):
     base = lst.tensor
     if lst.dynamic_elements:
         # Allocated with 1 where the element size was unknown: broadcast to the real size.
-        sig = (base.signature[0], *item.signature)
+        sig = lst.signature
         s1 = ctx.emit1("SHAPE", [base], ctx.temp("list_shape", DType.INT32, (rank + 1,)), out_type=int(DType.INT32))
         s2 = ctx.emit1("SHAPE", [update], ctx.temp("item_shape", DType.INT32, (rank + 1,)), out_type=int(DType.INT32))
         shape = ctx.emit1("MAXIMUM", [s1, s2], ctx.temp("shape", DType.INT32, (rank + 1,)))
@@ -95,7 +95,7 @@ def emit_set_item(ctx: EmitContext):
     zeros = [ctx.constant(np.asarray(0, np.int32), DType.INT32, f"{ctx.name}/zero") for _ in range(rank)]
     start = ctx.emit1("PACK", [idx, *zeros], ctx.temp("start", DType.INT32, (rank + 1,)),
                       values_count=rank + 1, axis=0)
-    out = ctx.temp("list", base.dtype, base.signature)
+    out = ctx.temp("list", base.dtype, lst.signature)
     new = ctx.emit1("DYNAMIC_UPDATE_SLICE", [base, update, start], out)
     return TensorListValue(new, lst.element_dtype, lst.element_signature)
 
