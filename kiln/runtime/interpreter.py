@@ -9,6 +9,7 @@ re-raised with the node it happened in ("while executing node 12 (CONV_2D) ...")
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -41,6 +42,24 @@ class _Step:
     delegate_kernel: object = None
     prepared_shapes: tuple | None = None
     free_after: list[int] = field(default_factory=list)
+    op_names: tuple[str, ...] = ()   # one per node (a delegated partition has several)
+    delegate: str | None = None      # name of the delegate running the step
+
+
+@dataclass(frozen=True)
+class ProfileEvent:
+    """One executed plan step, as `Interpreter.profiler` receives it.
+
+    A step is one node, or a whole partition claimed by a delegate (``delegate`` names it,
+    ``op_names`` lists its nodes). Steps of control-flow bodies arrive with their own
+    ``subgraph``; their time is also inside the calling WHILE / IF step.
+    """
+
+    subgraph: int
+    node: int
+    op_names: tuple[str, ...]
+    seconds: float
+    delegate: str | None = None
 
 
 class _SubgraphEnv:
@@ -160,7 +179,7 @@ class _SubgraphEnv:
     def _node_step(self, oi: int, op: Operator, reg: Registration) -> _Step:
         ins = [-1 if t is None else self.pos[id(t)] for t in op.inputs]
         outs = [-1 if t is None else self.pos[id(t)] for t in op.outputs]
-        step = _Step(oi, f"node {oi} ({op.name})", ins, outs, reg=reg)
+        step = _Step(oi, f"node {oi} ({op.name})", ins, outs, reg=reg, op_names=(op.name,))
         if reg.kernel is not None:
             opts = reg.record.make_options(op.options) if reg.record is not None else decode_builtin_options(op)
             out_dtypes = [np.dtype(t.dtype.numpy) if t is not None else None for t in op.outputs]
@@ -188,7 +207,8 @@ class _SubgraphEnv:
         outputs = [t for op in ops for t in op.outputs if t is not None and id(t) in later_reads]
         nodes = [NodeInfo(first + k, op, op.name, op.version, regs[first + k]) for k, op in enumerate(ops)]
         label = f"nodes {first}..{last} (delegated to {delegate.name})"
-        step = _Step(first, label, [self.pos[id(t)] for t in inputs], [self.pos[id(t)] for t in outputs])
+        step = _Step(first, label, [self.pos[id(t)] for t in inputs], [self.pos[id(t)] for t in outputs],
+                     op_names=tuple(op.name for op in ops), delegate=delegate.name)
         try:
             step.delegate_kernel = delegate.prepare(Partition(nodes, inputs, outputs))
         except KilnError:
@@ -240,7 +260,10 @@ class _SubgraphEnv:
     def run(self) -> None:
         self.prepare()
         values = self.values
+        profiler = self.interp.profiler
         for step in self.steps:
+            if profiler is not None:
+                start = time.perf_counter()
             if step.call is not None:
                 args = [values[i] if i >= 0 else None for i in step.ins]
                 result = self._guard(step, step.reg.kernel, step.call, *args)
@@ -258,6 +281,9 @@ class _SubgraphEnv:
                 args = [values[i] for i in step.ins]
                 result = self._guard(step, step.delegate_kernel.invoke, args)
                 self._store(step, step.outs, result)
+            if profiler is not None:
+                profiler(ProfileEvent(self.sg_index, step.index, step.op_names, time.perf_counter() - start,
+                                      step.delegate))
             for i in step.free_after:
                 values[i] = None
 
@@ -403,6 +429,8 @@ class Interpreter:
         self._runtime = _Runtime(self)
         self._envs: dict[int, _SubgraphEnv] = {}
         self._allocated = False
+        #: Optional callable receiving a `ProfileEvent` after every executed step (None: off).
+        self.profiler = None
 
     # -- internals ---------------------------------------------------------------------------
     def _env(self, index: int = 0) -> _SubgraphEnv:
