@@ -220,19 +220,22 @@ def _read_after(res: LstmResult, var: Tensor, d: int) -> Tensor:
 
 # -- state variables -----------------------------------------------------------------------
 
-def _batch_column(b: FusionBuilder, x: Tensor, time_major: bool) -> Tensor:
-    """A [batch, 1] run-time value derived from ``x`` (its first feature at the first step),
-    times zero: the batch-sized zeros an initial state broadcasts against. Derived from the
-    input, so no constant folding can turn the state initialisation into a constant."""
-    key = ("batch_zeros", id(x))
-    cache = b.cache
-    if key not in cache:
-        size = [1, -1, 1] if time_major else [-1, 1, 1]
-        first = b.slice(x, [0, 0, 0], size, what="first_input")
-        batch = x.signature[1 if time_major else 0]
-        col = b.reshape(first, [batch, 1], what="first_input_col")
-        cache[key] = b.mul(col, np.zeros((), np.float32), what="batch_zeros")
-    return cache[key]
+def _first_input_column(b: FusionBuilder, x: Tensor, time_major: bool) -> Tensor:
+    """``x``'s first feature at the first step, [batch, 1] (one STRIDED_SLICE): times zero,
+    it gives the batch-sized zeros an initial state needs. Derived from the input, so no
+    constant folding can turn a state initialisation into a constant."""
+    key = ("first_input_column", id(x))
+    if key not in b.cache:
+        batch_axis, time_axis = (1, 0) if time_major else (0, 1)
+        end = [0, 0, 1]
+        end[time_axis] = 1
+        col = b.tensor("first_input", x.dtype, [x.signature[batch_axis], 1])
+        b.emit("STRIDED_SLICE", [x, np.zeros(3, np.int32), np.asarray(end, np.int32),
+                                 np.ones(3, np.int32)], [col],
+               {"begin_mask": 1 << batch_axis, "end_mask": 1 << batch_axis,
+                "shrink_axis_mask": 1 << time_axis})
+        b.cache[key] = col
+    return b.cache[key]
 
 
 def state_variable(b: FusionBuilder, what: str, x: Tensor, n: int, *, time_major: bool,
@@ -253,9 +256,12 @@ def state_variable(b: FusionBuilder, what: str, x: Tensor, n: int, *, time_major
     init_value = value_of(initial) if initial is not None else None
     if initial is None or (init_value is not None and not np.any(init_value)):
         zeros = np.zeros((1, n), np.float32)
-        b.emit("MUL", [_batch_column(b, x, time_major), b.const(zeros, f"{what}_zeros")], [var])
+        b.emit("MUL", [_first_input_column(b, x, time_major), b.const(zeros, f"{what}_zeros")],
+               [var])
     elif init_value is not None:  # a constant non-zero state: still derive it at run time
-        b.emit("ADD", [_batch_column(b, x, time_major), b.operand(initial, f"{what}_init")], [var])
+        zero_col = b.mul(_first_input_column(b, x, time_major), np.zeros((), np.float32),
+                         what=f"{what}_zero_column")
+        b.emit("ADD", [zero_col, b.operand(initial, f"{what}_init")], [var])
     else:
         b.emit("ADD", [initial, b.const(np.zeros((), np.float32), "zero")], [var])
     return var
