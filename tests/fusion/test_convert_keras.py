@@ -109,13 +109,15 @@ def test_unfusable_layers_are_loops_and_reported():
     inp = keras.Input((T, I), batch_size=B)
     y = keras.layers.LSTM(3, return_sequences=True, recurrent_activation="hard_sigmoid",
                           name="lstm_hard")(inp)
-    y = keras.layers.GRU(3, name="gru")(y)
+    y = keras.layers.GRU(3, return_sequences=True, name="gru")(y)
+    y = keras.layers.SimpleRNN(3, name="simple")(y)
     model = _randomize(keras.Model(inp, y))
     data, report = convert_keras(model)
-    assert "WHILE" in op_names(data)
+    assert op_names(data).count("WHILE") == 3
     text = "\n".join(report.notes + report.not_fused)
     assert "lstm_hard: not fused: recurrent_activation='hard_sigmoid' is not expressible" in text
     assert "gru: not fused: LiteRT has no fused GRU op" in text
+    assert "simple: not fused: SimpleRNN is converted as a loop" in text
     check_both(data, [_x()], [np.asarray(model(_x()))])
 
 

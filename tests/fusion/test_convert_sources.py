@@ -49,6 +49,18 @@ def test_tf_keras_concrete_function_uses_its_lstm_function():
     check_both(data, [x], [model(x).numpy()])
 
 
+def test_tf_keras_gru_function_is_declined_with_the_reason():
+    import kiln
+
+    model = _randomize(tf_keras.Sequential([tf_keras.Input((T, I), batch_size=B),
+                                            tf_keras.layers.GRU(4, return_sequences=True)]))
+    fn = tf.function(lambda x: model(x)).get_concrete_function(tf.TensorSpec([B, T, I]))
+    data, report = _convert(kiln.TFLiteConverter.from_concrete_functions([fn]))
+    assert any("not fused: LiteRT has no fused GRU op" in line for line in report.not_fused)
+    x = _x()
+    check_both(data, [x], [model(x).numpy()])
+
+
 def test_tf_keras_saved_model(tmp_path):
     import kiln
 
