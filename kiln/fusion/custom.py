@@ -13,7 +13,7 @@ from __future__ import annotations
 from flatbuffers import flexbuffers
 
 from ..errors import KilnError
-from .helpers import FusionBuilder, as_dtype, reject
+from .helpers import FusionBuilder, as_dtype, note_fused, reject
 from .registry import CompositeCall
 
 FUSABLE_ATTR = "tfl_fusable_op"
@@ -53,5 +53,5 @@ def fuse_tfl_fusable_op(call: CompositeCall) -> list:
     outs = [b.tensor(f"output{k}", as_dtype(dt), shape)
             for k, (dt, shape) in enumerate(zip(call.output_dtypes, call.output_shapes))]
     b.emit("CUSTOM", list(call.inputs), outs, custom_code=call.name, custom_options=options)
-    call.notes.append(f"{b.prefix}: fused into custom op {call.name!r}")
+    note_fused(call, f"custom op {call.name!r}")
     return outs

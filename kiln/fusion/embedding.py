@@ -8,7 +8,7 @@ than EMBEDDING_LOOKUP because it takes ids of any rank and int64 ids, as TensorF
 from __future__ import annotations
 
 from ..schema import DType
-from .helpers import FusionBuilder, reject
+from .helpers import FusionBuilder, note_fused, reject
 from .registry import CompositeCall
 
 _ID_TYPES = (DType.INT32, DType.INT64)
@@ -29,5 +29,5 @@ def fuse_embedding_lookup(call: CompositeCall) -> list:
     b = FusionBuilder(call)
     out = b.tensor("lookup", params.dtype, tuple(ids.signature) + tuple(params.signature[1:]))
     b.emit("GATHER", [params, ids], [out], {"axis": 0, "batch_dims": 0})
-    call.notes.append(f"{b.prefix}: fused into GATHER")
+    note_fused(call, "GATHER")
     return [out]

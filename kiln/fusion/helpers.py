@@ -21,8 +21,8 @@ import numpy as np
 from ..errors import KilnError
 from ..ir import Operator, Subgraph, Tensor
 from ..schema import DType
-from .registry import CompositeCall
-from .registry import not_fused as reject  # "<label>: not fused: <reason>", to raise
+from .registry import CompositeCall, note_fused
+from .registry import not_fused as reject  # "<name>: not fused: <reason>", to raise
 
 #: What a fusion may pass where an operand is expected: an IR tensor or a NumPy constant.
 Operand = Union[Tensor, np.ndarray]
@@ -298,5 +298,6 @@ def _version(op: Operator) -> int:
 
 
 __all__ = [
-    "FusionBuilder", "Operand", "as_dtype", "gate_blocks", "implements", "reject", "shape_of", "value_of",
+    "FusionBuilder", "Operand", "as_dtype", "gate_blocks", "implements", "note_fused", "reject",
+    "shape_of", "value_of",
 ]

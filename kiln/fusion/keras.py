@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..schema import DType
-from .helpers import FusionBuilder, reject
+from .helpers import FusionBuilder, note_fused, reject
 from .lstm import ACTIVATIONS, LstmOptions, LstmResult, LstmWeights, emit_bidirectional_lstm, \
     emit_lstm
 from .registry import CompositeCall
@@ -103,7 +103,7 @@ def fuse_tf_keras_lstm(call: CompositeCall) -> list:
         sig[t_axis] = 1
         seq = b.reshape(last, sig, what="last_output_as_sequence")
     runtime = b.const(np.asarray(_RUNTIME_CPU, np.float32), "runtime")
-    call.notes.append(f"{b.prefix}: fused into {op_name}")
+    note_fused(call, op_name)
     return [last, seq, last, res.final_cell_state(), runtime]
 
 
@@ -120,7 +120,7 @@ def fuse_keras_lstm(call: CompositeCall) -> list:
     res = _run_uni(call, b, x, h0, c0, kernel, recurrent, bias, options,
                    go_backwards=bool(call.attrs.get("go_backwards", False)), stateful=stateful)
     out = res.sequence if call.attrs.get("return_sequences", False) else res.last_output()
-    call.notes.append(f"{b.prefix}: fused into {op_name}" + (" (stateful)" if stateful else ""))
+    note_fused(call, op_name + (" (stateful)" if stateful else ""))
     return [out, res.last_output(), res.final_cell_state()]
 
 
@@ -164,7 +164,7 @@ def fuse_keras_bidirectional_lstm(call: CompositeCall) -> list:
             ys = [b.mul(b.add(y_fw, y_bw, what="sum"), np.asarray(0.5, np.float32), what="merged")]
     states = [res.last_output(0), res.final_cell_state(0), res.last_output(1),
               res.final_cell_state(1)]
-    call.notes.append(f"{b.prefix}: fused into one {op_name} (merge_mode={merge})")
+    note_fused(call, f"one {op_name} (merge_mode={merge})")
     return ys + states
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from ..errors import KilnError
 from ..schema import DType
-from .helpers import FusionBuilder, reject, shape_of
+from .helpers import FusionBuilder, note_fused, reject, shape_of
 from .lstm import LstmOptions, LstmWeights, emit_lstm
 from .registry import CompositeCall
 
@@ -117,8 +117,8 @@ def _fuse_cell(call: CompositeCall, layer_norm: bool) -> list:
     out = res.sequence
     if step_mode:
         out = b.reshape(out, [x.signature[0], n_output], what="output")
-    call.notes.append(f"{b.prefix}: {interface} fused into UNIDIRECTIONAL_SEQUENCE_LSTM"
-                      + (" (streaming state)" if stateful else ""))
+    note_fused(call, f"UNIDIRECTIONAL_SEQUENCE_LSTM ({interface}"
+               + (", streaming state)" if stateful else ")"))
     return [out]
 
 

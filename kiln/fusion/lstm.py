@@ -277,8 +277,8 @@ def emit_lstm(b: FusionBuilder, x: Tensor, weights: LstmWeights,
     time-major). ``initial_state`` is (activation, cell), each [batch, n] or None for zeros.
     """
     options = options or LstmOptions()
-    weights.check(b.prefix)
-    _check_input(x, weights, b.prefix)
+    weights.check("LSTM weights")
+    _check_input(x, weights, "LSTM")
     h0, c0 = initial_state or (None, None)
     tm = options.time_major
     h_var = state_variable(b, "output_state", x, weights.n_output, time_major=tm, initial=h0,
@@ -309,12 +309,12 @@ def emit_bidirectional_lstm(b: FusionBuilder, x: Tensor, forward: LstmWeights,
     batch-major outputs are concatenated by a CONCATENATION after the op."""
     options = options or LstmOptions()
     for w, side in ((forward, "forward"), (backward, "backward")):
-        w.check(f"{b.prefix} ({side})")
+        w.check(f"{side} weights")
         if w.layer_norm:
-            raise KilnError(f"{b.prefix}: BIDIRECTIONAL_SEQUENCE_LSTM has no layer-norm operands")
-        _check_input(x, w, f"{b.prefix} ({side})")
+            raise KilnError("BIDIRECTIONAL_SEQUENCE_LSTM has no layer-norm operands")
+        _check_input(x, w, f"{side} LSTM")
     if (forward.n_cell, forward.n_output) != (backward.n_cell, backward.n_output):
-        raise KilnError(f"{b.prefix}: LiteRT's BIDIRECTIONAL_SEQUENCE_LSTM checks the backward "
+        raise KilnError("LiteRT's BIDIRECTIONAL_SEQUENCE_LSTM checks the backward "
                         "weights against the forward sizes, so both directions need the same "
                         f"number of units (got {forward.n_output} and {backward.n_output})")
     tm = options.time_major

@@ -98,12 +98,21 @@ def find_fusion(name: str, attrs: dict | None = None) -> Fusion | None:
     return None
 
 
+def display_name(call: CompositeCall) -> str:
+    """What users know the call as: the Keras layer (attr ``layer``), else the caller's label,
+    else the implements name."""
+    name = call.attrs.get("layer") or call.label or call.name
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
 def not_fused(call: CompositeCall, reason: str) -> NotFusable:
-    """The NotFusable a fusion raises: "<label>: not fused: <reason>" (what users read)."""
-    label = call.label or call.attrs.get("layer") or call.name
-    if isinstance(label, bytes):
-        label = label.decode()
-    return NotFusable(f"{label}: not fused: {reason}")
+    """The NotFusable a fusion raises: "<name>: not fused: <reason>" (what users read)."""
+    return NotFusable(f"{display_name(call)}: not fused: {reason}")
+
+
+def note_fused(call: CompositeCall, result: str) -> None:
+    """Record "<name>: fused into <result>" for the conversion report."""
+    call.notes.append(f"{display_name(call)}: fused into {result}")
 
 
 def guarded(fusion: Fusion) -> Fusion:
