@@ -74,9 +74,11 @@ def prepare_keras_model(model) -> Iterator[KerasFusionReport]:
     """
     report = KerasFusionReport()
     patched: list = []
+    inside: set = set()  # layers that run inside a fused Bidirectional's composite
     try:
         for layer in _recurrent_layers(model):
-            _plan(layer, report, patched)
+            if id(layer) not in inside:
+                _plan(layer, report, patched, inside)
         yield report
     finally:
         for layer in patched:
@@ -177,25 +179,19 @@ def _kind(layer) -> str:
         f"RNN({type(layer.cell).__name__})"
 
 
-def _plan(layer, report: KerasFusionReport, patched: list) -> None:
+def _plan(layer, report: KerasFusionReport, patched: list, inside: set) -> None:
     api = _api_of(layer)
     if isinstance(layer, api.Bidirectional):
-        if any(e.layer == layer.name for e in report.entries):
-            return
         problem = _bidirectional_problem(layer, api)
         if problem is None:
             _patch(layer, _bidirectional_call(layer, api, report), patched)
-            report.entries.append(LayerFusion(layer.name, f"Bidirectional({_kind(layer.forward_layer)})",
-                                              KERAS_BIDIRECTIONAL_LSTM))
-            # its inner layers run inside the composite: nothing to do for them
-            report.entries.extend(LayerFusion(sub.name, _kind(sub), KERAS_BIDIRECTIONAL_LSTM)
-                                  for sub in (layer.forward_layer, layer.backward_layer))
+            report.entries.append(LayerFusion(
+                layer.name, f"Bidirectional({_kind(layer.forward_layer)})", KERAS_BIDIRECTIONAL_LSTM))
+            inside.update((id(layer.forward_layer), id(layer.backward_layer)))
             return
         report.entries.append(LayerFusion(layer.name, "Bidirectional", None,
                                           f"not one {_BIDI_OP}: {problem}; its two layers are "
                                           "considered on their own"))
-        return
-    if report.entry(layer) is not None:  # inside a fused Bidirectional
         return
     problem = _lstm_problem(layer, api, _UNI_OP)
     if problem is not None:

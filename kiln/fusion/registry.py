@@ -162,8 +162,8 @@ def _tables():
     if _BUILTIN is None:
         from . import builtin  # the fusions import the IR helpers; load them on first use
 
-        exact = {name: guarded(fn) for name, fn, prefix in builtin.FUSIONS if not prefix}
-        prefix = {name: guarded(fn) for name, fn, is_prefix in builtin.FUSIONS if is_prefix}
-        _BUILTIN = (exact, prefix, guarded(builtin.FALLBACK))
+        exact = {name: fn for name, fn, prefix in builtin.FUSIONS if not prefix}
+        prefix = {name: fn for name, fn, is_prefix in builtin.FUSIONS if is_prefix}
+        _BUILTIN = (exact, prefix, builtin.FALLBACK)
     exact, prefix, fallback = _BUILTIN
     return {**exact, **_EXACT}, [_PREFIX, prefix], fallback

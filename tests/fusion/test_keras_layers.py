@@ -119,3 +119,14 @@ def test_nested_models_are_searched():
         concrete = _trace(outer)
     assert report.lines() == ["inner_lstm: LSTM wrapped as kiln_keras_lstm"]
     assert "kiln_keras_lstm" in _composites(concrete)
+
+
+def test_rnn_over_an_lstm_cell_is_an_lstm():
+    model = keras.Sequential([keras.Input((T, I)),
+                              keras.layers.RNN(keras.layers.LSTMCell(4), return_sequences=True,
+                                               name="rnn")])
+    x = np.random.default_rng(2).standard_normal((B, T, I)).astype(np.float32)
+    with prepare_keras_model(model) as report:
+        concrete = _trace(model)
+    assert report.lines() == ["rnn: RNN(LSTMCell) wrapped as kiln_keras_lstm"]
+    np.testing.assert_allclose(concrete(tf.constant(x)).numpy(), np.asarray(model(x)), atol=1e-6)
