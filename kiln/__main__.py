@@ -1,0 +1,7 @@
+"""``python -m kiln`` is the ``kiln`` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

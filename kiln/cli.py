@@ -1,0 +1,401 @@
+"""The ``kiln`` command: inspect, run and benchmark .tflite models (and convert, with TensorFlow).
+
+    kiln inspect MODEL                      structure, versions, signatures, size by section
+    kiln run MODEL [--input NAME=FILE.npy]  run once (random inputs by default), save outputs
+    kiln benchmark MODEL [--runs N]         latency statistics and a per-op profile
+    kiln convert ...                        TensorFlow -> .tflite (kiln.converter.cli)
+
+The runtime commands need only NumPy, flatbuffers and the schema bindings; TensorFlow is
+imported only by ``kiln convert``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import re
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from .errors import KilnError
+
+DELEGATES = ("none", "compiled")
+
+
+# -- shared helpers --------------------------------------------------------------------------
+
+def _load(path: str):
+    from .format import read_model
+
+    return read_model(path)
+
+
+def _make_interpreter(model, delegate: str):
+    from .runtime import Interpreter
+
+    delegates = []
+    if delegate == "compiled":
+        from .delegates import CompiledDelegate
+
+        delegates.append(CompiledDelegate())
+    return Interpreter(model_content=model, experimental_delegates=delegates)
+
+
+def _dims(shape) -> str:
+    return "[" + ", ".join(str(int(d)) for d in shape) + "]"
+
+
+def _type_name(dtype) -> str:
+    return np.dtype(dtype).name if np.dtype(dtype).kind != "O" else "object"
+
+
+def _random_input(shape, dtype, rng) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    shape = [max(int(d), 1) for d in shape]  # a dynamic (-1) dim runs with 1
+    if dtype.kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype.kind in "iu":
+        return rng.integers(0, 10, size=shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, size=shape).astype(bool)
+    raise KilnError(f"cannot make a random input of type {dtype}; pass it with --input NAME=FILE.npy")
+
+
+def _bytes(n: int) -> str:
+    return f"{n:,} B"
+
+
+# -- inspect ---------------------------------------------------------------------------------
+
+def _sections(data: bytes) -> dict:
+    """Bytes of constant data, metadata and flatbuffer tables (the rest: tables, padding)."""
+    from tflite.Model import Model as FbModel
+
+    fb = FbModel.GetRootAs(data, 0)
+    sizes = []
+    for i in range(fb.BuffersLength()):
+        b = fb.Buffers(i)
+        sizes.append(b.Size() if b.Offset() > 1 else b.DataLength())
+    meta = {fb.Metadata(i).Buffer() for i in range(fb.MetadataLength())}
+    metadata = sum(sizes[i] for i in meta if i < len(sizes))
+    constants = sum(sizes) - metadata
+    return {"constants": constants, "metadata": metadata, "tables": len(data) - constants - metadata,
+            "buffers": sum(1 for i, s in enumerate(sizes) if s and i not in meta)}
+
+
+def _min_runtime(model) -> str:
+    raw = model.metadata.get("min_runtime_version")
+    if raw is None:
+        return "(no min_runtime_version metadata)"
+    return raw.split(b"\0", 1)[0].decode("ascii", "replace") or "(empty)"
+
+
+def _tensor_line(i: int, t) -> str:
+    sig = "" if t.shape_signature is None else f" signature {_dims(t.shape_signature)}"
+    extra = []
+    if t.is_variable:
+        extra.append("variable")
+    if t.is_constant:
+        extra.append(f"const {t.data.nbytes:,} B")
+    if t.quantization is not None and not t.quantization.is_empty:
+        q = t.quantization
+        extra.append(f"quantized ({len(q.scale)} scale{'s' if len(q.scale) != 1 else ''})")
+    tail = f"  ({', '.join(extra)})" if extra else ""
+    return f"{i:>5}  {t.dtype.name.lower():<9} {_dims(t.shape):<18}{sig} {t.name!r}{tail}"
+
+
+def cmd_inspect(args) -> int:
+    model = _load(args.model)  # validates (and names a missing file) before anything else
+    data = Path(args.model).read_bytes()
+    sec = _sections(data)
+    total = len(data)
+    print(f"{args.model}: {total:,} bytes, schema version {model.version}, description {model.description!r}")
+    print(f"minimum runtime version: {_min_runtime(model)}")
+    print("size by section:")
+    for label, key, note in (("constants", "constants", f"{sec['buffers']} buffers"),
+                             ("flatbuffer tables", "tables", "tables, strings, padding"),
+                             ("metadata", "metadata", ", ".join(model.metadata) or "none")):
+        share = 100.0 * sec[key] / total if total else 0.0
+        print(f"  {label:<18} {_bytes(sec[key]):>16} {share:6.1f}%  ({note})")
+    if model.signatures:
+        print("signatures:")
+        for s in model.signatures:
+            index = model.subgraph_index(s.subgraph)
+            pos = s.subgraph.tensor_index()
+            print(f"  {s.key!r} (subgraph {index})")
+            for kind, items in (("input ", s.inputs), ("output", s.outputs)):
+                for name, t in items.items():
+                    print(f"    {kind} {name!r} -> tensor {pos[id(t)]} {t.dtype.name.lower()} {_dims(t.signature)}")
+    for si, sg in enumerate(model.subgraphs):
+        pos = sg.tensor_index()
+        print(f"subgraph {si} {sg.name!r}: {len(sg.operators)} operators, {len(sg.tensors)} tensors")
+        for kind, ts in (("inputs ", sg.inputs), ("outputs", sg.outputs)):
+            print(f"  {kind}: " + ", ".join(f"{pos[id(t)]} {t.name!r} {t.dtype.name.lower()} {_dims(t.signature)}"
+                                            for t in ts))
+        counts: dict[str, int] = defaultdict(int)
+        for op in sg.operators:
+            counts[f"{op.name} v{op.version}"] += 1
+        print("  op counts: " + (", ".join(f"{k} x{n}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+                                 or "none"))
+        if args.summary:
+            continue
+        print("  operators:")
+        for oi, op in enumerate(sg.operators):
+            ins = [-1 if t is None else pos[id(t)] for t in op.inputs]
+            outs = [-1 if t is None else pos[id(t)] for t in op.outputs]
+            kind = f"CUSTOM {op.name!r}" if op.op_type == "CUSTOM" else op.name
+            print(f"  {oi:>5}  {kind:<28} v{op.version:<3} {ins} -> {outs}")
+        print("  tensors:")
+        for ti, t in enumerate(sg.tensors):
+            print("  " + _tensor_line(ti, t))
+    return 0
+
+
+# -- run -------------------------------------------------------------------------------------
+
+def _parse_inputs(items) -> dict[str, np.ndarray]:
+    out = {}
+    for item in items or ():
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise KilnError(f"--input expects NAME=FILE.npy, got {item!r}")
+        try:
+            out[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise KilnError(f"--input {name}: cannot load {path!r}: {exc}") from None
+    return out
+
+
+def _pick_signature(interp, key):
+    sigs = interp.get_signature_list()
+    if key is not None:
+        return interp.get_signature_runner(key), key
+    if len(sigs) == 1:
+        key = next(iter(sigs))
+        return interp.get_signature_runner(key), key
+    return None, None
+
+
+def cmd_run(args) -> int:
+    model = _load(args.model)
+    interp = _make_interpreter(model, args.delegate)
+    given = _parse_inputs(args.input)
+    rng = np.random.default_rng(args.seed)
+    runner, key = _pick_signature(interp, args.signature)
+    if runner is not None:
+        details = runner.get_input_details()
+        unknown = sorted(set(given) - set(details))
+        if unknown:
+            raise KilnError(f"signature {key!r} has no input(s) {unknown}; inputs are {sorted(details)}")
+        print(f"signature {key!r}:")
+        feeds = {}
+        for name, d in details.items():
+            feeds[name] = given[name] if name in given else _random_input(d["shape_signature"], d["dtype"], rng)
+            _describe_input(name, feeds[name], name in given)
+        outputs = runner(**feeds)
+    else:
+        print("invoke():")
+        details = interp.get_input_details()
+        by_name = {d["name"]: d for d in details}
+        by_name.update({str(d["index"]): d for d in details})
+        unknown = sorted(set(given) - set(by_name))
+        if unknown:
+            raise KilnError(f"the model has no input(s) {unknown}; inputs are {[d['name'] for d in details]}")
+        values = {}
+        for name, value in given.items():
+            values[by_name[name]["index"]] = value
+        for d in details:
+            values.setdefault(d["index"], _random_input(d["shape_signature"], d["dtype"], rng))
+            if tuple(d["shape"]) != values[d["index"]].shape:
+                interp.resize_tensor_input(d["index"], values[d["index"]].shape)
+        interp.allocate_tensors()
+        for d in details:
+            value = values[d["index"]]
+            interp.set_tensor(d["index"], value)
+            _describe_input(d["name"], value, d["index"] in {by_name[n]["index"] for n in given})
+        interp.invoke()
+        outputs = {d["name"]: interp.get_tensor(d["index"]) for d in interp.get_output_details()}
+    print("outputs:")
+    for name, value in outputs.items():
+        flat = np.asarray(value).reshape(-1)
+        shown = np.array2string(flat[:args.show], precision=5, separator=", ", threshold=args.show + 1,
+                                max_line_width=10_000)
+        more = f" ... ({flat.size} values)" if flat.size > args.show else ""
+        print(f"  {name!r} {_type_name(value.dtype)} {_dims(value.shape)}: {shown}{more}")
+    if args.output_dir:
+        out_dir = Path(args.output_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name, value in outputs.items():
+            path = out_dir / (re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") + ".npy")
+            np.save(path, value)
+            print(f"saved {path}")
+    return 0
+
+
+def _describe_input(name, value, given: bool) -> None:
+    origin = "given" if given else "random"
+    print(f"  input {name!r} {_type_name(value.dtype)} {_dims(value.shape)} ({origin})")
+
+
+# -- benchmark -------------------------------------------------------------------------------
+
+def _percentile(sorted_ms, q: float) -> float:
+    return float(np.percentile(sorted_ms, q))
+
+
+def _op_key(event) -> str:
+    if event.delegate is not None:
+        return f"{event.delegate} delegate ({len(event.op_names)} nodes)"
+    return event.op_names[0]
+
+
+def profile_table(events, runs: int) -> list[str]:
+    """LiteRT-style summary by node type, one block per subgraph (times are per run)."""
+    lines = []
+    by_subgraph: dict[int, dict[str, list]] = defaultdict(lambda: defaultdict(lambda: [0, 0.0]))
+    nodes: dict[int, dict[str, set]] = defaultdict(lambda: defaultdict(set))
+    for e in events:
+        row = by_subgraph[e.subgraph][_op_key(e)]
+        row[0] += 1
+        row[1] += e.seconds
+        nodes[e.subgraph][_op_key(e)].add(e.node)
+    for sg in sorted(by_subgraph):
+        rows = sorted(by_subgraph[sg].items(), key=lambda kv: -kv[1][1])
+        total = sum(r[1] for _, r in rows) or 1e-12
+        title = "subgraph 0" if sg == 0 else f"subgraph {sg} (runs inside a control-flow op above)"
+        lines.append(f"per-op profile, {title}, averaged over {runs} runs:")
+        lines.append(f"  {'op type':<34} {'count':>5} {'total ms':>10} {'%':>7} {'cdf %':>7} {'calls/run':>10}")
+        cdf = 0.0
+        for key, (calls, seconds) in rows:
+            share = 100.0 * seconds / total
+            cdf += share
+            lines.append(f"  {key:<34} {len(nodes[sg][key]):>5} {seconds / runs * 1e3:>10.3f} {share:>6.1f}% "
+                         f"{cdf:>6.1f}% {calls / runs:>10.1f}")
+    return lines
+
+
+def cmd_benchmark(args) -> int:
+    if args.runs < 1 or args.warmup < 0:
+        raise KilnError("--runs must be >= 1 and --warmup >= 0")
+    model = _load(args.model)
+    interp = _make_interpreter(model, args.delegate)
+    rng = np.random.default_rng(args.seed)
+    runner, key = _pick_signature(interp, args.signature) if args.signature else (None, None)
+    if runner is not None:
+        feeds = {n: _random_input(d["shape_signature"], d["dtype"], rng) for n, d in runner.get_input_details().items()}
+        runner(**feeds)  # sizes and allocates the signature's subgraph
+
+        def invoke():
+            runner(**feeds)
+    else:
+        interp.allocate_tensors()
+        for d in interp.get_input_details():
+            interp.set_tensor(d["index"], _random_input(d["shape"], d["dtype"], rng))
+        invoke = interp.invoke
+    for _ in range(args.warmup):
+        invoke()
+    times = []
+    for _ in range(args.runs):
+        start = time.perf_counter()
+        invoke()
+        times.append((time.perf_counter() - start) * 1e3)
+    ms = np.sort(np.array(times))
+    where = f"signature {key!r}" if key else "invoke()"
+    print(f"{args.model}: {where}, delegate: {args.delegate}")
+    print(f"latency over {args.runs} warm runs ({args.warmup} warm-up), ms: "
+          f"mean {ms.mean():.3f}  std {ms.std():.3f}  min {ms[0]:.3f}  p50 {_percentile(ms, 50):.3f}  "
+          f"p90 {_percentile(ms, 90):.3f}  max {ms[-1]:.3f}")
+    if args.profile:
+        events = []
+        interp.profiler = events.append
+        for _ in range(args.runs):
+            invoke()
+        interp.profiler = None
+        for line in profile_table(events, args.runs):
+            print(line)
+    return 0
+
+
+# -- convert (TensorFlow) --------------------------------------------------------------------
+
+def _converter_cli():
+    """kiln.converter.cli when it exists (it defines add_parser / run), else None."""
+    try:
+        return importlib.import_module("kiln.converter.cli")
+    except ModuleNotFoundError as exc:
+        if exc.name in ("kiln.converter.cli",):
+            return None
+        if exc.name and exc.name.split(".")[0] in ("tensorflow", "tf_keras", "keras"):
+            raise KilnError("kiln convert needs TensorFlow: pip install 'kiln[tf]'") from None
+        raise
+
+
+def _no_converter(args) -> int:
+    raise KilnError("this kiln has no converter command (kiln.converter.cli is missing)")
+
+
+# -- main ------------------------------------------------------------------------------------
+
+def build_parser(with_convert: bool = False) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kiln", description="Inspect, run, benchmark and convert LiteRT models.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("inspect", help="subgraphs, operators and versions, tensors, signatures, sizes")
+    p.add_argument("model", help=".tflite file")
+    p.add_argument("--summary", action="store_true", help="leave out the operator and tensor lists")
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("run", help="run a model once and print / save its outputs")
+    p.add_argument("model", help=".tflite file")
+    p.add_argument("--input", action="append", metavar="NAME=FILE.npy",
+                   help="an input by signature name, tensor name or index (repeatable); others are random")
+    p.add_argument("--signature", metavar="KEY", help="signature to run (default: the only one, if any)")
+    p.add_argument("--output-dir", metavar="DIR", help="save every output as DIR/<name>.npy")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--show", type=int, default=8, help="values to print per output (default 8)")
+    p.add_argument("--delegate", choices=DELEGATES, default="none")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("benchmark", help="latency statistics over warm runs and a per-op profile")
+    p.add_argument("model", help=".tflite file")
+    p.add_argument("--runs", type=int, default=50, help="timed runs (default 50)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed runs first (default 5)")
+    p.add_argument("--signature", metavar="KEY", help="benchmark a signature runner instead of invoke()")
+    p.add_argument("--delegate", choices=DELEGATES, default="none")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-profile", dest="profile", action="store_false", help="skip the per-op profile")
+    p.set_defaults(func=cmd_benchmark)
+
+    converter = _converter_cli() if with_convert else None
+    if converter is not None:
+        converter.add_parser(sub)
+    else:
+        p = sub.add_parser("convert", help="convert a TensorFlow model to .tflite (needs TensorFlow)",
+                           add_help=False)
+        p.add_argument("rest", nargs=argparse.REMAINDER)
+        p.set_defaults(func=_no_converter)
+    return parser
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    with_convert = bool(argv) and argv[0] == "convert"
+    try:
+        parser = build_parser(with_convert)
+        args = parser.parse_args(argv)
+        if args.command == "convert" and args.func is not _no_converter:
+            return int(_converter_cli().run(args) or 0)
+        return int(args.func(args) or 0)
+    except KilnError as exc:
+        print(f"kiln {argv[0] if argv else ''}: error: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # `kiln inspect big.tflite | head`
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
