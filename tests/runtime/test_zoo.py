@@ -11,12 +11,21 @@ import numpy as np
 import pytest
 
 import kiln
+import kiln.ops
+from kiln.format import read_model
+from kiln.ops.record import KernelCall
 from tests.harness import assert_close
 from tests.runtime.conftest import litert
 from tests.runtime.zoo import ZOO, sample_inputs
 
 MODELS = list(ZOO)
 RTOL, ATOL = 1e-5, 1e-7
+#: End to end, float32 rounding differences (GEMM summation order) compound over depth:
+#: MobileNetV2's 52 convolutions with folded batch norms amplify kiln's <5e-7 per-op
+#: difference to ~3e-5 of the output scale. test_each_op_matches_litert_in_isolation holds
+#: every op of every zoo model to RTOL on LiteRT's own intermediate values.
+E2E_RTOL = {"mobilenet": 1e-4}
+STATEFUL = {"WHILE", "IF", "CALL_ONCE", "VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE"}
 DETAIL_KEYS = {"name", "index", "shape", "shape_signature", "dtype", "quantization",
                "quantization_parameters", "sparsity_parameters"}
 
@@ -40,7 +49,40 @@ def test_outputs_match_litert(zoo, name):
         expected, actual = run_api(ref, inputs), run_api(ours, inputs)
         assert len(actual) == len(expected)
         for k, (a, e) in enumerate(zip(actual, expected)):
-            assert_close(a, e, rtol=RTOL, atol=ATOL, what=f"{name} output {k} (seed {seed})")
+            assert_close(a, e, rtol=E2E_RTOL.get(name, RTOL), atol=ATOL, what=f"{name} output {k} (seed {seed})")
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_each_op_matches_litert_in_isolation(zoo, name):
+    """Every main-subgraph op, fed LiteRT's own intermediate values, reproduces LiteRT's result."""
+    data = zoo.bytes(name)
+    ref = litert(data, experimental_preserve_all_tensors=True)
+    run_api(ref, sample_inputs(litert(data).get_input_details(), 0))
+    graph = read_model(data).main
+    pos = graph.tensor_index()
+    checked = 0
+    for oi, op in enumerate(graph.operators):
+        if op.op_type in STATEFUL or any(t is not None and t.is_variable for t in op.inputs):
+            continue  # control flow and state: covered end to end
+        record = kiln.ops.get(op.op_type)
+        args = [None if t is None else (t.data if t.is_constant else ref.get_tensor(pos[id(t)])) for t in op.inputs]
+        call = KernelCall(record.make_options(op.options), op, [np.dtype(t.dtype.numpy) for t in op.outputs])
+        result = record.kernel(call, *args)
+        for k, (t, value) in enumerate(zip(op.outputs, result if isinstance(result, tuple) else (result,))):
+            assert_close(np.asarray(value), ref.get_tensor(pos[id(t)]), rtol=RTOL, atol=ATOL,
+                         what=f"{name} node {oi} ({op.name}) output {k}")
+            checked += 1
+    assert checked
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_zoo_models_depend_on_their_inputs(zoo, name):
+    """A model whose output ignores its input (vanished activations) would prove nothing."""
+    ref = litert(zoo.bytes(name))
+    ref.allocate_tensors()
+    first, second = (run_api(ref, sample_inputs(ref.get_input_details(), seed)) for seed in (0, 1))
+    for a, b in zip(first, second):
+        assert np.abs(a - b).max() > 1e-3 * np.abs(a).max()
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -56,7 +98,8 @@ def test_signature_runners_match(zoo, name):
         expected, actual = r(**inputs), o(**inputs)
         assert sorted(actual) == sorted(expected)
         for out in expected:
-            assert_close(actual[out], expected[out], rtol=RTOL, atol=ATOL, what=f"{name}/{key}/{out}")
+            assert_close(actual[out], expected[out], rtol=E2E_RTOL.get(name, RTOL), atol=ATOL,
+                         what=f"{name}/{key}/{out}")
 
 
 def _same_details(ours: dict, ref: dict, where: str):
