@@ -413,7 +413,29 @@ def _lower_reference(node: _Node):
     return run, shapes
 
 
+def _lower_mean(node: _Node):
+    """MEAN over constant axes: a float64 sum divided into the output buffer (as the kernel)."""
+    kernel, call = _reference_call(node)
+    (probe,) = _probe(node, kernel, call)
+    rank = len(node.in_shapes[0])
+    axes = tuple(sorted({int(a) % rank for a in np.asarray(node.consts[1]).reshape(-1)})) if rank else ()
+    count = int(np.prod([node.in_shapes[0][a] for a in axes], dtype=np.int64))
+    keep = bool(node.opts.keep_dims)
+    if count == 0 or np.sum(np.zeros(node.in_shapes[0]), axis=axes, keepdims=keep).shape != probe.shape:
+        return _lower_reference(node)  # empty or unusual reductions: the kernel's own rules
+    get = node.output(0, probe.shape)
+    xi, oi = node.in_slots[0], node.out_slots[0]
+
+    def run(slots):
+        y = get()
+        np.divide(np.sum(slots[xi], axis=axes, dtype=np.float64, keepdims=keep), count, out=y, casting="unsafe")
+        slots[oi] = y
+
+    return run, [probe.shape]
+
+
 _LOWERINGS: dict[str, Lowering] = {
+    "MEAN": _lower_mean,
     "FULLY_CONNECTED": _lower_fully_connected,
     "CONV_2D": _lower_conv,
     "DEPTHWISE_CONV_2D": _lower_depthwise,
