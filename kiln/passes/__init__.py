@@ -14,6 +14,8 @@ from .dce import DeadCodeElimination, prune_subgraphs
 from .dilated import FuseDilatedConv
 from .fold import ConstantFolding, fold_operator
 from .identity import RemoveNoOps
+from .cse import EliminateCommonSubexpressions
+from .loops import RemoveDeadLoopVariables
 from .pad import FusePadIntoConv
 from .shapes import ShapeInference
 from .manager import FunctionPass, Pass, PassError, PassManager, PassStats, check_invariants, run_passes
@@ -24,13 +26,14 @@ def optimization_passes() -> list[Pass]:
     """The converter's optimisation pipeline (run to a fixed point)."""
     return [
         ConstantFolding(), RemoveNoOps(), ShapeInference(), Canonicalize(), FuseDilatedConv(),
-        FusePadIntoConv(), FoldAffine(), FuseBias(), FuseActivations(), DeadCodeElimination(),
+        FusePadIntoConv(), FoldAffine(), FuseBias(), FuseActivations(), EliminateCommonSubexpressions(),
+        RemoveDeadLoopVariables(), DeadCodeElimination(),
     ]
 
 
 __all__ = [
-    "AssignVersions", "Canonicalize", "ConstantFolding", "DeadCodeElimination", "FoldAffine",
+    "AssignVersions", "Canonicalize", "ConstantFolding", "DeadCodeElimination", "EliminateCommonSubexpressions", "FoldAffine",
     "FunctionPass", "FuseActivations", "FuseBias", "FuseDilatedConv", "FusePadIntoConv", "Pass", "PassError", "PassManager",
-    "PassStats", "RemoveNoOps", "ShapeInference", "check_invariants", "fold_operator", "optimization_passes",
+    "PassStats", "RemoveDeadLoopVariables", "RemoveNoOps", "ShapeInference", "check_invariants", "fold_operator", "optimization_passes",
     "prune_subgraphs", "run_passes",
 ]

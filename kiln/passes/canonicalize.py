@@ -4,7 +4,9 @@
 - a RESHAPE whose shape is computed at run time but whose result has at most one unknown
   dim gets a constant shape (the SHAPE / STRIDED_SLICE / PACK chain becomes dead);
 - two TRANSPOSEs in a row are one (or none); a TRANSPOSE that only moves size-1 dims is a
-  RESHAPE; a DYNAMIC_UPDATE_SLICE that overwrites its whole operand is its update;
+  RESHAPE; a DYNAMIC_UPDATE_SLICE that overwrites its whole operand is its update; a TRANSPOSE
+  of the last two dims feeding BATCH_MATMUL becomes its adj flag;
+- a DIV by a float constant is a MUL by its reciprocal (as TF's converter writes it);
 - a RESHAPE that only flattens the input of a FULLY_CONNECTED is dropped (FULLY_CONNECTED
   flattens its input itself); reshape -> FULLY_CONNECTED -> reshape back over the leading dims
   is a FULLY_CONNECTED with keep_num_dims.
@@ -17,7 +19,7 @@ import numpy as np
 from ..ir import Model, Operator, Subgraph
 from ..schema import DType
 from .manager import Pass
-from .rewrite import add_constant, bypass, const, sole_user
+from .rewrite import add_constant, bypass, const, is_output, sole_user, writes_variable
 
 _RESHAPES = ("RESHAPE", "EXPAND_DIMS", "SQUEEZE")
 
@@ -149,6 +151,46 @@ def _whole_update(sg: Subgraph, op: Operator) -> bool:
     return bypass(sg, op, update)
 
 
+def _div_as_mul(sg: Subgraph, op: Operator) -> bool:
+    """x / c with a float constant c is x * (1 / c), as TF's converter writes it."""
+    if op.op_type != "DIV" or len(op.inputs) != 2:
+        return False
+    c = const(op.inputs[1])
+    if c is None or c.dtype != np.float32 or np.any(c == 0) or writes_variable(op):
+        return False
+    recip = add_constant(sg, f"{op.inputs[1].name}/reciprocal", (np.float32(1) / c).astype(np.float32), DType.FLOAT32)
+    act = op.options.get("fused_activation_function", 0)
+    index = sg.operators.index(op)
+    x, out = op.inputs[0], op.outputs[0]
+    op.set_outputs([])
+    sg.remove_operator(op)
+    sg.add_operator("MUL", [x, recip], [out], index=index, options={"fused_activation_function": act})
+    return True
+
+
+def _transpose_into_matmul(sg: Subgraph, op: Operator) -> bool:
+    """BATCH_MATMUL of a TRANSPOSE that swaps the last two dims uses adj_x / adj_y instead."""
+    if op.op_type != "BATCH_MATMUL":
+        return False
+    for t in set(op.inputs):
+        tr = t.producer if t is not None else None
+        if tr is None or tr.op_type != "TRANSPOSE" or is_output(t) or any(u is not op for u, _ in t.users):
+            continue
+        perm = const(tr.inputs[1])
+        if perm is None:
+            continue
+        perm = [int(p) for p in np.asarray(perm).reshape(-1)]
+        n = len(perm)
+        if n < 2 or perm != list(range(n - 2)) + [n - 1, n - 2]:
+            continue
+        for i, flag in ((0, "adj_x"), (1, "adj_y")):
+            if op.inputs[i] is t:
+                op.set_input(i, tr.inputs[0])
+                op.options[flag] = not op.options.get(flag, False)
+        return True
+    return False
+
+
 class Canonicalize(Pass):
     name = "canonicalize-reshape-transpose"
 
@@ -160,5 +202,5 @@ class Canonicalize(Pass):
                     continue
                 changed |= (_constant_shape(sg, op) | _merge_reshapes(sg, op) | _merge_transposes(sg, op)
                             | _flatten_into_fc(sg, op) | _fc_keep_dims(sg, op) | _transpose_as_reshape(sg, op)
-                            | _whole_update(sg, op))
+                            | _whole_update(sg, op) | _div_as_mul(sg, op) | _transpose_into_matmul(sg, op))
         return changed

@@ -31,8 +31,22 @@ _REDUCE = {
 }
 
 
+#: Types LiteRT's math kernels never take: such ops stay TF ops (custom / unsupported), as
+#: with TF's converter (e.g. float64 Sin becomes the custom op "Sin").
+_NO_BUILTIN_TYPES = {DType.FLOAT64, DType.COMPLEX64, DType.COMPLEX128, DType.STRING, DType.UINT64,
+                     DType.UINT32, DType.UINT16}
+
+
+def check_types(ctx: EmitContext) -> None:
+    for i in range(ctx.num_inputs):
+        t = ctx.input(i)
+        if t.dtype in _NO_BUILTIN_TYPES:
+            raise ctx.fail(f"{t.dtype.name.lower()} has no builtin kernel")
+
+
 @emits(*_BINARY)
 def emit_binary(ctx: EmitContext):
+    check_types(ctx)
     a, b = ctx.input(0), ctx.input(1)
     return ctx.emit1(_BINARY[ctx.type], [a, b])
 
@@ -59,6 +73,7 @@ def emit_add_n(ctx: EmitContext):
 
 @emits(*[k for k, v in _UNARY.items() if v])
 def emit_unary(ctx: EmitContext):
+    check_types(ctx)
     op_type = _UNARY[ctx.type]
     options = {"beta": 1.0} if op_type == "SOFTMAX" else {}
     return ctx.emit1(op_type, [ctx.input(0)], **options)
