@@ -88,6 +88,9 @@ def why_not(node: NodeInfo, allowed: frozenset[str]) -> str | None:
     if reg is None or getattr(reg, "record", None) is None or reg.kernel is None:
         return f"{name} is overridden by a Python registration"
     consts = _CONST_OPERANDS.get(name, ())
+    required = 2 if name in ("FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D") else 1
+    if len(op.inputs) < required or any(op.inputs[k] is None for k in range(required)) or not op.outputs:
+        return f"{name} has {len(op.inputs)} inputs and {len(op.outputs)} outputs; the delegate needs more"
     for k, t in enumerate(op.inputs):
         if t is None:
             continue
