@@ -494,11 +494,27 @@ def convert_kiln(src: Source) -> tuple[bytes, Any, float]:
     return data, conv.report, time.perf_counter() - start
 
 
+@contextlib.contextmanager
+def _silent_fd2():
+    """Silence TF's C++ logging (written straight to file descriptor 2)."""
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def convert_tf(src: Source) -> tuple[bytes | None, float, str]:
     """TF's conversion, timed the same way; (None, seconds, error) when it fails."""
     start = time.perf_counter()
     try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), _silent_fd2():
             data = tf_converter(src).convert()
     except Exception as exc:  # noqa: BLE001 - TF raises many kinds; recorded for the test
         return None, time.perf_counter() - start, f"{type(exc).__name__}: {str(exc)[:300]}"

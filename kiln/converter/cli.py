@@ -1,0 +1,91 @@
+"""``kiln convert SRC -o OUT.tflite``: a SavedModel directory or a .keras / .h5 file to .tflite.
+
+Wired into the ``kiln`` command by kiln/cli.py through `add_parser` and `run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from ..errors import ConversionError
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Register the ``convert`` subcommand."""
+    p = subparsers.add_parser(
+        "convert", help="convert a TensorFlow model (SavedModel dir, .keras or .h5 file) to .tflite",
+        description="Convert a SavedModel directory or a Keras .keras / .h5 file to a LiteRT model.")
+    p.add_argument("source", help="SavedModel directory, or .keras / .h5 Keras model file")
+    p.add_argument("-o", "--output", help="output .tflite path (default: SOURCE with .tflite)")
+    p.add_argument("--signature-keys", metavar="KEYS",
+                   help="comma-separated SavedModel signatures to convert (default: serving_default)")
+    p.add_argument("--tags", metavar="TAGS", help="comma-separated SavedModel tags (default: serve)")
+    p.add_argument("--allow-custom-ops", action="store_true",
+                   help="emit unsupported TF ops as custom ops instead of failing")
+    p.add_argument("--no-resource-variables", dest="resource_variables", action="store_false",
+                   help="refuse models that assign variables")
+    p.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    p.set_defaults(func=run)
+    return p
+
+
+def _output_path(source: Path, output: str | None) -> Path:
+    if output:
+        return Path(output)
+    base = source.with_suffix("") if source.is_file() else source
+    return Path(f"{str(base).rstrip(os.sep)}.tflite")
+
+
+def _load_keras(path: Path):
+    """A Keras model from a .keras / .h5 file (Keras 3 first, then tf_keras for legacy H5)."""
+    errors = []
+    try:
+        import keras
+
+        return keras.saving.load_model(str(path), compile=False)
+    except Exception as exc:  # noqa: BLE001 - fall back to tf_keras for Keras 2 files
+        errors.append(f"keras: {exc}")
+    if path.suffix in (".h5", ".hdf5"):
+        try:
+            import tf_keras
+
+            return tf_keras.models.load_model(str(path), compile=False)
+        except Exception as exc:  # noqa: BLE001
+            errors.append(f"tf_keras: {exc}")
+    raise ConversionError(f"cannot load Keras model {str(path)!r}: " + "; ".join(errors))
+
+
+def make_converter(source: Path, *, signature_keys=None, tags=None):
+    from .api import TFLiteConverter
+
+    if source.is_dir():
+        if not (source / "saved_model.pb").exists() and not (source / "saved_model.pbtxt").exists():
+            raise ConversionError(f"{str(source)!r} is a directory but not a SavedModel (no saved_model.pb)")
+        return TFLiteConverter.from_saved_model(str(source), signature_keys=signature_keys, tags=tags)
+    if not source.exists():
+        raise ConversionError(f"{str(source)!r} does not exist")
+    if source.suffix in (".keras", ".h5", ".hdf5"):
+        return TFLiteConverter.from_keras_model(_load_keras(source))
+    raise ConversionError(f"cannot tell what {str(source)!r} is: give a SavedModel directory or a .keras / .h5 file")
+
+
+def run(args) -> int:
+    """Convert and write; prints a short summary (ops, size, time, fusions)."""
+    source = Path(args.source)
+    keys = [k for k in args.signature_keys.split(",") if k] if args.signature_keys else None
+    tags = [t for t in args.tags.split(",") if t] if args.tags else None
+    converter = make_converter(source, signature_keys=keys, tags=tags)
+    converter.allow_custom_ops = bool(args.allow_custom_ops)
+    converter.experimental_enable_resource_variables = bool(args.resource_variables)
+    data = converter.convert()
+    out = _output_path(source, args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(data)
+    if not args.quiet:
+        print(f"wrote {out}")
+        print(converter.report.summary())
+        sys.stdout.flush()
+    return 0
