@@ -209,3 +209,29 @@ def test_python_dash_m_kiln(mobilenet):
     assert "size by section:" in result.stdout
     result = subprocess.run([sys.executable, "-m", "kiln"], capture_output=True, text=True)
     assert result.returncode == 2 and "COMMAND" in result.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("kiln.converter.cli") is None, reason="no kiln.converter.cli")
+def test_convert_then_run(capsys, tmp_path):
+    """kiln convert SAVED_MODEL -o M.tflite, then kiln run M.tflite agrees with TensorFlow."""
+    import tensorflow as tf
+
+    class Affine(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = tf.Variable(np.arange(12, dtype=np.float32).reshape(4, 3) / 10)
+
+        @tf.function(input_signature=[tf.TensorSpec([2, 4], tf.float32)])
+        def __call__(self, x):
+            return {"y": tf.nn.relu(tf.matmul(x, self.w) - 0.5)}
+
+    module = Affine()
+    tf.saved_model.save(module, str(tmp_path / "sm"), signatures=module.__call__.get_concrete_function())
+    code, _, err = kiln_cli(capsys, "convert", tmp_path / "sm", "-o", tmp_path / "m.tflite")
+    assert code == 0, err
+    x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    code, out, _ = kiln_cli(capsys, "run", tmp_path / "m.tflite", "--input", f"x={tmp_path / 'x.npy'}",
+                            "--output-dir", tmp_path / "out")
+    assert code == 0 and "'y' float32 [2, 3]" in out
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "y.npy"), module(x)["y"].numpy(), rtol=1e-6)
