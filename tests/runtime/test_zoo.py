@@ -127,21 +127,21 @@ def test_details_match(zoo, name):
         for k, (a, b) in enumerate(zip(o, r)):
             assert set(a) == DETAIL_KEYS
             _same_details(a, b, f"{name} {kind}[{k}]")
-    assert ours.num_subgraphs() == ref.num_subgraphs()
     # LiteRT appends its kernels' unnamed scratch tensors (im2col, LSTM scratch) after the
     # model's own tensors; kiln has none.
     r_all, o_all = ref.get_tensor_details(), ours.get_tensor_details()
     assert all(d["name"] in ("", "BatchMatMul_scratch_buffer") for d in r_all[len(o_all):])
-    r_all = r_all[:len(o_all)]
-    assert [d["name"] for d in o_all] == [d["name"] for d in r_all]
-    for a, b in zip(o_all, r_all):
-        assert a["dtype"] == b["dtype"], f"{name} tensor {b['index']}"
-        assert set(a) == set(b)
-        if b["index"] in {d["index"] for d in ref.get_input_details() + ref.get_output_details()}:
-            np.testing.assert_array_equal(a["shape"], b["shape"])
-    for sg in range(1, ref.num_subgraphs()):
-        names = [d["name"] for d in ours.get_tensor_details(sg)]
-        assert names == [d["name"] for d in ref.get_tensor_details(sg)][:len(names)]
+    assert ours.num_subgraphs() == ref.num_subgraphs()
+    for sg in range(ref.num_subgraphs()):
+        o_all = ours.get_tensor_details(sg)
+        r_all = ref.get_tensor_details(sg)[:len(o_all)]
+        assert [d["name"] for d in o_all] == [d["name"] for d in r_all]
+        for a, b in zip(o_all, r_all):  # after invoke, intermediates have their computed shapes
+            where = f"{name} subgraph {sg} tensor {b['index']} {b['name']!r}"
+            assert set(a) == set(b), where
+            assert a["dtype"] == b["dtype"], where
+            np.testing.assert_array_equal(a["shape"], b["shape"], err_msg=where)
+            np.testing.assert_array_equal(a["shape_signature"], b["shape_signature"], err_msg=where)
 
 
 @pytest.mark.parametrize("name", MODELS)
