@@ -97,8 +97,8 @@ def why_not(node: NodeInfo, allowed: frozenset[str]) -> str | None:
         if k in consts:
             if not t.is_constant:
                 return f"{name} operand {k} ({t.name!r}) is not a constant"
-            if t.dtype == DType.FLOAT32 and is_quantized(t):
-                return f"{name} operand {k} is quantized"
+            if is_quantized(t):
+                return f"{name} operand {k} ({t.name!r}) is quantized"
             continue
         if t.dtype != DType.FLOAT32 or t.quantization is not None and not t.quantization.is_empty:
             return f"{name} operand {k} ({t.name!r}) is {t.dtype.name}, not plain float32"
@@ -188,7 +188,7 @@ def _geometry(opts, hw, khw, dilation):
     outs, pads = [], []
     for size, k, s, d in zip(hw, khw, strides, dilation):
         o = out_size(opts.padding, size, k, s, d)
-        if o <= 0:
+        if o < 0:
             raise OpError(f"window {k} (dilation {d}, stride {s}) does not fit input extent {size}")
         outs.append(o)
         pads.append(pad_before_after(size, k, s, d, o))

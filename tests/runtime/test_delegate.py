@@ -194,9 +194,12 @@ def test_compile_errors_name_the_node():
     interp = kiln.Interpreter(model_content=write_model(model), experimental_delegates=[CompiledDelegate()])
     (y1,) = run(interp, [np.ones((1, 5, 5, 2), np.float32)])
     np.testing.assert_array_equal(y1, np.full((1, 3, 3, 3), 6.0, np.float32))  # 18 clamped by RELU6
-    interp.resize_tensor_input(0, [1, 2, 2, 2])
+    interp.resize_tensor_input(0, [1, 2, 2, 2])  # VALID 3x3 on 2x2: an empty output, as the reference
+    (empty,) = run(interp, [np.ones((1, 2, 2, 2), np.float32)])
+    assert empty.shape == (1, 0, 0, 3)
+    interp.resize_tensor_input(0, [1, 1, 1, 2])
     with pytest.raises(kiln.OpError, match=r"compiled delegate, node 0 \(CONV_2D\): window 3 .* does not fit"):
-        run(interp, [np.ones((1, 2, 2, 2), np.float32)])
+        run(interp, [np.ones((1, 1, 1, 2), np.float32)])
 
 
 @pytest.mark.parametrize("padding", [Padding.SAME, Padding.VALID])
