@@ -275,7 +275,8 @@ def _lower_conv(node: _Node):
             slots[oi] = y
         return run, [out_shape]
 
-    rows = _chunk_rows(n, ow, oh, kh * kw * cin)
+    depth = kh * kw * cin
+    rows = _chunk_rows(n, ow, oh, depth)
     im = _Im2col(x_shape, (kh, kw), (oh, ow), pads, strides, dil, rows)
 
     def run(slots):
@@ -283,11 +284,11 @@ def _lower_conv(node: _Node):
         y = get()
         if rows >= oh:  # one GEMM straight into the output buffer
             cols = im.gather(0)
-            np.matmul(cols.reshape(len(cols), -1), w_mat, out=y.reshape(-1, cout))
+            np.matmul(cols.reshape(len(cols), depth), w_mat, out=y.reshape(-1, cout))
         else:
             for r0 in range(0, oh, rows):
                 cols = im.gather(r0)
-                y[:, r0:r0 + rows] = (cols.reshape(len(cols), -1) @ w_mat).reshape(n, -1, ow, cout)
+                y[:, r0:r0 + rows] = (cols.reshape(len(cols), depth) @ w_mat).reshape(n, -1, ow, cout)
         if bias is not None:
             y += bias
         np.clip(y, lo, hi, out=y)
