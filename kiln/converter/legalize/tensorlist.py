@@ -28,12 +28,54 @@ def _list(ctx: EmitContext, i: int = 0) -> TensorListValue:
 
 def _element_signature(ctx: EmitContext, i: int) -> tuple[int, ...]:
     shape = ctx.const(i)
-    if shape is None:
-        raise ctx.fail("the element shape must be a constant")
-    shape = np.asarray(shape).reshape(-1) if np.ndim(shape) else np.asarray(shape)
-    if shape.ndim == 0:
-        raise ctx.fail("TensorList with an unknown element rank cannot be lowered")
-    return tuple(int(d) for d in shape)
+    if shape is not None:
+        shape = np.asarray(shape)
+        if shape.ndim == 1:
+            return tuple(int(d) for d in shape)
+    # Unknown element shape (a TensorArray without element_shape): learn it from the uses.
+    inferred = infer_element_signature(ctx.op.outputs[0])
+    if inferred is None:
+        raise ctx.fail("TensorList with an unknown element rank cannot be lowered "
+                       "(give the TensorArray an element_shape)")
+    return inferred
+
+
+def _merge(a, b):
+    if a is None:
+        return b
+    if b is None or len(a) != len(b):
+        return a
+    return tuple(x if x >= 0 else y for x, y in zip(a, b))
+
+
+def infer_element_signature(list_tensor, depth: int = 0):
+    """The element shape of a TensorList from what is written to / read from / stacked out of
+    it, following it through While loops (TF's static shapes, -1 for unknown dims)."""
+    from ..tfutil import function_graph, shape_signature
+
+    if depth > 8:
+        return None
+    found = None
+    for consumer in list_tensor.consumers():
+        t = consumer.type
+        if t == "TensorListSetItem" and consumer.inputs[0].name == list_tensor.name:
+            found = _merge(found, shape_signature(consumer.inputs[2].shape))
+            found = _merge(found, infer_element_signature(consumer.outputs[0], depth + 1))
+        elif t == "TensorListGetItem":
+            found = _merge(found, shape_signature(consumer.outputs[0].shape))
+        elif t == "TensorListStack":
+            sig = shape_signature(consumer.outputs[0].shape)
+            found = _merge(found, sig[1:] if sig else None)
+        elif t in ("While", "StatelessWhile"):
+            k = [i for i, x in enumerate(consumer.inputs) if x.name == list_tensor.name]
+            body = function_graph(list_tensor.graph, consumer.get_attr("body").name)
+            for i in k:
+                found = _merge(found, infer_element_signature(body.inputs[i], depth + 1))
+                found = _merge(found, infer_element_signature(consumer.outputs[i], depth + 1))
+        elif t in ("Identity", "IdentityN"):
+            for out in consumer.outputs:
+                found = _merge(found, infer_element_signature(out, depth + 1))
+    return found
 
 
 @emits("TensorListReserve", "EmptyTensorList")

@@ -1,0 +1,209 @@
+"""The TFLiteConverter API: construction, option validation, quantization refusal, report,
+signatures and metadata."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import kiln  # noqa: E402
+from kiln.errors import ConversionError, UnsupportedError  # noqa: E402
+from tests.converter import zoo  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tf():
+    return zoo._tf()
+
+
+@pytest.fixture(scope="module")
+def dense_model():
+    import keras
+
+    m = keras.Sequential([keras.Input((4,), name="x"), keras.layers.Dense(3, activation="relu"),
+                          keras.layers.Dense(2)])
+    zoo.randomize(m)
+    return m
+
+
+@pytest.fixture(scope="module")
+def square_fn(tf):
+    @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="values")])
+    def square(values):
+        return values * values + 1.0
+
+    return square.get_concrete_function()
+
+
+def test_public_names():
+    assert kiln.TFLiteConverter.__name__ == "TFLiteConverter"
+    assert {o.name for o in kiln.Optimize} >= {"DEFAULT", "OPTIMIZE_FOR_SIZE", "OPTIMIZE_FOR_LATENCY"}
+    assert {o.name for o in kiln.OpsSet} >= {"TFLITE_BUILTINS", "SELECT_TF_OPS", "TFLITE_BUILTINS_INT8"}
+
+
+def test_defaults_like_tf(dense_model):
+    c = kiln.TFLiteConverter.from_keras_model(dense_model)
+    assert c.allow_custom_ops is False
+    assert c.optimizations == set()
+    assert c.representative_dataset is None
+    assert c.target_spec.supported_ops == {kiln.OpsSet.TFLITE_BUILTINS}
+    assert c.target_spec.supported_types == set()
+    assert c.inference_input_type is None and c.inference_output_type is None
+    assert c.experimental_enable_resource_variables is True
+    assert c.report is None
+
+
+def test_keras_signature_and_report(dense_model):
+    c = kiln.TFLiteConverter.from_keras_model(dense_model)
+    data = c.convert()
+    assert isinstance(data, bytes) and data[4:8] == b"TFL3"
+    r = c.report
+    assert r.op_counts == {"FULLY_CONNECTED": 2}
+    assert r.op_versions == [("FULLY_CONNECTED", 1)]
+    assert r.size == len(data) and r.seconds > 0 and r.subgraphs == 1
+    assert r.min_runtime_version == "1.5.0"
+    assert "FULLY_CONNECTED x2" in r.summary() and "size" in str(r)
+    interp = kiln.Interpreter(model_content=data)
+    assert interp.get_signature_list() == {"serving_default": {"inputs": ["x"], "outputs": ["output_0"]}}
+    details = interp.get_input_details()[0]
+    assert list(details["shape"]) == [1, 4] and list(details["shape_signature"]) == [-1, 4]
+
+
+def test_concrete_function_names_and_dynamic_batch(square_fn):
+    data = kiln.TFLiteConverter.from_concrete_functions([square_fn]).convert()
+    from ai_edge_litert.interpreter import Interpreter
+
+    interp = Interpreter(model_content=data)
+    assert interp.get_signature_list() == {"serving_default": {"inputs": ["values"], "outputs": ["output_0"]}}
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    out = interp.get_signature_runner()(values=x)["output_0"]
+    np.testing.assert_allclose(out, x * x + 1)
+
+
+def test_multiple_functions_get_their_own_signatures(tf):
+    @tf.function(input_signature=[tf.TensorSpec([2], tf.float32, name="a")])
+    def double(a):
+        return a * 2.0
+
+    @tf.function(input_signature=[tf.TensorSpec([2], tf.float32, name="b")])
+    def negate(b):
+        return -b
+
+    data = kiln.TFLiteConverter.from_concrete_functions(
+        [double.get_concrete_function(), negate.get_concrete_function()]).convert()
+    interp = kiln.Interpreter(model_content=data)
+    sigs = interp.get_signature_list()
+    assert set(sigs) == {"double", "negate"}
+    np.testing.assert_allclose(interp.get_signature_runner("negate")(b=np.ones(2, np.float32))["output_0"], [-1, -1])
+
+
+def test_no_functions_is_an_error():
+    with pytest.raises(ConversionError, match="No ConcreteFunction"):
+        kiln.TFLiteConverter.from_concrete_functions([])
+
+
+def test_not_a_concrete_function():
+    with pytest.raises(ConversionError, match="ConcreteFunctions"):
+        kiln.TFLiteConverter.from_concrete_functions([lambda x: x])
+
+
+def test_saved_model_bad_signature_key():
+    path = zoo.sm_variables().obj
+    with pytest.raises(ConversionError, match="Invalid signature key 'nope'"):
+        kiln.TFLiteConverter.from_saved_model(path, signature_keys=["nope"])
+
+
+def test_saved_model_missing_dir(tmp_path):
+    with pytest.raises(ConversionError, match="cannot load SavedModel"):
+        kiln.TFLiteConverter.from_saved_model(str(tmp_path / "absent"))
+
+
+@pytest.mark.parametrize("setting, match", [
+    ({"optimizations": {kiln.Optimize.DEFAULT}}, "optimizations=DEFAULT"),
+    ({"optimizations": ["OPTIMIZE_FOR_SIZE"]}, "optimizations=OPTIMIZE_FOR_SIZE"),
+    ({"supported_types": {"float16"}}, "supported_types=float16"),
+    ({"supported_ops": {kiln.OpsSet.TFLITE_BUILTINS_INT8}}, "supported_ops=TFLITE_BUILTINS_INT8"),
+    ({"optimizations": {kiln.Optimize.DEFAULT}, "representative_dataset": lambda: iter([])}, "representative_dataset"),
+    ({"optimizations": {kiln.Optimize.DEFAULT}, "inference_input_type": np.int8}, "inference types int8"),
+])
+def test_quantization_is_refused_clearly(dense_model, setting, match):
+    c = kiln.TFLiteConverter.from_keras_model(dense_model)
+    for key, value in setting.items():
+        if key in ("supported_types", "supported_ops"):
+            setattr(c.target_spec, key, value)
+        else:
+            setattr(c, key, value)
+    with pytest.raises(UnsupportedError, match="post-training quantization is not implemented") as info:
+        c.convert()
+    assert match in str(info.value)
+
+
+def test_tf_enums_are_accepted(dense_model, tf):
+    c = kiln.TFLiteConverter.from_keras_model(dense_model)
+    c.optimizations = [tf.lite.Optimize.DEFAULT]
+    with pytest.raises(UnsupportedError):
+        c.convert()
+    c.optimizations = set()
+    c.target_spec.supported_ops = {tf.lite.OpsSet.TFLITE_BUILTINS}
+    c.target_spec.supported_types = {tf.float32}
+    c.inference_input_type = tf.float32
+    assert c.convert()
+
+
+@pytest.mark.parametrize("setting, error, match", [
+    ({"optimizations": {"TURBO"}}, ConversionError, "unknown optimization 'TURBO'"),
+    ({"supported_ops": {"GPU_OPS"}}, ConversionError, "unknown target_spec.supported_ops value"),
+    ({"supported_ops": {kiln.OpsSet.SELECT_TF_OPS}}, UnsupportedError, "SELECT_TF_OPS"),
+    ({"inference_input_type": np.int8}, ConversionError, "must be tf.float32 unless"),
+    ({"inference_output_type": np.int32}, ConversionError, "Unsupported inference_output_type value 'tf.int32'"),
+    ({"representative_dataset": [1, 2]}, ConversionError, "not a callable"),
+])
+def test_invalid_options(dense_model, setting, error, match):
+    c = kiln.TFLiteConverter.from_keras_model(dense_model)
+    for key, value in setting.items():
+        if key in ("supported_types", "supported_ops"):
+            setattr(c.target_spec, key, value)
+        else:
+            setattr(c, key, value)
+    with pytest.raises(error, match=match):
+        c.convert()
+
+
+def test_metadata(dense_model):
+    import tflite
+
+    data = kiln.TFLiteConverter.from_keras_model(dense_model).convert()
+    model = kiln.read_model(data)
+    assert model.metadata["min_runtime_version"] == b"1.5.0" + b"\0" * 11
+    fb = tflite.Model.GetRootAsModel(data, 0)
+    assert fb.Version() == 3
+    # CONVERSION_METADATA parses as the schema TF uses (environment + options tables).
+    from flatbuffers.table import Table
+
+    raw = model.metadata["CONVERSION_METADATA"]
+    root = Table(raw, int.from_bytes(raw[:4], "little"))
+    env_off = root.Offset(4)
+    assert env_off
+    env = Table(raw, root.Indirect(root.Pos + env_off))
+    version = env.String(env.Pos + env.Offset(4)).decode()
+    assert version == zoo._tf().__version__
+    assert env.Get(__import__("flatbuffers").number_types.Int32Flags, env.Pos + env.Offset(8)) == 2  # KERAS_MODEL
+
+
+def test_tf_keras_outputs_by_layer_name():
+    import tf_keras
+
+    m = tf_keras.Sequential([tf_keras.layers.InputLayer((3,), name="inp"), tf_keras.layers.Dense(2, name="logits")])
+    data = kiln.TFLiteConverter.from_keras_model(m).convert()
+    assert kiln.Interpreter(model_content=data).get_signature_list() == {
+        "serving_default": {"inputs": ["inp"], "outputs": ["logits"]}}
+
+
+def test_model_attribute_holds_the_ir(dense_model):
+    c = kiln.TFLiteConverter.from_keras_model(dense_model)
+    c.convert()
+    assert c.model is not None and c.model.signatures[0].key == "serving_default"
