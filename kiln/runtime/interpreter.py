@@ -76,6 +76,7 @@ class _SubgraphEnv:
         self.inputs = [self.pos[id(t)] for t in self.sg.inputs]
         self.outputs = [self.pos[id(t)] for t in self.sg.outputs]
         self.steps: list[_Step] | None = None
+        self.shapes_stale = False  # an input was resized since the last run
         self.num_threads = interp._num_threads or 1
         self.context = Context(self)
         self._init_values()
@@ -287,6 +288,33 @@ class _SubgraphEnv:
             for i in step.free_after:
                 values[i] = None
 
+    def refresh_shapes(self) -> None:
+        """After an input resize, learn every tensor's new shape, as LiteRT's Prepare does.
+
+        kiln's kernels compute shapes while they run, so this runs the subgraph once on the
+        current inputs and then restores every value and variable it touched. Subgraphs with
+        Python custom ops or loops are left alone (a run could have side effects or be long);
+        their shapes update on the first invoke.
+        """
+        if any(s.node is not None or "WHILE" in s.op_names for s in self.steps):
+            return
+        interp = self.interp
+        saved = {k: list(env.values) for k, env in interp._envs.items()}
+        rt = interp._runtime
+        saved_vars, saved_once = dict(rt.variables), set(rt.call_once_done)
+        try:
+            self.run()
+        except KilnError:
+            pass  # the real invoke will report it, with the user's data
+        finally:
+            for k, values in saved.items():
+                interp._envs[k].values[:] = values
+            rt.variables.clear()
+            rt.variables.update(saved_vars)
+            rt.call_once_done.clear()
+            rt.call_once_done.update(saved_once)
+        self.shapes_stale = False
+
     def _store(self, step: _Step, outs: Sequence[int], result) -> None:
         if len(result) < sum(1 for i in outs if i >= 0):
             raise OpError(f"subgraph {self.sg_index}, {step.label}: kernel returned {len(result)} "
@@ -459,6 +487,8 @@ class Interpreter:
         for sig in self._model.signatures:
             idx = self._model.subgraph_index(sig.subgraph)
             self._env(idx).allocate_inputs()
+        if env.shapes_stale:
+            env.refresh_shapes()
         self._allocated = True
 
     def invoke(self) -> None:
@@ -557,6 +587,7 @@ class Interpreter:
         if env.shapes[i] != new:
             env.shapes[i] = new
             env.values[i] = None
+            env.shapes_stale = True
             self._allocated = False
 
     def get_signature_list(self) -> dict:

@@ -260,3 +260,15 @@ def test_control_flow_loop_counts(zoo):
     for n in (0, 1, 3, 4, 9):
         n_arr = np.array(n, np.int32)
         assert_close(o(x=x, n=n_arr)["out"], r(x=x, n=n_arr)["out"], rtol=RTOL, atol=ATOL, what=f"n={n}")
+
+
+def test_output_shapes_follow_a_resize_before_invoke(zoo):
+    """LiteRT knows output shapes right after allocate_tensors; so must kiln (no invoke yet)."""
+    data = zoo.bytes("dynamic_batch")
+    ref, ours = litert(data), kiln.Interpreter(model_content=data)
+    idx = ours.get_input_details()[0]["index"]
+    for interp in (ref, ours):
+        interp.resize_tensor_input(idx, [6, 8, 8, 3])
+        interp.allocate_tensors()
+    assert [list(d["shape"]) for d in ours.get_output_details()] == \
+        [list(d["shape"]) for d in ref.get_output_details()] == [[6, 5]]
