@@ -144,6 +144,8 @@ class EmitContext:
         arr = np.asarray(value)
         if dtype is None and arr.dtype == np.float64:
             dtype = DType.FLOAT32
+        if dtype is not None and dtype != DType.STRING:
+            arr = arr.astype(dtype.numpy, copy=False)
         return self.sg.add_constant(unique_name(self.sg, name or f"{self.name}/const"), arr, dtype)
 
     # -- emitting -----------------------------------------------------------------------------

@@ -51,7 +51,10 @@ def const(t: Tensor | None) -> np.ndarray | None:
 
 def add_constant(sg: Subgraph, name: str, value, dtype: DType | None = None) -> Tensor:
     """A new constant tensor named ``name`` (uniquified) holding ``value``."""
-    return sg.add_constant(unique_name(sg, name), value, dtype)
+    arr = np.asarray(value)
+    if dtype is not None and dtype != DType.STRING:
+        arr = arr.astype(DType(dtype).numpy, copy=False)
+    return sg.add_constant(unique_name(sg, name), arr, dtype)
 
 
 def add_tensor_like(sg: Subgraph, name: str, like: Tensor, *, dtype: DType | None = None,
