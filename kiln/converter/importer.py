@@ -357,12 +357,12 @@ class Importer:
         return value
 
     def _distinct_outputs(self, sg: Subgraph, outputs: list[Tensor], names: list[str]) -> list[Tensor]:
-        """Subgraph outputs must be produced inside the subgraph and be distinct: constants,
-        inputs and repeated tensors get an explicit copy op."""
+        """Constant and repeated outputs get an explicit copy op; an input may be an output
+        directly (TF's converter writes a pass-through model with no ops at all)."""
         seen: set[int] = set()
         result = []
         for t, name in zip(outputs, names):
-            if t.producer is None or id(t) in seen:
+            if t.is_constant or id(t) in seen:
                 copy = sg.add_tensor(f"{t.name}/{name}", t.dtype, t.shape, shape_signature=t.shape_signature)
                 if t.is_constant:
                     # A constant output: materialise it with a cheap op LiteRT keeps.

@@ -6,7 +6,8 @@
 - two TRANSPOSEs in a row are one (or none); a TRANSPOSE that only moves size-1 dims is a
   RESHAPE; a DYNAMIC_UPDATE_SLICE that overwrites its whole operand is its update; a TRANSPOSE
   of the last two dims feeding BATCH_MATMUL becomes its adj flag;
-- a DIV by a float constant is a MUL by its reciprocal (as TF's converter writes it);
+- a DIV by a float constant is a MUL by its reciprocal, MAXIMUM(x, 0) a RELU,
+  MINIMUM(RELU(x), 6) a RELU6 and x + (-y) a SUB (as TF's converter writes them);
 - a RESHAPE that only flattens the input of a FULLY_CONNECTED is dropped (FULLY_CONNECTED
   flattens its input itself); reshape -> FULLY_CONNECTED -> reshape back over the leading dims
   is a FULLY_CONNECTED with keep_num_dims.
@@ -191,6 +192,56 @@ def _transpose_into_matmul(sg: Subgraph, op: Operator) -> bool:
     return False
 
 
+def _replace(sg: Subgraph, op: Operator, op_type: str, inputs: list, **options) -> None:
+    """Swap ``op`` for a new ``op_type`` op producing the same output, at the same place."""
+    out = op.outputs[0]
+    index = sg.operators.index(op)
+    op.set_outputs([])
+    sg.remove_operator(op)
+    sg.add_operator(op_type, inputs, [out], index=index, options=options)
+
+
+def _all_equal(t, value) -> bool:
+    v = const(t)
+    return v is not None and v.size > 0 and bool(np.all(v == value))
+
+
+def _relu_forms(sg: Subgraph, op: Operator) -> bool:
+    """MAXIMUM(x, 0) is RELU; MINIMUM(RELU(x), 6) is RELU6 (how TF's converter writes them)."""
+    if op.op_type not in ("MAXIMUM", "MINIMUM") or len(op.inputs) != 2 or writes_variable(op):
+        return False
+    out = op.outputs[0]
+    if out.dtype != DType.FLOAT32:
+        return False
+    for i in (0, 1):
+        x, c = op.inputs[i], op.inputs[1 - i]
+        if tuple(x.signature) != tuple(out.signature) or const(c) is None:
+            continue
+        if op.op_type == "MAXIMUM" and _all_equal(c, 0):
+            _replace(sg, op, "RELU", [x])
+            return True
+        relu = x.producer
+        if (op.op_type == "MINIMUM" and _all_equal(c, 6) and relu is not None and relu.op_type == "RELU"
+                and sole_user(x) is op):
+            _replace(sg, op, "RELU6", [relu.inputs[0]])
+            return True
+    return False
+
+
+def _add_of_neg(sg: Subgraph, op: Operator) -> bool:
+    """x + (-y) is x - y."""
+    if op.op_type != "ADD" or len(op.inputs) != 2 or writes_variable(op):
+        return False
+    for i in (0, 1):
+        neg = op.inputs[i].producer
+        if neg is None or neg.op_type != "NEG" or sole_user(op.inputs[i]) is not op:
+            continue
+        x, y = op.inputs[1 - i], neg.inputs[0]  # same broadcasting as ADD(x, NEG(y))
+        _replace(sg, op, "SUB", [x, y], fused_activation_function=op.options.get("fused_activation_function", 0))
+        return True
+    return False
+
+
 class Canonicalize(Pass):
     name = "canonicalize-reshape-transpose"
 
@@ -202,5 +253,6 @@ class Canonicalize(Pass):
                     continue
                 changed |= (_constant_shape(sg, op) | _merge_reshapes(sg, op) | _merge_transposes(sg, op)
                             | _flatten_into_fc(sg, op) | _fc_keep_dims(sg, op) | _transpose_as_reshape(sg, op)
-                            | _whole_update(sg, op) | _div_as_mul(sg, op) | _transpose_into_matmul(sg, op))
+                            | _whole_update(sg, op) | _div_as_mul(sg, op) | _transpose_into_matmul(sg, op)
+                            | _relu_forms(sg, op) | _add_of_neg(sg, op))
         return changed

@@ -105,8 +105,35 @@ def _refine_reshape(sg: Subgraph, op: Operator) -> bool:
     return True
 
 
+_SHAPE_ARITHMETIC = ("SHAPE", "STRIDED_SLICE", "GATHER", "PACK", "CONCATENATION", "CAST", "REDUCE_PROD")
+
+
+def _known_value(sg: Subgraph, op: Operator) -> bool:
+    """Shape arithmetic whose result is fully known (static dims of a dynamic tensor)."""
+    if op.op_type not in _SHAPE_ARITHMETIC or len(op.outputs) != 1:
+        return False
+    out = op.outputs[0]
+    if out is None or out.is_constant or out.rank > 1 or not out.users:
+        return False
+    if any(o is out for o in sg.outputs):
+        return False
+    part = partial_value(out)
+    if part is None or any(v is None for v in part):
+        return False
+    value = np.asarray(part, out.dtype.numpy)
+    if out.rank == 0:
+        if value.size != 1:
+            return False
+        value = value.reshape(())
+    elif out.signature[0] >= 0 and value.size != out.signature[0]:
+        return False
+    out.replace_all_uses_with(add_constant(sg, f"{out.name}/value", value, out.dtype))
+    return True
+
+
 class ShapeInference(Pass):
-    """Give RESHAPEs with run-time-computed but partially known targets a constant shape."""
+    """Give RESHAPEs with run-time-computed but partially known targets a constant shape, and
+    replace shape arithmetic over static dims by its value."""
 
     name = "shape-inference"
 
@@ -115,5 +142,5 @@ class ShapeInference(Pass):
         for sg in model.subgraphs:
             for op in list(sg.operators):
                 if op.subgraph is sg:
-                    changed |= _refine_reshape(sg, op)
+                    changed |= _refine_reshape(sg, op) | _known_value(sg, op)
         return changed

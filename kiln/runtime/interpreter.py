@@ -44,6 +44,11 @@ class _Step:
     free_after: list[int] = field(default_factory=list)
     op_names: tuple[str, ...] = ()   # one per node (a delegated partition has several)
     delegate: str | None = None      # name of the delegate running the step
+    # Run-loop shortcuts, filled in by prepare():
+    kernel: object = None            # reg.kernel
+    dense_ins: bool = False          # no omitted (-1) operand among ins
+    plain_out: int | None = None     # the one output tensor, when a bare array can go straight in
+    plain_dtype: np.dtype | None = None
 
 
 @dataclass(frozen=True)
@@ -148,7 +153,21 @@ class _SubgraphEnv:
                 oi += 1
         self._check_dataflow(steps)
         self._plan_frees(steps)
+        for step in steps:
+            self._shortcuts(step)
         self.steps = steps
+
+    def _shortcuts(self, step: _Step) -> None:
+        """Precompute what the run loop would otherwise work out per step and invoke."""
+        step.dense_ins = all(i >= 0 for i in step.ins)
+        if step.call is None:
+            return
+        step.kernel = step.reg.kernel
+        if len(step.outs) == 1 and step.outs[0] >= 0:
+            t = self.tensors[step.outs[0]]
+            if t.dtype not in (DType.STRING, DType.VARIANT):
+                step.plain_out = step.outs[0]
+                step.plain_dtype = np.dtype(t.dtype.numpy)
 
     def _resolve(self, oi: int, op: Operator) -> Registration:
         resolver = self.interp._resolver
@@ -250,32 +269,60 @@ class _SubgraphEnv:
     def _guard(self, step: _Step, fn, *args):
         try:
             return fn(*args)
-        except KilnError as exc:
-            if isinstance(exc, (RegistrationError,)):
-                raise
-            raise type(exc)(f"subgraph {self.sg_index}, while executing {step.label}: {exc}") from exc
+        except RegistrationError:
+            raise
         except Exception as exc:
-            raise OpError(f"subgraph {self.sg_index}, while executing {step.label}: "
-                          f"{type(exc).__name__}: {exc}") from exc
+            raise self._wrapped(step, exc) from exc
+
+    def _wrapped(self, step: _Step, exc: Exception) -> KilnError:
+        """The error a failure inside ``step`` is re-raised as (it names the node)."""
+        if isinstance(exc, KilnError):
+            return type(exc)(f"subgraph {self.sg_index}, while executing {step.label}: {exc}")
+        return OpError(f"subgraph {self.sg_index}, while executing {step.label}: "
+                       f"{type(exc).__name__}: {exc}")
 
     def run(self) -> None:
-        self.prepare()
+        """Execute the plan once.
+
+        The loop is the interpreter's hot path, so per step it does no more than gather the
+        arguments, call the kernel inside a (zero-cost) try block and store a result whose
+        dtype already matches without going through `_store`.
+        """
+        if self.steps is None:
+            self.prepare()
         values = self.values
+        shapes = self.shapes
         profiler = self.interp.profiler
         for step in self.steps:
             if profiler is not None:
                 start = time.perf_counter()
-            if step.call is not None:
-                args = [values[i] if i >= 0 else None for i in step.ins]
-                result = self._guard(step, step.reg.kernel, step.call, *args)
-                if not isinstance(result, (tuple, list)):
-                    result = (result,)
-                self._store(step, step.outs, result)
-                updates = step.call.state.pop("variable_updates", None)
-                if updates:
-                    for operand, value in updates.items():
-                        idx = step.ins[operand]
-                        values[idx] = np.asarray(value, dtype=self.tensors[idx].dtype.numpy)
+            call = step.call
+            if call is not None:
+                ins = step.ins
+                args = [values[i] for i in ins] if step.dense_ins else \
+                    [values[i] if i >= 0 else None for i in ins]
+                try:
+                    result = step.kernel(call, *args)
+                except RegistrationError:
+                    raise
+                except Exception as exc:
+                    raise self._wrapped(step, exc) from exc
+                if type(result) is np.ndarray and step.plain_out is not None \
+                        and (result.dtype is step.plain_dtype or result.dtype == step.plain_dtype):
+                    i = step.plain_out
+                    values[i] = result
+                    shapes[i] = result.shape
+                else:
+                    if not isinstance(result, (tuple, list)):
+                        result = (result,)
+                    self._store(step, step.outs, result)
+                state = call.state
+                if state:
+                    updates = state.pop("variable_updates", None)
+                    if updates:
+                        for operand, value in updates.items():
+                            idx = ins[operand]
+                            values[idx] = np.asarray(value, dtype=self.tensors[idx].dtype.numpy)
             elif step.node is not None:
                 self._run_custom(step)
             else:

@@ -200,6 +200,12 @@ def emit_cast(ctx: EmitContext):
     return ctx.emit1("CAST", [x])
 
 
+@emits("Bucketize")
+def emit_bucketize(ctx: EmitContext):
+    check_types(ctx)
+    return ctx.emit1("BUCKETIZE", [ctx.input(0)], boundaries=tuple(float(b) for b in ctx.attr("boundaries")))
+
+
 @emits("Cumsum")
 def emit_cumsum(ctx: EmitContext):
     x = ctx.input(0)

@@ -82,6 +82,10 @@ def _hard_swish(ctx: EmitContext, binds: dict):
     return ctx.emit1("HARD_SWISH", [ctx.scope.lookup(binds["x"])])
 
 
+def _prelu(ctx: EmitContext, binds: dict):
+    return ctx.emit1("PRELU", [ctx.scope.lookup(binds["x"]), ctx.scope.lookup(binds["alpha"])])
+
+
 _RELU6_X3 = ("Relu6", ("AddV2", "x", C(3.0)))
 PATTERNS = [
     # tf.nn.gelu(approximate=False): 0.5 * x * erfc(-x * 1/sqrt(2))
@@ -100,6 +104,9 @@ PATTERNS = [
     Pattern("hard_swish", ("Mul", "x", ("Mul", _RELU6_X3, C(1.0 / 6.0))), _hard_swish),
     Pattern("hard_swish", ("RealDiv", ("Mul", "x", _RELU6_X3), C(6.0)), _hard_swish),
     Pattern("hard_swish", ("Mul", ("Mul", "x", _RELU6_X3), C(1.0 / 6.0)), _hard_swish),
+    # keras PReLU: relu(x) - alpha * relu(-x)
+    Pattern("prelu", ("AddV2", ("Relu", "x"), ("Mul", ("Neg", "alpha"), ("Relu", ("Neg", "x")))), _prelu),
+    Pattern("prelu", ("Sub", ("Relu", "x"), ("Mul", "alpha", ("Relu", ("Neg", "x")))), _prelu),
 ]
 _ANCHORS = {p.tree[0] for p in PATTERNS}
 
