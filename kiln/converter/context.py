@@ -157,7 +157,6 @@ class EmitContext:
             outputs = [self.out(0)]
         op = Operator(op_type, options=options, custom_code=custom_code, custom_options=custom_options)
         self.sg.add_operator(op, list(inputs), list(outputs))
-        self.scope.importer.note_emitted(op, self)
         if fold and self.scope.importer.fold_at_import:
             values = evaluate(op)
             if values is not None:

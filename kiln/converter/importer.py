@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from ..errors import ConversionError
-from ..ir import Model, Operator, Subgraph, Tensor
+from ..ir import Model, Subgraph, Tensor
 from ..schema import DType
 from . import custom as custom_ops
 from .context import EmitContext, Unsupported
@@ -163,9 +163,6 @@ class Importer:
     # -- bookkeeping ------------------------------------------------------------------------
     def subgraph_cache(self, sg: Subgraph) -> dict:
         return self._sg_cache.setdefault(id(sg), {})
-
-    def note_emitted(self, op: Operator, ctx: EmitContext) -> None:
-        """Hook for every emitted op (kept for diagnostics and tests)."""
 
     # -- variables --------------------------------------------------------------------------
     def var_for(self, handle, name_hint: str = "") -> VarInfo:

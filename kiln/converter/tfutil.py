@@ -88,11 +88,6 @@ def _scalar_attr(kind: str, v) -> Any:
     return v
 
 
-def node_attrs(op) -> dict[str, Any]:
-    """All attributes of a graph operation as plain values (internal `_` attrs dropped)."""
-    return {k: attr_value(v) for k, v in op.node_def.attr.items() if not k.startswith("_")}
-
-
 #: id(graph) -> (graph, {function name: FuncGraph}); emptied after each conversion.
 _FUNCTION_GRAPHS: dict[int, tuple] = {}
 

@@ -8,7 +8,7 @@ import numpy as np
 from ..ir import Model, Operator, Subgraph
 from ..schema import Padding
 from .manager import Pass
-from .rewrite import bypass, const, sole_user
+from .rewrite import const, sole_user
 
 
 def same_padding(size: int, kernel: int, stride: int, dilation: int) -> tuple[int, int]:

@@ -7,7 +7,7 @@ import numpy as np
 from ...errors import ConversionError
 from ...schema import DType, MirrorPadMode
 from ..context import EmitContext
-from ..tfutil import const_value, tf
+from ..tfutil import tf
 from .common import as_int32, emitter_table, int32_const, normalize_axis, reshape, shape_const
 
 EMITTERS, emits = emitter_table()
@@ -320,8 +320,7 @@ def emit_topk(ctx: EmitContext):
 @emits("OneHot")
 def emit_one_hot(ctx: EmitContext):
     indices, depth, on, off = ctx.inputs()
-    rank = len(ctx.out_signature(0))
-    return ctx.emit1("ONE_HOT", [indices, depth, on, off], axis=int(ctx.attr("axis")) if int(ctx.attr("axis")) >= 0 else -1)
+    return ctx.emit1("ONE_HOT", [indices, depth, on, off], axis=int(ctx.attr("axis")))
 
 
 @emits("SpaceToBatchND")
@@ -359,8 +358,3 @@ def emit_matrix_diag(ctx: EmitContext):
         if k is None or np.any(k != 0):
             raise ctx.fail("only the main diagonal is supported")
     return ctx.emit1("MATRIX_DIAG", [ctx.input(0)])
-
-
-def static_value(ctx: EmitContext, i: int):
-    """Input ``i`` evaluated statically by TF itself (shape arithmetic), or None."""
-    return const_value(ctx.op.inputs[i])

@@ -8,7 +8,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ...ir import Tensor
-from ...schema import Activation, DType, Padding
+from ...schema import DType, Padding
 from ..context import EmitContext
 
 Emitter = Callable[[EmitContext], object]
@@ -90,28 +90,3 @@ def as_int32(ctx: EmitContext, i: int, suffix: str = "i32") -> Tensor:
 
 def normalize_axis(axis: int, rank: int) -> int:
     return axis + rank if axis < 0 else axis
-
-
-def broadcast_signature(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
-    """NumPy broadcasting of two shape signatures (-1 unknown)."""
-    a, b = list(a), list(b)
-    n = max(len(a), len(b))
-    a = [1] * (n - len(a)) + a
-    b = [1] * (n - len(b)) + b
-    out = []
-    for x, y in zip(a, b):
-        if x == 1:
-            out.append(y)
-        elif y == 1 or x == y:
-            out.append(x)
-        elif x < 0 or y < 0:
-            out.append(max(x, y))
-        else:
-            out.append(max(x, y))
-    return tuple(out)
-
-
-ACTIVATIONS = {
-    "RELU": Activation.RELU, "RELU6": Activation.RELU6, "RELU_N1_TO_1": Activation.RELU_N1_TO_1,
-    "TANH": Activation.TANH,
-}

@@ -222,8 +222,4 @@ def emit_l2_loss(ctx: EmitContext):
     return ctx.emit1("MUL", [s, ctx.constant(np.float32(0.5))])
 
 
-def float_const(ctx: EmitContext, value, like) -> object:
-    return ctx.constant(np.asarray(value, like.dtype.numpy), like.dtype)
-
-
 __all__ = ["EMITTERS", "cast"]
