@@ -168,10 +168,13 @@ class TFLiteConverter:
     def convert(self) -> bytes:
         """Convert; returns the .tflite model bytes (``report`` describes the result)."""
         self._validate()
-        self.report = ConversionReport(notes=list(self._notes))
+        self.report = ConversionReport()
         data, model, _ = convert(
             self._specs, model_type=self._model_type, allow_custom_ops=bool(self.allow_custom_ops),
             enable_resource_variables=bool(self.experimental_enable_resource_variables), report=self.report)
+        # What tracing decided about Keras layers: refusals are "not fused" reasons too.
+        for line in self._notes:
+            (self.report.not_fused if ": not fused:" in line else self.report.notes).append(line)
         self.model = model
         return data
 

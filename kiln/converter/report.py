@@ -69,6 +69,8 @@ class ConversionReport:
         ]
         if self.fused:
             lines.append("fused: " + "; ".join(self.fused))
+        if self.notes:
+            lines.append("notes: " + "; ".join(self.notes))
         if self.not_fused:
             lines.append("not fused: " + "; ".join(self.not_fused))
         if self.custom_ops:
