@@ -111,7 +111,10 @@ def test_min_runtime_version_like_tf(case):
     ours = kiln.read_model(case.kiln_model).metadata["min_runtime_version"]
     theirs = kiln.read_model(case.tf_model).metadata["min_runtime_version"]
     assert len(ours) == 16
-    if zoo.op_pairs(case.kiln_model) <= zoo.op_pairs(case.tf_model):
+    ours_pairs, theirs_pairs = zoo.op_pairs(case.kiln_model), zoo.op_pairs(case.tf_model)
+    if ours_pairs == theirs_pairs:
+        assert ours == theirs
+    elif ours_pairs <= theirs_pairs:
         from kiln.converter.runtime_version import _key
 
         # kiln may drop ops TF keeps, so its minimum can only be lower or equal.
