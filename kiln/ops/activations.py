@@ -20,12 +20,13 @@ from numpy.polynomial import chebyshev
 from ..errors import OpError
 from ..schema import Activation, DType
 from .elementwise import reject_quantized
+from .hotpath import clip, quiet
 from .record import KernelCall, OpDef, OptionsSpec, input_dtype, output_dtype
 
 
 def _float_input(call: KernelCall, x: np.ndarray) -> None:
     reject_quantized(call)
-    if not np.issubdtype(x.dtype, np.floating):
+    if x.dtype.kind != "f":
         raise OpError(f"{call.op.name}: input type {x.dtype} is not supported (float only)")
 
 
@@ -34,7 +35,7 @@ def _float_kernel(fn):
 
     def kernel(call: KernelCall, x: np.ndarray) -> np.ndarray:
         _float_input(call, x)
-        with np.errstate(all="ignore"):
+        with quiet():
             return np.asarray(fn(call, x.astype(np.float64))).astype(x.dtype)
 
     return kernel
@@ -68,15 +69,26 @@ def _fit_erfc_scaled() -> np.ndarray:
 
 
 _ERFC_COEF = _fit_erfc_scaled()
+#: The same coefficients as Python floats, for `_chebval` (float64 arithmetic either way).
+_ERFC_TERMS = tuple(float(v) for v in _ERFC_COEF)
+
+
+def _chebval(t: np.ndarray, c: tuple[float, ...]) -> np.ndarray:
+    """``chebyshev.chebval(t, c)``: the same Clenshaw recurrence, without its set-up cost."""
+    t2 = 2 * t
+    c0, c1 = c[-2], c[-1]
+    for i in range(3, len(c) + 1):
+        c0, c1 = c[-i] - c1, c0 + c1 * t2
+    return c0 + c1 * t
 
 
 def erfc(z: np.ndarray) -> np.ndarray:
     """Complementary error function of a float64 array (vectorised, ~1e-12 relative)."""
     z = np.asarray(z, np.float64)
     a = np.abs(z)
-    with np.errstate(all="ignore"):
+    with quiet():
         t = np.where(np.isinf(a), 1.0, (a - _ERFC_K) / (a + _ERFC_K))
-        pos = chebyshev.chebval(t, _ERFC_COEF) * np.exp(-a * a)
+        pos = _chebval(t, _ERFC_TERMS) * np.exp(-a * a)
     return np.where(z < 0, 2.0 - pos, pos)
 
 
@@ -106,6 +118,8 @@ def _clamp_kernel(lo: float, hi: float | None):
 
     def kernel(call: KernelCall, x: np.ndarray) -> np.ndarray:
         reject_quantized(call)
+        if hi is not None and x.dtype.kind == "f":
+            return clip(x, lo, hi)  # what np.clip computes, without its wrappers
         return np.clip(x, lo, hi).astype(x.dtype, copy=False)
 
     return kernel
@@ -113,7 +127,7 @@ def _clamp_kernel(lo: float, hi: float | None):
 
 def _hard_swish(call: KernelCall, x: np.ndarray) -> np.ndarray:
     _float_input(call, x)
-    with np.errstate(all="ignore"):
+    with quiet():
         relu6 = np.clip(x + x.dtype.type(3), 0, 6).astype(x.dtype)
         return (x * relu6) / x.dtype.type(6)
 
@@ -148,15 +162,15 @@ def _last_axis_input(call: KernelCall, x: np.ndarray) -> None:
 def _softmax(call: KernelCall, x: np.ndarray) -> np.ndarray:
     _last_axis_input(call, x)
     beta = float(call.opts.beta)
-    with np.errstate(all="ignore"):
+    with quiet():
         v = x.astype(np.float64)
-        e = np.exp((v - v.max(axis=-1, keepdims=True)) * beta)
-        return (e / e.sum(axis=-1, keepdims=True)).astype(x.dtype)
+        e = np.exp((v - np.maximum.reduce(v, axis=-1, keepdims=True)) * beta)
+        return (e / np.add.reduce(e, axis=-1, keepdims=True)).astype(x.dtype)
 
 
 def _log_softmax(call: KernelCall, x: np.ndarray) -> np.ndarray:
     _last_axis_input(call, x)
-    with np.errstate(all="ignore"):
+    with quiet():
         v = x.astype(np.float64)
         shifted = v - v.max(axis=-1, keepdims=True)
         return (shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))).astype(x.dtype)
@@ -171,7 +185,7 @@ def _l2_normalization(call: KernelCall, x: np.ndarray) -> np.ndarray:
     if act != Activation.NONE:
         raise OpError(f"L2_NORMALIZATION: fused activation {Activation(act).name} is not "
                       f"supported (LiteRT accepts only NONE)")
-    with np.errstate(all="ignore"):
+    with quiet():
         v = x.astype(np.float64)
         norm = np.sqrt(np.square(v).sum(axis=-1, keepdims=True)).astype(x.dtype)
         return (x / np.maximum(norm, x.dtype.type(_L2_EPSILON))).astype(x.dtype)

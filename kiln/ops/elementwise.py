@@ -18,12 +18,14 @@ values and whose quantized operands all share one set of parameters.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Callable
 
 import numpy as np
 
 from ..errors import OpError
 from ..schema import Activation, DType
+from .hotpath import clip, quiet
 from .record import KernelCall, OpDef, OptionsSpec, input_dtype, output_dtype
 
 # -- helpers shared with activations.py and reduce.py ---------------------------------------
@@ -39,21 +41,32 @@ def is_quantized(tensor) -> bool:
     return q is not None and q.scale.size > 0
 
 
+#: ``KernelCall.state`` keys under which reject_quantized remembers that a node passed.
+_NO_QUANT = "_kiln_no_quantized_operands"
+_SHARED_QUANT = "_kiln_quantized_operands_shared"
+
+
 def reject_quantized(call: KernelCall, *, shared_ok: bool = False) -> None:
     """Refuse quantized operands (no quantized kernel yet).
 
     With ``shared_ok`` an op that only compares, selects or moves raw values accepts them
     when every quantized input and output uses the same scale and zero point, because its
-    result on the raw integers is then exactly the quantized result.
+    result on the raw integers is then exactly the quantized result. The answer depends on
+    the node's tensors only, so a node that passed is not checked again.
     """
+    state = call.state
+    if _NO_QUANT in state or (shared_ok and _SHARED_QUANT in state):
+        return
     tensors = [t for t in (*call.op.inputs, *call.op.outputs) if t is not None]
     quantized = [t for t in tensors if is_quantized(t)]
     if not quantized:
+        state[_NO_QUANT] = True
         return
     if shared_ok:
         first = quantized[0].quantization
         ints = [t for t in tensors if t.dtype in _QUANT_TYPES]
         if len(ints) == len(quantized) and all(t.quantization == first for t in quantized):
+            state[_SHARED_QUANT] = True
             return
     t = quantized[0]
     raise OpError(
@@ -68,6 +81,11 @@ def activation_range(act: int, dtype: np.dtype) -> tuple:
     Mirrors LiteRT's CalculateActivationRange: TANH and SIGN_BIT have no range of their own
     and fall back to the type's limits, like NONE.
     """
+    return _activation_range(act, np.dtype(dtype))
+
+
+@lru_cache(maxsize=None)
+def _activation_range(act: int, dtype: np.dtype) -> tuple:
     info = np.finfo(dtype) if np.issubdtype(dtype, np.floating) else np.iinfo(dtype)
     lo, hi = info.min, info.max
     if act == Activation.RELU:
@@ -81,8 +99,15 @@ def activation_range(act: int, dtype: np.dtype) -> tuple:
     raise OpError(f"unknown fused activation function {act}")
 
 
-def clamp_activation(x: np.ndarray, act: int) -> np.ndarray:
-    """Apply a fused activation the way LiteRT's arithmetic kernels do (a clamp)."""
+def clamp_activation(x: np.ndarray, act: int, *, in_place: bool = False) -> np.ndarray:
+    """Apply a fused activation the way LiteRT's arithmetic kernels do (a clamp).
+
+    ``in_place`` lets the clamp overwrite ``x`` (a fresh result the caller owns).
+    """
+    kind = x.dtype.kind
+    if kind == "f":
+        lo, hi = _activation_range(act, x.dtype)
+        return clip(x, lo, hi, out=x if in_place else None)
     if x.dtype == np.bool_ or not np.issubdtype(x.dtype, np.number):
         return x
     if np.issubdtype(x.dtype, np.integer) and act == Activation.NONE:
@@ -107,6 +132,8 @@ def _check_nonzero(call: KernelCall, divisor: np.ndarray) -> None:
 
 def _broadcast(call: KernelCall, *xs: np.ndarray) -> None:
     """Raise an OpError (not a NumPy error) when operand shapes do not broadcast."""
+    if len(xs) == 2 and xs[0].shape == xs[1].shape:
+        return
     try:
         np.broadcast_shapes(*(x.shape for x in xs))
     except ValueError:
@@ -251,18 +278,33 @@ def _cast_version(op) -> int:
 
 # -- arithmetic -----------------------------------------------------------------------------
 
-def _binary(fn: Callable, *, act: bool = False, shared_ok: bool = False):
-    """Kernel for a broadcasting binary op; ``fn(call, a, b)`` computes the raw result."""
+#: ``KernelCall.state`` key: operand shapes (and types) a binary node last checked.
+_CHECKED = "_kiln_checked_operands"
+
+
+def _binary(fn: Callable, *, act: bool = False, shared_ok: bool = False, fresh: bool = False):
+    """Kernel for a broadcasting binary op; ``fn(call, a, b)`` computes the raw result.
+
+    ``fresh``: fn always returns a new array (never an operand), so the fused activation
+    may clamp it in place.
+    """
 
     def kernel(call: KernelCall, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        reject_quantized(call, shared_ok=shared_ok)
-        _broadcast(call, a, b)
-        with np.errstate(all="ignore"):
-            out = np.asarray(fn(call, a, b))
-        if out.dtype != np.bool_:
-            out = _same_type(out, a)
+        state = call.state
+        key = (a.shape, b.shape)
+        if state.get(_CHECKED) != key:
+            reject_quantized(call, shared_ok=shared_ok)
+            _broadcast(call, a, b)
+            state[_CHECKED] = key
+        with quiet():
+            out = fn(call, a, b)
+        if type(out) is not np.ndarray:
+            out = np.asarray(out)
+        dtype = out.dtype
+        if dtype != a.dtype and dtype != np.bool_:
+            out = out.astype(a.dtype)
         if act:
-            out = clamp_activation(out, call.opts.fused_activation_function)
+            out = clamp_activation(out, call.opts.fused_activation_function, in_place=fresh)
         return out
 
     return kernel
@@ -335,7 +377,7 @@ def _atan2(call, a, b):
 def _unary(fn: Callable, *, shared_ok: bool = False):
     def kernel(call: KernelCall, x: np.ndarray) -> np.ndarray:
         reject_quantized(call, shared_ok=shared_ok)
-        with np.errstate(all="ignore"):
+        with quiet():
             return _same_type(fn(x), x)
 
     return kernel
@@ -345,7 +387,7 @@ def _float_only(name: str, fn: Callable) -> Callable:
     """Wrap a float-only math function so integer inputs fail clearly."""
 
     def apply(x):
-        if not np.issubdtype(x.dtype, np.floating):
+        if x.dtype.kind != "f":
             raise OpError(f"{name}: input type {x.dtype} is not supported (float only)")
         return fn(x)
 
@@ -423,7 +465,7 @@ def _cast(call: KernelCall, x: np.ndarray) -> np.ndarray:
     dst = np.dtype(call.out_dtypes[0])
     if x.dtype == dst:
         return x.copy()
-    with np.errstate(all="ignore"):
+    with quiet():
         if dst == np.bool_:
             return x != 0
         if np.issubdtype(dst, np.integer) and np.issubdtype(x.dtype, np.floating):
@@ -445,7 +487,7 @@ def _add_n(call: KernelCall, *xs: np.ndarray) -> np.ndarray:
         if x.shape != xs[0].shape:
             raise OpError(f"ADD_N: input shapes {[list(v.shape) for v in xs]} differ")
     acc = xs[0].copy()
-    with np.errstate(all="ignore"):
+    with quiet():
         for x in xs[1:]:  # sequential, in operand order, like LiteRT
             acc = acc + x
     return acc
@@ -487,10 +529,14 @@ def _compare(fn: Callable) -> Callable:
 
 OPS: tuple[OpDef, ...] = (
     # arithmetic with fused activation
-    OpDef("ADD", _binary(_add, act=True), _table("AddOptions", **_ADD_OPTS), _add_version, 6),
-    OpDef("SUB", _binary(_sub, act=True), _table("SubOptions", **_ADD_OPTS), _sub_version, 5),
-    OpDef("MUL", _binary(_mul, act=True), _table("MulOptions", **_ACT_OPTS), _mul_version, 8),
-    OpDef("DIV", _binary(_div, act=True), _table("DivOptions", **_ACT_OPTS), _div_version, 2),
+    OpDef("ADD", _binary(_add, act=True, fresh=True), _table("AddOptions", **_ADD_OPTS),
+          _add_version, 6),
+    OpDef("SUB", _binary(_sub, act=True, fresh=True), _table("SubOptions", **_ADD_OPTS),
+          _sub_version, 5),
+    OpDef("MUL", _binary(_mul, act=True, fresh=True), _table("MulOptions", **_ACT_OPTS),
+          _mul_version, 8),
+    OpDef("DIV", _binary(_div, act=True, fresh=True), _table("DivOptions", **_ACT_OPTS),
+          _div_version, 2),
     # other binary arithmetic
     OpDef("FLOOR_DIV", _binary(_floor_div), _table("FloorDivOptions"),
           _by_type({(_I16, _I8): 3, _F32: 2}), 3),

@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import OpError
 from ..schema import Activation, DType, Padding
 from .elementwise import activation_range, reject_quantized
+from .hotpath import clip
 from .record import KernelCall, OpDef, OptionsSpec, input_dtype, output_dtype
 
 #: Element budget of one im2col patch matrix; larger convolutions run in row chunks.
@@ -44,7 +45,7 @@ def _finish(call: KernelCall, y: np.ndarray, act: int) -> np.ndarray:
     out as FLT_MAX) and have no range for TANH or SIGN_BIT, which they thus ignore.
     """
     lo, hi = activation_range(act, y.dtype)
-    np.clip(y, lo, hi, out=y)
+    clip(y, lo, hi, out=y)
     return y.astype(call.out_dtypes[0], copy=False)
 
 
@@ -140,6 +141,64 @@ def _nhwc(call: KernelCall, x: np.ndarray, what: str = "input") -> np.ndarray:
     return x
 
 
+# -- per-node plans -----------------------------------------------------------------------------
+# A kernel's checks, geometry and weight layout depend only on the input's shape and type and
+# on its other operands. They are worked out once into a plan kept in ``call.state`` and
+# reused while the input keeps its shape and type and the other operands are the very same
+# read-only arrays (the model's constants); anything else rebuilds the plan.
+
+_PLAN = "_kiln_nn_plan"
+
+
+def _plan_hit(call: KernelCall, x: np.ndarray, a=None, b=None):
+    plan = call.state.get(_PLAN)
+    if plan is not None and plan.a is a and plan.b is b and plan.shape == x.shape \
+            and plan.dtype == x.dtype:
+        return plan
+    return None
+
+
+def _keep_plan(call: KernelCall, plan, x: np.ndarray, a=None, b=None):
+    """Key ``plan`` on x's shape and type and operands a, b; keep it if a and b cannot change."""
+    plan.shape, plan.dtype, plan.a, plan.b = x.shape, x.dtype, a, b
+    if all(v is None or (isinstance(v, np.ndarray) and not v.flags.writeable) for v in (a, b)):
+        call.state[_PLAN] = plan
+    return plan
+
+
+class _Plan:
+    """Attributes set by the kernel that builds it (a bag, for speed and readability)."""
+
+    def __init__(self, **values):
+        self.__dict__.update(values)
+
+
+def _padded_windows(plan, x_shape, dtype, kernel_hw, out_hw, pads, strides, dilation, fill=0):
+    """Give ``plan`` a persistent padded input buffer and tap-major window views over it.
+
+    ``plan.interior`` is where each invoke copies its input (the border keeps ``fill``);
+    ``plan.taps`` is a read-only view [KH, KW, N, OH, OW, C] of the buffer; ``plan.windows``
+    the same windows pixel-major [N, OH, OW, KH, KW, C] (the im2col layout).
+    """
+    n, h, w, c = x_shape
+    (t, b), (l, r) = pads
+    padded = np.full((n, h + t + b, w + l + r, c), fill, dtype)
+    plan.padded = padded
+    plan.interior = padded[:, t:t + h, l:l + w, :]
+    (kh, kw), (oh, ow), (sh, sw), (dh, dw) = kernel_hw, out_hw, strides, dilation
+    if oh and ow and ((oh - 1) * sh + (kh - 1) * dh >= padded.shape[1]
+                      or (ow - 1) * sw + (kw - 1) * dw >= padded.shape[2]):
+        raise OpError(f"internal: windows {kh}x{kw} overrun the padded input {padded.shape}")
+    sn, sh_, sw_, sc = padded.strides
+    as_strided = np.lib.stride_tricks.as_strided
+    plan.windows = as_strided(padded, shape=(n, oh, ow, kh, kw, c),
+                              strides=(sn, sh_ * sh, sw_ * sw, sh_ * dh, sw_ * dw, sc),
+                              writeable=False)
+    plan.taps = as_strided(padded, shape=(kh, kw, n, oh, ow, c),
+                           strides=(sh_ * dh, sw_ * dw, sn, sh_ * sh, sw_ * sw, sc),
+                           writeable=False)
+
+
 # -- FULLY_CONNECTED ----------------------------------------------------------------------------
 
 _WEIGHTS_DEFAULT = 0
@@ -198,6 +257,17 @@ def _fc_shape(opts, shapes):
 
 
 def _fc_kernel(call: KernelCall, x, w, bias=None):
+    plan = _plan_hit(call, x, w, bias) or _fc_plan(call, x, w, bias)
+    if plan.cast:
+        x = x.astype(np.float32)
+    y = x.reshape(plan.rows, plan.depth) @ plan.w_t
+    if plan.bias is not None:
+        y += plan.bias
+    clip(y, plan.lo, plan.hi, out=y)
+    return y.reshape(plan.out_shape).astype(plan.out_dtype, copy=False)
+
+
+def _fc_plan(call: KernelCall, x, w, bias):
     reject_quantized(call)
     opts = call.opts
     if opts.weights_format != _WEIGHTS_DEFAULT:
@@ -208,11 +278,22 @@ def _fc_kernel(call: KernelCall, x, w, bias=None):
         name = Activation(act).name if act in set(Activation) else str(act)
         raise OpError(f"FULLY_CONNECTED: fused activation {name} is not supported (LiteRT "
                       "accepts NONE, RELU, RELU_N1_TO_1 and RELU6)")
-    x = _float_operand(call, x, "input")
-    w = _float_operand(call, w, "weights")
-    (out_shape,) = _fc_shape(opts, [x.shape, w.shape])
-    y = _add_bias(call, x.reshape(-1, w.shape[1]) @ w.T, bias)
-    return _finish(call, y.reshape(out_shape), opts.fused_activation_function)
+    xf = _float_operand(call, x, "input")
+    wf = _float_operand(call, w, "weights")
+    (out_shape,) = _fc_shape(opts, [x.shape, wf.shape])
+    units, depth = wf.shape
+    y_dtype = np.result_type(xf.dtype, wf.dtype)
+    b = None
+    if bias is not None:
+        b = _float_operand(call, bias, "bias").reshape(-1)
+        if b.size != units:
+            raise OpError(f"{call.op.name}: bias has {b.size} elements for {units} output "
+                          "channels")
+    lo, hi = activation_range(opts.fused_activation_function, y_dtype)
+    rows = x.size // depth
+    plan = _Plan(cast=xf is not x, rows=rows, depth=depth, w_t=wf.T, bias=b, out_shape=out_shape,
+                 lo=lo, hi=hi, out_dtype=call.out_dtypes[0])
+    return _keep_plan(call, plan, x, w, bias)
 
 
 FULLY_CONNECTED = OpDef(
@@ -264,42 +345,76 @@ def _conv_shape(opts, shapes):
 
 
 def _conv_kernel(call: KernelCall, x, w, bias=None):
-    reject_quantized(call)
-    opts = call.opts
-    x = _float_operand(call, _nhwc(call, x), "input")
-    w = _float_operand(call, _nhwc(call, w, "filter"), "filter")
-    _conv_shape(opts, [x.shape, w.shape])  # validates the grouping
-    n = x.shape[0]
-    dil = (opts.dilation_h_factor, opts.dilation_w_factor)
-    (oh, ow), pads = _geometry(opts, x.shape[1:3], w.shape[1:3], dil)
-    cout, kh, kw, cg = w.shape
-    groups = x.shape[3] // cg
-    strides = (opts.stride_h, opts.stride_w)
-    xp = _pad_hw(x, pads)
-    dtype = np.result_type(x, w)
-    if kh == kw == 1 and groups == 1:
-        y = _tap(xp, 0, 0, (oh, ow), strides, dil).reshape(-1, cg) @ w.reshape(cout, cg).T
+    plan = _plan_hit(call, x, w, bias) or _conv_plan(call, x, w, bias)
+    if plan.cast:
+        x = x.astype(np.float32)
+    n, (oh, ow), cout = plan.n, plan.out_hw, plan.cout
+    if plan.pointwise:
+        y = _tap(x, 0, 0, (oh, ow), plan.strides, (1, 1)).reshape(-1, plan.cg) @ plan.wmat
         y = y.reshape(n, oh, ow, cout)
     else:
-        y = np.empty((n, oh, ow, cout), dtype)
-        depth = kh * kw * cg
-        if groups == 1:
-            wmat = w.reshape(cout, depth).T
-        else:  # [G, KH*KW*Cg, Cout/G]
-            wmat = w.reshape(groups, cout // groups, depth).transpose(0, 2, 1)
-        rows = max(1, _IM2COL_BUDGET // max(1, n * ow * depth * groups))
-        for r0 in range(0, oh, rows):
-            count = min(rows, oh - r0)
-            win = _windows(xp, (kh, kw), (oh, ow), strides, dil, rows=(r0, count))
-            m = n * count * ow
-            if groups == 1:
-                out = win.reshape(m, depth) @ wmat
-            else:
-                pat = win.reshape(m, kh * kw, groups, cg).transpose(2, 0, 1, 3)
-                out = np.matmul(pat.reshape(groups, m, depth), wmat)
-                out = out.transpose(1, 0, 2).reshape(m, cout)
-            y[:, r0:r0 + count] = out.reshape(n, count, ow, cout)
-    return _finish(call, _add_bias(call, y, bias), opts.fused_activation_function)
+        np.copyto(plan.interior, x)
+        windows, depth, rows = plan.windows, plan.depth, plan.rows
+        if rows >= oh:
+            y = _conv_rows(plan, windows, n * oh * ow).reshape(n, oh, ow, cout)
+        else:
+            y = np.empty((n, oh, ow, cout), plan.y_dtype)
+            for r0 in range(0, oh, rows):
+                count = min(rows, oh - r0)
+                out = _conv_rows(plan, windows[:, r0:r0 + count], n * count * ow)
+                y[:, r0:r0 + count] = out.reshape(n, count, ow, cout)
+    if plan.bias is not None:
+        y += plan.bias
+    clip(y, plan.lo, plan.hi, out=y)
+    return y.astype(plan.out_dtype, copy=False)
+
+
+def _conv_rows(plan, win: np.ndarray, m: int) -> np.ndarray:
+    """[m, Cout] outputs of the im2col windows ``win`` [N, rows, OW, KH, KW, Cg]."""
+    if plan.groups == 1:
+        return win.reshape(m, plan.depth) @ plan.wmat
+    groups, cg = plan.groups, plan.cg
+    pat = win.reshape(m, plan.kh * plan.kw, groups, cg).transpose(2, 0, 1, 3)
+    out = np.matmul(pat.reshape(groups, m, plan.depth), plan.wmat)
+    return out.transpose(1, 0, 2).reshape(m, plan.cout)
+
+
+def _conv_plan(call: KernelCall, x, w, bias):
+    reject_quantized(call)
+    opts = call.opts
+    xf = _float_operand(call, _nhwc(call, x), "input")
+    wf = _float_operand(call, _nhwc(call, w, "filter"), "filter")
+    _conv_shape(opts, [xf.shape, wf.shape])  # validates the grouping
+    n = xf.shape[0]
+    dil = (opts.dilation_h_factor, opts.dilation_w_factor)
+    (oh, ow), pads = _geometry(opts, xf.shape[1:3], wf.shape[1:3], dil)
+    cout, kh, kw, cg = wf.shape
+    groups = xf.shape[3] // cg
+    strides = (opts.stride_h, opts.stride_w)
+    dtype = np.result_type(xf, wf)
+    depth = kh * kw * cg
+    pointwise = kh == kw == 1 and groups == 1
+    if pointwise:
+        # SAME padding of a 1x1 window is always zero, so the input is its only tap.
+        wmat = wf.reshape(cout, cg).T
+    elif groups == 1:
+        wmat = wf.reshape(cout, depth).T
+    else:  # [G, KH*KW*Cg, Cout/G]
+        wmat = wf.reshape(groups, cout // groups, depth).transpose(0, 2, 1)
+    b = None
+    if bias is not None:
+        b = _float_operand(call, bias, "bias").reshape(-1)
+        if b.size != cout:
+            raise OpError(f"{call.op.name}: bias has {b.size} elements for {cout} output "
+                          "channels")
+    lo, hi = activation_range(opts.fused_activation_function, dtype)
+    plan = _Plan(cast=xf is not x, n=n, out_hw=(oh, ow), cout=cout, cg=cg, kh=kh, kw=kw,
+                 groups=groups, depth=depth, strides=strides, pointwise=pointwise, wmat=wmat,
+                 bias=b, lo=lo, hi=hi, y_dtype=dtype, out_dtype=call.out_dtypes[0],
+                 rows=max(1, _IM2COL_BUDGET // max(1, n * ow * depth * groups)))
+    if not pointwise:
+        _padded_windows(plan, xf.shape, xf.dtype, (kh, kw), (oh, ow), pads, strides, dil)
+    return _keep_plan(call, plan, x, w, bias)
 
 
 _CONV_OPTIONS = {
@@ -362,31 +477,70 @@ def _dw_shape(opts, shapes):
     return [(x[0], oh, ow, w[3])]
 
 
+#: Element budget of the depthwise products buffer [KH*KW, N, OH, OW, C]; larger inputs
+#: accumulate one tap at a time instead.
+_DW_PRODUCTS_BUDGET = 1 << 22
+
+
 def _dw_kernel(call: KernelCall, x, w, bias=None):
+    plan = _plan_hit(call, x, w, bias) or _dw_plan(call, x, w, bias)
+    if plan.cast:
+        x = x.astype(np.float32)
+    np.copyto(plan.interior, x)
+    if plan.products is not None:
+        # Every tap's products at once, then summed tap by tap in order (a reduction over
+        # the outer axis adds whole rows sequentially, exactly like the loop below).
+        np.multiply(plan.taps, plan.weights6, out=plan.products)
+        y = np.add.reduce(plan.summands, axis=0)
+    else:
+        xp = plan.padded
+        if plan.mult > 1:  # output channel c * mult + m reads input channel c
+            xp = np.repeat(xp, plan.mult, axis=3)
+        taps, out_hw, strides, dil = plan.weights, plan.out_hw, plan.strides, plan.dilation
+        y = np.empty(plan.out_shape, plan.y_dtype)
+        scratch = np.empty_like(y)
+        for i in range(plan.kh):
+            for j in range(plan.kw):
+                view = _tap(xp, i, j, out_hw, strides, dil)
+                if i == j == 0:
+                    np.multiply(view, taps[0, 0], out=y)
+                else:
+                    y += np.multiply(view, taps[i, j], out=scratch)
+    if plan.bias is not None:
+        y += plan.bias
+    clip(y, plan.lo, plan.hi, out=y)
+    return y.astype(plan.out_dtype, copy=False)
+
+
+def _dw_plan(call: KernelCall, x, w, bias):
     reject_quantized(call)
     opts = call.opts
-    x = _float_operand(call, _nhwc(call, x), "input")
-    w = _float_operand(call, _nhwc(call, w, "filter"), "filter")
-    mult = _dw_multiplier(x.shape, w.shape)
+    xf = _float_operand(call, _nhwc(call, x), "input")
+    wf = _float_operand(call, _nhwc(call, w, "filter"), "filter")
+    mult = _dw_multiplier(xf.shape, wf.shape)
     dil = (opts.dilation_h_factor, opts.dilation_w_factor)
-    (oh, ow), pads = _geometry(opts, x.shape[1:3], w.shape[1:3], dil)
-    n, cin = x.shape[0], x.shape[3]
-    _, kh, kw, cout = w.shape
-    xp = _pad_hw(x, pads)
+    (oh, ow), pads = _geometry(opts, xf.shape[1:3], wf.shape[1:3], dil)
+    n = xf.shape[0]
+    _, kh, kw, cout = wf.shape
     strides = (opts.stride_h, opts.stride_w)
-    if mult > 1:  # output channel c * mult + m reads input channel c
-        xp = np.repeat(xp, mult, axis=3)
-    taps = w.reshape(kh, kw, cout)
-    y = np.empty((n, oh, ow, cout), np.result_type(x, w))
-    scratch = np.empty_like(y)
-    for i in range(kh):
-        for j in range(kw):
-            view = _tap(xp, i, j, (oh, ow), strides, dil)
-            if i == j == 0:
-                np.multiply(view, taps[0, 0], out=y)
-            else:
-                y += np.multiply(view, taps[i, j], out=scratch)
-    return _finish(call, _add_bias(call, y, bias), opts.fused_activation_function)
+    dtype = np.result_type(xf, wf)
+    b = None
+    if bias is not None:
+        b = _float_operand(call, bias, "bias").reshape(-1)
+        if b.size != cout:
+            raise OpError(f"{call.op.name}: bias has {b.size} elements for {cout} output "
+                          "channels")
+    lo, hi = activation_range(opts.fused_activation_function, dtype)
+    plan = _Plan(cast=xf is not x, mult=mult, out_hw=(oh, ow), out_shape=(n, oh, ow, cout),
+                 kh=kh, kw=kw, strides=strides, dilation=dil, y_dtype=dtype, bias=b, lo=lo,
+                 hi=hi, out_dtype=call.out_dtypes[0], weights=wf.reshape(kh, kw, cout),
+                 products=None)
+    _padded_windows(plan, xf.shape, xf.dtype, (kh, kw), (oh, ow), pads, strides, dil)
+    if mult == 1 and kh * kw * n * oh * ow * cout <= _DW_PRODUCTS_BUDGET:
+        plan.weights6 = plan.weights.reshape(kh, kw, 1, 1, 1, cout)
+        plan.products = np.empty((kh, kw, n, oh, ow, cout), dtype)
+        plan.summands = plan.products.reshape(kh * kw, n, oh, ow, cout)
+    return _keep_plan(call, plan, x, w, bias)
 
 
 DEPTHWISE_CONV_2D = OpDef(
@@ -502,6 +656,20 @@ def _pool_setup(call: KernelCall, x):
 
 
 def _max_pool_kernel(call: KernelCall, x):
+    plan = _plan_hit(call, x) or _max_pool_plan(call, x)
+    np.copyto(plan.interior, x)
+    y = None
+    for i in range(plan.kh):
+        for j in range(plan.kw):
+            tap = plan.taps[i, j]
+            y = tap.copy() if y is None else np.maximum(y, tap, out=y)
+    if plan.integer:
+        return y.astype(call.out_dtypes[0], copy=False)
+    clip(y, plan.lo, plan.hi, out=y)
+    return y.astype(call.out_dtypes[0], copy=False)
+
+
+def _max_pool_plan(call: KernelCall, x):
     if x.dtype.kind == "f":
         reject_quantized(call)
     elif x.dtype in (np.int8, np.uint8, np.int16):
@@ -509,37 +677,49 @@ def _max_pool_kernel(call: KernelCall, x):
     else:
         raise OpError(f"MAX_POOL_2D: input type {x.dtype} is not supported")
     (kh, kw), out_hw, pads, strides = _pool_setup(call, x)
-    if x.dtype.kind == "f":
-        low = -np.inf
-    else:
+    integer = x.dtype.kind != "f"
+    if integer:
         low = np.iinfo(x.dtype).min
-    xp = _pad_hw(x, pads, low)
-    y = None
-    for i in range(kh):
-        for j in range(kw):
-            tap = _tap(xp, i, j, out_hw, strides, (1, 1))
-            y = tap.copy() if y is None else np.maximum(y, tap, out=y)
-    if x.dtype.kind != "f":
         if call.opts.fused_activation_function != Activation.NONE:
             raise OpError("MAX_POOL_2D: fused activation on integer input is not implemented")
-        return y.astype(call.out_dtypes[0], copy=False)
-    return _finish(call, y, call.opts.fused_activation_function)
+        lo = hi = None
+    else:
+        low = -np.inf
+        lo, hi = activation_range(call.opts.fused_activation_function, x.dtype)
+    plan = _Plan(kh=kh, kw=kw, integer=integer, lo=lo, hi=hi)
+    _padded_windows(plan, x.shape, x.dtype, (kh, kw), out_hw, pads, strides, (1, 1), low)
+    return _keep_plan(call, plan, x)
 
 
 def _avg_pool_kernel(call: KernelCall, x):
     """Mean over the in-bounds part of each window (padding is not counted), as LiteRT."""
+    plan = _plan_hit(call, x) or _avg_pool_plan(call, x)
+    if plan.cast:
+        x = x.astype(np.float32)
+    np.copyto(plan.interior, x)
+    total = np.zeros(plan.out_shape, plan.dtype)
+    for i in range(plan.kh):
+        for j in range(plan.kw):
+            total += plan.taps[i, j]
+    y = total / plan.count
+    clip(y, plan.lo, plan.hi, out=y)
+    return y.astype(call.out_dtypes[0], copy=False)
+
+
+def _avg_pool_plan(call: KernelCall, x):
     reject_quantized(call)
-    x = _float_operand(call, x, "input")
-    (kh, kw), (oh, ow), pads, strides = _pool_setup(call, x)
-    xp = _pad_hw(x, pads)
-    inside = _pad_hw(np.ones((1, x.shape[1], x.shape[2], 1), x.dtype), pads)
-    total = np.zeros((x.shape[0], oh, ow, x.shape[3]), x.dtype)
-    count = np.zeros((1, oh, ow, 1), x.dtype)
+    xf = _float_operand(call, x, "input")
+    (kh, kw), (oh, ow), pads, strides = _pool_setup(call, xf)
+    inside = _pad_hw(np.ones((1, xf.shape[1], xf.shape[2], 1), xf.dtype), pads)
+    count = np.zeros((1, oh, ow, 1), xf.dtype)
     for i in range(kh):
         for j in range(kw):
-            total += _tap(xp, i, j, (oh, ow), strides, (1, 1))
             count += _tap(inside, i, j, (oh, ow), strides, (1, 1))
-    return _finish(call, total / count, call.opts.fused_activation_function)
+    lo, hi = activation_range(call.opts.fused_activation_function, xf.dtype)
+    plan = _Plan(cast=xf is not x, kh=kh, kw=kw, out_shape=(xf.shape[0], oh, ow, xf.shape[3]),
+                 dtype=xf.dtype, count=count, lo=lo, hi=hi)
+    _padded_windows(plan, xf.shape, xf.dtype, (kh, kw), (oh, ow), pads, strides, (1, 1))
+    return _keep_plan(call, plan, x)
 
 
 _POOL_OPTIONS = OptionsSpec("Pool2DOptions", {
@@ -591,12 +771,20 @@ def _bmm_shape(opts, shapes):
     return [(*batch, m, n)]
 
 
+_BMM_CHECKED = "_kiln_bmm_checked"
+
+
 def _bmm_kernel(call: KernelCall, a, b):
-    reject_quantized(call)
     opts = call.opts
+    key = (a.shape, a.dtype, b.shape, b.dtype)
+    if call.state.get(_BMM_CHECKED) != key:
+        reject_quantized(call)
+        _float_operand(call, a, "lhs")
+        _float_operand(call, b, "rhs")
+        _bmm_shape(opts, [a.shape, b.shape])
+        call.state[_BMM_CHECKED] = key
     a = _float_operand(call, a, "lhs")
     b = _float_operand(call, b, "rhs")
-    _bmm_shape(opts, [a.shape, b.shape])
     if opts.adj_x:
         a = np.swapaxes(a, -1, -2)
     if opts.adj_y:

@@ -14,11 +14,14 @@ LiteRT's builtin kernels reproduced here:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..errors import OpError
 from ..schema import DType
 from .elementwise import reject_quantized
+from .hotpath import quiet, small_key
 from .record import KernelCall, OpDef, OptionsSpec, input_dtype, output_dtype
 
 # -- axes ---------------------------------------------------------------------------------
@@ -48,16 +51,6 @@ def _single_axis(call: KernelCall, x: np.ndarray, axis: np.ndarray) -> int:
     return _normalize_axis(call, values[0], x.ndim)
 
 
-def _finish(result: np.ndarray, x: np.ndarray, axes: tuple[int, ...], keep_dims: bool,
-            dtype) -> np.ndarray:
-    """Shape a result computed with reduced axes removed, as keep_dims asks."""
-    result = np.asarray(result).astype(dtype, copy=False)
-    if keep_dims:
-        shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
-        result = result.reshape(shape)
-    return result
-
-
 def _to_rows(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     """Kept axes first, reduced axes flattened (row-major) into the last one."""
     kept = [i for i in range(x.ndim) if i not in axes]
@@ -68,33 +61,45 @@ def _to_rows(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
 
 # -- reducers -----------------------------------------------------------------------------
 
+#: ``KernelCall.state`` key: (input shape, axis operand) -> (axes, keep_dims shape) last seen.
+_LAST_AXES = "_kiln_last_axes"
+
+
 def _reducer(fn, *, shared_ok: bool = False):
     """Kernel for a reducer; ``fn(call, x, axes)`` returns the result without kept dims."""
 
     def kernel(call: KernelCall, x: np.ndarray, axis: np.ndarray) -> np.ndarray:
-        reject_quantized(call, shared_ok=shared_ok)
-        axes = reduction_axes(call, x, axis)
-        with np.errstate(all="ignore"):
+        key = (x.shape, small_key(axis))
+        last = call.state.get(_LAST_AXES)
+        if last is not None and last[0] == key:
+            axes, kept_shape = last[1], last[2]
+        else:
+            reject_quantized(call, shared_ok=shared_ok)
+            axes = reduction_axes(call, x, axis)
+            kept_shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+            call.state[_LAST_AXES] = (key, axes, kept_shape)
+        with quiet():
             out = fn(call, x, axes)
-        return _finish(out, x, axes, bool(call.opts.keep_dims), x.dtype)
+        result = np.asarray(out).astype(x.dtype, copy=False)
+        return result.reshape(kept_shape) if call.opts.keep_dims else result
 
     return kernel
 
 
 def _mean(call, x, axes):
-    count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
-    if np.issubdtype(x.dtype, np.integer):
+    count = math.prod(x.shape[a] for a in axes)
+    if x.dtype.kind in "iu":
         total = np.sum(x, axis=axes, dtype=np.int64)
         if count == 0:
             return np.zeros_like(total)
         q = np.abs(total) // count  # truncate toward zero, like C++ integer division
         return np.where(total < 0, -q, q)
-    return np.sum(x, axis=axes, dtype=np.float64) / count  # 0 / 0 -> NaN when empty
+    return np.add.reduce(x, axis=axes, dtype=np.float64) / count  # 0 / 0 -> NaN when empty
 
 
 def _sum(call, x, axes):
-    acc = np.float64 if np.issubdtype(x.dtype, np.floating) else x.dtype
-    return np.sum(x, axis=axes, dtype=acc)
+    acc = np.float64 if x.dtype.kind == "f" else x.dtype
+    return np.add.reduce(x, axis=axes, dtype=acc)
 
 
 def _prod(call, x, axes):
@@ -203,7 +208,7 @@ def _cumsum(call: KernelCall, x: np.ndarray, axis: np.ndarray) -> np.ndarray:
         raise OpError("CUMSUM: input must have at least one dimension")
     ax = _single_axis(call, x, axis)
     v = np.flip(x, ax) if call.opts.reverse else x
-    with np.errstate(all="ignore"):
+    with quiet():
         out = np.cumsum(v, axis=ax, dtype=x.dtype)  # sequential, like LiteRT
     if call.opts.exclusive:
         head = np.zeros_like(np.take(out, [0], axis=ax))

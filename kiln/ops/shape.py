@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import DType, MirrorPadMode
+from .hotpath import small_key
 from .record import (
     KernelCall, OpDef, OptionsSpec, apply_activation, input_dtype, input_rank, output_dtype,
 )
@@ -126,8 +127,18 @@ def _reshape_target(call: KernelCall, shape: np.ndarray | None) -> list[int]:
     return params
 
 
+#: ``KernelCall.state`` key: (input shape, shape operand) -> output shape of the last call.
+_LAST_SHAPE = "_kiln_last_shape"
+
+
 def _reshape(call: KernelCall, x: np.ndarray, shape: np.ndarray | None = None):
-    return x.reshape(resolve_reshape(x.shape, _reshape_target(call, shape)))
+    key = (x.shape, small_key(shape))
+    last = call.state.get(_LAST_SHAPE)
+    if last is not None and last[0] == key:
+        return x.reshape(last[1])
+    out = resolve_reshape(x.shape, _reshape_target(call, shape))
+    call.state[_LAST_SHAPE] = (key, out)
+    return x.reshape(out)
 
 
 def _squeeze(call: KernelCall, x: np.ndarray):
@@ -152,13 +163,23 @@ def _expand_dims(call: KernelCall, x: np.ndarray, axis: np.ndarray):
 # -- TRANSPOSE ------------------------------------------------------------------------------
 
 def _transpose(call: KernelCall, x: np.ndarray, perm: np.ndarray):
+    key = (x.ndim, small_key(perm))
+    last = call.state.get(_LAST_SHAPE)
+    if last is not None and last[0] == key:
+        return dense(np.transpose(x, last[1]))
+    p = _transpose_perm(x, perm)
+    call.state[_LAST_SHAPE] = (key, p)
+    return dense(np.transpose(x, p))
+
+
+def _transpose_perm(x: np.ndarray, perm: np.ndarray) -> list[int]:
     p = int_values(perm, "TRANSPOSE", "perm")
     if len(p) != x.ndim:
         raise OpError(f"TRANSPOSE: perm {p} has {len(p)} entries for a rank-{x.ndim} input")
     p = [norm_axis(v, x.ndim, "TRANSPOSE", "perm entry") for v in p]
     if sorted(p) != list(range(x.ndim)):
         raise OpError(f"TRANSPOSE: perm {p} is not a permutation of 0..{x.ndim - 1}")
-    return dense(np.transpose(x, p))
+    return p
 
 
 def _transpose_version(op) -> int:
@@ -503,8 +524,15 @@ def _mirror_pad(call: KernelCall, x: np.ndarray, paddings: np.ndarray):
 # -- REVERSE_V2 / REVERSE_SEQUENCE ------------------------------------------------------------
 
 def _reverse_v2(call: KernelCall, x: np.ndarray, axis: np.ndarray):
-    axes = {norm_axis(a, x.ndim, "REVERSE_V2") for a in int_values(axis, "REVERSE_V2", "axis")}
-    return dense(np.flip(x, tuple(sorted(axes)))) if axes else x.copy()
+    key = (x.ndim, small_key(axis))
+    last = call.state.get(_LAST_SHAPE)
+    if last is not None and last[0] == key:
+        axes = last[1]
+    else:
+        axes = tuple(sorted({norm_axis(a, x.ndim, "REVERSE_V2")
+                             for a in int_values(axis, "REVERSE_V2", "axis")}))
+        call.state[_LAST_SHAPE] = (key, axes)
+    return dense(np.flip(x, axes)) if axes else x.copy()
 
 
 def _reverse_v2_version(op) -> int:

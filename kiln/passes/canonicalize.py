@@ -95,6 +95,17 @@ def _flatten_into_fc(sg: Subgraph, op: Operator) -> bool:
     return True
 
 
+def _restores_leading_dims(post: Operator, x, n: int) -> bool:
+    """Whether RESHAPE ``post``'s run-time target is exactly x.shape[:-1] + [n]."""
+    from .shapes import Dim, partial_value
+
+    part = partial_value(post.inputs[1]) if len(post.inputs) > 1 else None
+    if part is None or len(part) != x.rank:
+        return False
+    expected = [d if d >= 0 else Dim(x, i) for i, d in enumerate(x.signature[:-1])] + [n]
+    return all(p == e and type(p) is type(e) for p, e in zip(part, expected))
+
+
 def _fc_keep_dims(sg: Subgraph, fc: Operator) -> bool:
     """RESHAPE x[..., K] -> [P, K] -> FULLY_CONNECTED -> RESHAPE [..., N] is one
     FULLY_CONNECTED(x, keep_num_dims=True) (what a Keras Dense on a rank-3 input traces to)."""
@@ -113,7 +124,9 @@ def _fc_keep_dims(sg: Subgraph, fc: Operator) -> bool:
     k = fc.inputs[1].signature[-1]
     n = fc.inputs[1].signature[0]
     xs, fs = tuple(x.signature), tuple(final.signature)
-    if k < 0 or xs[-1] != k or fs[:-1] != xs[:-1] or fs[-1] != n or sum(d < 0 for d in xs) > 1:
+    if k < 0 or xs[-1] != k or fs[:-1] != xs[:-1] or fs[-1] != n:
+        return False
+    if sum(d < 0 for d in xs) > 1 and not _restores_leading_dims(post, x, n):
         return False
     if flat.rank != 2 or flat.signature[-1] != k:
         return False

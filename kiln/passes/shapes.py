@@ -16,11 +16,23 @@ from ..schema import DType
 from .manager import Pass
 from .rewrite import add_constant, const
 
-Partial = list  # elements: int, or None when unknown
+Partial = list  # elements: int; Dim (a run-time dim of a known tensor); None when unknown
+
+
+class Dim(tuple):
+    """The run-time size of ``axis`` of tensor ``tensor`` (compared by identity)."""
+
+    def __new__(cls, tensor, axis: int):
+        return super().__new__(cls, (id(tensor), int(axis)))
+
+
+def _known(v) -> bool:
+    return isinstance(v, int)
 
 
 def partial_value(t: Tensor | None, depth: int = 0) -> Partial | None:
-    """Known elements of a small int tensor (scalars as 1-element lists); None if unknown."""
+    """Elements of a small int tensor (scalars as 1-element lists): ints where known, `Dim`
+    where they are a run-time dim of some tensor, None where unknown; None if nothing is."""
     if t is None or depth > 16 or t.dtype not in (DType.INT32, DType.INT64) or t.rank > 1:
         return None
     value = const(t)
@@ -31,7 +43,8 @@ def partial_value(t: Tensor | None, depth: int = 0) -> Partial | None:
         return None
     kind = op.op_type
     if kind == "SHAPE":
-        return [None if d < 0 else int(d) for d in op.inputs[0].signature]
+        x = op.inputs[0]
+        return [Dim(x, i) if d < 0 else int(d) for i, d in enumerate(x.signature)]
     if kind == "CAST":
         return partial_value(op.inputs[0], depth + 1)
     if kind in ("PACK", "CONCATENATION"):
@@ -61,7 +74,7 @@ def partial_value(t: Tensor | None, depth: int = 0) -> Partial | None:
         src = partial_value(op.inputs[0], depth + 1)
         if src is None or op.inputs[0].rank != 1:
             return None
-        return [int(np.prod(src)) if all(v is not None for v in src) else None]
+        return [int(np.prod(src)) if all(_known(v) for v in src) else None]
     return None
 
 
@@ -88,9 +101,9 @@ def _refine_reshape(sg: Subgraph, op: Operator) -> bool:
     if op.op_type != "RESHAPE" or len(op.inputs) < 2 or op.inputs[1] is None or const(op.inputs[1]) is not None:
         return False
     part = partial_value(op.inputs[1])
-    if part is None or sum(v is None or v < 0 for v in part) > 1:
+    if part is None or sum(not _known(v) or v < 0 for v in part) > 1:
         return False
-    target = [-1 if v is None or v < 0 else v for v in part]
+    target = [v if _known(v) and v >= 0 else -1 for v in part]
     out = op.outputs[0]
     if len(target) != out.rank and out.has_rank:
         return False
@@ -118,7 +131,7 @@ def _known_value(sg: Subgraph, op: Operator) -> bool:
     if any(o is out for o in sg.outputs):
         return False
     part = partial_value(out)
-    if part is None or any(v is None for v in part):
+    if part is None or not all(_known(v) for v in part):
         return False
     value = np.asarray(part, out.dtype.numpy)
     if out.rank == 0:

@@ -207,3 +207,16 @@ def test_model_attribute_holds_the_ir(dense_model):
     c = kiln.TFLiteConverter.from_keras_model(dense_model)
     c.convert()
     assert c.model is not None and c.model.signatures[0].key == "serving_default"
+
+
+@pytest.mark.parametrize("length", [1, 3, 9])
+def test_two_dynamic_dims_resize_at_run_time(length):
+    case = zoo.case("k3_dynamic_sequence")
+    model = case.source.obj
+    x = np.random.default_rng(length).standard_normal((3, length, 8)).astype(np.float32)
+    expected = np.asarray(model(x, training=False))
+    from ai_edge_litert.interpreter import Interpreter
+
+    for interp in (Interpreter(model_content=case.kiln_model), kiln.Interpreter(model_content=case.kiln_model)):
+        out = interp.get_signature_runner()(tokens=x)["output_0"]
+        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)

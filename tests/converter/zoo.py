@@ -255,6 +255,19 @@ def k3_transformer() -> Source:
     return _keras_source(m, [_rng(10).standard_normal((2, 6, 16)).astype(np.float32)])
 
 
+def k3_dynamic_sequence() -> Source:
+    """Batch and sequence length both dynamic: reshape targets computed at run time."""
+    import keras
+
+    L = keras.layers
+    x = keras.Input((None, 8), name="tokens")
+    h = L.LayerNormalization()(L.Conv1D(4, 3, padding="same")(L.Dense(6, activation="relu")(x)))
+    y = L.GlobalAveragePooling1D()(L.Add()([h, L.MultiHeadAttention(2, 4)(h, h)]))
+    m = keras.Model(x, y)
+    randomize(m)
+    return _keras_source(m, [_rng(19).standard_normal((2, 5, 8)).astype(np.float32)])
+
+
 def k3_mobilenet_v2() -> Source:
     import keras
 
@@ -450,6 +463,7 @@ BUILDERS: dict[str, Callable[[], Source]] = {
     "k3_multi_io": k3_multi_io,
     "k3_subclassed": k3_subclassed,
     "k3_transformer": k3_transformer,
+    "k3_dynamic_sequence": k3_dynamic_sequence,
     "k3_mobilenet_v2": k3_mobilenet_v2,
     "k3_gru_static": k3_gru_static,
     "k3_rnn_dynamic_batch": k3_rnn_dynamic_batch,

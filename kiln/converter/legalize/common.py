@@ -57,6 +57,54 @@ def reshape(ctx: EmitContext, x: Tensor, signature: Sequence[int], out: Tensor |
     return ctx.emit1("RESHAPE", [x, shape], out)
 
 
+#: A dim of a shape built at run time: a static size, or the product of (tensor, axis) sizes.
+DimExpr = "int | list[tuple[Tensor, int]]"
+
+
+def _static(item, sig_of) -> int:
+    if isinstance(item, int):
+        return item
+    total = 1
+    for t, axis in item:
+        d = t.signature[axis]
+        if d < 0:
+            return -1
+        total *= d
+    return total
+
+
+def reshape_to(ctx: EmitContext, x: Tensor, items: Sequence, out: Tensor | None = None,
+               suffix: str = "reshape") -> Tensor:
+    """RESHAPE ``x`` to dims given as static sizes or products of other tensors' dims; with
+    more than one unknown dim the target is computed at run time (SHAPE / GATHER / CONCAT)."""
+    sig = [_static(item, None) for item in items]
+    if sum(d < 0 for d in sig) <= 1:
+        return reshape(ctx, x, sig, out, suffix)
+    last_unknown = max(i for i, d in enumerate(sig) if d < 0)
+    pieces = []
+    shapes: dict[int, Tensor] = {}
+    for i, (item, d) in enumerate(zip(items, sig)):
+        if d >= 0 or i == last_unknown:
+            pieces.append(int32_const(ctx, [d if d >= 0 else -1], f"{suffix}/dim{i}"))
+            continue
+        parts = []
+        for t, axis in item:
+            if id(t) not in shapes:
+                shapes[id(t)] = ctx.emit1("SHAPE", [t], ctx.temp(f"{suffix}/shape", DType.INT32, (t.rank,)),
+                                          out_type=int(DType.INT32))
+            parts.append(ctx.emit1("GATHER", [shapes[id(t)], int32_const(ctx, [axis], f"{suffix}/axis{i}")],
+                                   ctx.temp(f"{suffix}/dim{i}", DType.INT32, (1,)), axis=0, batch_dims=0))
+        value = parts[0]
+        for p in parts[1:]:
+            value = ctx.emit1("MUL", [value, p], ctx.temp(f"{suffix}/dim{i}", DType.INT32, (1,)))
+        pieces.append(value)
+    shape = ctx.emit1("CONCATENATION", pieces, ctx.temp(f"{suffix}/target", DType.INT32, (len(items),)),
+                      axis=0, fused_activation_function=0)
+    if out is None:
+        out = ctx.temp(suffix, x.dtype, sig)
+    return ctx.emit1("RESHAPE", [x, shape], out)
+
+
 def transpose(ctx: EmitContext, x: Tensor, perm: Sequence[int], out: Tensor | None = None,
               suffix: str = "transpose") -> Tensor:
     """TRANSPOSE ``x`` by a constant permutation (folds for constants)."""
