@@ -103,6 +103,8 @@ class TFLiteConverter:
         self.inference_input_type = None
         self.inference_output_type = None
         self.experimental_enable_resource_variables = True
+        #: Check the IR's invariants (use-def links, order) after every pass (slower; for debugging).
+        self.experimental_verify_passes = False
         self.report: ConversionReport | None = None
         self.model = None  # the IR of the last conversion
         self._notes: list[str] = []  # what tracing already decided (Keras layers routed to fusions)
@@ -171,7 +173,8 @@ class TFLiteConverter:
         self.report = ConversionReport()
         data, model, _ = convert(
             self._specs, model_type=self._model_type, allow_custom_ops=bool(self.allow_custom_ops),
-            enable_resource_variables=bool(self.experimental_enable_resource_variables), report=self.report)
+            enable_resource_variables=bool(self.experimental_enable_resource_variables),
+            check=bool(self.experimental_verify_passes), report=self.report)
         # What tracing decided about Keras layers: refusals are "not fused" reasons too.
         for line in self._notes:
             (self.report.not_fused if ": not fused:" in line else self.report.notes).append(line)

@@ -7,6 +7,7 @@ TensorFlow's op_version.cc; custom ops stay at version 1.
 from __future__ import annotations
 
 from .. import ops
+from ..errors import ConversionError
 from ..ir import Model
 from .manager import Pass
 
@@ -29,7 +30,10 @@ class AssignVersions(Pass):
                 if record is None:
                     self.missing.add(op.op_type)
                     continue
-                version = int(record.version(op))
+                try:
+                    version = int(record.version(op))
+                except Exception as exc:  # noqa: BLE001 - name the op whose rule failed
+                    raise ConversionError(f"cannot decide the version of {op.name}: {exc}") from exc
             if version != op.version:
                 op.version = version
                 changed = True

@@ -119,3 +119,10 @@ def test_min_runtime_version_like_tf(case):
 
         # kiln may drop ops TF keeps, so its minimum can only be lower or equal.
         assert _key(ours.rstrip(b"\0").decode()) <= _key(theirs.rstrip(b"\0").decode())
+
+
+@pytest.mark.parametrize("name", ["k3_cnn", "k3_transformer", "fn_control_flow", "sm_variables", "k3_gru_static"])
+def test_ir_invariants_hold_after_every_pass(name):
+    conv = zoo.kiln_converter(zoo.case(name).source)
+    conv.experimental_verify_passes = True
+    assert zoo.op_pairs(conv.convert()) == zoo.op_pairs(zoo.case(name).kiln_model)
