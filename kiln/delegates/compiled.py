@@ -27,6 +27,7 @@ from .. import ops
 from ..errors import KilnError, OpError, UnsupportedError
 from ..ir import Operator
 from ..ops.elementwise import activation_range, is_quantized
+from ..ops.hotpath import clip
 from ..ops.nn import out_size, pad_before_after
 from ..ops.record import KernelCall
 from ..runtime.delegate import Delegate, DelegateKernel, NodeInfo, Partition
@@ -177,7 +178,7 @@ def _lower_fully_connected(node: _Node):
         np.matmul(slots[xi].reshape(rows, depth), w_t, out=y)
         if bias is not None:
             y += bias
-        np.clip(y, lo, hi, out=y)
+        clip(y, lo, hi, out=y)
         slots[oi] = y.reshape(out_shape)
 
     return run, [out_shape]
@@ -213,6 +214,10 @@ class _Im2col:
         self.windows = np.lib.stride_tricks.as_strided(
             self.padded, shape=(n, oh, ow, kh, kw, c),
             strides=(sn, sh_ * sh, sw_ * sw, sh_ * dh, sw_ * dw, sc), writeable=False)
+        #: The same windows tap-major: [KH, KW, N, OH, OW, C].
+        self.taps = np.lib.stride_tricks.as_strided(
+            self.padded, shape=(kh, kw, n, oh, ow, c),
+            strides=(sh_ * dh, sw_ * dw, sn, sh_ * sh, sw_ * sw, sc), writeable=False)
         self.rows = chunk_rows
         self.cols = np.empty((n, chunk_rows, ow, kh, kw, c), F32)
         self.n, self.oh, self.ow, self.k, self.c = n, oh, ow, kh * kw, c
@@ -271,7 +276,7 @@ def _lower_conv(node: _Node):
             np.matmul(x.reshape(-1, cin), w_mat, out=y.reshape(-1, cout))
             if bias is not None:
                 y += bias
-            np.clip(y, lo, hi, out=y)
+            clip(y, lo, hi, out=y)
             slots[oi] = y
         return run, [out_shape]
 
@@ -291,10 +296,14 @@ def _lower_conv(node: _Node):
                 y[:, r0:r0 + rows] = (cols.reshape(len(cols), depth) @ w_mat).reshape(n, -1, ow, cout)
         if bias is not None:
             y += bias
-        np.clip(y, lo, hi, out=y)
+        clip(y, lo, hi, out=y)
         slots[oi] = y
 
     return run, [out_shape]
+
+
+#: Element budget of a depthwise partial-products buffer [KH*KW + 1, N, OH, OW, C].
+DEPTHWISE_BUDGET = 1 << 20
 
 
 def _lower_depthwise(node: _Node):
@@ -305,7 +314,6 @@ def _lower_depthwise(node: _Node):
     if w.shape[0] != 1 or cin == 0 or cout % cin:
         raise node.error(f"filter {list(w.shape)} does not fit {cin} input channels")
     mult = cout // cin
-    taps = np.ascontiguousarray(w.reshape(kh * kw, cin, mult))  # packed once
     bias = node.consts[2] if len(node.consts) > 2 else None
     bias = None if bias is None else np.asarray(bias, F32).reshape(cout)
     lo, hi = activation_range(node.opts.fused_activation_function, F32)
@@ -313,7 +321,11 @@ def _lower_depthwise(node: _Node):
     get = node.output(0, out_shape)
     xi, oi = node.in_slots[0], node.out_slots[0]
     strides = (node.opts.stride_h, node.opts.stride_w)
-    rows = _chunk_rows(n, ow, oh, kh * kw * cin)
+    k = kh * kw
+    if mult == 1 and (k + 1) * n * oh * ow * cout <= DEPTHWISE_BUDGET:
+        return _lower_depthwise_rows(node, w, bias, (lo, hi), out_shape, pads, strides, dil), [out_shape]
+    taps = np.ascontiguousarray(w.reshape(k, cin, mult))  # packed once
+    rows = _chunk_rows(n, ow, oh, k * cin)
     im = _Im2col(x_shape, (kh, kw), (oh, ow), pads, strides, dil, rows)
 
     def run(slots):
@@ -327,10 +339,44 @@ def _lower_depthwise(node: _Node):
                 y[:, r0:r0 + rows] = part.reshape(n, -1, ow, cout)
         if bias is not None:
             y += bias
-        np.clip(y, lo, hi, out=y)
+        clip(y, lo, hi, out=y)
         slots[oi] = y
 
     return run, [out_shape]
+
+
+def _lower_depthwise_rows(node: _Node, w, bias, bounds, out_shape, pads, strides, dil):
+    """Depthwise without a channel multiplier: all taps' products in one buffer, then one sum.
+
+    Rows 0..K-1 of the buffer receive each tap's window times its weights; row K holds the
+    bias, written once. Summing over the rows adds them one after the other, so the result
+    is the reference kernel's: taps in order, then the bias.
+    """
+    n, oh, ow, c = out_shape
+    _, kh, kw, _ = w.shape
+    k = kh * kw
+    im = _Im2col(node.in_shapes[0], (kh, kw), (oh, ow), pads, strides, dil, 1)
+    rows = np.zeros((k + (bias is not None), n, oh, ow, c), F32)
+    products = rows[:k]
+    gathered = products.reshape(kh, kw, n, oh, ow, c)
+    weights = np.ascontiguousarray(np.broadcast_to(w.reshape(k, 1, 1, 1, c), products.shape))
+    if bias is not None:
+        rows[k] = bias
+    lo, hi = bounds
+    get = node.output(0, out_shape)
+    xi, oi = node.in_slots[0], node.out_slots[0]
+    taps = im.taps
+
+    def run(slots):
+        im.load(slots[xi])
+        np.copyto(gathered, taps)
+        products *= weights
+        y = get()
+        np.add.reduce(rows, axis=0, out=y)
+        clip(y, lo, hi, out=y)
+        slots[oi] = y
+
+    return run
 
 
 _BINARY = {"ADD": np.add, "SUB": np.subtract, "MUL": np.multiply}
@@ -353,7 +399,7 @@ def _lower_binary(node: _Node):
     def run(slots):
         y = get()
         ufunc(slots[sa] if ca is None else ca, slots[sb] if cb is None else cb, out=y)
-        np.clip(y, lo, hi, out=y)
+        clip(y, lo, hi, out=y)
         slots[oi] = y
 
     return run, [out_shape]

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import Activation, DType
+from .hotpath import clip
 from .record import KernelCall, OpDef, OptionsSpec, apply_activation, input_dtype, output_dtype
 
 #: Key of ``KernelCall.state`` under which a kernel leaves {operand index: final state}.
@@ -389,18 +390,22 @@ def _run_plain_lstm(p: _Lstm, x, aux, h, c, act, cell_clip: float, proj_clip: fl
     f_cols, c_cols, o_cols = slice(k * n, (k + 1) * n), slice((k + 1) * n, (k + 2) * n), \
         slice((k + 2) * n, (k + 3) * n)
     proj_w = None if p.projection_w is None else p.projection_w.T
+    # np.tanh keeps float32, so apply_activation's cast would be a no-op.
+    activate = np.tanh if act == Activation.TANH else lambda v: apply_activation(v, act)
     out = np.empty((T, B, p.n_output), np.float32)
     with np.errstate(over="ignore"):
         for t in (range(T - 1, -1, -1) if reverse else range(T)):
             pre = part[t] + h @ recurrent
-            sig = (1.0 / (1.0 + np.exp(-pre))).astype(np.float32, copy=False)
+            sig = np.exp(-pre)  # sigmoid = 1 / (1 + exp(-pre)), in place
+            sig += 1.0
+            np.divide(1.0, sig, out=sig)
             f = sig[:, f_cols]
             i = 1.0 - f if p.cifg else sig[:, :n]
-            g_val = apply_activation(pre[:, c_cols], act)
+            g_val = activate(pre[:, c_cols])
             c = f * c + i * g_val
             if cell_clip > 0:
-                c = np.clip(c, -cell_clip, cell_clip)
-            m = sig[:, o_cols] * apply_activation(c, act)
+                c = clip(c, -cell_clip, cell_clip)
+            m = sig[:, o_cols] * activate(c)
             if proj_w is not None:
                 m = m @ proj_w
                 if p.projection_b is not None:

@@ -477,9 +477,9 @@ def _dw_shape(opts, shapes):
     return [(x[0], oh, ow, w[3])]
 
 
-#: Element budget of the depthwise products buffer [KH*KW, N, OH, OW, C]; larger inputs
-#: accumulate one tap at a time instead.
-_DW_PRODUCTS_BUDGET = 1 << 22
+#: Element budget of the depthwise products buffer [KH*KW, N, OH, OW, C] (and of the weights
+#: tiled to its shape); larger inputs accumulate one tap at a time instead.
+_DW_PRODUCTS_BUDGET = 1 << 20
 
 
 def _dw_kernel(call: KernelCall, x, w, bias=None):
@@ -490,7 +490,9 @@ def _dw_kernel(call: KernelCall, x, w, bias=None):
     if plan.products is not None:
         # Every tap's products at once, then summed tap by tap in order (a reduction over
         # the outer axis adds whole rows sequentially, exactly like the loop below).
-        np.multiply(plan.taps, plan.weights6, out=plan.products)
+        products = plan.products
+        np.copyto(products, plan.taps)  # gathering first keeps the multiply contiguous
+        products *= plan.tiled_weights
         y = np.add.reduce(plan.summands, axis=0)
     else:
         xp = plan.padded
@@ -537,8 +539,10 @@ def _dw_plan(call: KernelCall, x, w, bias):
                  products=None)
     _padded_windows(plan, xf.shape, xf.dtype, (kh, kw), (oh, ow), pads, strides, dil)
     if mult == 1 and kh * kw * n * oh * ow * cout <= _DW_PRODUCTS_BUDGET:
-        plan.weights6 = plan.weights.reshape(kh, kw, 1, 1, 1, cout)
-        plan.products = np.empty((kh, kw, n, oh, ow, cout), dtype)
+        shape = (kh, kw, n, oh, ow, cout)
+        plan.products = np.empty(shape, dtype)
+        plan.tiled_weights = np.ascontiguousarray(
+            np.broadcast_to(plan.weights.reshape(kh, kw, 1, 1, 1, cout), shape), dtype=dtype)
         plan.summands = plan.products.reshape(kh * kw, n, oh, ow, cout)
     return _keep_plan(call, plan, x, w, bias)
 

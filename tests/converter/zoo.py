@@ -255,6 +255,18 @@ def k3_transformer() -> Source:
     return _keras_source(m, [_rng(10).standard_normal((2, 6, 16)).astype(np.float32)])
 
 
+def k3_causal_attention() -> Source:
+    """Decoder-style self-attention with Keras' causal mask (MatrixBandPart)."""
+    import keras
+
+    L = keras.layers
+    x = keras.Input((6, 8), name="tokens")
+    y = L.MultiHeadAttention(num_heads=2, key_dim=4)(x, x, use_causal_mask=True)
+    m = keras.Model(x, L.Dense(3)(L.LayerNormalization()(L.Add()([x, y]))))
+    randomize(m)
+    return _keras_source(m, [_rng(20).standard_normal((2, 6, 8)).astype(np.float32)])
+
+
 def k3_dynamic_sequence() -> Source:
     """Batch and sequence length both dynamic: reshape targets computed at run time."""
     import keras
@@ -463,6 +475,7 @@ BUILDERS: dict[str, Callable[[], Source]] = {
     "k3_multi_io": k3_multi_io,
     "k3_subclassed": k3_subclassed,
     "k3_transformer": k3_transformer,
+    "k3_causal_attention": k3_causal_attention,
     "k3_dynamic_sequence": k3_dynamic_sequence,
     "k3_mobilenet_v2": k3_mobilenet_v2,
     "k3_gru_static": k3_gru_static,

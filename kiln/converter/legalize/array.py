@@ -358,3 +358,52 @@ def emit_matrix_diag(ctx: EmitContext):
         if k is None or np.any(k != 0):
             raise ctx.fail("only the main diagonal is supported")
     return ctx.emit1("MATRIX_DIAG", [ctx.input(0)])
+
+
+@emits("MatrixBandPart")
+def emit_band_part(ctx: EmitContext):
+    """band_part(x, lower, upper) as SELECT_V2 with a constant mask over the last two dims
+    (Keras' causal attention mask)."""
+    x = ctx.input(0)
+    lower, upper = ctx.require_const(1, "num_lower"), ctx.require_const(2, "num_upper")
+    m, n = x.signature[-2], x.signature[-1]
+    if m < 0 or n < 0:
+        raise ctx.fail("the last two dims must be static")
+    i = np.arange(m)[:, None]
+    j = np.arange(n)[None, :]
+    mask = np.ones((m, n), bool)
+    if int(lower) >= 0:
+        mask &= (i - j) <= int(lower)
+    if int(upper) >= 0:
+        mask &= (j - i) <= int(upper)
+    if mask.all():
+        return x
+    zero = ctx.constant(np.zeros((), x.dtype.numpy), x.dtype, f"{ctx.name}/zero")
+    return ctx.emit1("SELECT_V2", [ctx.constant(mask, DType.BOOL, f"{ctx.name}/mask"), x, zero])
+
+
+@emits("BroadcastArgs")
+def emit_broadcast_args(ctx: EmitContext):
+    return ctx.emit1("BROADCAST_ARGS", [ctx.input(0), ctx.input(1)])
+
+
+@emits("ReverseSequence")
+def emit_reverse_sequence(ctx: EmitContext):
+    rank = ctx.in_rank(0)
+    return ctx.emit1("REVERSE_SEQUENCE", [ctx.input(0), ctx.input(1)],
+                     seq_dim=normalize_axis(int(ctx.attr("seq_dim")), rank),
+                     batch_dim=normalize_axis(int(ctx.attr("batch_dim", 0)), rank))
+
+
+@emits("SegmentSum")
+def emit_segment_sum(ctx: EmitContext):
+    return ctx.emit1("SEGMENT_SUM", [ctx.input(0), ctx.input(1)])
+
+
+_UNSORTED = {"UnsortedSegmentSum": "UNSORTED_SEGMENT_SUM", "UnsortedSegmentProd": "UNSORTED_SEGMENT_PROD",
+             "UnsortedSegmentMax": "UNSORTED_SEGMENT_MAX", "UnsortedSegmentMin": "UNSORTED_SEGMENT_MIN"}
+
+
+@emits(*_UNSORTED)
+def emit_unsorted_segment(ctx: EmitContext):
+    return ctx.emit1(_UNSORTED[ctx.type], [ctx.input(0), ctx.input(1), as_int32(ctx, 2, "num_segments")])
