@@ -131,7 +131,6 @@ class ImportStats:
     not_fused: list[str] = field(default_factory=list)
     inlined: list[str] = field(default_factory=list)
     custom: dict[str, int] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
 
@@ -156,7 +155,6 @@ class Importer:
         self.variables: dict[int, VarInfo] = {}
         self._var_names: set[str] = set()
         self._sg_cache: dict[int, dict] = {}
-        self._function_subgraphs: dict[tuple, Subgraph] = {}
         self._init_subgraph: Subgraph | None = None
         self._init_vars: list[VarInfo] = []
 
@@ -372,15 +370,6 @@ class Importer:
             seen.add(id(t))
             result.append(t)
         return result
-
-    def function_subgraph(self, key: tuple, build: Callable[[Subgraph], None], name: str) -> int:
-        """Index of the subgraph for ``key``, building it with ``build`` on first use."""
-        sg = self._function_subgraphs.get(key)
-        if sg is None:
-            sg = self.new_subgraph(name)
-            self._function_subgraphs[key] = sg
-            build(sg)
-        return self.model.subgraph_index(sg)
 
     # -- errors -----------------------------------------------------------------------------
     def check_supported(self) -> None:
