@@ -214,7 +214,7 @@ class Subgraph:
         arr = np.asarray(value)
         dt = DType.from_numpy(arr.dtype) if dtype is None else DType(dtype)
         if dt != DType.STRING:
-            arr = np.array(arr, dtype=dt.numpy, order="C", copy=False)  # keeps 0-d scalars 0-d
+            arr = np.asarray(arr, dtype=dt.numpy, order="C")  # keeps 0-d scalars 0-d
         return self.add_tensor(name, dt, arr.shape, data=arr, **kwargs)
 
     def add_operator(

@@ -638,7 +638,8 @@ class Interpreter:
             self._allocated = False
 
     def get_signature_list(self) -> dict:
-        return {s.key: {"inputs": list(s.inputs), "outputs": list(s.outputs)} for s in self._model.signatures}
+        # LiteRT lists each signature's names sorted, whatever order the file stores them in.
+        return {s.key: {"inputs": sorted(s.inputs), "outputs": sorted(s.outputs)} for s in self._model.signatures}
 
     def get_signature_runner(self, signature_key: str | None = None) -> "SignatureRunner":
         sigs = self._model.signatures
