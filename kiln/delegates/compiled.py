@@ -175,7 +175,7 @@ def _lower_fully_connected(node: _Node):
 
     def run(slots):
         y = get()
-        np.matmul(slots[xi].reshape(rows, depth), w_t, out=y)
+        np.dot(slots[xi].reshape(rows, depth), w_t, out=y)
         if bias is not None:
             y += bias
         clip(y, lo, hi, out=y)
@@ -267,13 +267,26 @@ def _lower_conv(node: _Node):
 
     if kh == kw == 1 and pads == ((0, 0), (0, 0)):
         sh, sw = strides
+        rows = n * oh * ow
+        if sh == sw == 1 and not node.fresh[0]:  # the common case, with every view made once
+            y = np.empty(out_shape, F32)
+            y2 = y.reshape(rows, cout)
+            x2_shape = (rows, cin)
+
+            def run(slots):
+                np.dot(slots[xi].reshape(x2_shape), w_mat, out=y2)
+                if bias is not None:
+                    np.add(y2, bias, out=y2)
+                clip(y2, lo, hi, out=y2)
+                slots[oi] = y
+            return run, [out_shape]
 
         def run(slots):
             x = slots[xi]
             if sh != 1 or sw != 1:
                 x = x[:, ::sh, ::sw, :][:, :oh, :ow]
             y = get()
-            np.matmul(x.reshape(-1, cin), w_mat, out=y.reshape(-1, cout))
+            np.dot(x.reshape(-1, cin), w_mat, out=y.reshape(-1, cout))
             if bias is not None:
                 y += bias
             clip(y, lo, hi, out=y)
@@ -289,7 +302,7 @@ def _lower_conv(node: _Node):
         y = get()
         if rows >= oh:  # one GEMM straight into the output buffer
             cols = im.gather(0)
-            np.matmul(cols.reshape(len(cols), depth), w_mat, out=y.reshape(-1, cout))
+            np.dot(cols.reshape(len(cols), depth), w_mat, out=y.reshape(-1, cout))
         else:
             for r0 in range(0, oh, rows):
                 cols = im.gather(r0)
@@ -370,7 +383,7 @@ def _lower_depthwise_rows(node: _Node, w, bias, bounds, out_shape, pads, strides
     def run(slots):
         im.load(slots[xi])
         np.copyto(gathered, taps)
-        products *= weights
+        np.multiply(products, weights, out=products)
         y = get()
         np.add.reduce(rows, axis=0, out=y)
         clip(y, lo, hi, out=y)
