@@ -108,6 +108,8 @@ def clamp_activation(x: np.ndarray, act: int, *, in_place: bool = False) -> np.n
     if kind == "f":
         lo, hi = _activation_range(act, x.dtype)
         return clip(x, lo, hi, out=x if in_place else None)
+    if kind in "iu" and act == Activation.NONE:
+        return x
     if x.dtype == np.bool_ or not np.issubdtype(x.dtype, np.number):
         return x
     if np.issubdtype(x.dtype, np.integer) and act == Activation.NONE:

@@ -1,17 +1,19 @@
 """Small helpers that keep the reference kernels' per-invoke Python overhead low.
 
-Most zoo models run tiny tensors, so a kernel's cost is its Python work, not its arithmetic:
-re-validating operands, re-deriving weight layouts, NumPy's Python-level wrappers
-(``np.clip``, ``np.errstate``). These helpers do that work once per node, in the node's
-``KernelCall.state``, or call the underlying ufunc directly. None of them changes a result.
+Most zoo models run tiny tensors, so a kernel's cost is its Python work, not its arithmetic.
+Kernels therefore keep what depends only on their node (checks passed, geometry, weight
+layouts) in ``KernelCall.state``, and use these helpers instead of NumPy's Python-level
+wrappers (``np.clip``, ``np.errstate``). None of them changes a result.
 """
 
 from __future__ import annotations
 
-from typing import Callable
-
 import numpy as np
-from numpy._core import umath as _um
+
+try:
+    from numpy._core import umath as _um
+except ImportError:  # pragma: no cover - NumPy 1
+    from numpy.core import umath as _um
 
 try:  # NumPy 2 keeps the floating-point error state in a context variable
     from numpy._core._ufunc_config import _extobj_contextvar as _EXTOBJ, _make_extobj
@@ -25,15 +27,18 @@ class _Quiet:
     """``np.errstate(all="ignore")`` for a kernel body, without its Python-level overhead."""
 
     __slots__ = ("_token",)
-    _source = None   # the error state the cached "ignore" state was derived from
-    _ignore = None
+    #: (error state, the same state with every error ignored), derived once per outer state
+    #: so that bufsize and the error callback are kept; one attribute, so threads never see a
+    #: mismatched pair.
+    _derived = (None, None)
 
     def __enter__(self):
         current = _EXTOBJ.get()
-        if current is not _Quiet._source:  # derive once per outer state (keeps bufsize, call)
-            _Quiet._ignore = _make_extobj(all="ignore")
-            _Quiet._source = current
-        self._token = _EXTOBJ.set(_Quiet._ignore)
+        source, ignore = _Quiet._derived
+        if current is not source:
+            ignore = _make_extobj(all="ignore")
+            _Quiet._derived = (current, ignore)
+        self._token = _EXTOBJ.set(ignore)
 
     def __exit__(self, *exc_info):
         _EXTOBJ.reset(self._token)
@@ -55,23 +60,6 @@ def clip(x: np.ndarray, lo, hi, out: np.ndarray | None = None):
     return np.clip(x, lo, hi, out=out)
 
 
-def from_constant(call, key, arr: np.ndarray, build: Callable[[np.ndarray], object]):
-    """``build(arr)``, computed once per node while operand ``arr`` is the same read-only array.
-
-    Weights and other constants reach a kernel as the model's own read-only buffers, the same
-    object on every invoke; whatever a kernel derives from them (a transposed or stacked
-    layout, a float32 copy) is kept in ``call.state[key]``. A writeable array may change
-    between invokes, so it is never cached: the result is then rebuilt every time.
-    """
-    hit = call.state.get(key)
-    if hit is not None and hit[0] is arr:
-        return hit[1]
-    value = build(arr)
-    if isinstance(arr, np.ndarray) and not arr.flags.writeable:
-        call.state[key] = (arr, value)
-    return value
-
-
 def small_key(arr) -> tuple | None:
     """A hashable snapshot of a small operand (a shape, axes, a permutation), None if absent."""
     if arr is None:
@@ -80,4 +68,4 @@ def small_key(arr) -> tuple | None:
     return a.dtype.str, a.shape, a.tobytes()
 
 
-__all__ = ["clip", "from_constant", "quiet", "small_key"]
+__all__ = ["clip", "quiet", "small_key"]

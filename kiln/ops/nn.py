@@ -1,8 +1,11 @@
 """Op family: neural-network layers (fully connected, convolutions, pooling, batch matmul).
 
 Kernels are float reference kernels written with NumPy matrix products: convolutions go
-through im2col (one GEMM per chunk of output rows), depthwise and pooling accumulate one
-filter tap at a time over the whole tensor, so no Python loop ever runs per pixel.
+through im2col (one GEMM per chunk of output rows), depthwise and pooling accumulate the
+filter taps in order over the whole tensor, so no Python loop ever runs per pixel. Each node
+keeps a plan (geometry, weight layout, a zero-padded input buffer with window views over it)
+while its input shape and constant operands stay the same, so an invoke only copies the input
+in and runs the arithmetic.
 Geometry (output size, SAME padding split) follows LiteRT's ``ComputePaddingHeightWidth``
 exactly: the extra pixel of an odd total padding goes after, not before.
 

@@ -442,6 +442,48 @@ class _Runtime:
         return [env.values[i] for i in env.outputs]
 
 
+class _BlasThreads:
+    """Caps the BLAS libraries NumPy uses at ``n`` threads while an invoke runs.
+
+    Only built when threadpoolctl is importable (kiln does not depend on it). The limit is
+    set, and afterwards restored, only where a library's current count differs, so an invoke
+    pays a few microseconds for it.
+    """
+
+    _controllers = None  # the BLAS libraries threadpoolctl found (looked up once per process)
+
+    def __init__(self, n: int):
+        self.n = n
+        self._restore: list[list] = []  # per (possibly nested) entry: (library, previous count)
+
+    @classmethod
+    def for_threads(cls, num_threads) -> "_BlasThreads | None":
+        if isinstance(num_threads, bool) or not isinstance(num_threads, (int, np.integer)) \
+                or num_threads < 1:
+            return None
+        if cls._controllers is None:
+            try:
+                from threadpoolctl import ThreadpoolController
+            except ImportError:
+                cls._controllers = ()
+            else:
+                cls._controllers = tuple(ThreadpoolController().select(user_api="blas").lib_controllers)
+        return cls(int(num_threads)) if cls._controllers else None
+
+    def __enter__(self):
+        changed = []
+        for lib in self._controllers:
+            current = lib.get_num_threads()
+            if current != self.n:
+                lib.set_num_threads(self.n)
+                changed.append((lib, current))
+        self._restore.append(changed)
+
+    def __exit__(self, *exc_info):
+        for lib, previous in reversed(self._restore.pop()):
+            lib.set_num_threads(previous)
+
+
 #: numpy types LiteRT's details report where they differ from the element type.
 _DETAIL_DTYPES = {DType.STRING: np.bytes_, DType.RESOURCE: np.object_, DType.VARIANT: np.object_}
 
@@ -478,7 +520,9 @@ class Interpreter:
       op_resolver: a `MutableOpResolver` (default: `BuiltinOpResolver`, every builtin).
       custom_op_registerers: Python callables, each called with the op resolver to add ops.
       experimental_delegates: `Delegate` objects offered every node, in order.
-      num_threads: accepted for compatibility (the reference kernels use NumPy's threads).
+      num_threads: when threadpoolctl is installed, invokes cap NumPy's BLAS at this many
+        threads (on a small or busy machine a multithreaded BLAS makes small matrix products
+        slower); otherwise accepted for compatibility only.
       experimental_preserve_all_tensors: keep intermediates so get_tensor can read them.
     """
 
@@ -500,6 +544,7 @@ class Interpreter:
             registerer(self._resolver)
         self._delegates = list(experimental_delegates or [])
         self._num_threads = num_threads
+        self._blas_threads = _BlasThreads.for_threads(num_threads)
         self._preserve_all = bool(experimental_preserve_all_tensors)
         self._runtime = _Runtime(self)
         self._envs: dict[int, _SubgraphEnv] = {}
@@ -540,7 +585,11 @@ class Interpreter:
 
     def invoke(self) -> None:
         self._ensure_allocated()
-        self._env(0).run()
+        if self._blas_threads is None:
+            self._env(0).run()
+        else:
+            with self._blas_threads:
+                self._env(0).run()
 
     def get_input_details(self) -> list[dict]:
         env = self._env(0)
@@ -709,5 +758,10 @@ class SignatureRunner:
         env.prepare()
         for name, value in kwargs.items():
             self._interp.set_tensor(env.pos[id(self._sig.inputs[name])], np.asarray(value), self._sg_index)
-        env.run()
+        limit = self._interp._blas_threads
+        if limit is None:
+            env.run()
+        else:
+            with limit:
+                env.run()
         return {name: np.array(env.values[env.pos[id(t)]], copy=True) for name, t in self._sig.outputs.items()}
