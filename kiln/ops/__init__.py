@@ -15,12 +15,15 @@ from ..errors import OpError
 from . import (
     activations,
     control_flow,
+    conv3d,
     elementwise,
     image,
     indexing,
     lstm,
+    misc,
     nn,
     reduce,
+    segment,
     shape,
     variables,
 )
@@ -28,6 +31,7 @@ from .record import KernelCall, OpDef, OptionsSpec, apply_activation
 
 _FAMILIES = (
     elementwise, activations, reduce, nn, image, shape, indexing, control_flow, variables, lstm,
+    conv3d, segment, misc,
 )
 
 
