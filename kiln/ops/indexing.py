@@ -15,6 +15,7 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import DType
+from .hotpath import small_key
 from .record import KernelCall, OpDef, OptionsSpec, input_dtype, input_rank
 from .shape import dense, int_scalar, int_values, norm_axis
 
@@ -152,9 +153,25 @@ def _py_slice(start: int, end: int, stride: int) -> slice:
     return slice(start, end, stride)
 
 
+#: ``KernelCall.state`` key: (input shape, begin, end, strides) -> the slicing last worked out.
+_LAST_SLICE = "_kiln_last_slice"
+
+
 def _strided_slice(call: KernelCall, x: np.ndarray, begin: np.ndarray, end: np.ndarray,
                    strides: np.ndarray):
-    o = call.opts
+    key = (x.shape, small_key(begin), small_key(end), small_key(strides))
+    last = call.state.get(_LAST_SLICE)
+    if last is not None and last[0] == key:
+        eff_shape, index, out_shape = last[1]
+    else:
+        eff_shape, index, out_shape = _strided_slice_plan(call.opts, x, begin, end, strides)
+        call.state[_LAST_SLICE] = (key, (eff_shape, index, out_shape))
+    out = x.reshape(eff_shape)[index]
+    return dense(out).reshape(out_shape)
+
+
+def _strided_slice_plan(o, x: np.ndarray, begin, end, strides):
+    """(shape to view x as, index into that view, output shape) of a strided slice."""
     b = int_values(begin, "STRIDED_SLICE", "begin")
     e = int_values(end, "STRIDED_SLICE", "end")
     st = int_values(strides, "STRIDED_SLICE", "strides")
@@ -200,8 +217,7 @@ def _strided_slice(call: KernelCall, x: np.ndarray, begin: np.ndarray, end: np.n
         out_shape.append(n)
     if src_axis != x.ndim:
         raise OpError(f"STRIDED_SLICE: the slice spec does not cover input shape {list(x.shape)}")
-    out = x.reshape(eff_shape)[tuple(index)]
-    return dense(out).reshape(out_shape)
+    return eff_shape, tuple(index), out_shape
 
 
 def _strided_slice_version(op) -> int:

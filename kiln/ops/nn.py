@@ -353,7 +353,9 @@ def _conv_kernel(call: KernelCall, x, w, bias=None):
         x = x.astype(np.float32)
     n, (oh, ow), cout = plan.n, plan.out_hw, plan.cout
     if plan.pointwise:
-        y = _tap(x, 0, 0, (oh, ow), plan.strides, (1, 1)).reshape(-1, plan.cg) @ plan.wmat
+        if plan.strides != (1, 1):
+            x = _tap(x, 0, 0, (oh, ow), plan.strides, (1, 1))
+        y = x.reshape(-1, plan.cg) @ plan.wmat
         y = y.reshape(n, oh, ow, cout)
     else:
         np.copyto(plan.interior, x)
