@@ -8,9 +8,9 @@ CONCATENATION is no host: LiteRT's kernel rejects any fused activation. TANH is 
 
 from __future__ import annotations
 
-from ..ir import Model, Operator, Subgraph
+from ..ir import Operator, Subgraph
 from ..schema import Activation, DType
-from .manager import Pass
+from .manager import OperatorPass
 from .rewrite import add_tensor_like, bypass, sole_user, writes_variable
 
 FUSABLE_ACTIVATIONS = {
@@ -71,13 +71,8 @@ def _fuse(sg: Subgraph, act: Operator) -> bool:
     return bypass(sg, act, clone.outputs[0])
 
 
-class FuseActivations(Pass):
+class FuseActivations(OperatorPass):
     name = "fuse-activations"
 
-    def run(self, model: Model) -> bool:
-        changed = False
-        for sg in model.subgraphs:
-            for op in list(sg.operators):
-                if op.subgraph is sg:
-                    changed |= _fuse(sg, op)
-        return changed
+    def rewrite(self, sg, op) -> bool:
+        return _fuse(sg, op)

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Model, Operator, Subgraph
+from ..ir import Operator, Subgraph
 from ..schema import DType
 from .bias import BIAS_INPUT, fusable_producer, out_channels
-from .manager import Pass
+from .manager import OperatorPass
 from .rewrite import add_constant, broadcastable_to_last, bypass, const, sole_user, writes_variable
 
 
@@ -122,13 +122,8 @@ def _fold_into_next_fc(sg: Subgraph, op: Operator) -> bool:
     return False
 
 
-class FoldAffine(Pass):
+class FoldAffine(OperatorPass):
     name = "fold-batch-norm"
 
-    def run(self, model: Model) -> bool:
-        changed = False
-        for sg in model.subgraphs:
-            for op in list(sg.operators):
-                if op.subgraph is sg and (_fold_scale_backward(sg, op) or _fold_into_next_fc(sg, op)):
-                    changed = True
-        return changed
+    def rewrite(self, sg, op) -> bool:
+        return _fold_scale_backward(sg, op) or _fold_into_next_fc(sg, op)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Model, Operator, Subgraph
+from ..ir import Operator, Subgraph
 from ..schema import DType
-from .manager import Pass
+from .manager import OperatorPass
 from .rewrite import add_constant, broadcastable_to_last, bypass, const, sole_user, writes_variable
 
 #: op type -> index of its bias operand
@@ -82,13 +82,8 @@ def _fuse(sg: Subgraph, add: Operator) -> bool:
     return False
 
 
-class FuseBias(Pass):
+class FuseBias(OperatorPass):
     name = "fuse-bias"
 
-    def run(self, model: Model) -> bool:
-        changed = False
-        for sg in model.subgraphs:
-            for op in list(sg.operators):
-                if op.subgraph is sg and op.op_type in ("ADD", "SUB"):
-                    changed |= _fuse(sg, op)
-        return changed
+    def rewrite(self, sg, op) -> bool:
+        return op.op_type in ("ADD", "SUB") and _fuse(sg, op)

@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 
-from ..ir import Model, Operator, Subgraph
+from ..ir import Operator, Subgraph
 from ..schema import Padding
-from .manager import Pass
+from .manager import OperatorPass
 from .rewrite import bypass, const, sole_user
 
 
@@ -62,13 +62,8 @@ def _fuse(sg: Subgraph, conv: Operator) -> bool:
     return bypass(sg, bts, conv_out)
 
 
-class FuseDilatedConv(Pass):
+class FuseDilatedConv(OperatorPass):
     name = "fuse-dilated-conv"
 
-    def run(self, model: Model) -> bool:
-        changed = False
-        for sg in model.subgraphs:
-            for op in list(sg.operators):
-                if op.subgraph is sg:
-                    changed |= _fuse(sg, op)
-        return changed
+    def rewrite(self, sg, op) -> bool:
+        return _fuse(sg, op)

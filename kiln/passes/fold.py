@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ops
-from ..ir import Model, Operator, Subgraph
+from ..ir import Operator, Subgraph
 from ..ops.record import KernelCall
-from .manager import Pass
+from .manager import OperatorPass
 from .rewrite import STATEFUL_OPS, add_constant, is_output, writes_variable
 
 #: Results up to this many elements are always folded; larger ones only when they do not
@@ -84,15 +84,10 @@ def fold_operator(sg: Subgraph, op: Operator) -> bool:
     return True
 
 
-class ConstantFolding(Pass):
+class ConstantFolding(OperatorPass):
     """Fold every operator whose inputs are all constant, in every subgraph."""
 
     name = "constant-folding"
 
-    def run(self, model: Model) -> bool:
-        changed = False
-        for sg in model.subgraphs:
-            for op in list(sg.operators):
-                if op.subgraph is sg and fold_operator(sg, op):
-                    changed = True
-        return changed
+    def rewrite(self, sg, op) -> bool:
+        return fold_operator(sg, op)

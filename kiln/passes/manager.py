@@ -42,6 +42,24 @@ class Pass:
         return f"<Pass {self.name}>"
 
 
+class OperatorPass(Pass):
+    """A pass that offers every live operator of every subgraph to ``rewrite``, in order.
+
+    Operators an earlier rewrite removed (no longer in the subgraph) are skipped.
+    """
+
+    def rewrite(self, sg, op) -> bool:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def run(self, model: Model) -> bool:
+        changed = False
+        for sg in model.subgraphs:
+            for op in list(sg.operators):
+                if op.subgraph is sg:
+                    changed |= bool(self.rewrite(sg, op))
+        return changed
+
+
 class FunctionPass(Pass):
     """A pass made from a plain function ``fn(model) -> bool``."""
 

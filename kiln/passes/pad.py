@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Model, Operator, Subgraph
+from ..ir import Operator, Subgraph
 from ..schema import Padding
-from .manager import Pass
+from .manager import OperatorPass
 from .rewrite import const, sole_user
 
 
@@ -46,13 +46,8 @@ def _fuse(sg: Subgraph, conv: Operator) -> bool:
     return True
 
 
-class FusePadIntoConv(Pass):
+class FusePadIntoConv(OperatorPass):
     name = "fuse-pad-into-conv"
 
-    def run(self, model: Model) -> bool:
-        changed = False
-        for sg in model.subgraphs:
-            for op in list(sg.operators):
-                if op.subgraph is sg:
-                    changed |= _fuse(sg, op)
-        return changed
+    def rewrite(self, sg, op) -> bool:
+        return _fuse(sg, op)
