@@ -4,7 +4,9 @@ For each zoo model (converted by TensorFlow's converter, cached by tests/runtime
 the same inputs run in: LiteRT with its default XNNPACK delegate, LiteRT's plain builtin
 kernels, kiln's reference kernels, and kiln with the compiled delegate. Engines take turns
 in short rounds, so a busy machine slows them alike; the figure is the median over rounds
-of the per-invoke time. Prints a table, asserts nothing.
+of the per-invoke time. The last columns count the plan steps one kiln invoke executes
+(nodes, control-flow bodies included) and kiln's time per step, the interpreter's per-node
+cost. Prints a table, asserts nothing.
 
     python bench/runtime_bench.py [--seconds 1.5] [model ...]
 """
@@ -53,6 +55,17 @@ def per_invoke(interp, count: int) -> float:
     return (time.perf_counter() - start) / count
 
 
+def executed_steps(interp) -> int:
+    """Plan steps one invoke of a kiln interpreter runs (every subgraph, every loop trip)."""
+    events = []
+    interp.profiler = events.append
+    try:
+        interp.invoke()
+    finally:
+        interp.profiler = None
+    return len(events)
+
+
 def measure(name: str, seconds: float) -> dict[str, float]:
     data = zoo_bytes(name)
     runs = engines(data)
@@ -60,6 +73,7 @@ def measure(name: str, seconds: float) -> dict[str, float]:
     inputs = sample_inputs(ref.get_input_details(), 0)
     for interp in runs.values():
         prepare(interp, inputs)
+    steps = executed_steps(runs["kiln"])
     # Size each engine's batch to ~10 ms so rounds are short and interleaved.
     batch = {k: max(1, int(0.01 / max(per_invoke(v, 3), 1e-7))) for k, v in runs.items()}
     samples: dict[str, list[float]] = {k: [] for k in runs}
@@ -67,7 +81,7 @@ def measure(name: str, seconds: float) -> dict[str, float]:
     while time.perf_counter() < deadline or min(len(s) for s in samples.values()) < 5:
         for key, interp in runs.items():
             samples[key].append(per_invoke(interp, batch[key]))
-    return {k: float(np.median(v)) * 1e3 for k, v in samples.items()}
+    return {"steps": steps, **{k: float(np.median(v)) * 1e3 for k, v in samples.items()}}
 
 
 def main(argv=None) -> None:
@@ -81,14 +95,15 @@ def main(argv=None) -> None:
     print(f"median ms per invoke; ratio = kiln / LiteRT (builtin kernels, XNNPACK off); "
           f"{os.cpu_count()} CPUs, numpy {np.__version__}")
     header = (f"{'model':<14} {'LiteRT+XNN':>10} {'LiteRT':>9} {'kiln':>9} {'ratio':>7} "
-              f"{'kiln+compiled':>13} {'ratio':>7} {'delegate speedup':>16}")
+              f"{'kiln+compiled':>13} {'ratio':>7} {'delegate speedup':>16} {'steps':>6} {'us/step':>8}")
     print(header)
     print("-" * len(header))
     for name in args.models:
         ms = measure(name, args.seconds)
         lite, ours, fast = ms["litert-builtin"], ms["kiln"], ms["kiln+compiled"]
         print(f"{name:<14} {ms['litert']:>10.3f} {lite:>9.3f} {ours:>9.3f} {ours / lite:>6.0f}x "
-              f"{fast:>13.3f} {fast / lite:>6.0f}x {ours / fast:>15.2f}x")
+              f"{fast:>13.3f} {fast / lite:>6.0f}x {ours / fast:>15.2f}x "
+              f"{ms['steps']:>6} {ours * 1e3 / max(1, ms['steps']):>8.1f}")
     print(f"({time.perf_counter() - t0:.0f} s)")
 
 

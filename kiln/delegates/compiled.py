@@ -572,15 +572,14 @@ class ChainKernel(DelegateKernel):
         return _Plan(steps, len(self.slot), self.out_slots)
 
     def invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        key = tuple(np.shape(x) for x in inputs)
+        key = tuple([np.shape(x) for x in inputs])
         plan = self.plans.get(key)
         if plan is None:
             if len(self.plans) >= self.MAX_PLANS:
                 self.plans.pop(next(iter(self.plans)))
             plan = self.plans[key] = self._compile(key)
-        slots = [None] * plan.n_slots
-        for i, x in enumerate(inputs):
-            slots[i] = x if x.dtype == F32 else np.asarray(x, F32)
+        slots = [x if x.dtype == F32 else np.asarray(x, F32) for x in inputs]
+        slots.extend([None] * (plan.n_slots - len(slots)))
         for run in plan.steps:
             run(slots)
         return [slots[s] for s in plan.out_slots]

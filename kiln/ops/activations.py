@@ -164,7 +164,8 @@ def _softmax(call: KernelCall, x: np.ndarray) -> np.ndarray:
     beta = float(call.opts.beta)
     with quiet():
         v = x.astype(np.float64)
-        e = np.exp((v - np.maximum.reduce(v, axis=-1, keepdims=True)) * beta)
+        shifted = v - np.maximum.reduce(v, axis=-1, keepdims=True)
+        e = np.exp(shifted * beta if beta != 1.0 else shifted)  # x * 1.0 is x, bit for bit
         return (e / np.add.reduce(e, axis=-1, keepdims=True)).astype(x.dtype)
 
 

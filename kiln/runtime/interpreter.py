@@ -326,8 +326,12 @@ class _SubgraphEnv:
             elif step.node is not None:
                 self._run_custom(step)
             else:
-                args = [values[i] for i in step.ins]
-                result = self._guard(step, step.delegate_kernel.invoke, args)
+                try:
+                    result = step.delegate_kernel.invoke([values[i] for i in step.ins])
+                except RegistrationError:
+                    raise
+                except Exception as exc:
+                    raise self._wrapped(step, exc) from exc
                 self._store(step, step.outs, result)
             if profiler is not None:
                 profiler(ProfileEvent(self.sg_index, step.index, step.op_names, time.perf_counter() - start,
