@@ -1,5 +1,7 @@
-"""Op family: ops that fit no other family — LOCAL_RESPONSE_NORMALIZATION, BUCKETIZE and
-the bit ops BITWISE_XOR and RIGHT_SHIFT.
+"""Op family: ops that fit no other family — LOCAL_RESPONSE_NORMALIZATION, BUCKETIZE, the
+bit ops BITWISE_XOR and RIGHT_SHIFT, the spectral ops RFFT2D / COMPLEX_ABS / REAL / IMAG
+(TF's converter writes them for ``tf.signal.stft`` / ``rfft`` spectrograms), RANK and
+NON_MAX_SUPPRESSION_V4 / V5 (``tf.image.non_max_suppression*``).
 
 Semantics follow the LiteRT kernels the builtin op resolver registers:
 
@@ -13,6 +15,13 @@ Semantics follow the LiteRT kernels the builtin op resolver registers:
 * BITWISE_XOR takes 8/16/32-bit signed or unsigned ints. RIGHT_SHIFT too, and clamps the
   shift to ``[0, bits - 1]``; signed values shift arithmetically. Both broadcast at any
   rank (LiteRT 2.3 does, checked against it).
+* RFFT2D: float32 in, complex64 out, over the last two axes; the input is cropped or
+  zero-padded to ``fft_length`` (two powers of two) and transformed in double precision.
+  With an fft width of 1 LiteRT's result is wrong (its Ooura FFT needs 2 points); kiln
+  computes the true transform there, as TensorFlow does.
+* NON_MAX_SUPPRESSION_V4 / V5 is LiteRT's greedy (soft-)NMS, quirks included: outputs are
+  padded with zeros to ``max_output_size``, and a selected candidate goes back into the
+  queue, so a zero-area box (IoU 0 even with itself) can be selected more than once.
 """
 
 from __future__ import annotations
@@ -110,6 +119,194 @@ def _right_shift(call: KernelCall, a, b):
     return np.right_shift(a, shift.astype(a.dtype, copy=False))
 
 
+# -- spectral --------------------------------------------------------------------------------------
+
+def _is_power_of_two(v: int) -> bool:
+    return v > 0 and v & (v - 1) == 0
+
+
+def _rfft2d(call: KernelCall, x, fft_length):
+    if x.dtype != np.float32:
+        raise OpError(f"RFFT2D: input type {x.dtype} is not supported (float32 only)")
+    if x.ndim < 2:
+        raise OpError(f"RFFT2D: input must have at least 2 dimensions, got {list(x.shape)}")
+    lengths = np.asarray(fft_length)
+    if lengths.dtype != np.int32 or lengths.shape != (2,):
+        raise OpError(f"RFFT2D: fft_length must be an int32 vector of 2, got {lengths.dtype} "
+                      f"{list(lengths.shape)}")
+    fh, fw = (int(v) for v in lengths)
+    if not (_is_power_of_two(fh) and _is_power_of_two(fw)):
+        raise OpError(f"RFFT2D: fft_length {[fh, fw]} must be powers of two")
+    # rfft2 with s= crops or zero-pads each axis, as LiteRT fills its working buffer.
+    out = np.fft.rfft2(x.astype(np.float64), s=(fh, fw), axes=(-2, -1))
+    return out.astype(np.complex64)
+
+
+def _complex_part(name: str, fn):
+    def kernel(call: KernelCall, x):
+        if x.dtype not in (np.complex64, np.complex128):
+            raise OpError(f"{name}: input must be complex64 or complex128, got {x.dtype}")
+        return np.ascontiguousarray(fn(x))
+
+    return kernel
+
+
+def _rank(call: KernelCall, x):
+    return np.array(x.ndim, np.int32)
+
+
+# -- NON_MAX_SUPPRESSION_V4 / V5 ------------------------------------------------------------------
+
+def _scalar(call: KernelCall, value, what: str, dtype) -> float | int:
+    arr = np.asarray(value)
+    if arr.dtype != dtype or arr.ndim != 0:
+        raise OpError(f"{call.op.name}: {what} must be a {np.dtype(dtype).name} scalar, got "
+                      f"{arr.dtype} {list(arr.shape)}")
+    return arr[()]
+
+
+class _Boxes:
+    """Corner-normalised boxes and areas in float32, for IoU exactly as LiteRT computes it."""
+
+    def __init__(self, boxes: np.ndarray):
+        y1, x1, y2, x2 = boxes.T
+        self.ymin, self.ymax = np.minimum(y1, y2), np.maximum(y1, y2)
+        self.xmin, self.xmax = np.minimum(x1, x2), np.maximum(x1, x2)
+        self.area = (self.ymax - self.ymin) * (self.xmax - self.xmin)
+
+    def iou(self, i: int, js: np.ndarray) -> np.ndarray:
+        """IoU of box i with boxes js; 0 where either area is not positive."""
+        zero = np.float32(0)
+
+        def overlap(lo, hi):
+            return np.maximum(np.minimum(hi[i], hi[js]) - np.maximum(lo[i], lo[js]), zero)
+
+        inter = overlap(self.ymin, self.ymax) * overlap(self.xmin, self.xmax)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            iou = inter / (self.area[i] + self.area[js] - inter)
+        return np.where((self.area[i] <= 0) | (self.area[js] <= 0), zero, iou).astype(np.float32)
+
+
+class _PriorityQueue:
+    """Max-heap on score with libstdc++'s push_heap / pop_heap moves, so candidates with
+    equal scores come out in the order LiteRT's std::priority_queue gives them (Python's
+    heapq breaks ties differently). Entries are (score, box index, suppress_begin_index)."""
+
+    def __init__(self):
+        self.items: list[tuple] = []
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def _sift_up(self, hole: int, item: tuple) -> None:
+        items = self.items
+        parent = (hole - 1) // 2
+        while hole > 0 and items[parent][0] < item[0]:
+            items[hole] = items[parent]
+            hole, parent = parent, (parent - 1) // 2
+        items[hole] = item
+
+    def push(self, item: tuple) -> None:
+        self.items.append(item)
+        self._sift_up(len(self.items) - 1, item)
+
+    def pop(self) -> tuple:
+        items = self.items
+        top, last = items[0], items.pop()
+        size = len(items)
+        if not size:
+            return top
+        # Walk the hole at the root down to a leaf along the larger child (the right one on
+        # ties), then sift the former last element up from there.
+        hole = child = 0
+        while child < (size - 1) // 2:
+            child = 2 * child + 2
+            if items[child][0] < items[child - 1][0]:
+                child -= 1
+            items[hole] = items[child]
+            hole = child
+        if size % 2 == 0 and child == (size - 2) // 2:
+            child = 2 * child + 1
+            items[hole] = items[child]
+            hole = child
+        self._sift_up(hole, last)
+        return top
+
+
+def _nms(boxes, scores, max_out: int, iou_thr, score_thr, sigma):
+    """LiteRT's greedy loop, in its order: highest score first, the newest selections
+    compared first, soft-NMS decay applied one selection at a time."""
+    b = _Boxes(boxes)
+    queue = _PriorityQueue()
+    for i in np.flatnonzero(scores > score_thr):
+        queue.push((scores[i], int(i), 0))
+    chosen: list[int] = []
+    chosen_scores: list[np.float32] = []
+    wanted = min(len(queue), max_out)
+    scale = np.float32(-0.5 / float(sigma)) if sigma > 0 else np.float32(0)  # double, as C++
+    while len(chosen) < wanted and len(queue):
+        score, index, begin = queue.pop()
+        original = score
+        hard = False
+        if len(chosen) > begin:
+            ious = b.iou(index, np.asarray(chosen[begin:][::-1], np.int64))
+            for iou in ious:
+                if iou >= iou_thr:
+                    hard = True
+                    break
+                if sigma > 0:
+                    score = np.float32(score * np.exp(np.float32(scale * iou * iou)))
+                if score <= score_thr:
+                    break
+        begin = len(chosen)
+        if hard:
+            continue
+        if score == original:
+            chosen.append(index)
+            chosen_scores.append(score)
+        if score > score_thr:  # LiteRT pushes a selected candidate back too
+            queue.push((score, index, begin))
+    return chosen, chosen_scores
+
+
+def _nms_kernel(call: KernelCall, boxes, scores, max_output_size, iou_threshold,
+                score_threshold, sigma=None):
+    if boxes.dtype != np.float32 or boxes.ndim != 2 or boxes.shape[1] != 4:
+        raise OpError(f"{call.op.name}: boxes must be float32 [num_boxes, 4], got {boxes.dtype} "
+                      f"{list(boxes.shape)}")
+    if scores.dtype != np.float32 or scores.shape != boxes.shape[:1]:
+        raise OpError(f"{call.op.name}: scores must be float32 [{boxes.shape[0]}], got "
+                      f"{scores.dtype} {list(scores.shape)}")
+    max_out = int(_scalar(call, max_output_size, "max_output_size", np.int32))
+    if max_out < 0:
+        raise OpError(f"{call.op.name}: max_output_size must not be negative, got {max_out}")
+    iou_thr = _scalar(call, iou_threshold, "iou_threshold", np.float32)
+    score_thr = _scalar(call, score_threshold, "score_threshold", np.float32)
+    soft = sigma is not None
+    s = _scalar(call, sigma, "soft_nms_sigma", np.float32) if soft else np.float32(0)
+    if s < 0:
+        raise OpError(f"{call.op.name}: soft_nms_sigma must not be negative, got {float(s)}")
+    chosen, chosen_scores = _nms(boxes, scores, max_out, iou_thr, score_thr, s)
+    indices = np.zeros(max_out, np.int32)
+    indices[:len(chosen)] = chosen
+    count = np.array(len(chosen), np.int32)
+    if not soft:
+        return indices, count
+    selected = np.zeros(max_out, np.float32)
+    selected[:len(chosen)] = chosen_scores
+    return indices, selected, count
+
+
+def _nms_v4(call: KernelCall, boxes, scores, max_output_size, iou_threshold, score_threshold):
+    return _nms_kernel(call, boxes, scores, max_output_size, iou_threshold, score_threshold)
+
+
+def _nms_v5(call: KernelCall, boxes, scores, max_output_size, iou_threshold, score_threshold,
+            soft_nms_sigma):
+    return _nms_kernel(call, boxes, scores, max_output_size, iou_threshold, score_threshold,
+                       soft_nms_sigma)
+
+
 # -- records --------------------------------------------------------------------------------------
 
 def _table(name: str, **defaults) -> OptionsSpec:
@@ -117,12 +314,20 @@ def _table(name: str, **defaults) -> OptionsSpec:
 
 
 # op_version.cc has no rule for these ops (always version 1); register.cc registers 1 only.
+# Ops whose schema table is empty get options=None: TF's converter writes no table for them.
 OPS: tuple[OpDef, ...] = (
     OpDef("LOCAL_RESPONSE_NORMALIZATION", _lrn,
           _table("LocalResponseNormalizationOptions", radius=0, bias=0.0, alpha=0.0, beta=0.0)),
     OpDef("BUCKETIZE", _bucketize, _table("BucketizeOptions", boundaries=())),
-    OpDef("BITWISE_XOR", _bitwise_xor, _table("BitwiseXorOptions")),
-    OpDef("RIGHT_SHIFT", _right_shift, _table("RightShiftOptions")),
+    OpDef("BITWISE_XOR", _bitwise_xor),
+    OpDef("RIGHT_SHIFT", _right_shift),
+    OpDef("RFFT2D", _rfft2d),
+    OpDef("COMPLEX_ABS", _complex_part("COMPLEX_ABS", np.abs)),
+    OpDef("REAL", _complex_part("REAL", np.real)),
+    OpDef("IMAG", _complex_part("IMAG", np.imag)),
+    OpDef("RANK", _rank),
+    OpDef("NON_MAX_SUPPRESSION_V4", _nms_v4),
+    OpDef("NON_MAX_SUPPRESSION_V5", _nms_v5),
 )
 
 __all__ = ["OPS"]

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import OpError
 from .elementwise import reject_quantized
-from .record import KernelCall, OpDef, OptionsSpec
+from .record import KernelCall, OpDef
 
 _DATA_TYPES = (np.dtype(np.float32), np.dtype(np.int32))
 
@@ -119,22 +119,15 @@ def _largest(dtype: np.dtype):
 
 # -- records --------------------------------------------------------------------------------------
 
-def _table(name: str) -> OptionsSpec:
-    return OptionsSpec(table=name)
-
-
 # op_version.cc has no rule for these ops (always version 1); register.cc registers 1 only.
+# Their options tables are empty and TF's converter writes none (options=None keeps it so).
 OPS: tuple[OpDef, ...] = (
-    OpDef("SEGMENT_SUM", _segment_sum, _table("SegmentSumOptions")),
-    OpDef("UNSORTED_SEGMENT_SUM", _unsorted(lambda dt: 0, np.add),
-          _table("UnsortedSegmentSumOptions")),
-    OpDef("UNSORTED_SEGMENT_PROD", _unsorted(lambda dt: 1, np.multiply),
-          _table("UnsortedSegmentProdOptions")),
+    OpDef("SEGMENT_SUM", _segment_sum),
+    OpDef("UNSORTED_SEGMENT_SUM", _unsorted(lambda dt: 0, np.add)),
+    OpDef("UNSORTED_SEGMENT_PROD", _unsorted(lambda dt: 1, np.multiply)),
     # fmax/fmin keep the running value against a NaN operand, like std::max / std::min here.
-    OpDef("UNSORTED_SEGMENT_MAX", _unsorted(_lowest, np.fmax),
-          _table("UnsortedSegmentMaxOptions")),
-    OpDef("UNSORTED_SEGMENT_MIN", _unsorted(_largest, np.fmin),
-          _table("UnsortedSegmentMinOptions")),
+    OpDef("UNSORTED_SEGMENT_MAX", _unsorted(_lowest, np.fmax)),
+    OpDef("UNSORTED_SEGMENT_MIN", _unsorted(_largest, np.fmin)),
 )
 
 __all__ = ["OPS"]

@@ -1,4 +1,6 @@
-"""LOCAL_RESPONSE_NORMALIZATION, BUCKETIZE, BITWISE_XOR and RIGHT_SHIFT against LiteRT."""
+"""misc.py's ops against LiteRT: LOCAL_RESPONSE_NORMALIZATION, BUCKETIZE, BITWISE_XOR,
+RIGHT_SHIFT, RFFT2D, COMPLEX_ABS, REAL, IMAG, RANK, NON_MAX_SUPPRESSION_V4 / V5; through kiln's
+converter where it legalises them, and as TF's converter writes them."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from kiln.format import read_model
 from kiln.ir import Model, QuantParams
 from kiln.ops.record import KernelCall
 from kiln.schema import DType
-from tests.harness import check_op, run_litert, single_op_model
+from tests.harness import Const, check_op, run_kiln, run_litert, single_op_model
 
 F32 = np.float32
 BIT_TYPES = [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32]
@@ -34,7 +36,7 @@ def run_kernel(name, arrays, options=None, quant=None):
     return record.kernel(call, *arrays)
 
 
-# -- LOCAL_RESPONSE_NORMALIZATION -------------------------------------------------------------------
+# -- LOCAL_RESPONSE_NORMALIZATION ------------------------------------------------------------------
 
 def lrn(radius=2, bias=1.0, alpha=0.5, beta=0.75):
     return dict(radius=radius, bias=bias, alpha=alpha, beta=beta)
@@ -87,7 +89,7 @@ def test_lrn_errors(arrays, options, match):
         run_kernel("LOCAL_RESPONSE_NORMALIZATION", arrays, options)
 
 
-# -- BUCKETIZE --------------------------------------------------------------------------------------
+# -- BUCKETIZE -------------------------------------------------------------------------------------
 
 BOUNDS = (-3.0, -0.5, 0.0, 0.0, 1.0, 2.5, 1e6)
 
@@ -154,7 +156,7 @@ def test_bucketize_rejects_types(dtype):
         run_kernel("BUCKETIZE", [np.zeros(3, dtype)], dict(boundaries=(1.0,)))
 
 
-# -- BITWISE_XOR / RIGHT_SHIFT ----------------------------------------------------------------------
+# -- BITWISE_XOR / RIGHT_SHIFT ---------------------------------------------------------------------
 
 def ints(shape, dtype, lo=None, hi=None, seed=0):
     info = np.iinfo(dtype)
@@ -231,13 +233,18 @@ def test_bit_ops_refuse_quantized():
 
 
 def test_records():
-    for name in ("LOCAL_RESPONSE_NORMALIZATION", "BUCKETIZE", "BITWISE_XOR", "RIGHT_SHIFT"):
-        assert ops.require(name).max_version == 1
+    from kiln.ops import misc
+
+    for record in misc.OPS:
+        assert record.max_version == 1 and record.version(None) == 1
+        # empty schema tables are not written, as TF's converter writes none
+        assert (record.options is None) == (record.name not in (
+            "LOCAL_RESPONSE_NORMALIZATION", "BUCKETIZE"))
     assert ops.require("BUCKETIZE").make_options().boundaries == ()
     assert ops.require("LOCAL_RESPONSE_NORMALIZATION").make_options().beta == 0.0
 
 
-# -- the converter path -----------------------------------------------------------------------------
+# -- the converter path ----------------------------------------------------------------------------
 
 def _converter_cases(tf):
     x = rand(2, 3, 3, 8, seed=5, scale=2.0)
@@ -270,3 +277,201 @@ def test_converted_tf_ops_run_in_kiln_and_litert(case):
     theirs = LiteRT(model_content=data).get_signature_runner()(**kwargs)["output_0"]
     np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+# -- RFFT2D, COMPLEX_ABS, REAL, IMAG, RANK ----------------------------------------------------------
+
+def check_complex(op_type, inputs, rtol=1e-5, atol=1e-5):
+    """check_op for complex outputs (the harness's comparison is for real numbers)."""
+    model = single_op_model(op_type, inputs)
+    feeds = [x for x in inputs if not isinstance(x, Const)]
+    (expected,), (actual,) = run_litert(model, feeds), run_kiln(model, feeds)
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    scale = float(np.abs(expected).max(initial=0.0))
+    np.testing.assert_allclose(actual, expected, rtol=0, atol=atol + rtol * scale)
+    return actual
+
+
+@pytest.mark.parametrize("shape", [(8, 16), (2, 3, 8, 16), (5, 6), (1, 2, 1, 4, 4)])
+@pytest.mark.parametrize("lengths", [(8, 16), (4, 8), (16, 32), (2, 2), (8, 2), (1, 4)])
+def test_rfft2d(shape, lengths):
+    out = check_complex("RFFT2D", [rand(*shape, seed=3), Const(np.array(lengths, np.int32))])
+    assert out.shape == shape[:-2] + (lengths[0], lengths[1] // 2 + 1)
+
+
+def test_rfft2d_width_one_is_the_true_transform():
+    """LiteRT returns garbage for an fft width of 1; kiln returns what TF computes."""
+    x = rand(2, 4, 4, seed=3)
+    out = run_kernel("RFFT2D", [x, np.array([4, 1], np.int32)])
+    np.testing.assert_allclose(out, np.fft.rfft2(x[:, :4, :1].astype(np.float64)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("lengths,match", [
+    (np.array([6, 8], np.int32), "powers of two"),
+    (np.array([0, 8], np.int32), "powers of two"),
+    (np.array([8], np.int32), "vector of 2"),
+    (np.array([8, 8], np.int64), "vector of 2"),
+])
+def test_rfft2d_errors(lengths, match):
+    with pytest.raises(OpError, match=match):
+        run_kernel("RFFT2D", [rand(8, 8), lengths])
+    with pytest.raises(OpError, match="float32 only"):
+        run_kernel("RFFT2D", [np.zeros((8, 8)), np.array([8, 8], np.int32)])
+
+
+def complex_input(*shape, dtype=np.complex64):
+    rng = np.random.default_rng(4)
+    return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+
+
+@pytest.mark.parametrize("name", ["COMPLEX_ABS", "REAL", "IMAG"])
+@pytest.mark.parametrize("shape", [(7,), (3, 4), (2, 1, 5)])
+def test_complex_parts(name, shape):
+    out = check_op(name, [complex_input(*shape)], rtol=1e-6)[0]
+    assert out.dtype == np.float32
+
+
+@pytest.mark.parametrize("name,fn", [("COMPLEX_ABS", np.abs), ("REAL", np.real), ("IMAG", np.imag)])
+def test_complex_parts_of_complex128(name, fn):
+    x = complex_input(3, 2, dtype=np.complex128)
+    out = run_kernel(name, [x])
+    assert out.dtype == np.float64
+    np.testing.assert_array_equal(out, fn(x))
+
+
+@pytest.mark.parametrize("name", ["COMPLEX_ABS", "REAL", "IMAG"])
+def test_complex_parts_reject_real_input(name):
+    with pytest.raises(OpError, match="complex64 or complex128"):
+        run_kernel(name, [rand(3)])
+
+
+@pytest.mark.parametrize("shape", [(), (3,), (2, 3), (1, 2, 3, 4, 5, 6)])
+def test_rank(shape):
+    out = check_op("RANK", [rand(*shape) if shape else np.float32(1.0)])[0]
+    assert out.dtype == np.int32 and out.shape == () and out == len(shape)
+
+
+# -- NON_MAX_SUPPRESSION_V4 / V5 --------------------------------------------------------------------
+
+def boxes(n, seed=0, flip=False):
+    rng = np.random.default_rng(seed)
+    corner = rng.uniform(0, 1, (n, 2))
+    b = np.concatenate([corner, corner + rng.uniform(0.05, 0.5, (n, 2))], axis=1)
+    if flip:  # corners given in the other order: LiteRT normalises them
+        b[::2] = b[::2][:, [2, 3, 0, 1]]
+    return b.astype(F32)
+
+
+def nms_inputs(b, s, max_out, iou, score, sigma=None, runtime_max=False):
+    size = np.array(max_out, np.int32)
+    ins = [b, s, size if runtime_max else Const(size), Const(np.array(iou, F32)),
+           Const(np.array(score, F32))]
+    return ins if sigma is None else [*ins, Const(np.array(sigma, F32))]
+
+
+NMS_CASES = [
+    # n, max_output_size, iou_threshold, score_threshold, rounded scores (ties)
+    (30, 10, 0.3, 0.1, False),
+    (30, 50, 0.5, -1.0, False),
+    (40, 20, 0.4, 0.0, True),
+    (12, 0, 0.5, 0.0, False),
+    (25, 5, 1.0, 0.5, True),
+    (60, 60, 0.7, 0.2, True),
+    (1, 3, 0.5, 0.0, False),
+]
+
+
+@pytest.mark.parametrize("n,max_out,iou,score,ties", NMS_CASES)
+def test_nms_v4(n, max_out, iou, score, ties):
+    s = np.random.default_rng(n).uniform(0, 1, n)
+    s = (np.round(s, 1) if ties else s).astype(F32)
+    check_op("NON_MAX_SUPPRESSION_V4", nms_inputs(boxes(n, n, flip=True), s, max_out, iou, score))
+
+
+@pytest.mark.parametrize("sigma", [0.0, 0.3, 1.0])
+@pytest.mark.parametrize("n,max_out,iou,score,ties", NMS_CASES)
+def test_nms_v5(n, max_out, iou, score, ties, sigma):
+    """Soft-NMS decays scores by float32 exp, which may differ from libm's by an ulp."""
+    s = np.random.default_rng(n).uniform(0, 1, n)
+    s = (np.round(s, 1) if ties else s).astype(F32)
+    check_op("NON_MAX_SUPPRESSION_V5", nms_inputs(boxes(n, n), s, max_out, iou, score, sigma),
+             rtol=1e-6)
+
+
+def test_nms_runtime_max_output_size():
+    s = np.random.default_rng(2).uniform(0, 1, 20).astype(F32)
+    check_op("NON_MAX_SUPPRESSION_V4", nms_inputs(boxes(20, 2), s, 7, 0.4, 0.0, runtime_max=True))
+
+
+@pytest.mark.parametrize("iou", [0.5, 1.5])
+def test_nms_selects_a_zero_area_box_repeatedly_like_litert(iou):
+    b = np.array([[0, 0, 1, 1], [0, 0, 0, 0], [0.1, 0.1, 1.1, 1.1], [2, 2, 2, 3]], F32)
+    s = np.array([0.5, 0.9, 0.8, 0.7], F32)
+    indices, count = check_op("NON_MAX_SUPPRESSION_V4", nms_inputs(b, s, 6, iou, 0.0))
+    assert count == 4 and indices.tolist() == [1, 1, 1, 1, 0, 0]
+
+
+@pytest.mark.parametrize("arrays,match", [
+    ([rand(5, 3), rand(5), np.array(3, np.int32), F32(0.5), F32(0.0)], "boxes must be"),
+    ([rand(5, 4), rand(4), np.array(3, np.int32), F32(0.5), F32(0.0)], "scores must be"),
+    ([rand(5, 4), rand(5), np.array([3], np.int32), F32(0.5), F32(0.0)], "max_output_size"),
+    ([rand(5, 4), rand(5), np.array(-1, np.int32), F32(0.5), F32(0.0)], "must not be negative"),
+    ([rand(5, 4), rand(5), np.array(3, np.int32), np.float64(0.5), F32(0.0)], "iou_threshold"),
+    ([rand(5, 4), rand(5), np.array(3, np.int32), F32(0.5), F32(0.0), F32(-1)], "sigma"),
+])
+def test_nms_errors(arrays, match):
+    name = "NON_MAX_SUPPRESSION_V5" if len(arrays) == 6 else "NON_MAX_SUPPRESSION_V4"
+    with pytest.raises(OpError, match=match):
+        run_kernel(name, arrays)
+
+
+# -- models from TensorFlow's own converter ---------------------------------------------------------
+
+def _tf_cases(tf):
+    sig = np.sin(np.linspace(0, 60, 1024)).astype(F32)[None] + rand(1, 1024, seed=8) * 0.1
+    n = 16
+    b, s = boxes(n, 3), np.random.default_rng(3).uniform(0, 1, n).astype(F32)
+    return {
+        "spectrogram": ([sig], lambda x: tf.abs(tf.signal.stft(x, 64, 32))),
+        "rfft2d_parts": ([rand(3, 8, 16)], lambda x: tf.math.real(tf.signal.rfft2d(x))
+                         - tf.math.imag(tf.signal.rfft2d(x))),
+        "nms": ([b, s], lambda b, s: tf.image.non_max_suppression(b, s, 6, 0.4, 0.1)),
+        "soft_nms": ([b, s], lambda b, s: tf.image.non_max_suppression_with_scores(
+            b, s, 6, 0.4, 0.1, 0.5)[1]),
+        "rank": ([rand(2, 3)], lambda x: tf.rank(x)),
+    }
+
+
+def _run_by_name(interp, feeds):
+    """Feed inputs named in0, in1, ... (TF's names) and return the outputs in file order."""
+    for d in interp.get_input_details():
+        value = feeds[next(i for i in range(len(feeds)) if f"in{i}" in d["name"])]
+        interp.resize_tensor_input(d["index"], value.shape)
+    interp.allocate_tensors()
+    for d in interp.get_input_details():
+        interp.set_tensor(d["index"], feeds[next(i for i in range(len(feeds)) if f"in{i}" in d["name"])])
+    interp.invoke()
+    return [interp.get_tensor(d["index"]) for d in interp.get_output_details()]
+
+
+@pytest.mark.parametrize("case", ["spectrogram", "rfft2d_parts", "nms", "soft_nms", "rank"])
+def test_tf_converted_models_run_in_kiln(case):
+    """TF's converter writes these ops; kiln's Interpreter runs its files like LiteRT."""
+    tf = pytest.importorskip("tensorflow")
+    import kiln
+    from ai_edge_litert.interpreter import Interpreter as LiteRT
+
+    feeds, body = _tf_cases(tf)[case]
+    shapes = [None] if case == "rank" else [f.shape for f in feeds]  # rank: unknown rank
+    specs = [tf.TensorSpec(sh, tf.as_dtype(f.dtype), name=f"in{i}")
+             for i, (f, sh) in enumerate(zip(feeds, shapes))]
+    fn = tf.function(body, input_signature=specs)
+    data = tf.lite.TFLiteConverter.from_concrete_functions([fn.get_concrete_function()]).convert()
+    names = {op.name for _, _, op in kiln.read_model(data).operators()}
+    assert names & {"RFFT2D", "NON_MAX_SUPPRESSION_V4", "NON_MAX_SUPPRESSION_V5", "RANK"}
+    theirs = _run_by_name(LiteRT(model_content=data), feeds)
+    ours = _run_by_name(kiln.Interpreter(model_content=data), feeds)
+    assert len(ours) == len(theirs)
+    for a, e in zip(ours, theirs):
+        assert a.dtype == e.dtype and a.shape == e.shape
+        np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-5)
