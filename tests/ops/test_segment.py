@@ -12,7 +12,7 @@ from kiln.errors import OpError
 from kiln.ir import Model, QuantParams
 from kiln.ops.record import KernelCall
 from kiln.schema import DType
-from tests.harness import Const, check_op, run_litert, single_op_model
+from tests.harness import Const, check_op, run_kiln, run_litert, single_op_model
 
 F32, I32 = np.float32, np.int32
 UNSORTED = ["UNSORTED_SEGMENT_SUM", "UNSORTED_SEGMENT_PROD", "UNSORTED_SEGMENT_MAX",
@@ -138,6 +138,17 @@ def test_unsorted_segment_nan_and_inf(name):
     """MAX / MIN never let a NaN through (std::max keeps the running value); SUM / PROD do."""
     x = np.array([[np.nan, 1], [2, np.nan], [-np.inf, 3], [np.inf, 0]], F32)
     check_op(name, [x, ids(0, 0, 2, 2), Const(np.array(4, I32))])
+
+
+@pytest.mark.parametrize("name", ["UNSORTED_SEGMENT_MAX", "UNSORTED_SEGMENT_MIN"])
+def test_unsorted_segment_signed_zeros_keep_the_first(name):
+    """std::max keeps the running value on a tie, so 0.0 then -0.0 gives 0.0 (and back)."""
+    x = np.array([[0.0, -0.0, -0.0, 0.0, 1.0], [-0.0, 0.0, -0.0, 0.0, -1.0]], F32).T.copy()
+    seg = ids(0, 0, 1, 1, 2)
+    model = single_op_model(name, [x, seg, Const(np.array(3, I32))])
+    (expected,), (actual,) = run_litert(model, [x, seg]), run_kiln(model, [x, seg])
+    np.testing.assert_array_equal(actual, expected)
+    np.testing.assert_array_equal(np.signbit(actual), np.signbit(expected))
 
 
 @pytest.mark.parametrize("name", ["UNSORTED_SEGMENT_SUM", "UNSORTED_SEGMENT_PROD"])
