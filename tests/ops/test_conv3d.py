@@ -44,7 +44,7 @@ def run_kernel(name, arrays, options=None, quant=None):
     return record.kernel(KernelCall(record.make_options(options), op, [np.dtype(F32)]), *arrays)
 
 
-# -- CONV_3D ----------------------------------------------------------------------------------------
+# -- CONV_3D ---------------------------------------------------------------------------------------
 
 CONV_CASES = [
     # (input N, D, H, W, Cin), (KD, KH, KW, Cout), stride, dilation
@@ -85,6 +85,15 @@ def test_conv3d_bias_forms(bias, builtin):
     extra = {"omitted": [None], "absent": [], "given": [Const(rand(3, seed=2))]}[bias]
     check_op("CONV_3D", [x, Const(w), *extra], options=opts(VALID, (1, 2, 1)),
              builtin_kernels=builtin)
+
+
+def test_conv3d_in_depth_chunks(monkeypatch):
+    """Large convolutions build their im2col matrix a few output depth slices at a time."""
+    from kiln.ops import conv3d
+
+    monkeypatch.setattr(conv3d, "_IM2COL_BUDGET", 200)
+    x, w = rand(2, 7, 5, 4, 3), rand(3, 2, 2, 3, 4, seed=1)
+    check_op("CONV_3D", [x, Const(w)], options=opts(SAME, (1, 2, 1), (2, 1, 1)))
 
 
 def test_conv3d_runtime_filter_and_bias():
@@ -132,7 +141,7 @@ def test_records_version_and_options():
     assert ops.OPTIONS_BY_TABLE["Conv3DOptions"].defaults["stride_d"] == 0
 
 
-# -- CONV_3D_TRANSPOSE ------------------------------------------------------------------------------
+# -- CONV_3D_TRANSPOSE -----------------------------------------------------------------------------
 
 TCONV_CASES = [
     # input (N, D, H, W, Cin), filter (KD, KH, KW, Cout), stride, output spatial dims
@@ -226,7 +235,7 @@ def test_conv3d_transpose_litert_agrees_on_bad_output_shape():
         run_litert(model, [x])
 
 
-# -- the converter path -----------------------------------------------------------------------------
+# -- the converter path ----------------------------------------------------------------------------
 
 def test_keras_conv3d_end_to_end():
     """Keras Conv3D / Conv3DTranspose through kiln's converter: LiteRT and kiln agree with Keras."""
