@@ -167,6 +167,9 @@ def _is_static(value) -> bool:
 
 @emits("While", "StatelessWhile")
 def emit_while(ctx: EmitContext):
+    fused = _fused_loop(ctx)
+    if fused is not None:
+        return fused
     cond_name, body_name = ctx.attr("cond").name, ctx.attr("body").name
     args = [ctx.value(i) for i in range(ctx.num_inputs)]
     body_fg = function_graph(ctx.scope.graph, body_name)
@@ -204,6 +207,24 @@ def emit_while(ctx: EmitContext):
         v = args[i]
         results[i] = TensorListValue(out, v.element_dtype, v.element_signature) if isinstance(v, TensorListValue) else out
     return results
+
+
+def _fused_loop(ctx: EmitContext) -> list | None:
+    """The While's outputs from one fused op when it is a Keras 3 LSTM loop
+    (kiln/fusion/keras3_loop.py), else None; a sequence loop left as a loop gets its reason
+    in the report."""
+    from ...fusion.keras3_loop import fuse_lstm_loop
+
+    stats = ctx.scope.importer.stats
+    try:
+        fused = fuse_lstm_loop(ctx)
+    except NotFusable as exc:
+        stats.not_fused.append(str(exc))
+        return None
+    if fused is None:
+        return None
+    stats.fused.extend(fused.notes)
+    return fused.values
 
 
 @emits("If", "StatelessIf")
