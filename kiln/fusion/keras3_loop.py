@@ -80,12 +80,12 @@ def fuse_lstm_loop(ctx) -> LoopFusion | None:
     def fusion(c: CompositeCall) -> list:
         try:
             loop = _match(ctx, body, cond)
+            return _emit(ctx, c, loop)
         except _Mismatch as exc:
             raise reject(c, str(exc)) from None
         except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
             # A graph shape the matcher did not foresee: report it, convert the loop as is.
             raise reject(c, f"the loop could not be matched ({type(exc).__name__}: {exc})") from exc
-        return _emit(ctx, c, loop)
 
     values = guarded(fusion)(call)
     return LoopFusion(values, call.notes)
@@ -721,6 +721,12 @@ def _emit(ctx, call: CompositeCall, loop: _Loop) -> list:
     seq = ctx.value(loop.in_list).tensor
     base, rev, tm = _sequence(seq)
     initial = tuple(_initial(ctx.value(i), loop.weights.n_output) for i in (loop.h, loop.c))
+    batch = base.signature[1 if tm else 0]
+    for t in initial:
+        if t is not None and t.signature[0] >= 0 and t.signature[0] != batch:
+            raise _Mismatch(f"the initial state has a fixed batch of {t.signature[0]}, the sequence "
+                            f"{'a dynamic one' if batch < 0 else batch}; the fused op's state must "
+                            "match its input (export with a fixed batch size)")
     options = LstmOptions(activation=loop.activation, time_major=tm)
     records = ctx.scope.cache.setdefault(_CACHE_KEY, [])
     partner = _partner(ctx.sg, records, base, rev, tm, loop, initial)

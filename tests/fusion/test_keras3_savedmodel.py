@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.fusion.util import check_both, op_names
+from tests.fusion.util import check_both, invoke, litert, op_names
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
@@ -179,20 +179,23 @@ def test_directions_of_different_sizes_stay_two_ops(tmp_path):
 
 # -- hand-written loops: matched by structure, not by names -------------------------------------
 
-def _handmade(peephole=False):
+def _handmade(peephole=False, time_major=False):
     """A TF1-style LSTM in a tf.while_loop: one kernel over [x, h], gates stacked i, g, f, o,
-    a forget bias of 1 (or a peephole term reading c)."""
+    a forget bias of 1 (or a peephole term reading c); the input batch- or time-major."""
     rng = np.random.default_rng(5)
     u = 4
     kernel = tf.Variable(rng.uniform(-0.5, 0.5, (I + u, 4 * u)).astype(np.float32))
     bias = tf.Variable(rng.uniform(-0.5, 0.5, 4 * u).astype(np.float32))
     peep = tf.Variable(rng.uniform(-0.5, 0.5, u).astype(np.float32))
 
-    @tf.function(input_signature=[tf.TensorSpec([None, T, I], tf.float32)])
+    spec = [T, None, I] if time_major else [None, T, I]
+
+    @tf.function(input_signature=[tf.TensorSpec(spec, tf.float32)])
     def model(x):
-        inputs = tf.TensorArray(tf.float32, size=T).unstack(tf.transpose(x, [1, 0, 2]))
+        seq = x if time_major else tf.transpose(x, [1, 0, 2])
+        inputs = tf.TensorArray(tf.float32, size=T).unstack(seq)
         outputs = tf.TensorArray(tf.float32, size=T, element_shape=[None, u])
-        zeros = tf.zeros([tf.shape(x)[0], u])
+        zeros = tf.zeros([tf.shape(seq)[1], u])
 
         def body(t, ta, h, c):
             z = tf.matmul(tf.concat([inputs.read(t), h], 1), kernel) + bias
@@ -203,7 +206,7 @@ def _handmade(peephole=False):
             return t + 1, ta.write(t, h), h, c
 
         _, ta, _, c = tf.while_loop(lambda t, *_: t < T, body, (0, outputs, zeros, zeros))
-        return tf.transpose(ta.stack(), [1, 0, 2]), c
+        return (ta.stack() if time_major else tf.transpose(ta.stack(), [1, 0, 2])), c
 
     return model
 
@@ -215,13 +218,39 @@ def _convert_function(fn):
     return converter.convert(), converter.report
 
 
-def test_handmade_loop_with_other_gate_order_is_fused():
-    model = _handmade()
+@pytest.mark.parametrize("time_major", [False, True])
+def test_handmade_loop_with_other_gate_order_is_fused(time_major):
+    model = _handmade(time_major=time_major)
     data, report = _convert_function(model)
     names = op_names(data)
     assert names.count(UNI) == 1 and "WHILE" not in names, names
-    x = _x()
+    x = _x((T, B, I) if time_major else (B, T, I))
     check_both(data, [x], [o.numpy() for o in model(x)])
+
+
+def test_stateful_layer_keeps_its_state_in_variables(tmp_path):
+    """A stateful layer's state lives in resource variables read before and assigned after
+    the loop: fused, consecutive invocations continue the sequence as in Keras. Exported with
+    a dynamic batch the state's fixed batch cannot fit the fused op: a loop, with the reason."""
+    import kiln
+    from kiln.runtime import Interpreter as KilnInterpreter
+
+    inp = keras.Input((T, I), batch_size=B)
+    model = _randomize(keras.Model(inp, keras.layers.LSTM(4, stateful=True, return_sequences=True)(inp)))
+    model.export(str(tmp_path / "fixed"), format="tf_saved_model", verbose=False,
+                 input_signature=[tf.TensorSpec([B, T, I], tf.float32)])
+    data, report = _convert_saved(model, tmp_path / "dynamic")
+    assert "WHILE" in op_names(data)
+    assert any("fixed batch of 2" in line for line in report.not_fused), report.not_fused
+    converter = kiln.TFLiteConverter.from_saved_model(str(tmp_path / "fixed"))
+    data = converter.convert()
+    assert op_names(data).count(UNI) == 1
+    x = _x()
+    expected = [np.asarray(model(x)), np.asarray(model(x))]
+    for interp in (litert(data), KilnInterpreter(model_content=data)):
+        got = [invoke(interp, [x])[0], invoke(interp, [x], allocate=False)[0]]
+        for g, e in zip(got, expected):
+            np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
 
 
 # -- near misses: correct loops, with the reason ----------------------------------------------
