@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..converter.tfutil import function_graph, shape_signature
+from ..converter.tfutil import function_graph, shape_signature, tf
 from ..converter.values import ResourceRef, TensorListValue
 from ..errors import KilnError
 from ..ir import Operator, Tensor
@@ -113,8 +113,6 @@ def _const(t) -> np.ndarray | None:
     t = _strip(t)
     if t.op.type != "Const":
         return None
-    from ..converter.tfutil import tf
-
     return np.asarray(tf().make_ndarray(t.op.get_attr("value")))
 
 

@@ -67,7 +67,6 @@ UNI_MODELS = {
     "return_sequences": (lambda: _seq(return_sequences=True), 1),
     "last_output": (lambda: _seq(), 1),
     "go_backwards": (lambda: _seq(go_backwards=True, return_sequences=True), 1),
-    "go_backwards_last": (lambda: _seq(go_backwards=True), 1),
     "relu_no_bias_implementation_1": (
         lambda: _seq(activation="relu", use_bias=False, implementation=1, return_sequences=True), 1),
     "relu6_return_state": (lambda: _seq(activation="relu6", return_state=True), 1),
@@ -118,7 +117,6 @@ def test_explicit_initial_state(tmp_path):
 @pytest.mark.parametrize("merge_mode, return_sequences, return_state", [
     ("concat", True, False),
     ("sum", False, True),
-    ("ave", True, False),
     (None, False, False),
 ])
 def test_bidirectional_is_one_op(tmp_path, merge_mode, return_sequences, return_state):
