@@ -74,6 +74,27 @@ def _merge_transposes(sg: Subgraph, op: Operator) -> bool:
     return True
 
 
+def _cancel_reverses(sg: Subgraph, op: Operator) -> bool:
+    """REVERSE_V2 of a REVERSE_V2 over the same axes is the original tensor."""
+    if op.op_type != "REVERSE_V2":
+        return False
+    src = op.inputs[0]
+    prev = src.producer
+    if prev is None or prev.op_type != "REVERSE_V2" or sole_user(src) is not op:
+        return False
+    a1, a2 = const(prev.inputs[1]), const(op.inputs[1])
+    if a1 is None or a2 is None:
+        return False
+    rank = src.rank
+
+    def axes(a):
+        return sorted({int(x) % rank for x in np.asarray(a).reshape(-1)}) if rank else []
+
+    if axes(a1) != axes(a2):
+        return False
+    return bypass(sg, op, prev.inputs[0])
+
+
 def _flatten_into_fc(sg: Subgraph, op: Operator) -> bool:
     """RESHAPE x -> [batch, K] feeding only FULLY_CONNECTED(keep_num_dims=False) over K."""
     if op.op_type != "RESHAPE":
@@ -265,6 +286,7 @@ class Canonicalize(Pass):
                 if op.subgraph is not sg:
                     continue
                 changed |= (_constant_shape(sg, op) | _merge_reshapes(sg, op) | _merge_transposes(sg, op)
+                            | _cancel_reverses(sg, op)
                             | _flatten_into_fc(sg, op) | _fc_keep_dims(sg, op) | _transpose_as_reshape(sg, op)
                             | _whole_update(sg, op) | _div_as_mul(sg, op) | _transpose_into_matmul(sg, op)
                             | _relu_forms(sg, op) | _add_of_neg(sg, op))

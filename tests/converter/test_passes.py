@@ -307,6 +307,18 @@ def test_reshape_chains_and_transposes_collapse():
         "RESHAPE", "RESHAPE"]
 
 
+def test_back_to_back_reverses_over_the_same_axes_cancel():
+    b = Builder((2, 5, 3))
+    r1 = b.op("REVERSE_V2", [b.inputs[0], b.const([1], DType.INT32)], (2, 5, 3))
+    r2 = b.op("REVERSE_V2", [r1, b.const([-2], DType.INT32)], (2, 5, 3))
+    y = b.op("RELU", [r2], (2, 5, 3))
+    other = b.op("REVERSE_V2", [b.inputs[0], b.const([1], DType.INT32)], (2, 5, 3))
+    kept = b.op("REVERSE_V2", [other, b.const([2], DType.INT32)], (2, 5, 3))  # different axis: stays
+    model = b.finish(y, kept)
+    assert rewrite(model, [Canonicalize(), DeadCodeElimination()], [rand(2, 5, 3)]) == [
+        "RELU", "REVERSE_V2", "REVERSE_V2"]
+
+
 def test_run_time_reshape_target_becomes_constant():
     b = Builder((-1, 6, 4))
     x = b.inputs[0]
