@@ -58,39 +58,39 @@ def _constant_shape(sg: Subgraph, op: Operator) -> bool:
     return True
 
 
-def _merge_transposes(sg: Subgraph, op: Operator) -> bool:
-    if op.op_type != "TRANSPOSE":
-        return False
+def _stacked(op: Operator, op_type: str):
+    """(inner op, its constant 2nd operand, op's constant 2nd operand) when ``op`` applies
+    ``op_type`` directly to the sole result of another ``op_type``; else None."""
+    if op.op_type != op_type:
+        return None
     src = op.inputs[0]
     prev = src.producer
-    if prev is None or prev.op_type != "TRANSPOSE" or sole_user(src) is not op:
+    if prev is None or prev.op_type != op_type or sole_user(src) is not op:
+        return None
+    inner, outer = const(prev.inputs[1]), const(op.inputs[1])
+    if inner is None or outer is None:
+        return None
+    return prev, np.asarray(inner).reshape(-1), np.asarray(outer).reshape(-1)
+
+
+def _merge_transposes(sg: Subgraph, op: Operator) -> bool:
+    pair = _stacked(op, "TRANSPOSE")
+    if pair is None:
         return False
-    p1, p2 = const(prev.inputs[1]), const(op.inputs[1])
-    if p1 is None or p2 is None:
-        return False
-    perm = np.asarray(p1).reshape(-1)[np.asarray(p2).reshape(-1)]
+    prev, p1, p2 = pair
     op.set_input(0, prev.inputs[0])
-    op.set_input(1, add_constant(sg, f"{op.outputs[0].name}/perm", perm.astype(np.int32), DType.INT32))
+    op.set_input(1, add_constant(sg, f"{op.outputs[0].name}/perm", p1[p2].astype(np.int32), DType.INT32))
     return True
 
 
 def _cancel_reverses(sg: Subgraph, op: Operator) -> bool:
     """REVERSE_V2 of a REVERSE_V2 over the same axes is the original tensor."""
-    if op.op_type != "REVERSE_V2":
+    pair = _stacked(op, "REVERSE_V2")
+    if pair is None:
         return False
-    src = op.inputs[0]
-    prev = src.producer
-    if prev is None or prev.op_type != "REVERSE_V2" or sole_user(src) is not op:
-        return False
-    a1, a2 = const(prev.inputs[1]), const(op.inputs[1])
-    if a1 is None or a2 is None:
-        return False
-    rank = src.rank
-
-    def axes(a):
-        return sorted({int(x) % rank for x in np.asarray(a).reshape(-1)}) if rank else []
-
-    if axes(a1) != axes(a2):
+    prev, a1, a2 = pair
+    rank = op.inputs[0].rank
+    if rank == 0 or {int(x) % rank for x in a1} != {int(x) % rank for x in a2}:
         return False
     return bypass(sg, op, prev.inputs[0])
 
