@@ -28,7 +28,7 @@ from ..errors import KilnError, OpError, UnsupportedError
 from ..ir import Operator
 from ..ops.elementwise import activation_range, is_quantized
 from ..ops.hotpath import clip
-from ..ops.nn import out_size, pad_before_after
+from ..ops.nn import window_geometry
 from ..ops.record import KernelCall
 from ..runtime.delegate import Delegate, DelegateKernel, NodeInfo, Partition
 from ..schema import Activation, DType
@@ -184,18 +184,6 @@ def _lower_fully_connected(node: _Node):
     return run, [out_shape]
 
 
-def _geometry(opts, hw, khw, dilation):
-    strides = (opts.stride_h, opts.stride_w)
-    outs, pads = [], []
-    for size, k, s, d in zip(hw, khw, strides, dilation):
-        o = out_size(opts.padding, size, k, s, d)
-        if o < 0:
-            raise OpError(f"window {k} (dilation {d}, stride {s}) does not fit input extent {size}")
-        outs.append(o)
-        pads.append(pad_before_after(size, k, s, d, o))
-    return tuple(outs), tuple(pads)
-
-
 class _Im2col:
     """A persistent zero-padded copy of the input and a precomputed window view over it.
 
@@ -239,7 +227,7 @@ def _conv_setup(node: _Node, w_khw):
         raise node.error(f"input must be 4-D NHWC, got {list(x_shape)}")
     dil = (node.opts.dilation_h_factor, node.opts.dilation_w_factor)
     try:
-        (oh, ow), pads = _geometry(node.opts, x_shape[1:3], w_khw, dil)
+        (oh, ow), pads = window_geometry(node.opts, x_shape[1:3], w_khw, dil)
     except OpError as exc:
         raise node.error(str(exc)) from None
     return x_shape, dil, (oh, ow), pads

@@ -91,15 +91,15 @@ def pad_before_after(size: int, kernel: int, stride: int, dilation: int, out: in
     return total // 2, total - total // 2
 
 
-def _geometry(opts, shape_hw: Sequence[int], kernel_hw: Sequence[int],
-              dilation: Sequence[int] = (1, 1)):
+def window_geometry(opts, shape_hw: Sequence[int], kernel_hw: Sequence[int],
+                    dilation: Sequence[int] = (1, 1)):
     """(out_h, out_w), ((top, bottom), (left, right)) of a 2-D windowed op."""
     strides = (opts.stride_h, opts.stride_w)
     outs, pads = [], []
     for size, k, s, d in zip(shape_hw, kernel_hw, strides, dilation):
         o = out_size(opts.padding, size, k, s, d)
         if o < 0:
-            raise OpError(f"window {k} (dilation {d}) does not fit input extent {size}")
+            raise OpError(f"window {k} (dilation {d}, stride {s}) does not fit input extent {size}")
         outs.append(o)
         pads.append(pad_before_after(size, k, s, d, o))
     return tuple(outs), tuple(pads)
@@ -343,7 +343,7 @@ def _conv_shape(opts, shapes):
         raise OpError(f"CONV_2D: input {list(x)} and filter {list(w)} must both be 4-D")
     if w[3] == 0 or x[3] % w[3] or w[0] % (x[3] // w[3] or 1):
         raise OpError(f"CONV_2D: input channels {x[3]} and filter {list(w)} do not form groups")
-    (oh, ow), _ = _geometry(opts, x[1:3], w[1:3], (opts.dilation_h_factor, opts.dilation_w_factor))
+    (oh, ow), _ = window_geometry(opts, x[1:3], w[1:3], (opts.dilation_h_factor, opts.dilation_w_factor))
     return [(x[0], oh, ow, w[0])]
 
 
@@ -359,7 +359,7 @@ def _conv_kernel(call: KernelCall, x, w, bias=None):
         y = y.reshape(n, oh, ow, cout)
     else:
         np.copyto(plan.interior, x)
-        windows, depth, rows = plan.windows, plan.depth, plan.rows
+        windows, rows = plan.windows, plan.rows
         if rows >= oh:
             y = _conv_rows(plan, windows, n * oh * ow).reshape(n, oh, ow, cout)
         else:
@@ -392,7 +392,7 @@ def _conv_plan(call: KernelCall, x, w, bias):
     _conv_shape(opts, [xf.shape, wf.shape])  # validates the grouping
     n = xf.shape[0]
     dil = (opts.dilation_h_factor, opts.dilation_w_factor)
-    (oh, ow), pads = _geometry(opts, xf.shape[1:3], wf.shape[1:3], dil)
+    (oh, ow), pads = window_geometry(opts, xf.shape[1:3], wf.shape[1:3], dil)
     cout, kh, kw, cg = wf.shape
     groups = xf.shape[3] // cg
     strides = (opts.stride_h, opts.stride_w)
@@ -478,7 +478,7 @@ def _dw_shape(opts, shapes):
     if len(x) != 4 or len(w) != 4:
         raise OpError(f"DEPTHWISE_CONV_2D: input {list(x)} and filter {list(w)} must be 4-D")
     _dw_multiplier(x, w)
-    (oh, ow), _ = _geometry(opts, x[1:3], w[1:3], (opts.dilation_h_factor, opts.dilation_w_factor))
+    (oh, ow), _ = window_geometry(opts, x[1:3], w[1:3], (opts.dilation_h_factor, opts.dilation_w_factor))
     return [(x[0], oh, ow, w[3])]
 
 
@@ -526,7 +526,7 @@ def _dw_plan(call: KernelCall, x, w, bias):
     wf = _float_operand(call, _nhwc(call, w, "filter"), "filter")
     mult = _dw_multiplier(xf.shape, wf.shape)
     dil = (opts.dilation_h_factor, opts.dilation_w_factor)
-    (oh, ow), pads = _geometry(opts, xf.shape[1:3], wf.shape[1:3], dil)
+    (oh, ow), pads = window_geometry(opts, xf.shape[1:3], wf.shape[1:3], dil)
     n = xf.shape[0]
     _, kh, kw, cout = wf.shape
     strides = (opts.stride_h, opts.stride_w)
@@ -602,7 +602,7 @@ def _tconv_kernel(call: KernelCall, output_shape, w, x, bias=None):
                       f"output_shape {shape} disagree")
     oh, ow = shape[1], shape[2]
     # LiteRT pads as if the output were the input of the forward convolution.
-    (fh, fw), ((pt, _), (pl, _)) = _geometry(opts, (oh, ow), (kh, kw))
+    (fh, fw), ((pt, _), (pl, _)) = window_geometry(opts, (oh, ow), (kh, kw))
     if (fh, fw) != (h, wd):
         raise OpError(f"TRANSPOSE_CONV: output_shape {shape} with {kh}x{kw} weights and strides "
                       f"{opts.stride_h}x{opts.stride_w} needs an input of {fh}x{fw}, got {h}x{wd}")
@@ -649,7 +649,7 @@ def _pool_shape(opts, shapes):
     x = shapes[0]
     if len(x) != 4:
         raise OpError(f"pooling input must be 4-D NHWC, got {list(x)}")
-    (oh, ow), _ = _geometry(opts, x[1:3], (opts.filter_height, opts.filter_width))
+    (oh, ow), _ = window_geometry(opts, x[1:3], (opts.filter_height, opts.filter_width))
     return [(x[0], oh, ow, x[3])]
 
 
@@ -660,7 +660,7 @@ def _pool_setup(call: KernelCall, x):
         raise OpError(f"{call.op.name}: filter size {opts.filter_height}x{opts.filter_width} "
                       "must be positive")
     kernel = (opts.filter_height, opts.filter_width)
-    out_hw, pads = _geometry(opts, x.shape[1:3], kernel)
+    out_hw, pads = window_geometry(opts, x.shape[1:3], kernel)
     return kernel, out_hw, pads, (opts.stride_h, opts.stride_w)
 
 
