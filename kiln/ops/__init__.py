@@ -6,9 +6,6 @@ means adding its record to its family's ``OPS`` tuple.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-from typing import Sequence
-
 import numpy as np
 
 from ..errors import OpError
@@ -60,6 +57,34 @@ def get(name: str) -> OpDef | None:
     return OPS.get(name)
 
 
+def infer_output_shapes(op) -> list[tuple[int, ...]]:
+    """Output shapes of IR operator ``op`` from its inputs' static shapes.
+
+    Uses the record's shape rule when it has one; otherwise evaluates the reference kernel on
+    zero-filled inputs (constants keep their values, so shape/axis operands are honoured) —
+    one mechanism that works for every op, as JAX's eval_shape does.
+    """
+    record = require(op.op_type)
+    opts = record.make_options(op.options)
+    if record.shape is not None:
+        return [tuple(s) for s in record.shape(opts, [() if t is None else t.shape for t in op.inputs])]
+    if record.kernel is None:
+        raise OpError(f"{op.op_type} has neither a shape rule nor a kernel")
+    args = []
+    for t in op.inputs:
+        if t is None:
+            args.append(None)
+        elif t.data is not None and not t.is_variable:
+            args.append(np.asarray(t.data))
+        else:
+            args.append(np.zeros(t.shape, t.dtype.numpy))
+    out_dtypes = [None if t is None else np.dtype(t.dtype.numpy) for t in op.outputs]
+    result = record.kernel(KernelCall(opts, op, out_dtypes), *args)
+    if not isinstance(result, (tuple, list)):
+        result = (result,)
+    return [tuple(np.shape(r)) for r in result]
+
+
 def require(name: str) -> OpDef:
     record = OPS.get(name)
     if record is None:
@@ -69,5 +94,5 @@ def require(name: str) -> OpDef:
 
 __all__ = [
     "KernelCall", "OPS", "OPTIONS_BY_TABLE", "OpDef", "OptionsSpec", "apply_activation", "get",
-    "require",
+    "infer_output_shapes", "require",
 ]
