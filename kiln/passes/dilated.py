@@ -1,5 +1,7 @@
-"""Dilated convolutions: SPACE_TO_BATCH_ND -> CONV_2D / DEPTHWISE_CONV_2D -> BATCH_TO_SPACE_ND
-(how ``tf.nn`` implements dilation) becomes one convolution with dilation factors."""
+"""Dilated convolutions: SPACE_TO_BATCH_ND -> CONV_2D / DEPTHWISE_CONV_2D / CONV_3D ->
+BATCH_TO_SPACE_ND (how ``tf.nn`` implements dilation) becomes one convolution with dilation
+factors. For CONV_3D this is also what makes the model loadable: LiteRT's SPACE_TO_BATCH_ND
+refuses the 5-D form."""
 
 from __future__ import annotations
 
@@ -10,9 +12,16 @@ from .manager import OperatorPass
 from .rewrite import bypass, const, sole_user
 
 
-def _effective_padding(op: Operator, block, pads, crops) -> Padding | None:
-    kh, kw = (op.inputs[1].signature[1], op.inputs[1].signature[2])
-    for i, (k, r) in enumerate(zip((kh, kw), block)):
+#: Per convolution: where the filter's spatial dims sit, and the spatial axes' option suffixes.
+_SPATIAL = {
+    "CONV_2D": (slice(1, 3), ("h", "w")),
+    "DEPTHWISE_CONV_2D": (slice(1, 3), ("h", "w")),
+    "CONV_3D": (slice(0, 3), ("d", "h", "w")),
+}
+
+
+def _effective_padding(kernel, block, pads, crops) -> Padding | None:
+    for i, (k, r) in enumerate(zip(kernel, block)):
         before = int(pads[i][0] - crops[i][0])
         after = int(pads[i][1] - crops[i][1])
         if crops[i][0] != 0:
@@ -32,12 +41,13 @@ def _effective_padding(op: Operator, block, pads, crops) -> Padding | None:
 
 
 def _fuse(sg: Subgraph, conv: Operator) -> bool:
-    if conv.op_type not in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+    if conv.op_type not in _SPATIAL:
         return False
+    where, axes = _SPATIAL[conv.op_type]
     o = conv.options
-    if o.get("padding") != Padding.VALID or o.get("stride_h", 1) != 1 or o.get("stride_w", 1) != 1:
+    if o.get("padding") != Padding.VALID:
         return False
-    if o.get("dilation_h_factor", 1) != 1 or o.get("dilation_w_factor", 1) != 1:
+    if any(o.get(f"stride_{a}", 1) != 1 or o.get(f"dilation_{a}_factor", 1) != 1 for a in axes):
         return False
     stb_out = conv.inputs[0]
     stb = stb_out.producer
@@ -49,14 +59,17 @@ def _fuse(sg: Subgraph, conv: Operator) -> bool:
         return False
     block, pads = const(stb.inputs[1]), const(stb.inputs[2])
     block2, crops = const(bts.inputs[1]), const(bts.inputs[2])
-    if any(v is None for v in (block, pads, block2, crops)) or list(block) != list(block2) or len(block) != 2:
+    if any(v is None for v in (block, pads, block2, crops)) or list(block) != list(block2) \
+            or len(block) != len(axes):
         return False
-    padding = _effective_padding(conv, block, pads, crops)
+    kernel = conv.inputs[1].signature[where]
+    padding = _effective_padding(kernel, block, pads, crops)
     if padding is None:
         return False
     conv.set_input(0, stb.inputs[0])
     o["padding"] = int(padding)
-    o["dilation_h_factor"], o["dilation_w_factor"] = int(block[0]), int(block[1])
+    for a, r in zip(axes, block):
+        o[f"dilation_{a}_factor"] = int(r)
     final = bts.outputs[0]
     conv_out.shape, conv_out.shape_signature = final.shape, final.shape_signature
     return bypass(sg, bts, conv_out)

@@ -21,6 +21,9 @@ def _layers():
     return {
         "conv1d_transpose": ((10, 3), [L.Conv1DTranspose(4, 3, strides=2)]),
         "conv2d_groups": ((8, 8, 4), [L.Conv2D(4, 3, groups=2)]),
+        # Keras wraps dilated 3-D convs in 5-D SPACE_TO_BATCH_ND, which LiteRT refuses: one CONV_3D.
+        "conv3d_dilated": ((6, 7, 8, 2), [L.Conv3D(3, 3, dilation_rate=2, padding="same"),
+                                          L.Conv3D(2, 2, dilation_rate=(1, 2, 2))]),
         "depthwise1d": ((10, 3), [L.DepthwiseConv1D(3, depth_multiplier=2)]),
         "separable1d": ((10, 3), [L.SeparableConv1D(4, 3, activation="relu")]),
         "pool1d": ((10, 3), [L.AveragePooling1D(2), L.MaxPooling1D(2, padding="same")]),
@@ -48,7 +51,7 @@ def _layers():
 
 
 NAMES = [
-    "conv1d_transpose", "conv2d_groups", "depthwise1d", "separable1d", "pool1d", "global_pooling", "upsampling",
+    "conv1d_transpose", "conv2d_groups", "conv3d_dilated", "depthwise1d", "separable1d", "pool1d", "global_pooling", "upsampling",
     "padding_cropping", "normalization", "center_crop", "group_norm", "unit_norm", "layer_norm_axes",
     "batch_norm_1d", "prelu", "relu_variants", "softmax_axis", "time_distributed", "repeat_flatten",
     "inference_noops", "resizing", "embedding_lstm", "bidirectional", "gru_dynamic",
