@@ -109,12 +109,14 @@ def single_op_model(op_type: str, inputs: Sequence, *, options: dict | None = No
     return write_model(model)
 
 
-def _feed(interp, inputs):
-    details = interp.get_input_details()
-    for d, x in zip(details, inputs):
-        if tuple(d["shape"]) != np.shape(x):
-            interp.resize_tensor_input(d["index"], np.shape(x))
-    interp.allocate_tensors()
+def feed(interp, inputs, allocate: bool = True) -> list[np.ndarray]:
+    """Feed, invoke, read every output; with ``allocate``, resize inputs to the feeds' shapes
+    and allocate first (any tf.lite-style interpreter: kiln's or LiteRT's)."""
+    if allocate:
+        for d, x in zip(interp.get_input_details(), inputs):
+            if tuple(d["shape"]) != np.shape(x):
+                interp.resize_tensor_input(d["index"], np.shape(x))
+        interp.allocate_tensors()
     for d, x in zip(interp.get_input_details(), inputs):
         interp.set_tensor(d["index"], np.asarray(x))
     interp.invoke()
@@ -126,11 +128,11 @@ def run_litert(model: bytes, inputs: Sequence[np.ndarray], builtin_kernels: bool
     from ai_edge_litert.interpreter import Interpreter as LiteRTInterpreter, OpResolverType
 
     kind = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES if builtin_kernels else OpResolverType.AUTO
-    return _feed(LiteRTInterpreter(model_content=model, experimental_op_resolver_type=kind), inputs)
+    return feed(LiteRTInterpreter(model_content=model, experimental_op_resolver_type=kind), inputs)
 
 
 def run_kiln(model: bytes, inputs: Sequence[np.ndarray], **kwargs) -> list[np.ndarray]:
-    return _feed(Interpreter(model_content=model, **kwargs), inputs)
+    return feed(Interpreter(model_content=model, **kwargs), inputs)
 
 
 def assert_close(actual, expected, rtol=1e-5, atol=1e-6, what="output"):

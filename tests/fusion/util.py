@@ -16,7 +16,7 @@ from kiln.fusion.registry import CompositeCall, fuse_call
 from kiln.ir import Model
 from kiln.runtime import Interpreter as KilnInterpreter
 from kiln.schema import DType
-from tests.harness import Const, assert_close
+from tests.harness import Const, assert_close, feed
 
 
 @dataclass
@@ -91,16 +91,7 @@ def litert(model: bytes):
 
 def invoke(interp, feeds: Sequence[np.ndarray], allocate: bool = True) -> list[np.ndarray]:
     """Feed, invoke, read every output (resizing inputs to the feeds' shapes when needed)."""
-    details = interp.get_input_details()
-    if allocate:
-        for d, x in zip(details, feeds):
-            if tuple(d["shape"]) != np.shape(x):
-                interp.resize_tensor_input(d["index"], np.shape(x))
-        interp.allocate_tensors()
-    for d, x in zip(interp.get_input_details(), feeds):
-        interp.set_tensor(d["index"], np.asarray(x))
-    interp.invoke()
-    return [interp.get_tensor(d["index"]) for d in interp.get_output_details()]
+    return feed(interp, feeds, allocate)
 
 
 def op_names(model: bytes) -> list[str]:

@@ -15,6 +15,7 @@ import kiln
 from kiln.format import read_model, write_model
 from kiln.ir import Model
 from kiln.schema import Activation, DType
+from tests.harness import feed
 from tests.runtime.conftest import litert
 from tests.runtime.zoo import cached_model
 
@@ -61,15 +62,7 @@ def atan_model() -> bytes:
 
 
 def run(interp, *inputs):
-    details = interp.get_input_details()
-    for d, x in zip(details, inputs):
-        if tuple(d["shape"]) != np.shape(x):
-            interp.resize_tensor_input(d["index"], np.shape(x))
-    interp.allocate_tensors()
-    for d, x in zip(interp.get_input_details(), inputs):
-        interp.set_tensor(d["index"], x)
-    interp.invoke()
-    return [interp.get_tensor(d["index"]) for d in interp.get_output_details()]
+    return feed(interp, inputs)
 
 
 # -- the Sin example -------------------------------------------------------------------------
