@@ -33,6 +33,9 @@ class Source:
     trackable: Any = None
     tf_fails: bool = False                           # TF's converter cannot convert it
     note: str = ""
+    #: TensorFlow on other feeds: (signature key, input name -> value) -> output name -> value;
+    #: None when the model has no reference at other shapes (e.g. stateful SavedModels).
+    run: Callable[[str, dict], dict] | None = None
 
 
 @dataclass
@@ -71,28 +74,33 @@ def randomize(model, seed: int = 0) -> None:
         w.assign(value.astype(np.dtype(w.dtype.name if hasattr(w.dtype, "name") else w.dtype)))
 
 
-def _keras_source(model, inputs: list[np.ndarray], *, tf_fails: bool = False, note: str = "") -> Source:
-    """A Keras model with its reference outputs (signature names as TF's converter writes)."""
-    import keras
-
-    names = [t.name for t in model.inputs]
+def _keras_outputs(model, inputs: list[np.ndarray]) -> dict[str, np.ndarray]:
     out = model(inputs if len(inputs) > 1 else inputs[0], training=False)
     if isinstance(out, dict):
-        ref = {k: np.asarray(v) for k, v in out.items()}
-    else:
-        outs = out if isinstance(out, (list, tuple)) else [out]
-        ref = {f"output_{i}": np.asarray(v) for i, v in enumerate(outs)}
-    del keras
-    return Source("keras", model, {"serving_default": dict(zip(names, inputs))}, {"serving_default": ref},
-                  tf_fails=tf_fails, note=note)
+        return {k: np.asarray(v) for k, v in out.items()}
+    outs = out if isinstance(out, (list, tuple)) else [out]
+    return {f"output_{i}": np.asarray(v) for i, v in enumerate(outs)}
+
+
+def _keras_source(model, inputs: list[np.ndarray], *, tf_fails: bool = False, note: str = "") -> Source:
+    """A Keras model with its reference outputs (signature names as TF's converter writes)."""
+    names = [t.name for t in model.inputs]
+    return Source("keras", model, {"serving_default": dict(zip(names, inputs))},
+                  {"serving_default": _keras_outputs(model, inputs)}, tf_fails=tf_fails, note=note,
+                  run=lambda key, feeds: _keras_outputs(model, [feeds[n] for n in names]))
+
+
+def _tf_keras_outputs(model, inputs: list[np.ndarray]) -> dict[str, np.ndarray]:
+    out = model(inputs if len(inputs) > 1 else inputs[0], training=False)
+    outs = out if isinstance(out, (list, tuple)) else [out]
+    return {name: np.asarray(v) for name, v in zip(model.output_names, outs)}
 
 
 def _tf_keras_source(model, inputs: list[np.ndarray]) -> Source:
     names = list(model.input_names)
-    out = model(inputs if len(inputs) > 1 else inputs[0], training=False)
-    outs = out if isinstance(out, (list, tuple)) else [out]
-    ref = {name: np.asarray(v) for name, v in zip(model.output_names, outs)}
-    return Source("keras", model, {"serving_default": dict(zip(names, inputs))}, {"serving_default": ref})
+    return Source("keras", model, {"serving_default": dict(zip(names, inputs))},
+                  {"serving_default": _tf_keras_outputs(model, inputs)},
+                  run=lambda key, feeds: _tf_keras_outputs(model, [feeds[n] for n in names]))
 
 
 # -- Keras 3 -------------------------------------------------------------------------------------
@@ -237,8 +245,11 @@ def k3_subclassed() -> Source:
 
 
 def _keras_source_subclassed(m, x) -> Source:
-    ref = {"output_0": np.asarray(m(x, training=False))}
-    return Source("keras", m, {"serving_default": {"__first__": x}}, {"serving_default": ref})
+    def run(key, feeds):
+        return {"output_0": np.asarray(m(feeds["__first__"], training=False))}
+
+    return Source("keras", m, {"serving_default": {"__first__": x}}, {"serving_default": run(None, {"__first__": x})},
+                  run=run)
 
 
 def k3_transformer() -> Source:
@@ -324,6 +335,82 @@ def k3_rnn_dynamic_batch() -> Source:
                          note="TF's converter cannot lower TensorLists with a dynamic batch")
 
 
+# -- fused LSTMs with a free batch (state variables sized at run time) ---------------------------
+
+def k3_lstm() -> Source:
+    import keras
+
+    m = _seq((5, 4), keras.layers.LSTM(8))
+    randomize(m)
+    return _keras_source(m, [_rng(21).standard_normal((2, 5, 4)).astype(np.float32)], tf_fails=True,
+                         note="TF's converter needs a static batch for LSTM")
+
+
+def k3_lstm_stacked_states() -> Source:
+    """Two stacked LSTMs, the second returning its final activation and cell state."""
+    import keras
+
+    L = keras.layers
+    x = keras.Input((6, 3), name="seq")
+    h = L.LSTM(8, return_sequences=True)(x)
+    y, h_last, c_last = L.LSTM(5, return_state=True)(h)
+    m = keras.Model(x, [y, h_last, c_last])
+    randomize(m)
+    return _keras_source(m, [_rng(22).standard_normal((2, 6, 3)).astype(np.float32)], tf_fails=True,
+                         note="TF's converter needs a static batch for LSTM")
+
+
+def k3_bilstm() -> Source:
+    import keras
+
+    L = keras.layers
+    m = _seq((6, 3), L.Bidirectional(L.LSTM(5, return_sequences=True)),
+             L.Bidirectional(L.LSTM(4), merge_mode="sum"))
+    randomize(m)
+    return _keras_source(m, [_rng(23).standard_normal((2, 6, 3)).astype(np.float32)], tf_fails=True,
+                         note="TF's converter needs a static batch for LSTM")
+
+
+def k3_lstm_initial_state() -> Source:
+    """An LSTM whose initial state is computed from a second input (encoder-decoder style)."""
+    import keras
+
+    L = keras.layers
+    seq = keras.Input((6, 3), name="seq")
+    ctx = keras.Input((4,), name="ctx")
+    h0, c0 = L.Dense(7, activation="tanh")(ctx), L.Dense(7)(ctx)
+    m = keras.Model([seq, ctx], L.LSTM(7, return_sequences=True)(seq, initial_state=[h0, c0]))
+    randomize(m)
+    r = _rng(24)
+    return _keras_source(m, [r.standard_normal((2, 6, 3)).astype(np.float32),
+                             r.standard_normal((2, 4)).astype(np.float32)], tf_fails=True,
+                         note="TF's converter needs a static batch for LSTM")
+
+
+def k3_conv1d_lstm() -> Source:
+    """A text model: Embedding, Conv1D, LSTM, Dense."""
+    import keras
+
+    L = keras.layers
+    m = _seq((12,), L.Embedding(50, 8), L.Conv1D(8, 3, activation="relu"), L.MaxPooling1D(2),
+             L.LSTM(6), L.Dense(2))
+    randomize(m)
+    return _keras_source(m, [_rng(25).integers(0, 50, (2, 12)).astype(np.float32)], tf_fails=True,
+                         note="TF's converter needs a static batch for LSTM")
+
+
+def tfk_lstm() -> Source:
+    import tf_keras
+
+    L = tf_keras.layers
+    m = tf_keras.Sequential([L.InputLayer((5, 3), name="seq"), L.LSTM(6, return_sequences=True),
+                             L.LSTM(4, name="last")])
+    randomize(m)
+    src = _tf_keras_source(m, [_rng(26).standard_normal((2, 5, 3)).astype(np.float32)])
+    src.tf_fails, src.note = True, "TF's converter needs a static batch for LSTM"
+    return src
+
+
 # -- tf_keras ------------------------------------------------------------------------------------
 
 def tfk_cnn() -> Source:
@@ -355,14 +442,16 @@ def tfk_functional() -> Source:
 
 def _fn_source(fn, feeds: dict[str, np.ndarray], trackable=None, *, tf_fails=False, note="") -> Source:
     cf = fn.get_concrete_function()
-    out = cf(**{k: _tf().constant(v) for k, v in feeds.items()})
-    if isinstance(out, dict):
-        ref = {k: np.asarray(v) for k, v in out.items()}
-    else:
+
+    def run(key, values):
+        out = cf(**{k: _tf().constant(v) for k, v in values.items()})
+        if isinstance(out, dict):
+            return {k: np.asarray(v) for k, v in out.items()}
         outs = out if isinstance(out, (list, tuple)) else [out]
-        ref = {f"output_{i}": np.asarray(v) for i, v in enumerate(outs)}
-    return Source("functions", [cf], {"serving_default": feeds}, {"serving_default": ref}, trackable=trackable,
-                  tf_fails=tf_fails, note=note)
+        return {f"output_{i}": np.asarray(v) for i, v in enumerate(outs)}
+
+    return Source("functions", [cf], {"serving_default": feeds}, {"serving_default": run(None, feeds)},
+                  trackable=trackable, tf_fails=tf_fails, note=note, run=run)
 
 
 def fn_control_flow() -> Source:
@@ -480,6 +569,12 @@ BUILDERS: dict[str, Callable[[], Source]] = {
     "k3_mobilenet_v2": k3_mobilenet_v2,
     "k3_gru_static": k3_gru_static,
     "k3_rnn_dynamic_batch": k3_rnn_dynamic_batch,
+    "k3_lstm": k3_lstm,
+    "k3_lstm_stacked_states": k3_lstm_stacked_states,
+    "k3_bilstm": k3_bilstm,
+    "k3_lstm_initial_state": k3_lstm_initial_state,
+    "k3_conv1d_lstm": k3_conv1d_lstm,
+    "tfk_lstm": tfk_lstm,
     "tfk_cnn": tfk_cnn,
     "tfk_functional": tfk_functional,
     "fn_control_flow": fn_control_flow,
