@@ -220,31 +220,59 @@ def _read_after(res: LstmResult, var: Tensor, d: int) -> Tensor:
 
 # -- state variables -----------------------------------------------------------------------
 
-def _first_input_column(b: FusionBuilder, x: Tensor, time_major: bool) -> Tensor:
-    """``x``'s first feature at the first step, [batch, 1] (one STRIDED_SLICE): times zero,
-    it gives the batch-sized zeros an initial state needs. Derived from the input, so no
-    constant folding can turn a state initialisation into a constant."""
-    key = ("first_input_column", id(x))
+def _batch_dims(b: FusionBuilder, x: Tensor, n: int, time_major: bool) -> Tensor | np.ndarray:
+    """The shape ``[batch, n]`` of a state for input ``x``: a constant when the batch is
+    static, else computed from ``SHAPE(x)`` at run time (shared by every state of ``x``)."""
+    batch_axis = 1 if time_major else 0
+    batch = x.signature[batch_axis]
+    if batch >= 0:
+        return np.asarray([batch, n], np.int32)
+    key = ("batch_dims", id(x), n)
     if key not in b.cache:
-        batch_axis, time_axis = (1, 0) if time_major else (0, 1)
-        end = [0, 0, 1]
-        end[time_axis] = 1
-        col = b.tensor("first_input", x.dtype, [x.signature[batch_axis], 1])
-        b.emit("STRIDED_SLICE", [x, np.zeros(3, np.int32), np.asarray(end, np.int32),
-                                 np.ones(3, np.int32)], [col],
-               {"begin_mask": 1 << batch_axis, "end_mask": 1 << batch_axis,
-                "shrink_axis_mask": 1 << time_axis})
-        b.cache[key] = col
+        col_key = ("batch_size", id(x))
+        if col_key not in b.cache:
+            shape = b.tensor("input_shape", DType.INT32, [len(x.signature)])
+            b.emit("SHAPE", [x], [shape], {"out_type": int(DType.INT32)})
+            size = b.tensor("batch_size", DType.INT32, [1])
+            b.emit("STRIDED_SLICE", [shape, np.asarray([batch_axis], np.int32),
+                                     np.asarray([batch_axis + 1], np.int32),
+                                     np.ones(1, np.int32)], [size])
+            b.cache[col_key] = size
+        dims = b.tensor("state_shape", DType.INT32, [2])
+        b.emit("CONCATENATION", [b.cache[col_key], np.asarray([n], np.int32)], [dims],
+               {"axis": 0})
+        b.cache[key] = dims
     return b.cache[key]
+
+
+def _is_zero_fill(t: Operand | None) -> bool:
+    """True for no initial state, an all-zero constant, or ``FILL(dims, 0)`` (how Keras and
+    TensorFlow build a zero state): the state is then written by one FILL of zeros."""
+    if t is None:
+        return True
+    value = value_of(t)
+    if value is not None:
+        return not np.any(value)
+    producer = t.producer if isinstance(t, Tensor) else None
+    if producer is None or producer.op_type != "FILL":
+        return False
+    fill_value = value_of(producer.inputs[1])
+    return fill_value is not None and not np.any(fill_value)
 
 
 def state_variable(b: FusionBuilder, what: str, x: Tensor, n: int, *, time_major: bool,
                    initial: Operand | None = None, stateful: bool = False) -> Tensor:
     """The [batch, n] variable tensor holding one LSTM state.
 
-    Not stateful: an op writes ``initial`` (zeros when None) into the variable before the
-    LSTM on every invocation. Stateful: no op; LiteRT zeroes variables when tensors are
-    allocated and on ``reset_all_variables()``, and the LSTM carries them forward.
+    Not stateful: one op writes ``initial`` (zeros when None) into the variable before the
+    LSTM on every invocation. LiteRT allocates a variable tensor once, in its persistent
+    arena, at the size of the first allocation, so with a dynamic batch the writer must be an
+    op whose output LiteRT makes a *dynamic* tensor (reallocated when it grows): FILL or
+    BROADCAST_TO with a shape computed at run time. Any other writer (an ADD, a MUL) would
+    resize the variable past its buffer once the batch grows — wrong rows, heap corruption.
+
+    Stateful: no op; LiteRT zeroes variables when tensors are allocated and on
+    ``reset_all_variables()``, and the LSTM carries them forward.
     """
     batch = x.signature[1 if time_major else 0]
     if stateful and batch < 0:
@@ -253,17 +281,13 @@ def state_variable(b: FusionBuilder, what: str, x: Tensor, n: int, *, time_major
     var = b.tensor(what, DType.FLOAT32, [batch, n], is_variable=True)
     if stateful:
         return var
-    init_value = value_of(initial) if initial is not None else None
-    if initial is None or (init_value is not None and not np.any(init_value)):
-        zeros = np.zeros((1, n), np.float32)
-        b.emit("MUL", [_first_input_column(b, x, time_major), b.const(zeros, f"{what}_zeros")],
-               [var])
-    elif init_value is not None:  # a constant non-zero state: still derive it at run time
-        zero_col = b.mul(_first_input_column(b, x, time_major), np.zeros((), np.float32),
-                         what=f"{what}_zero_column")
-        b.emit("ADD", [zero_col, b.operand(initial, f"{what}_init")], [var])
-    else:
-        b.emit("ADD", [initial, b.const(np.zeros((), np.float32), "zero")], [var])
+    dims = _batch_dims(b, x, n, time_major)
+    if _is_zero_fill(initial):
+        b.emit("FILL", [dims, np.zeros((), np.float32)], [var])
+    elif batch < 0:
+        b.emit("BROADCAST_TO", [initial, dims], [var])
+    else:  # static batch: LiteRT's plain copy-by-ADD keeps the variable at its one size
+        b.emit("ADD", [initial, np.zeros((), np.float32)], [var])
     return var
 
 

@@ -143,3 +143,18 @@ def test_stateful_lstm_in_chunks_matches_the_whole_sequence():
                 (got,) = invoke(interp, [x[:, k:k + chunk]], allocate=(round_, k) == (0, 0))
                 assert_close(got, expected[:, k:k + chunk], atol=1e-5)
             interp.reset_all_variables()
+
+
+@pytest.mark.parametrize("lib", [keras, tf_keras], ids=["keras3", "tf_keras"])
+def test_static_batch_state_prologue_is_one_fill_per_state(lib):
+    """With a static batch, the zero state needs no shape arithmetic at run time: each state
+    variable is written by one FILL of constants (TF's SHAPE/STRIDED_SLICE/PACK/FILL prologue
+    and kiln's copy into the variable fold away)."""
+    L = lib.layers
+    m = _randomize(lib.Sequential([L.InputLayer((T, I), batch_size=B), L.LSTM(5, return_sequences=True),
+                                   L.LSTM(4)]))
+    x = np.random.default_rng(3).standard_normal((B, T, I)).astype(np.float32)
+    data, _ = convert_keras(m)
+    names = op_names(data)
+    assert sorted(names) == sorted(["FILL"] * 4 + ["UNIDIRECTIONAL_SEQUENCE_LSTM"] * 2 + ["STRIDED_SLICE"]), names
+    check_both(data, [x], [np.asarray(m(x))])
