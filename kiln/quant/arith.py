@@ -1,0 +1,114 @@
+"""LiteRT's fixed-point arithmetic, vectorised over NumPy arrays.
+
+Integer kernels rescale an int32 accumulator by a real multiplier ``m`` held as a 31-bit
+fixed-point mantissa and a power-of-two shift (`quantize_multiplier`). LiteRT 2.3's
+reference kernels (``BUILTIN_REF``) and XNNPACK round once (`multiply_by_quantized_multiplier`,
+TFLITE_SINGLE_ROUNDING); its optimised kernels round twice (`..._double_rounding`), which
+differs by one LSB on a few outputs. kiln's integer kernels use single rounding.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def round_half_away(x) -> np.ndarray:
+    """C's std::round (TfLiteRound): halves away from zero, unlike NumPy's half-to-even."""
+    x = np.asarray(x)
+    return np.sign(x) * np.floor(np.abs(x) + 0.5)
+
+
+def quantize_multiplier(real_multiplier: float) -> tuple[int, int]:
+    """``real_multiplier ≈ M · 2^(shift − 31)`` with M in [2^30, 2^31): LiteRT's
+    QuantizeMultiplier (single-rounding build: the shift is capped at 30)."""
+    m = float(real_multiplier)
+    if m == 0.0:
+        return 0, 0
+    if m < 0 or not math.isfinite(m):
+        raise ValueError(f"a requantization multiplier must be finite and >= 0, got {m}")
+    q, shift = math.frexp(m)
+    q_fixed = int(round_half_away(q * (1 << 31)))
+    if q_fixed == 1 << 31:
+        q_fixed //= 2
+        shift += 1
+    if shift < -31:
+        return 0, 0
+    if shift > 30:
+        return INT32_MAX, 30
+    return q_fixed, shift
+
+
+def quantize_multipliers(real_multipliers) -> tuple[np.ndarray, np.ndarray]:
+    """`quantize_multiplier` per channel: (int32 mantissas, int32 shifts)."""
+    pairs = [quantize_multiplier(float(m)) for m in np.ravel(real_multipliers)]
+    return (np.array([p[0] for p in pairs], np.int64), np.array([p[1] for p in pairs], np.int64))
+
+
+def multiply_by_quantized_multiplier(x, multiplier, shift) -> np.ndarray:
+    """``round(x · M · 2^(shift − 31))`` with one rounding (half up), as int32 results.
+
+    ``x`` is an int32 accumulator (any shape); ``multiplier``/``shift`` broadcast against it
+    (per-channel along the last axis, or scalars)."""
+    x = np.asarray(x, np.int64)
+    multiplier = np.asarray(multiplier, np.int64)
+    total_shift = 31 - np.asarray(shift, np.int64)
+    rounding = np.left_shift(np.int64(1), total_shift - 1)
+    return ((x * multiplier + rounding) >> total_shift).astype(np.int32)
+
+
+def multiply_by_quantized_multiplier_int64(x, multiplier, shift) -> np.ndarray:
+    """The int64-accumulator variant (16x8 kernels): the mantissa is first reduced to 15
+    bits so that ``x · M`` fits in 64 bits for |x| < 2^47."""
+    x = np.asarray(x, np.int64)
+    multiplier = np.asarray(multiplier, np.int64)
+    reduced = np.where(multiplier < 0x7FFF0000, (multiplier + (1 << 15)) >> 16, 0x7FFF)
+    total_shift = 15 - np.asarray(shift, np.int64)
+    rounding = np.left_shift(np.int64(1), total_shift - 1)
+    return ((x * reduced + rounding) >> total_shift).astype(np.int32)
+
+
+def saturating_rounding_doubling_high_mul(a, b) -> np.ndarray:
+    """gemmlowp's SaturatingRoundingDoublingHighMul on int32 values."""
+    a = np.asarray(a, np.int64)
+    b = np.asarray(b, np.int64)
+    product = a * b
+    nudge = np.where(product >= 0, 1 << 30, 1 - (1 << 30))
+    total = product + nudge
+    high = np.where(total >= 0, total >> 31, -((-total) >> 31))  # C division truncates
+    overflow = (a == INT32_MIN) & (b == INT32_MIN)
+    return np.where(overflow, INT32_MAX, high).astype(np.int64)
+
+
+def rounding_divide_by_pot(x, exponent) -> np.ndarray:
+    """gemmlowp's RoundingDivideByPOT: ``x / 2^exponent`` rounded half away from zero."""
+    x = np.asarray(x, np.int64)
+    exponent = np.asarray(exponent, np.int64)
+    mask = (np.int64(1) << exponent) - 1
+    remainder = x & mask
+    threshold = (mask >> 1) + (x < 0)
+    return (x >> exponent) + (remainder > threshold)
+
+
+def multiply_by_quantized_multiplier_double_rounding(x, multiplier, shift) -> np.ndarray:
+    """LiteRT's optimised-kernel requantization (two roundings), for comparison."""
+    shift = np.asarray(shift, np.int64)
+    left = np.maximum(shift, 0)
+    right = np.maximum(-shift, 0)
+    scaled = np.asarray(x, np.int64) << left
+    scaled = np.clip(scaled, INT32_MIN, INT32_MAX)
+    return rounding_divide_by_pot(saturating_rounding_doubling_high_mul(scaled, multiplier),
+                                  right).astype(np.int32)
+
+
+def requantize(acc, real_multiplier, zero_point: int, qmin: int, qmax: int) -> np.ndarray:
+    """An integer kernel's output stage: rescale the accumulator, add the output zero
+    point, clamp to the activation range."""
+    m, s = quantize_multipliers(real_multiplier)
+    if m.size == 1:
+        m, s = m[0], s[0]
+    out = multiply_by_quantized_multiplier(acc, m, s).astype(np.int64) + int(zero_point)
+    return np.clip(out, qmin, qmax)
