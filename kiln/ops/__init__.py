@@ -19,6 +19,7 @@ from . import (
     lstm,
     misc,
     nn,
+    quantize,
     reduce,
     segment,
     shape,
@@ -28,7 +29,7 @@ from .record import KernelCall, OpDef, OptionsSpec, apply_activation
 
 _FAMILIES = (
     elementwise, activations, reduce, nn, image, shape, indexing, control_flow, variables, lstm,
-    conv3d, segment, misc,
+    conv3d, segment, misc, quantize,
 )
 
 
