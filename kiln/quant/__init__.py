@@ -4,3 +4,7 @@
 reference kernels); `params` derives scales and zero points the way TensorFlow's converter
 does, from calibration ranges and from weights.
 """
+
+from .api import MODES, quantize
+
+__all__ = ["MODES", "quantize"]

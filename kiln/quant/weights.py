@@ -1,0 +1,125 @@
+"""Weight-only quantization modes that need no calibration: float16 and dynamic range.
+
+Both rewrite constants in the IR and leave activations float, as TensorFlow 2.21's converter
+does (measured, shared/quantization.md §3):
+
+- float16: every float32 constant becomes a float16 constant read through one DEQUANTIZE
+  (version 3) placed at the start of its subgraph.
+- dynamic range: the weights of FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D and
+  TRANSPOSE_CONV with at least 1024 elements become symmetric int8, per output channel;
+  LiteRT runs those ops with its hybrid kernels (inputs quantized on the fly), and
+  FULLY_CONNECTED quantizes its inputs asymmetrically (``asymmetric_quantize_inputs``).
+  Biases stay float.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import ops
+from ..ir import Model, Operator, QuantParams, Subgraph, Tensor
+from ..schema import DType
+from . import params
+
+#: TensorFlow's ``minimum_elements_for_weights`` for dynamic-range quantization.
+MIN_WEIGHT_ELEMENTS = 1024
+
+#: op -> (weight operand, quantized dimension) of the hybrid kernels LiteRT has.
+HYBRID_WEIGHTS = {
+    "FULLY_CONNECTED": (1, 0),
+    "CONV_2D": (1, 0),
+    "DEPTHWISE_CONV_2D": (1, 3),
+    "TRANSPOSE_CONV": (1, 0),
+}
+
+
+@dataclass
+class WeightReport:
+    """What a weight-only mode changed: (op, tensor name) quantized, and what it skipped
+    with the reason."""
+
+    quantized: list[tuple[str, str]] = field(default_factory=list)
+    skipped: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+def _float_constant(t: Tensor | None) -> bool:
+    return t is not None and t.is_constant and t.dtype == DType.FLOAT32 and \
+        (t.quantization is None or t.quantization.is_empty)
+
+
+def _refresh_versions(sg: Subgraph) -> None:
+    for op in sg.operators:
+        record = ops.get(op.op_type)
+        if record is not None:
+            op.version = record.version(op)
+
+
+def quantize_float16(model: Model) -> WeightReport:
+    """Every float32 constant → float16 + DEQUANTIZE, in every subgraph."""
+    report = WeightReport()
+    for sg in model.subgraphs:
+        constants = [t for t in sg.tensors if _float_constant(t) and t.users]
+        for position, t in enumerate(constants):
+            half = sg.add_constant(f"{t.name}_float16", t.data.astype(np.float16))
+            restored = sg.add_tensor(f"{t.name}_dequantized", DType.FLOAT32, t.shape,
+                                     shape_signature=t.shape_signature)
+            t.replace_all_uses_with(restored)
+            sg.add_operator("DEQUANTIZE", [half], [restored], index=position)
+            report.quantized.append(("DEQUANTIZE", t.name))
+        sg.remove_unused_tensors()
+        _refresh_versions(sg)
+    return report
+
+
+def _int8_weights(sg: Subgraph, w: Tensor, axis: int) -> Tensor:
+    q, affine = params.symmetric_weights(w.data, axis)
+    return sg.add_constant(w.name, q, quantization=QuantParams(
+        affine.scale, affine.zero_point, quantized_dimension=axis))
+
+
+def quantize_dynamic_range(model: Model, *, min_elements: int = MIN_WEIGHT_ELEMENTS,
+                           denylist: frozenset[str] = frozenset()) -> WeightReport:
+    """int8 per-channel weights for the ops with hybrid kernels; activations stay float.
+
+    ``denylist`` holds op types or output tensor names to leave float.
+    """
+    report = WeightReport()
+    for sg in model.subgraphs:
+        quantized: dict[int, Tensor] = {}   # id(float weights) -> int8 copy, shared by users
+        for op in list(sg.operators):
+            reason = _hybrid_refusal(op, min_elements, denylist)
+            if reason is not None:
+                if op.op_type in HYBRID_WEIGHTS:
+                    report.skipped.append((op.op_type, op.outputs[0].name if op.outputs else "", reason))
+                continue
+            index, axis = HYBRID_WEIGHTS[op.op_type]
+            w = op.inputs[index]
+            if id(w) not in quantized:
+                quantized[id(w)] = _int8_weights(sg, w, axis)
+            op.set_input(index, quantized[id(w)])
+            if op.op_type == "FULLY_CONNECTED":
+                op.options["asymmetric_quantize_inputs"] = True
+            report.quantized.append((op.op_type, w.name))
+        sg.remove_unused_tensors()
+        _refresh_versions(sg)
+    return report
+
+
+def _hybrid_refusal(op: Operator, min_elements: int, denylist) -> str | None:
+    """Why ``op`` keeps float weights, or None when it gets int8 ones."""
+    if op.op_type not in HYBRID_WEIGHTS:
+        return "no hybrid kernel"
+    if op.op_type in denylist or any(t is not None and t.name in denylist for t in op.outputs):
+        return "denylisted"
+    index, _ = HYBRID_WEIGHTS[op.op_type]
+    w = op.inputs[index] if index < len(op.inputs) else None
+    if not _float_constant(w):
+        return "weights are not a float constant"
+    x = op.inputs[0 if op.op_type != "TRANSPOSE_CONV" else 2]
+    if x is None or x.dtype != DType.FLOAT32:
+        return "input is not float"
+    if w.data.size < min_elements:
+        return f"{w.data.size} weights < {min_elements}"
+    return None
