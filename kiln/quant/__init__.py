@@ -1,10 +1,19 @@
 """Post-training quantization: LiteRT's integer arithmetic and TensorFlow's parameter rules.
 
 `arith` holds the fixed-point primitives of LiteRT's integer kernels (bit-exact with its
-reference kernels); `params` derives scales and zero points the way TensorFlow's converter
-does, from calibration ranges and from weights.
+reference kernels) and `hybrid` its dynamic-range kernels — leaf modules the op records'
+kernels use. `params` derives scales and zero points the way TensorFlow's converter does;
+`weights` (dynamic range, float16) and `static` (calibrated int8) rewrite a model;
+`quantize` is the entry point. The entry point is imported on first use, so the op
+records can use `arith` without pulling in the interpreter that calibration runs.
 """
 
-from .api import MODES, quantize
-
 __all__ = ["MODES", "quantize"]
+
+
+def __getattr__(name):
+    if name in __all__:
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

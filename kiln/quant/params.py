@@ -95,7 +95,8 @@ def bias(b: np.ndarray, input_scale: float, weight_scale: np.ndarray,
         scale = np.full(b.shape, scale.item(), np.float32)
     safe = np.where(scale > 0, scale, np.float32(1.0))
     limit = (1 << (bits - 1)) - 1
-    q = np.clip(round_half_away(b / safe), -limit, limit)
+    # A float32 quotient (TF's APFloat in the float type), rounded exactly.
+    q = np.clip(round_half_away((b / safe).astype(np.float32).astype(np.float64)), -limit, limit)
     return q.astype(np.int32 if bits == 32 else np.int64), Affine(scale, np.zeros(scale.size, np.int64))
 
 

@@ -1,0 +1,271 @@
+"""Full-integer (static range) int8 quantization of a float model, as TF 2.21's converter.
+
+Calibrate, then give every activation an int8 type with parameters from its rule
+(kiln.quant.rules): calibrated, shared with the input, fixed, or requantized to the output.
+Weights become per-channel int8 and biases int32 (kiln.quant.params). Ops without an int8
+kernel stay float between DEQUANTIZE and QUANTIZE — or, in integer-only mode, the whole
+conversion is refused with the list of them (TensorFlow silently keeps them float).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import numpy as np
+
+from .. import ops
+from ..errors import KilnError
+from ..ir import Model, Operator, QuantParams, Subgraph, Tensor
+from ..schema import DType
+from . import params
+from .arith import round_half_away
+from .calibrate import Range, calibrate
+from .rules import RULES, Rule
+
+
+#: Ops that read only their input's shape: they take an int8 tensor as it is.
+SHAPE_ONLY = frozenset({"SHAPE", "RANK"})
+
+
+class QuantizationError(KilnError):
+    """The model cannot be quantized as asked (e.g. integer-only with float-only ops)."""
+
+
+@dataclass
+class StaticReport:
+    """What the int8 rewrite did: quantized ops, ops left float (with the reason)."""
+
+    quantized: list[tuple[str, str]] = field(default_factory=list)
+    float_ops: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+def _qp(a: params.Affine) -> QuantParams:
+    return QuantParams(a.scale, a.zero_point, quantized_dimension=a.axis)
+
+
+def _same(a: QuantParams, b: QuantParams) -> bool:
+    return np.array_equal(a.scale, b.scale) and np.array_equal(a.zero_point, b.zero_point)
+
+
+def _label(op: Operator) -> str:
+    out = op.outputs[0] if op.outputs and op.outputs[0] is not None else None
+    return f"{op.op_type} '{out.name}'" if out is not None else op.op_type
+
+
+class _Rewriter:
+    """One subgraph's int8 rewrite; ``int8[id(t)]`` is the int8 tensor standing for ``t``."""
+
+    def __init__(self, model: Model, ranges: dict[int, Range], denylist: frozenset[str],
+                 input_type: DType, output_type: DType):
+        self.model, self.sg = model, model.main
+        self.ranges, self.denylist = ranges, denylist
+        self.input_type, self.output_type = input_type, output_type
+        self.int8: dict[int, Tensor] = {}
+        self.float_of: dict[int, Tensor] = {}
+        self.requantized: dict[tuple, Tensor] = {}
+        self.report = StaticReport()
+
+    # -- parameters ----------------------------------------------------------------------
+    def calibrated(self, t: Tensor) -> QuantParams | None:
+        r = self.ranges.get(id(t))
+        return None if r is None else _qp(params.activation_int8(r.min, r.max))
+
+    def refusal(self, op: Operator) -> str | None:
+        rule = RULES.get(op.op_type)
+        if rule is None:
+            return "no int8 kernel"
+        if op.op_type in self.denylist or any(t is not None and t.name in self.denylist for t in op.outputs):
+            return "denylisted"
+        if any(t is None or t.dtype != DType.FLOAT32 for t in op.outputs):
+            return "output is not float"
+        for i in self._activation_positions(op, rule):
+            t = op.inputs[i]
+            if t.dtype != DType.FLOAT32 and id(t) not in self.int8:
+                return f"input {i} is not float"
+            if not t.is_constant and id(t) not in self.ranges:
+                return f"input {i} was not calibrated"
+        if rule.kind == "weights":
+            w_index = rule.weights[0]
+            if not (op.inputs[w_index] is not None and op.inputs[w_index].is_constant):
+                return "weights are not constant"
+        if rule.kind != "same" and rule.kind != "fixed" and \
+                any(id(t) not in self.ranges for t in op.outputs if t is not None):
+            return "output was not calibrated"
+        return None
+
+    def _activation_positions(self, op: Operator, rule: Rule) -> list[int]:
+        if rule.kind == "requantize":
+            return [i for i, t in enumerate(op.inputs) if t is not None and t.dtype == DType.FLOAT32]
+        return [i for i in rule.activations if i < len(op.inputs) and op.inputs[i] is not None]
+
+    # -- tensors ------------------------------------------------------------------------
+    def _insert_before(self, anchor: Operator, op_type: str, src: Tensor, dst: Tensor) -> None:
+        self.sg.add_operator(op_type, [src], [dst], index=self.sg.operators.index(anchor))
+
+    def int8_input(self, op: Operator, t: Tensor, need: QuantParams) -> Tensor:
+        """An int8 tensor holding ``t`` with parameters ``need`` (QUANTIZE inserted as needed)."""
+        if t.is_constant:
+            scaled = t.data.astype(np.float64) / np.float64(need.scale[0])
+            q = np.clip(round_half_away(scaled) + need.zero_point[0], -128, 127).astype(np.int8)
+            return self.sg.add_constant(f"{t.name}_int8", q, quantization=need)
+        have = self.int8.get(id(t))
+        if have is not None and _same(have.quantization, need):
+            return have
+        key = (id(t), float(need.scale[0]), int(need.zero_point[0]))
+        if key not in self.requantized:
+            out = self.sg.add_tensor(f"{t.name}_requantized" if have is not None else f"{t.name}_int8",
+                                     DType.INT8, t.shape, shape_signature=t.shape_signature, quantization=need)
+            if have is None and t.producer is not None:   # a float op's result: right after it
+                self.sg.add_operator("QUANTIZE", [t], [out], index=self.sg.operators.index(t.producer) + 1)
+            else:
+                self._insert_before(op, "QUANTIZE", have if have is not None else t, out)
+            self.requantized[key] = out
+        return self.requantized[key]
+
+    def float_input(self, op: Operator, t: Tensor) -> Tensor:
+        """The float value of an activation that was turned int8 (DEQUANTIZE, once)."""
+        if id(t) not in self.float_of:
+            out = self.sg.add_tensor(f"{t.name}_dequantized", DType.FLOAT32, t.shape,
+                                     shape_signature=t.shape_signature)
+            self._insert_before(op, "DEQUANTIZE", t, out)
+            self.float_of[id(t)] = out
+        return self.float_of[id(t)]
+
+    def make_int8(self, t: Tensor, qp: QuantParams) -> None:
+        """Turn op output ``t`` int8; a float model output keeps its tensor behind a DEQUANTIZE."""
+        if t in self.sg.outputs and self.output_type == DType.FLOAT32:
+            q = self.sg.add_tensor(f"{t.name}_int8", DType.INT8, t.shape, shape_signature=t.shape_signature,
+                                   quantization=qp)
+            producer = t.producer
+            producer.set_outputs([q if o is t else o for o in producer.outputs])
+            self.sg.add_operator("DEQUANTIZE", [q], [t], index=self.sg.operators.index(producer) + 1)
+            self.int8[id(t)] = q
+            return
+        t.dtype, t.quantization = DType.INT8, qp
+        self.int8[id(t)] = t
+
+    # -- the rewrite --------------------------------------------------------------------
+    def model_inputs(self) -> None:
+        for x in self.sg.inputs:
+            qp = self.calibrated(x) if x.dtype == DType.FLOAT32 else None
+            if qp is None:
+                continue
+            if self.input_type == DType.FLOAT32:
+                q = self.sg.add_tensor(f"{x.name}_int8", DType.INT8, x.shape, shape_signature=x.shape_signature,
+                                       quantization=qp)
+                self.sg.add_operator("QUANTIZE", [x], [q], index=0)
+                self.int8[id(x)] = q
+            elif self.input_type == DType.INT8:
+                x.dtype, x.quantization = DType.INT8, qp
+                self.int8[id(x)] = x
+            else:  # uint8 at the edge, int8 inside
+                q = self.sg.add_tensor(f"{x.name}_int8", DType.INT8, x.shape, shape_signature=x.shape_signature,
+                                       quantization=qp)
+                x.dtype = DType.UINT8
+                x.quantization = QuantParams(qp.scale, qp.zero_point + 128)
+                self.sg.add_operator("QUANTIZE", [x], [q], index=0)
+                self.int8[id(x)] = q
+
+    def run(self) -> StaticReport:
+        self.model_inputs()
+        for op in list(self.sg.operators):
+            reason = self.refusal(op)
+            if reason is None:
+                self.quantize_op(op)
+                self.report.quantized.append((op.op_type, op.outputs[0].name))
+            else:
+                self.keep_float(op, reason)
+        self.model_outputs()
+        self.sg.remove_unused_tensors()
+        for op in self.sg.operators:
+            record = ops.get(op.op_type)
+            if record is not None:
+                op.version = record.version(op)
+        return self.report
+
+    def quantize_op(self, op: Operator) -> None:
+        rule = RULES[op.op_type]
+        positions = self._activation_positions(op, rule)
+        if rule.kind == "fixed":
+            out_qp = QuantParams([np.float32(rule.fixed[0])], [rule.fixed[1]])
+        elif rule.kind == "same":
+            first = op.inputs[positions[0]]
+            src = self.int8.get(id(first))
+            out_qp = src.quantization if src is not None else self.calibrated(first)
+        else:
+            out_qp = self.calibrated(op.outputs[0])
+        for i in positions:
+            t = op.inputs[i]
+            if rule.kind in ("same", "requantize"):
+                need = out_qp
+            elif t.is_constant:
+                need = _qp(params.activation_int8(float(t.data.min()), float(t.data.max())))
+            else:
+                src = self.int8.get(id(t))
+                need = src.quantization if src is not None else self.calibrated(t)
+            op.set_input(i, self.int8_input(op, t, need))
+        if rule.kind == "weights":
+            self._weights(op, rule)
+        for t in op.outputs:
+            if t is not None:
+                self.make_int8(t, out_qp)
+
+    def _weights(self, op: Operator, rule: Rule) -> None:
+        w_index, axis, b_index, x_index = rule.weights
+        w = op.inputs[w_index]
+        b = op.inputs[b_index] if b_index < len(op.inputs) else None
+        x_scale = float(op.inputs[x_index].quantization.scale[0])
+        qw, wa, qb, ba = params.weights_and_bias(w.data, axis, None if b is None else b.data, x_scale)
+        op.set_input(w_index, self.sg.add_constant(w.name, qw, quantization=_qp(wa)))
+        if b is not None:
+            op.set_input(b_index, self.sg.add_constant(b.name, qb, quantization=_qp(ba)))
+
+    def keep_float(self, op: Operator, reason: str) -> None:
+        if op.op_type in SHAPE_ONLY:
+            return
+        for i, t in enumerate(op.inputs):
+            if t is not None and self.int8.get(id(t)) is t:   # turned int8 in place
+                op.set_input(i, self.float_input(op, t))
+            elif t is not None and id(t) in self.int8 and t.dtype == DType.FLOAT32:
+                continue                                      # a float model input: still float
+        if any(t is not None and t.dtype == DType.FLOAT32 for t in op.outputs):
+            self.report.float_ops.append((op.op_type, op.outputs[0].name if op.outputs else "", reason))
+
+    def model_outputs(self) -> None:
+        for k, t in enumerate(self.sg.outputs):
+            if self.output_type == DType.UINT8 and t.dtype == DType.INT8 and t.quantization is not None:
+                out = self.sg.add_tensor(f"{t.name}_uint8", DType.UINT8, t.shape, shape_signature=t.shape_signature,
+                                         quantization=QuantParams(t.quantization.scale,
+                                                                  t.quantization.zero_point + 128))
+                self.sg.add_operator("QUANTIZE", [t], [out])
+                self._retarget_output(k, t, out)
+
+    def _retarget_output(self, k: int, old: Tensor, new: Tensor) -> None:
+        self.sg.outputs[k] = new
+        for sig in self.model.signatures:
+            for name, t in list(sig.outputs.items()):
+                if t is old:
+                    sig.outputs[name] = new
+
+
+IO_TYPES = {"float32": DType.FLOAT32, "int8": DType.INT8, "uint8": DType.UINT8}
+
+
+def quantize_int8(model: Model, dataset: Any, *, integer_only: bool = False, input_type: str = "float32",
+                  output_type: str = "float32", denylist: Iterable[str] = (), progress: bool = True,
+                  ranges: dict[int, Range] | None = None) -> StaticReport:
+    """Rewrite ``model`` (main subgraph) to int8 with calibration on ``dataset``."""
+    for what, value in (("input", input_type), ("output", output_type)):
+        if value not in IO_TYPES:
+            raise QuantizationError(f"inference_{what}_type must be one of {sorted(IO_TYPES)}, got {value!r}")
+    if ranges is None:
+        ranges = calibrate(model, dataset, progress=progress)
+    rewriter = _Rewriter(model, ranges, frozenset(denylist), IO_TYPES[input_type], IO_TYPES[output_type])
+    report = rewriter.run()
+    if integer_only and report.float_ops:
+        listed = "; ".join(f"{op} '{name}' ({why})" for op, name, why in report.float_ops)
+        raise QuantizationError(f"integer-only quantization: {len(report.float_ops)} op(s) have no int8 "
+                                f"kernel and would stay float: {listed}. Denylist them and drop "
+                                "TFLITE_BUILTINS_INT8 to keep them float, or change the model.")
+    return report
