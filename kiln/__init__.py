@@ -1,7 +1,8 @@
 """kiln: take trained TensorFlow models to fast, portable LiteRT inference, in Python.
 
-The curated public API. The converter needs TensorFlow (``pip install kiln[tf]``) and is
-imported lazily, so the runtime works with numpy, flatbuffers and tflite alone.
+The curated public API. The converter needs TensorFlow (``pip install kiln[tf]``); it and the
+fusion registry are imported on first use (PEP 562 ``__getattr__``), so ``import kiln`` loads
+only the runtime, which works with numpy, flatbuffers and tflite alone.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from .errors import (
     UnsupportedError,
 )
 from .format import read_model, save_model, write_model
-from .fusion.registry import CompositeCall, NotFusable, register_fusion, unregister_fusion
 from .runtime import (
     BuiltinOpResolver,
     Delegate,
@@ -32,15 +32,18 @@ from .schema import Activation, DType, Padding
 
 __version__ = "0.1.0"
 
+#: Public names defined outside the runtime: name -> (module, attribute), imported on first use.
 _LAZY = {
     "TFLiteConverter": ("kiln.converter.api", "TFLiteConverter"),
     "Optimize": ("kiln.converter.api", "Optimize"),
     "OpsSet": ("kiln.converter.api", "OpsSet"),
+    **{name: ("kiln.fusion.registry", name)
+       for name in ("CompositeCall", "NotFusable", "register_fusion", "unregister_fusion")},
 }
 
 
 def __getattr__(name: str):
-    """Import converter classes on first use (they pull in TensorFlow)."""
+    """Import converter and fusion names on first use (the converter pulls in TensorFlow)."""
     if name in _LAZY:
         import importlib
 

@@ -27,3 +27,26 @@ def test_runtime_import_does_not_pull_in_tensorflow():
 
     code = "import sys, kiln; kiln.Interpreter; assert 'tensorflow' not in sys.modules, 'tf imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _modules_after(code: str) -> set[str]:
+    """kiln's modules in sys.modules after running ``code`` in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    probe = code + "\nimport sys; print(' '.join(m for m in sys.modules if m.startswith('kiln')))"
+    out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True)
+    return set(out.stdout.split())
+
+
+def test_runtime_import_leaves_converter_and_fusion_out():
+    loaded = _modules_after("import kiln; kiln.Interpreter; kiln.read_model")
+    assert "kiln.runtime" in loaded
+    assert not {m for m in loaded if m.startswith(("kiln.converter", "kiln.fusion"))}, sorted(loaded)
+
+
+def test_registering_a_fusion_loads_the_registry_only():
+    loaded = _modules_after("import kiln; kiln.register_fusion; kiln.NotFusable")
+    assert "kiln.fusion.registry" in loaded
+    heavy = {"kiln.fusion.keras", "kiln.fusion.lstm", "kiln.fusion.helpers", "kiln.fusion.builtin"}
+    assert not heavy & loaded and not {m for m in loaded if m.startswith("kiln.converter")}, sorted(loaded)

@@ -16,6 +16,7 @@ import functools
 from typing import Any
 
 from ..errors import ConversionError, UnsupportedError
+from .keras.layers import prepare_keras_model
 from .metadata import ModelType
 from .pipeline import FunctionSpec, convert
 from .report import ConversionReport
@@ -156,8 +157,6 @@ class TFLiteConverter:
     @classmethod
     def from_keras_model(cls, model) -> "TFLiteConverter":
         """Convert a Keras model (Keras 3 or tf_keras) called in inference mode."""
-        from ..fusion.keras_layers import prepare_keras_model
-
         # Recurrent layers kiln can fuse trace through composites while this is active.
         with prepare_keras_model(model) as keras_report:
             fn = _keras3_function(model) if _is_keras3(model) else _tf_keras_function(model)

@@ -6,7 +6,7 @@ Three contracts arrive here:
   (inputs, init_h, init_c, kernel, recurrent_kernel, bias[, mask, sequence_lengths]),
   function attrs ``time_major`` and ``go_backwards``, five results (last output, outputs,
   final h, final c, runtime). This is what a tf_keras SavedModel or concrete function holds.
-* ``kiln_keras_lstm`` — the composite `kiln.fusion.keras_layers` wraps around each Keras 3
+* ``kiln_keras_lstm`` — the composite `kiln.converter.keras.layers` wraps around each Keras 3
   or tf_keras LSTM layer while a Keras model is converted: arguments (inputs, h0, c0, kernel,
   recurrent_kernel, bias), attrs describing the layer, results (output, final h, final c).
 * ``kiln_keras_bidirectional_lstm`` — the same for a Bidirectional(LSTM) layer: arguments

@@ -75,7 +75,7 @@ def test_tf_keras_saved_model(tmp_path):
 
 def test_keras3_export_inside_the_hook_fuses_from_saved_model(tmp_path):
     import kiln
-    from kiln.fusion import prepare_keras_model
+    from kiln.converter import prepare_keras_model
 
     inp = keras.Input((T, I))
     y = keras.layers.Bidirectional(keras.layers.LSTM(3, return_sequences=True))(inp)

@@ -1,5 +1,5 @@
 """Keras 3 SavedModels exported without kiln's hook: the generic rnn() while loop is recognised
-(kiln/fusion/keras3_loop.py) and becomes UNIDIRECTIONAL_ / BIDIRECTIONAL_SEQUENCE_LSTM, equal
+(kiln/converter/keras/lstm_loop.py) and becomes UNIDIRECTIONAL_ / BIDIRECTIONAL_SEQUENCE_LSTM, equal
 to TensorFlow in LiteRT and in kiln; loops that are not a fusable LSTM stay correct WHILE
 loops with the reason in the conversion report."""
 

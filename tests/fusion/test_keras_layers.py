@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kiln.fusion.keras_layers import prepare_keras_model
+from kiln.converter.keras import prepare_keras_model
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")

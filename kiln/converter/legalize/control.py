@@ -211,9 +211,9 @@ def emit_while(ctx: EmitContext):
 
 def _fused_loop(ctx: EmitContext) -> list | None:
     """The While's outputs from one fused op when it is a Keras 3 LSTM loop
-    (kiln/fusion/keras3_loop.py), else None; a sequence loop left as a loop gets its reason
+    (kiln/converter/keras/lstm_loop.py), else None; a sequence loop left as a loop gets its reason
     in the report."""
-    from ...fusion.keras3_loop import fuse_lstm_loop
+    from ..keras.lstm_loop import fuse_lstm_loop
 
     stats = ctx.scope.importer.stats
     try:

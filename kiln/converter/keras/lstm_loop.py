@@ -31,20 +31,20 @@ from typing import Any
 
 import numpy as np
 
-from ..converter.tfutil import function_graph, shape_signature, tf
-from ..converter.values import ResourceRef, TensorListValue
-from ..errors import KilnError
-from ..ir import Operator, Tensor
-from ..schema import Activation, DType
-from .helpers import FusionBuilder, note_fused, reject, value_of
-from .lstm import LstmOptions, LstmResult, LstmWeights, emit_bidirectional_lstm, emit_lstm
-from .registry import CompositeCall, guarded
+from ...errors import KilnError
+from ...fusion.helpers import FusionBuilder, note_fused, reject, value_of
+from ...fusion.lstm import LstmOptions, LstmResult, LstmWeights, emit_bidirectional_lstm, emit_lstm
+from ...fusion.registry import CompositeCall, guarded
+from ...ir import Operator, Tensor
+from ...schema import Activation, DType
+from ..tfutil import function_graph, shape_signature, tf
+from ..values import ResourceRef, TensorListValue
 
 UNI_OP = "UNIDIRECTIONAL_SEQUENCE_LSTM"
 BIDI_OP = "BIDIRECTIONAL_SEQUENCE_LSTM"
 #: TensorFlow op of the cell activation -> the fused op's activation.
 CELL_ACTIVATIONS = {"Tanh": Activation.TANH, "Relu": Activation.RELU, "Relu6": Activation.RELU6}
-_CACHE_KEY = "kiln.fusion.keras3_loop"
+_CACHE_KEY = "kiln.converter.keras.lstm_loop"
 
 
 class _Mismatch(Exception):

@@ -27,9 +27,9 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from .helpers import implements
-from .keras import KERAS_BIDIRECTIONAL_LSTM, KERAS_LSTM
-from .lstm import ACTIVATIONS
+from ...fusion.helpers import implements
+from ...fusion.keras import KERAS_BIDIRECTIONAL_LSTM, KERAS_LSTM
+from ...fusion.lstm import ACTIVATIONS
 
 _UNI_OP = "UNIDIRECTIONAL_SEQUENCE_LSTM"
 _BIDI_OP = "BIDIRECTIONAL_SEQUENCE_LSTM"
