@@ -22,7 +22,7 @@ from .tfutil import shape_signature, static_shape, to_dtype
 from .values import ResourceRef, TensorListValue
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .importer import Scope
+    from .scope import Scope
 
 _MISSING = object()
 

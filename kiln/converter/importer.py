@@ -4,14 +4,14 @@ Each signature's function becomes one subgraph. Ops are visited in topological o
 ops that feed an output (or have a side effect, such as a variable assignment) are imported.
 Before emitting, TF-level patterns (GELU, ...) claim groups of ops. Function calls are either
 fused through `kiln.fusion.registry` (functions carrying ``_implements``) or inlined;
-While / If / Case become WHILE / IF ops over subgraphs imported the same way.
+While / If / Case become WHILE / IF ops over subgraphs imported the same way. The emitters and
+patterns come in a `Legalization` (kiln/converter/scope.py): this module imports none of them.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -20,107 +20,9 @@ from ..ir import Model, Subgraph, Tensor
 from ..schema import DType
 from . import custom as custom_ops
 from .context import EmitContext, Unsupported
+from .scope import Legalization, Pending, Scope
 from .tfutil import shape_signature, static_shape, to_dtype
 from .values import ResourceRef, TensorListValue, VarInfo
-
-#: TF ops with effects beyond their outputs: imported even when no output is used.
-SIDE_EFFECT_TF_OPS = frozenset({
-    "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "ResourceScatterUpdate",
-    "ResourceScatterAdd", "ResourceScatterSub", "ResourceScatterMul", "ResourceScatterDiv",
-    "ResourceScatterMin", "ResourceScatterMax", "ResourceScatterNdUpdate", "ResourceScatterNdAdd",
-    "ResourceScatterNdSub",
-})
-#: TF ops that write the variable given as their first input.
-WRITE_TF_OPS = SIDE_EFFECT_TF_OPS | frozenset({"DestroyResourceOp"})
-
-
-@dataclass
-class Pending:
-    """An op claimed by a TF-level pattern: the anchor emits, interior ops are skipped."""
-
-    emit: Callable[[EmitContext], Any]
-    label: str
-
-
-class Scope:
-    """One TF graph being imported into one IR subgraph (inlined calls get a child scope)."""
-
-    def __init__(self, importer: "Importer", graph, sg: Subgraph, prefix: str = ""):
-        self.importer = importer
-        self.graph = graph
-        self.sg = sg
-        self.prefix = prefix
-        self.values: dict[str, Any] = {}
-        #: per-subgraph caches (constants of read-only variables, VAR_HANDLE outputs)
-        self.cache: dict = importer.subgraph_cache(sg)
-
-    def bind(self, tf_tensor, value) -> None:
-        self.values[tf_tensor.name] = value
-
-    def lookup(self, tf_tensor):
-        try:
-            return self.values[tf_tensor.name]
-        except KeyError:
-            raise ConversionError(
-                f"no value for tensor {tf_tensor.name!r} (op {tf_tensor.op.type}) while importing "
-                f"{self.sg.name!r}") from None
-
-    def has(self, tf_tensor) -> bool:
-        return tf_tensor.name in self.values
-
-    # -- import --------------------------------------------------------------------------------
-    def run(self, outputs: Iterable) -> list:
-        """Import every op the ``outputs`` (and side effects) depend on; their values."""
-        outputs = list(outputs)
-        ops = live_ops(self.graph, outputs)
-        from .legalize.patterns import match_patterns
-
-        claimed, skipped = match_patterns(self, ops)
-        for op in ops:
-            if op.name in skipped:
-                continue
-            if all(self.has(t) for t in op.outputs) and op.outputs:
-                continue  # bound from outside (function arguments)
-            self.importer.import_op(self, op, claimed.get(op.name))
-        return [self.lookup(t) for t in outputs]
-
-
-def live_ops(graph, outputs) -> list:
-    """Ops that ``outputs`` depend on (data and control edges) plus side-effecting ops, in a
-    topological order that follows graph creation order where it can."""
-    all_ops = graph.get_operations()
-    position = {op.name: i for i, op in enumerate(all_ops)}
-    stack = [t.op for t in outputs]
-    stack += [op for op in all_ops if op.type in SIDE_EFFECT_TF_OPS]
-    seen: set[str] = set()
-    live = []
-    while stack:
-        op = stack.pop()
-        if op.name in seen:
-            continue
-        seen.add(op.name)
-        live.append(op)
-        stack.extend(t.op for t in op.inputs)
-        stack.extend(op.control_inputs)
-    live.sort(key=lambda o: position.get(o.name, 0))
-    # Creation order is topological for traced graphs; verify and repair if not.
-    done: set[str] = set()
-    ordered = []
-    pending = live
-    while pending:
-        rest = []
-        for op in pending:
-            deps = [t.op.name for t in op.inputs] + [c.name for c in op.control_inputs]
-            if all(d in done or d not in seen for d in deps):
-                ordered.append(op)
-                done.add(op.name)
-            else:
-                rest.append(op)
-        if len(rest) == len(pending):
-            raise ConversionError(f"graph has a cycle through {rest[0].name!r}")
-        pending = rest
-    return ordered
-
 
 @dataclass
 class ImportStats:
@@ -138,15 +40,17 @@ class Importer:
     """Imports concrete functions into one `Model` (one subgraph per signature).
 
     Args:
+      legalization: the emitter and pattern tables (`kiln.converter.pipeline.legalization`).
       allow_custom_ops: unsupported TF ops become CUSTOM ops instead of an error.
       enable_resource_variables: mutable variables become LiteRT resource variables; when
         False a function that assigns a variable cannot be converted.
       fold_at_import: evaluate ops with constant inputs as they are emitted.
     """
 
-    def __init__(self, *, allow_custom_ops: bool = False, enable_resource_variables: bool = True,
-                 fold_at_import: bool = True):
+    def __init__(self, legalization: Legalization, *, allow_custom_ops: bool = False,
+                 enable_resource_variables: bool = True, fold_at_import: bool = True):
         self.model = Model("kiln converted")
+        self.legalization = legalization
         self.allow_custom_ops = allow_custom_ops
         self.enable_resource_variables = enable_resource_variables
         self.fold_at_import = fold_at_import
@@ -249,17 +153,13 @@ class Importer:
 
     # -- ops --------------------------------------------------------------------------------
     def import_op(self, scope: Scope, op, pending: Pending | None) -> None:
-        from .legalize import EMITTERS
-
         self.stats.tf_ops[op.type] = self.stats.tf_ops.get(op.type, 0) + 1
         if pending is not None:
             emitter = pending.emit
         else:
-            emitter = EMITTERS.get(op.type)
+            emitter = self.legalization.emitters.get(op.type)
             if emitter is None and _is_function_call(scope.graph, op):
-                from .legalize.control import emit_function_op
-
-                emitter = emit_function_op
+                emitter = self.legalization.function_call
         ctx = EmitContext(scope, op)
         if emitter is None:
             self._unsupported(ctx, "no legalisation")

@@ -9,8 +9,13 @@ from dataclasses import dataclass
 from ..ir import Model
 from ..passes import AssignVersions, PassManager, optimization_passes
 from .importer import Importer
+from .keras.lstm_loop import fuse_lstm_loop
+from .legalize import EMITTERS
+from .legalize.control import emit_function_op
+from .legalize.patterns import match_patterns
 from .metadata import ModelType, write_metadata
 from .report import ConversionReport
+from .scope import Legalization
 from .variables import mark_mutable_variables
 
 
@@ -22,6 +27,12 @@ class FunctionSpec:
     function: object
     input_names: list[str]
     output_names: list[str]
+
+
+def legalization() -> Legalization:
+    """kiln's legalisation tables: TF op emitters, TF-level patterns, function calls (fused
+    or inlined) and the Keras 3 LSTM loop recogniser."""
+    return Legalization(EMITTERS, match_patterns, emit_function_op, loop_fusions=(fuse_lstm_loop,))
 
 
 def build_model(specs: list[FunctionSpec], *, allow_custom_ops: bool = False,
@@ -40,7 +51,7 @@ def build_model(specs: list[FunctionSpec], *, allow_custom_ops: bool = False,
 
 
 def _build(specs, allow_custom_ops, enable_resource_variables, check, report, start) -> Model:
-    importer = Importer(allow_custom_ops=allow_custom_ops, enable_resource_variables=enable_resource_variables)
+    importer = Importer(legalization(), allow_custom_ops=allow_custom_ops, enable_resource_variables=enable_resource_variables)
     for spec in specs:
         mark_mutable_variables(importer, spec.function)
     for spec in specs:

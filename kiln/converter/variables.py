@@ -8,9 +8,14 @@ While loop variables.
 
 from __future__ import annotations
 
-from .importer import WRITE_TF_OPS, Importer
+from typing import TYPE_CHECKING
+
+from .scope import WRITE_TF_OPS
 from .tfutil import function_graph
 from .values import VarInfo
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .importer import Importer
 
 _CALLS = ("PartitionedCall", "StatefulPartitionedCall")
 
@@ -49,7 +54,7 @@ def _callees(graph, op) -> list[tuple[str, int]]:
     return []
 
 
-def mark_mutable_variables(importer: Importer, fn) -> None:
+def mark_mutable_variables(importer: "Importer", fn) -> None:
     """Set ``VarInfo.mutable`` for every variable ``fn`` (or anything it calls) writes."""
     graph = fn.graph
     bindings = {}

@@ -11,6 +11,7 @@ from ...fusion.registry import CompositeCall, NotFusable, fuse_call
 from ...ir import Subgraph, Tensor
 from ...schema import DType
 from ..context import EmitContext
+from ..scope import Scope
 from ..tfutil import function_def, function_graph, implements_name, shape_signature, static_shape, to_dtype
 from ..values import ResourceRef, TensorListValue
 from .common import emitter_table
@@ -72,8 +73,6 @@ def _check_fused(ctx: EmitContext, outs: list) -> list:
 
 def inline(ctx: EmitContext, fname: str, args: Sequence) -> list:
     """Import library function ``fname`` in place, its arguments bound to ``args``."""
-    from ..importer import Scope
-
     fg = function_graph(ctx.scope.graph, fname)
     if len(fg.inputs) != len(args):
         raise ConversionError(f"call of {fname!r}: {len(args)} arguments for {len(fg.inputs)} parameters")
@@ -117,8 +116,6 @@ def build_subgraph(ctx: EmitContext, fname: str, args: Sequence, carried: Sequen
                    signatures: dict[int, tuple], out_indices: Sequence[int], name: str) -> Subgraph:
     """Import function ``fname`` as a new subgraph: arguments at ``carried`` positions become
     subgraph inputs, the others are bound statically; outputs are ``out_indices``."""
-    from ..importer import Scope
-
     importer = ctx.scope.importer
     fg = function_graph(ctx.scope.graph, fname)
     if len(fg.inputs) != len(args):
@@ -210,21 +207,20 @@ def emit_while(ctx: EmitContext):
 
 
 def _fused_loop(ctx: EmitContext) -> list | None:
-    """The While's outputs from one fused op when it is a Keras 3 LSTM loop
-    (kiln/converter/keras/lstm_loop.py), else None; a sequence loop left as a loop gets its reason
-    in the report."""
-    from ..keras.lstm_loop import fuse_lstm_loop
-
+    """The While's outputs from one fused op when a loop fusion of the importer's
+    `Legalization` recognises it (the Keras 3 LSTM loop: kiln/converter/keras/lstm_loop.py),
+    else None; a sequence loop left as a loop gets its reason in the report."""
     stats = ctx.scope.importer.stats
-    try:
-        fused = fuse_lstm_loop(ctx)
-    except NotFusable as exc:
-        stats.not_fused.append(str(exc))
-        return None
-    if fused is None:
-        return None
-    stats.fused.extend(fused.notes)
-    return fused.values
+    for fuse_loop in ctx.scope.importer.legalization.loop_fusions:
+        try:
+            fused = fuse_loop(ctx)
+        except NotFusable as exc:
+            stats.not_fused.append(str(exc))
+            return None
+        if fused is not None:
+            stats.fused.extend(fused.notes)
+            return fused.values
+    return None
 
 
 @emits("If", "StatelessIf")

@@ -14,6 +14,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..context import EmitContext
+from ..scope import Pending
 from ..tfutil import tf
 
 _COMMUTATIVE = {"Mul", "AddV2", "Add"}
@@ -116,8 +117,6 @@ def match_patterns(scope, ops) -> tuple[dict, set]:
 
     Returns (anchor op name -> Pending, names of interior ops to skip).
     """
-    from ..importer import Pending
-
     claimed: dict[str, Pending] = {}
     skipped: set[str] = set()
     live = {op.name for op in ops}
