@@ -11,35 +11,16 @@ post-training quantization lands.
 
 from __future__ import annotations
 
-import enum
 import functools
 from typing import Any
 
-from ..errors import ConversionError, UnsupportedError
+from ..errors import ConversionError
 from .keras.layers import prepare_keras_model
 from .metadata import ModelType
-from .pipeline import FunctionSpec, convert
+from .options import ConversionOptions, Optimize, OpsSet
+from .pipeline import FunctionSpec, Pipeline
 from .report import ConversionReport
 from .tfutil import tf
-
-
-class Optimize(enum.Enum):
-    """Optimisation goals (``tf.lite.Optimize``); any of them asks for quantization."""
-
-    DEFAULT = "DEFAULT"
-    OPTIMIZE_FOR_SIZE = "OPTIMIZE_FOR_SIZE"
-    OPTIMIZE_FOR_LATENCY = "OPTIMIZE_FOR_LATENCY"
-    EXPERIMENTAL_SPARSITY = "EXPERIMENTAL_SPARSITY"
-
-
-class OpsSet(enum.Enum):
-    """Operator sets a model may use (``tf.lite.OpsSet``)."""
-
-    TFLITE_BUILTINS = "TFLITE_BUILTINS"
-    TFLITE_BUILTINS_INT8 = "TFLITE_BUILTINS_INT8"
-    SELECT_TF_OPS = "SELECT_TF_OPS"
-    EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8 = (
-        "EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8")
 
 
 def _enum_member(cls, value, what: str):
@@ -168,60 +149,37 @@ class TFLiteConverter:
     # -- conversion -------------------------------------------------------------------------
     def convert(self) -> bytes:
         """Convert; returns the .tflite model bytes (``report`` describes the result)."""
-        self._validate()
+        options = self.conversion_options()
+        pipeline = Pipeline.from_options(options)
         self.report = ConversionReport()
-        data, model, _ = convert(
-            self._specs, model_type=self._model_type, allow_custom_ops=bool(self.allow_custom_ops),
-            enable_resource_variables=bool(self.experimental_enable_resource_variables),
-            check=bool(self.experimental_verify_passes), report=self.report)
+        conversion = pipeline.run(self._specs, options, self.report)
         # What tracing decided about Keras layers: refusals are "not fused" reasons too.
         for line in self._notes:
             (self.report.not_fused if ": not fused:" in line else self.report.notes).append(line)
-        self.model = model
-        return data
+        self.model = conversion.model
+        return conversion.data
 
-    def _validate(self) -> None:
-        """Check the options the way TF's converter does; refuse quantization for now."""
+    def conversion_options(self) -> ConversionOptions:
+        """The converter's attributes as one frozen, checked `ConversionOptions`.
+
+        Raises:
+          ConversionError: an unknown or inconsistent option (as TF's converter says it).
+          UnsupportedError: SELECT_TF_OPS.
+        """
         optimizations = {_enum_member(Optimize, o, "optimization") for o in (self.optimizations or ())}
         ops = {_enum_member(OpsSet, o, "target_spec.supported_ops value") for o in
                (self.target_spec.supported_ops or {OpsSet.TFLITE_BUILTINS})}
         types = {_dtype_name(t) for t in (self.target_spec.supported_types or ())}
-        in_type, out_type = _dtype_name(self.inference_input_type), _dtype_name(self.inference_output_type)
-        if self.representative_dataset is not None and not callable(self.representative_dataset):
-            raise ConversionError("Representative dataset is not a callable (a generator function of samples).")
-        for name, value in (("inference_input_type", in_type), ("inference_output_type", out_type)):
-            if value not in ("float32", "int8", "uint8", "int16"):
-                raise ConversionError(f"Unsupported {name} value 'tf.{value}'.")
-        if OpsSet.SELECT_TF_OPS in ops:
-            raise UnsupportedError(
-                "SELECT_TF_OPS (TensorFlow kernels inside LiteRT) is not supported by kiln; set "
-                "allow_custom_ops=True and register a Python kernel for the op instead")
-        unsupported_types = types - {"float32"}
-        integer_io = {in_type, out_type} - {"float32"}
-        quantize = (optimizations or unsupported_types or integer_io
-                    or ops & {OpsSet.TFLITE_BUILTINS_INT8,
-                              OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8})
-        if integer_io and not optimizations:
-            raise ConversionError(
-                f"The inference_input_type and inference_output_type must be tf.float32 unless the model is "
-                f"integer-quantized (got {in_type} / {out_type}); set optimizations={{Optimize.DEFAULT}} and a "
-                "representative_dataset")
-        if quantize:
-            what = []
-            if optimizations:
-                what.append("optimizations=" + ",".join(sorted(o.name for o in optimizations)))
-            if unsupported_types:
-                what.append("supported_types=" + ",".join(sorted(unsupported_types)))
-            if integer_io:
-                what.append(f"inference types {in_type}/{out_type}")
-            int_ops = ops - {OpsSet.TFLITE_BUILTINS}
-            if int_ops:
-                what.append("supported_ops=" + ",".join(sorted(o.name for o in int_ops)))
-            if self.representative_dataset is not None:
-                what.append("representative_dataset")
-            raise UnsupportedError(
-                "post-training quantization is not implemented in kiln yet (requested: " + "; ".join(what)
-                + "); convert without optimizations for a float model")
+        return ConversionOptions(
+            model_type=self._model_type,
+            allow_custom_ops=bool(self.allow_custom_ops),
+            enable_resource_variables=bool(self.experimental_enable_resource_variables),
+            verify_passes=bool(self.experimental_verify_passes),
+            optimizations=frozenset(optimizations), supported_ops=frozenset(ops),
+            supported_types=frozenset(types),
+            inference_input_type=_dtype_name(self.inference_input_type),
+            inference_output_type=_dtype_name(self.inference_output_type),
+            representative_dataset=self.representative_dataset)
 
 
 # -- function discovery --------------------------------------------------------------------------

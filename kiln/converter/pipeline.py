@@ -1,11 +1,22 @@
-"""The conversion pipeline: import -> optimisation passes -> versions -> metadata -> bytes."""
+"""The conversion pipeline: named stages assembled from `ConversionOptions`.
+
+    import -> optimise [-> quantize] -> version -> metadata -> write
+
+Each stage reads and extends one `Conversion` (the functions, the IR model, the bytes) and
+fills its part of the `ConversionReport`; the pipeline times every stage and lists it in the
+report. What the options ask for decides which stages are assembled (quantization is one),
+so a new step of the conversion is a stage here, not a keyword argument in every signature.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
+from ..errors import UnsupportedError
+from ..format import write_model
 from ..ir import Model
 from ..passes import AssignVersions, PassManager, optimization_passes
 from .importer import Importer
@@ -13,9 +24,11 @@ from .keras.lstm_loop import fuse_lstm_loop
 from .legalize import EMITTERS
 from .legalize.control import emit_function_op
 from .legalize.patterns import match_patterns
-from .metadata import ModelType, write_metadata
+from .metadata import write_metadata
+from .options import ConversionOptions
 from .report import ConversionReport
 from .scope import Legalization
+from .tfutil import clear_function_cache, tf
 from .variables import mark_mutable_variables
 
 
@@ -29,52 +42,90 @@ class FunctionSpec:
     output_names: list[str]
 
 
+@dataclass
+class Conversion:
+    """What the stages share: the input, the model as it is built, the result and the report."""
+
+    specs: list[FunctionSpec]
+    options: ConversionOptions
+    report: ConversionReport = field(default_factory=ConversionReport)
+    model: Model | None = None
+    data: bytes | None = None
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A named step of the conversion."""
+
+    name: str
+    run: Callable[[Conversion], None]
+
+
 def legalization() -> Legalization:
     """kiln's legalisation tables: TF op emitters, TF-level patterns, function calls (fused
     or inlined) and the Keras 3 LSTM loop recogniser."""
     return Legalization(EMITTERS, match_patterns, emit_function_op, loop_fusions=(fuse_lstm_loop,))
 
 
-def build_model(specs: list[FunctionSpec], *, allow_custom_ops: bool = False,
-                enable_resource_variables: bool = True, check: bool = False,
-                report: ConversionReport | None = None) -> Model:
-    """Import ``specs`` into one IR model and optimise it (no metadata, not written)."""
-    from .tfutil import clear_function_cache
+# -- the stages ------------------------------------------------------------------------------------
 
-    report = report if report is not None else ConversionReport()
-    start = time.perf_counter()
-    try:
-        model = _build(specs, allow_custom_ops, enable_resource_variables, check, report, start)
-    finally:
-        clear_function_cache()
-    return model
-
-
-def _build(specs, allow_custom_ops, enable_resource_variables, check, report, start) -> Model:
-    importer = Importer(legalization(), allow_custom_ops=allow_custom_ops, enable_resource_variables=enable_resource_variables)
-    for spec in specs:
+def import_functions(conv: Conversion) -> None:
+    """TensorFlow functions -> one IR model (one subgraph per signature), fusions included."""
+    options = conv.options
+    importer = Importer(legalization(), allow_custom_ops=options.allow_custom_ops,
+                        enable_resource_variables=options.enable_resource_variables)
+    for spec in conv.specs:
         mark_mutable_variables(importer, spec.function)
-    for spec in specs:
+    for spec in conv.specs:
         importer.import_signature(spec.key, spec.function, spec.input_names, spec.output_names)
     importer.finish_variables()
     importer.check_supported()
-    model = importer.model
-    mid = time.perf_counter()
-    manager = PassManager(optimization_passes(), check=check)
-    manager.run(model)
-    versions = AssignVersions()
-    versions.run(model)
-    end = time.perf_counter()
-    stats = importer.stats
-    report.import_seconds = mid - start
-    report.pass_seconds = end - mid
+    conv.model = importer.model
+    stats, report = importer.stats, conv.report
     report.fused = list(stats.fused)
     report.not_fused = list(stats.not_fused)
     report.custom_ops = dict(stats.custom)
     report.tf_ops = dict(sorted(stats.tf_ops.items()))
-    report.missing_records = sorted(versions.missing)
-    report.passes = dict(manager.stats.changes)
-    return model
+
+
+def optimise(conv: Conversion) -> None:
+    """The optimisation passes, run to a fixed point."""
+    manager = PassManager(optimization_passes(), check=conv.options.verify_passes)
+    manager.run(conv.model)
+    conv.report.passes = dict(manager.stats.changes)
+
+
+def quantize_stage(options: ConversionOptions) -> Stage:
+    """The quantize stage for ``options``; post-training quantization is not implemented, so
+    assembling it refuses the conversion before anything runs.
+
+    Raises:
+      UnsupportedError: always (naming what asked for quantization).
+    """
+    raise UnsupportedError(
+        "post-training quantization is not implemented in kiln yet (requested: "
+        + "; ".join(options.quantization) + "); convert without optimizations for a float model")
+
+
+def assign_versions(conv: Conversion) -> None:
+    """Every operator at the lowest version its features need."""
+    versions = AssignVersions()
+    versions.run(conv.model)
+    conv.report.missing_records = sorted(versions.missing)
+
+
+def add_metadata(conv: Conversion) -> None:
+    """min_runtime_version and CONVERSION_METADATA."""
+    conv.report.min_runtime_version = write_metadata(
+        conv.model, tf_version=tf().__version__, model_type=conv.options.model_type,
+        model_hash=model_hash(conv.specs), allow_custom_ops=conv.options.allow_custom_ops)
+
+
+def write(conv: Conversion) -> None:
+    """The IR model -> .tflite bytes."""
+    conv.data = write_model(conv.model)
+    conv.report.size = len(conv.data)
+    conv.report.record_model(conv.model)
 
 
 def model_hash(specs: list[FunctionSpec]) -> int:
@@ -88,25 +139,44 @@ def model_hash(specs: list[FunctionSpec]) -> int:
     return int.from_bytes(h.digest(), "little")
 
 
-def convert(specs: list[FunctionSpec], *, model_type: ModelType, allow_custom_ops: bool = False,
-            enable_resource_variables: bool = True, check: bool = False,
-            report: ConversionReport | None = None) -> tuple[bytes, Model, ConversionReport]:
-    """Convert to .tflite bytes; returns (bytes, IR model, report)."""
-    from ..format import write_model
-    from .tfutil import tf
+# -- the pipeline --------------------------------------------------------------------------------
 
-    report = report if report is not None else ConversionReport()
-    start = time.perf_counter()
-    model = build_model(specs, allow_custom_ops=allow_custom_ops,
-                        enable_resource_variables=enable_resource_variables, check=check, report=report)
-    report.min_runtime_version = write_metadata(
-        model, tf_version=tf().__version__, model_type=model_type, model_hash=model_hash(specs),
-        allow_custom_ops=allow_custom_ops)
-    w0 = time.perf_counter()
-    data = write_model(model)
-    end = time.perf_counter()
-    report.write_seconds = end - w0
-    report.seconds = end - start
-    report.size = len(data)
-    report.record_model(model)
-    return data, model, report
+class Pipeline:
+    """Stages run in order over one `Conversion`; each one's time goes into the report."""
+
+    def __init__(self, stages: Sequence[Stage]):
+        self.stages = tuple(stages)
+
+    @classmethod
+    def from_options(cls, options: ConversionOptions) -> "Pipeline":
+        """The stages ``options`` ask for.
+
+        Raises:
+          UnsupportedError: the options ask for quantization (not implemented yet).
+        """
+        stages = [Stage("import", import_functions), Stage("optimise", optimise)]
+        if options.quantization:
+            stages.append(quantize_stage(options))
+        stages += [Stage("version", assign_versions), Stage("metadata", add_metadata), Stage("write", write)]
+        return cls(stages)
+
+    @property
+    def names(self) -> list[str]:
+        return [stage.name for stage in self.stages]
+
+    def run(self, specs: list[FunctionSpec], options: ConversionOptions,
+            report: ConversionReport | None = None) -> Conversion:
+        """Run every stage; the `Conversion` holds the model, the bytes (after "write") and
+        the report with ``stages`` = [(name, seconds)] of the stages that ran."""
+        conv = Conversion(list(specs), options, report if report is not None else ConversionReport())
+        conv.report.stages = []
+        start = time.perf_counter()
+        try:
+            for stage in self.stages:
+                t0 = time.perf_counter()
+                stage.run(conv)
+                conv.report.stages.append((stage.name, time.perf_counter() - t0))
+        finally:
+            clear_function_cache()
+        conv.report.seconds = time.perf_counter() - start
+        return conv

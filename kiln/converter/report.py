@@ -16,8 +16,9 @@ class ConversionReport:
       op_counts: operator name -> count over all subgraphs (custom ops by custom code).
       op_versions: sorted (operator name, version) pairs the model uses.
       size: bytes of the written model.
-      seconds: wall time of ``convert()`` (import, passes, writing).
-      import_seconds / pass_seconds / write_seconds: its parts.
+      seconds: wall time of the conversion pipeline (all its stages).
+      stages: (stage name, seconds) of each pipeline stage that ran, in order ("import",
+        "optimise", "version", "metadata", "write"; see kiln/converter/pipeline.py).
       fused: composite functions fused ("label: fused (implements name)").
       not_fused: composite functions that were inlined, each with the reason.
       custom_ops: TF op types emitted as CUSTOM (``allow_custom_ops``).
@@ -33,9 +34,7 @@ class ConversionReport:
     op_versions: list[tuple[str, int]] = field(default_factory=list)
     size: int = 0
     seconds: float = 0.0
-    import_seconds: float = 0.0
-    pass_seconds: float = 0.0
-    write_seconds: float = 0.0
+    stages: list[tuple[str, float]] = field(default_factory=list)
     fused: list[str] = field(default_factory=list)
     not_fused: list[str] = field(default_factory=list)
     custom_ops: dict[str, int] = field(default_factory=dict)
@@ -49,6 +48,23 @@ class ConversionReport:
     @property
     def num_ops(self) -> int:
         return sum(self.op_counts.values())
+
+    def stage_seconds(self, *names: str) -> float:
+        """Time spent in the named stages (0 for stages that did not run)."""
+        return sum(seconds for name, seconds in self.stages if name in names)
+
+    @property
+    def import_seconds(self) -> float:
+        return self.stage_seconds("import")
+
+    @property
+    def pass_seconds(self) -> float:
+        """Optimisation passes and versioning (what the pass managers ran)."""
+        return self.stage_seconds("optimise", "version")
+
+    @property
+    def write_seconds(self) -> float:
+        return self.stage_seconds("write")
 
     def record_model(self, model: Model) -> None:
         counts: Counter = Counter()
@@ -67,6 +83,8 @@ class ConversionReport:
             f"{self.num_ops} ops in {self.subgraphs} subgraph(s): {ops or '-'}",
             f"size {self.size} bytes, converted in {self.seconds:.3f} s, min runtime {self.min_runtime_version or '-'}",
         ]
+        if self.stages:
+            lines.append("stages: " + ", ".join(f"{name} {seconds:.3f} s" for name, seconds in self.stages))
         if self.fused:
             lines.append("fused: " + "; ".join(self.fused))
         if self.notes:
