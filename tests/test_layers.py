@@ -1,0 +1,127 @@
+"""kiln's package layers (docs/architecture.md), checked over the import graph.
+
+Every ``import`` in kiln's sources — module-level and function-local — is read with `ast` and
+must go to the importing module's own unit or to a unit of a lower layer. Imports under
+``if TYPE_CHECKING:`` are exempt: they never run, so they cannot form a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "kiln"
+
+#: Layers, lowest first. A module may import its own unit and units of lower layers only.
+#: A unit is a package (with everything under it not listed on its own) or a module; the
+#: facades ``kiln`` and ``kiln.converter`` stand for their ``__init__`` only.
+LAYERS: list[set[str]] = [
+    {"kiln.errors", "kiln.schema", "kiln.quant.arith"},  # shared types; LiteRT's fixed-point math
+    {"kiln.ir", "kiln.quant.params", "kiln.quant.hybrid", "kiln.quant.rules"},  # the model representation;
+                                                       # quantization parameters, hybrid kernels, op rules
+    {"kiln.ops"},                                      # op records: options, shapes, versions, kernels
+    {"kiln.format", "kiln.passes", "kiln.fusion"},     # .tflite <-> IR; IR rewrites; composite fusion
+    {"kiln.runtime"},                                  # the interpreter
+    {"kiln.delegates", "kiln.quant"},                  # delegates; post-training quantization (calibrates
+                                                       # with the interpreter)
+    # the converter, bottom up
+    {"kiln.converter.tfutil", "kiln.converter.runtime_version"},
+    {"kiln.converter.values", "kiln.converter.custom", "kiln.converter.metadata", "kiln.converter.report"},
+    {"kiln.converter.options", "kiln.converter.context", "kiln.converter.scope"},
+    {"kiln.converter.legalize", "kiln.converter.keras"},   # emitters and recognisers
+    {"kiln.converter.importer", "kiln.converter.variables"},
+    {"kiln.converter.pipeline"},                       # assembles the tables and the stages
+    {"kiln.converter.api"},
+    {"kiln.converter", "kiln.converter.cli"},
+    # the public facade and the command line
+    {"kiln"},
+    {"kiln.cli", "kiln.demo"},
+    {"kiln.__main__"},
+]
+FACADES = {"kiln", "kiln.converter"}
+RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def unit_of(module: str) -> str:
+    """The table's unit for ``module`` (the longest matching name)."""
+    best = None
+    for unit in RANK:
+        if module == unit or (unit not in FACADES and module.startswith(unit + ".")):
+            if best is None or len(unit) > len(best):
+                best = unit
+    if best is None:
+        raise AssertionError(f"{module} belongs to no unit of the layer table in tests/test_layers.py")
+    return best
+
+
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return skip
+
+
+def imports_of(module: str) -> list[tuple[int, str]]:
+    """(line, imported kiln module) for every import in ``module``'s source, each once."""
+    path = MODULES[module]
+    tree = ast.parse(path.read_text(), str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    skip = _type_checking_only(tree)
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "kiln"]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "kiln":
+                continue
+            for alias in node.names:  # "from . import ops" imports the module kiln.ops
+                sub = f"{target}.{alias.name}"
+                found.append((node.lineno, sub if sub in MODULES else target))
+    return sorted(set(found))
+
+
+def test_every_module_has_a_layer():
+    for module in MODULES:
+        unit_of(module)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_respect_the_layers(module):
+    unit = unit_of(module)
+    wrong = []
+    for line, target in imports_of(module):
+        other = unit_of(target)
+        if other != unit and RANK[other] >= RANK[unit]:
+            wrong.append(f"{MODULES[module].relative_to(ROOT.parent)}:{line} imports {target} "
+                         f"({other}, layer {RANK[other]}) from {unit} (layer {RANK[unit]})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_rule_catches_a_cycle(tmp_path, monkeypatch):
+    """The checker itself: an upward import (fusion -> converter) is reported."""
+    fake = tmp_path / "kiln" / "fusion" / "upward.py"
+    fake.parent.mkdir(parents=True)
+    fake.write_text("def f():\n    from ..converter import importer\n")
+    monkeypatch.setitem(MODULES, "kiln.fusion.upward", fake)
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path / "kiln")
+    with pytest.raises(AssertionError, match="imports kiln.converter.importer"):
+        test_imports_respect_the_layers("kiln.fusion.upward")
