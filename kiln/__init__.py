@@ -37,6 +37,7 @@ _LAZY = {
     "TFLiteConverter": ("kiln.converter.api", "TFLiteConverter"),
     "Optimize": ("kiln.converter.api", "Optimize"),
     "OpsSet": ("kiln.converter.api", "OpsSet"),
+    "quantize": ("kiln.quant.api", "quantize"),
     **{name: ("kiln.fusion.registry", name)
        for name in ("CompositeCall", "NotFusable", "register_fusion", "unregister_fusion")},
 }
@@ -58,6 +59,6 @@ __all__ = [
     "Activation", "BuiltinOpResolver", "CompositeCall", "ConversionError", "DType", "Delegate",
     "DelegateKernel", "Interpreter", "InterpreterError", "KilnError", "ModelError", "MutableOpResolver",
     "NodeInfo", "NotFusable", "OpError", "Optimize", "OpsSet", "Padding", "Partition", "Registration",
-    "RegistrationError", "SignatureRunner", "TFLiteConverter", "UnsupportedError", "read_model",
+    "RegistrationError", "SignatureRunner", "TFLiteConverter", "UnsupportedError", "quantize", "read_model",
     "register_fusion", "save_model", "unregister_fusion", "write_model", "__version__",
 ]

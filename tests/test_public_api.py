@@ -6,7 +6,7 @@ EXPECTED = {
     "Activation", "BuiltinOpResolver", "CompositeCall", "ConversionError", "DType", "Delegate",
     "DelegateKernel", "Interpreter", "InterpreterError", "KilnError", "ModelError", "MutableOpResolver",
     "NodeInfo", "NotFusable", "OpError", "Optimize", "OpsSet", "Padding", "Partition", "Registration",
-    "RegistrationError", "SignatureRunner", "TFLiteConverter", "UnsupportedError", "read_model",
+    "RegistrationError", "SignatureRunner", "TFLiteConverter", "UnsupportedError", "quantize", "read_model",
     "register_fusion", "save_model", "unregister_fusion", "write_model", "__version__",
 }
 

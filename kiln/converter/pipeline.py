@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from ..errors import UnsupportedError
+from ..errors import ConversionError, UnsupportedError
 from ..format import write_model
 from ..ir import Model
 from ..passes import AssignVersions, PassManager, optimization_passes
@@ -25,7 +25,7 @@ from .legalize import EMITTERS
 from .legalize.control import emit_function_op
 from .legalize.patterns import match_patterns
 from .metadata import write_metadata
-from .options import ConversionOptions
+from .options import ConversionOptions, OpsSet
 from .report import ConversionReport
 from .scope import Legalization
 from .tfutil import clear_function_cache, tf
@@ -95,16 +95,53 @@ def optimise(conv: Conversion) -> None:
     conv.report.passes = dict(manager.stats.changes)
 
 
-def quantize_stage(options: ConversionOptions) -> Stage:
-    """The quantize stage for ``options``; post-training quantization is not implemented, so
-    assembling it refuses the conversion before anything runs.
+def quantization_plan(options: ConversionOptions) -> dict:
+    """The `kiln.quant.quantize_model` arguments TF's converter would pick for ``options``.
+
+    As TF 2.21: float16 when ``supported_types`` is float16 alone; full integer when a
+    representative dataset is given (integer-only when ``supported_ops`` is just
+    TFLITE_BUILTINS_INT8 or ``supported_types`` is int8); dynamic range otherwise.
 
     Raises:
-      UnsupportedError: always (naming what asked for quantization).
+      ConversionError: integer-only or integer I/O without a dataset (TF's message), or
+        quantization options without ``optimizations``.
+      UnsupportedError: 16x8 (int16 activations), not implemented yet.
     """
-    raise UnsupportedError(
-        "post-training quantization is not implemented in kiln yet (requested: "
-        + "; ".join(options.quantization) + "); convert without optimizations for a float model")
+    types = set(options.supported_types) - {"float32"}
+    int16 = OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
+    if int16 in options.supported_ops or "int16" in (options.inference_input_type, options.inference_output_type):
+        raise UnsupportedError("16x8 quantization (int16 activations, "
+                               "EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8) is not "
+                               "implemented in kiln yet; use int8 or dynamic-range quantization")
+    if not options.optimizations:
+        raise ConversionError("quantization options (" + "; ".join(options.quantization) + ") need "
+                              "optimizations=[Optimize.DEFAULT]")
+    integer_only = options.supported_ops == {OpsSet.TFLITE_BUILTINS_INT8} or types == {"int8"}
+    integer_io = {options.inference_input_type, options.inference_output_type} != {"float32"}
+    if types == {"float16"} and not integer_only:
+        return {"mode": "float16"}
+    if options.representative_dataset is None:
+        if integer_only or integer_io:
+            raise ConversionError("For full integer quantization, a `representative_dataset` must be specified.")
+        return {"mode": "dynamic"}
+    return {"mode": "int8", "representative_dataset": options.representative_dataset,
+            "integer_only": integer_only, "inference_input_type": options.inference_input_type,
+            "inference_output_type": options.inference_output_type}
+
+
+def quantize_stage(options: ConversionOptions) -> Stage:
+    """Post-training quantization of the optimised model (kiln.quant), as TF's converter
+    would do it for ``options``; what it did goes to ``report.quantization``."""
+    plan = quantization_plan(options)
+
+    def quantize(conv: Conversion) -> None:
+        from ..quant.api import quantize_model
+
+        done = quantize_model(conv.model, **plan)
+        conv.report.quantization = {"mode": done.mode, "quantized": len(done.quantized),
+                                    "kept_float": [f"{op} '{name}': {why}" for op, name, why in done.kept_float]}
+
+    return Stage("quantize", quantize)
 
 
 def assign_versions(conv: Conversion) -> None:
@@ -152,7 +189,8 @@ class Pipeline:
         """The stages ``options`` ask for.
 
         Raises:
-          UnsupportedError: the options ask for quantization (not implemented yet).
+          UnsupportedError / ConversionError: quantization options kiln cannot honour
+            (see `quantization_plan`), before anything runs.
         """
         stages = [Stage("import", import_functions), Stage("optimise", optimise)]
         if options.quantization:

@@ -28,6 +28,7 @@ class ConversionReport:
       missing_records: builtin ops without a kiln op record (their version could not be set).
       passes: per pass, how many rounds changed the model.
       notes: what tracing decided (e.g. Keras recurrent layers routed to fusions).
+      quantization: when quantized: {"mode", "quantized" (count), "kept_float" (op: reason)}.
     """
 
     op_counts: dict[str, int] = field(default_factory=dict)
@@ -44,6 +45,7 @@ class ConversionReport:
     missing_records: list[str] = field(default_factory=list)
     passes: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    quantization: dict = field(default_factory=dict)
 
     @property
     def num_ops(self) -> int:

@@ -1,8 +1,10 @@
-"""`kiln.quantize`: post-training quantization of any float .tflite model."""
+"""`kiln.quantize`: post-training quantization of any float .tflite model (and the
+converter's quantize stage, which calls `quantize_model` on its IR)."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from typing import Iterable
 
 from ..errors import KilnError, UnsupportedError
@@ -12,6 +14,17 @@ from .static import quantize_int8
 from .weights import MIN_WEIGHT_ELEMENTS, quantize_dynamic_range, quantize_float16
 
 MODES = ("dynamic", "float16", "int8", "int16x8", "weight_only")
+IMPLEMENTED = ("dynamic", "float16", "int8")
+
+
+@dataclass
+class QuantizationReport:
+    """What a quantization did: the mode, (op, tensor) pairs quantized, and ops kept float
+    (op, tensor, reason)."""
+
+    mode: str
+    quantized: list[tuple[str, str]] = field(default_factory=list)
+    kept_float: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 def _load(model) -> Model:
@@ -24,6 +37,34 @@ def _load(model) -> Model:
     raise KilnError(f"quantize: expected .tflite bytes, a path or a kiln Model, got {type(model).__name__}")
 
 
+def _check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise KilnError(f"quantize: unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+    if mode not in IMPLEMENTED:
+        raise UnsupportedError(f"quantize: mode {mode!r} is not implemented yet "
+                               f"(available: {', '.join(IMPLEMENTED)})")
+
+
+def quantize_model(model: Model, mode: str = "dynamic", *, representative_dataset=None,
+                   denylist: Iterable[str] = (), min_elements: int = MIN_WEIGHT_ELEMENTS,
+                   integer_only: bool = False, inference_input_type: str = "float32",
+                   inference_output_type: str = "float32", progress: bool = True) -> QuantizationReport:
+    """Quantize an IR model in place (see `quantize` for the modes)."""
+    _check_mode(mode)
+    denied = frozenset(denylist)
+    if mode == "dynamic":
+        done = quantize_dynamic_range(model, min_elements=min_elements, denylist=denied)
+        return QuantizationReport(mode, done.quantized, done.skipped)
+    if mode == "float16":
+        return QuantizationReport(mode, quantize_float16(model).quantized)
+    if representative_dataset is None:
+        raise KilnError("quantize: mode 'int8' needs a representative_dataset to calibrate on")
+    done = quantize_int8(model, representative_dataset, integer_only=integer_only,
+                         input_type=inference_input_type, output_type=inference_output_type,
+                         denylist=denied, progress=progress)
+    return QuantizationReport(mode, done.quantized, done.float_ops)
+
+
 def quantize(model, mode: str = "dynamic", *, representative_dataset=None,
              denylist: Iterable[str] = (), min_elements: int = MIN_WEIGHT_ELEMENTS,
              integer_only: bool = False, inference_input_type: str = "float32",
@@ -32,23 +73,15 @@ def quantize(model, mode: str = "dynamic", *, representative_dataset=None,
 
     Modes: ``dynamic`` (int8 weights, float activations, as TF's ``Optimize.DEFAULT``
     without a dataset), ``float16`` (float16 constants) and ``int8`` (full integer with
-    calibration on ``representative_dataset``; ``integer_only`` refuses ops without an
-    int8 kernel instead of keeping them float; I/O types float32, int8 or uint8).
-    ``denylist`` names op types or output tensor names to keep float.
+    calibration on ``representative_dataset``: a TF-style callable, an iterable of samples
+    or an .npz path; ``integer_only`` refuses ops without an int8 kernel instead of keeping
+    them float; I/O types float32, int8 or uint8). ``denylist`` names op types or output
+    tensor names to keep float.
     """
-    if mode not in MODES:
-        raise KilnError(f"quantize: unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+    _check_mode(mode)
     ir = _load(model)
-    if mode == "dynamic":
-        quantize_dynamic_range(ir, min_elements=min_elements, denylist=frozenset(denylist))
-    elif mode == "float16":
-        quantize_float16(ir)
-    elif mode == "int8":
-        if representative_dataset is None:
-            raise KilnError("quantize: mode 'int8' needs a representative_dataset to calibrate on")
-        quantize_int8(ir, representative_dataset, integer_only=integer_only, input_type=inference_input_type,
-                      output_type=inference_output_type, denylist=denylist, progress=progress)
-    else:
-        raise UnsupportedError(f"quantize: mode {mode!r} is not implemented yet "
-                               "(available: dynamic, float16, int8)")
+    quantize_model(ir, mode, representative_dataset=representative_dataset, denylist=denylist,
+                   min_elements=min_elements, integer_only=integer_only,
+                   inference_input_type=inference_input_type, inference_output_type=inference_output_type,
+                   progress=progress)
     return write_model(ir)

@@ -1,4 +1,4 @@
-"""The TFLiteConverter API: construction, option validation, quantization refusal, report,
+"""The TFLiteConverter API: construction, option validation, quantization modes, report,
 signatures and metadata."""
 
 from __future__ import annotations
@@ -122,31 +122,60 @@ def test_saved_model_missing_dir(tmp_path):
         kiln.TFLiteConverter.from_saved_model(str(tmp_path / "absent"))
 
 
-@pytest.mark.parametrize("setting, match", [
-    ({"optimizations": {kiln.Optimize.DEFAULT}}, "optimizations=DEFAULT"),
-    ({"optimizations": ["OPTIMIZE_FOR_SIZE"]}, "optimizations=OPTIMIZE_FOR_SIZE"),
-    ({"supported_types": {"float16"}}, "supported_types=float16"),
-    ({"supported_ops": {kiln.OpsSet.TFLITE_BUILTINS_INT8}}, "supported_ops=TFLITE_BUILTINS_INT8"),
-    ({"optimizations": {kiln.Optimize.DEFAULT}, "representative_dataset": lambda: iter([])}, "representative_dataset"),
-    ({"optimizations": {kiln.Optimize.DEFAULT}, "inference_input_type": np.int8}, "inference types int8"),
-])
-def test_quantization_is_refused_clearly(dense_model, setting, match):
-    c = kiln.TFLiteConverter.from_keras_model(dense_model)
+def _configured(model, setting):
+    c = kiln.TFLiteConverter.from_keras_model(model)
     for key, value in setting.items():
         if key in ("supported_types", "supported_ops"):
             setattr(c.target_spec, key, value)
         else:
             setattr(c, key, value)
-    with pytest.raises(UnsupportedError, match="post-training quantization is not implemented") as info:
-        c.convert()
-    assert match in str(info.value)
+    return c
+
+
+def _calibration():
+    return (np.random.default_rng(i).normal(size=(1, 4)).astype(np.float32) for i in range(8))
+
+
+@pytest.mark.parametrize("setting, mode, io_type", [
+    ({"optimizations": {kiln.Optimize.DEFAULT}}, "dynamic", "FLOAT32"),
+    ({"optimizations": ["OPTIMIZE_FOR_SIZE"]}, "dynamic", "FLOAT32"),
+    ({"optimizations": {kiln.Optimize.DEFAULT}, "supported_types": {"float16"}}, "float16", "FLOAT32"),
+    ({"optimizations": {kiln.Optimize.DEFAULT}, "representative_dataset": lambda: ([x] for x in _calibration())},
+     "int8", "FLOAT32"),
+    ({"optimizations": {kiln.Optimize.DEFAULT}, "representative_dataset": lambda: ([x] for x in _calibration()),
+      "supported_ops": {kiln.OpsSet.TFLITE_BUILTINS_INT8}, "inference_input_type": np.int8,
+      "inference_output_type": np.int8}, "int8", "INT8"),
+])
+def test_quantization_modes_follow_tf(dense_model, setting, mode, io_type):
+    c = _configured(dense_model, setting)
+    model = kiln.read_model(c.convert())
+    assert c.report.quantization["mode"] == mode
+    assert "quantize" in [name for name, _ in c.report.stages]
+    assert model.main.inputs[0].dtype.name == io_type
+    types = {t.dtype.name for t in model.main.tensors}
+    assert {"dynamic": "FLOAT32", "float16": "FLOAT16", "int8": "INT8"}[mode] in types
+
+
+@pytest.mark.parametrize("setting, error, match", [
+    ({"supported_ops": {kiln.OpsSet.TFLITE_BUILTINS_INT8}}, ConversionError, "need optimizations"),
+    ({"optimizations": {kiln.Optimize.DEFAULT}, "supported_ops": {kiln.OpsSet.TFLITE_BUILTINS_INT8}},
+     ConversionError, "a `representative_dataset` must be specified"),
+    ({"optimizations": {kiln.Optimize.DEFAULT}, "inference_input_type": np.int8}, ConversionError,
+     "a `representative_dataset` must be specified"),
+    ({"optimizations": {kiln.Optimize.DEFAULT}, "representative_dataset": lambda: iter([]),
+      "supported_ops": {kiln.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8}},
+     UnsupportedError, "16x8 quantization"),
+])
+def test_quantization_options_kiln_cannot_honour_are_refused(dense_model, setting, error, match):
+    with pytest.raises(error, match=match):
+        _configured(dense_model, setting).convert()
 
 
 def test_tf_enums_are_accepted(dense_model, tf):
     c = kiln.TFLiteConverter.from_keras_model(dense_model)
     c.optimizations = [tf.lite.Optimize.DEFAULT]
-    with pytest.raises(UnsupportedError):
-        c.convert()
+    c.convert()
+    assert c.report.quantization["mode"] == "dynamic"
     c.optimizations = set()
     c.target_spec.supported_ops = {tf.lite.OpsSet.TFLITE_BUILTINS}
     c.target_spec.supported_types = {tf.float32}

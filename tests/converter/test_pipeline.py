@@ -57,12 +57,18 @@ def test_float_options_assemble_the_float_stages():
     assert Pipeline.from_options(options).names == FLOAT_STAGES
 
 
-def test_quantization_stage_refuses_before_anything_runs():
+def test_quantization_options_assemble_a_quantize_stage():
     options = ConversionOptions(ModelType.KERAS_MODEL, optimizations=frozenset({kiln.Optimize.DEFAULT}),
                                 representative_dataset=lambda: iter(()))
     assert options.quantization == ["optimizations=DEFAULT", "representative_dataset"]
-    with pytest.raises(UnsupportedError, match=r"not implemented in kiln yet \(requested: "
-                                               r"optimizations=DEFAULT; representative_dataset\)"):
+    names = Pipeline.from_options(options).names
+    assert names == FLOAT_STAGES[:2] + ["quantize"] + FLOAT_STAGES[2:]
+
+
+def test_16x8_is_refused_before_anything_runs():
+    options = ConversionOptions(ModelType.KERAS_MODEL, optimizations=frozenset({kiln.Optimize.DEFAULT}),
+                                supported_ops=frozenset({kiln.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8}))
+    with pytest.raises(UnsupportedError, match="16x8 quantization"):
         Pipeline.from_options(options)
 
 
