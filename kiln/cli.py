@@ -370,6 +370,10 @@ def build_parser(with_convert: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--no-profile", dest="profile", action="store_false", help="skip the per-op profile")
     p.set_defaults(func=cmd_benchmark)
 
+    from .quant import cli as quant_cli
+
+    quant_cli.add_parser(sub)
+
     converter = _converter_cli() if with_convert else None
     if converter is not None:
         converter.add_parser(sub)

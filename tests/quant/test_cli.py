@@ -1,0 +1,45 @@
+"""``kiln quantize`` on a float .tflite: each mode, a .npz dataset keyed by input name,
+clear errors with exit code 1."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.cli import main
+
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+
+
+@pytest.fixture(scope="module")
+def float_model(tmp_path_factory):
+    m = keras.Sequential([keras.Input((40,), name="x"), keras.layers.Dense(64, activation="relu"),
+                          keras.layers.Dense(3)])
+    path = tmp_path_factory.mktemp("cli") / "mlp.tflite"
+    path.write_bytes(kiln.TFLiteConverter.from_keras_model(m).convert())
+    return path
+
+
+@pytest.mark.parametrize("mode, dtype", [("dynamic", "INT8"), ("float16", "FLOAT16"), ("int8", "INT8")])
+def test_each_mode_writes_a_quantized_model(float_model, tmp_path, capsys, mode, dtype):
+    data = tmp_path / "calib.npz"
+    np.savez(data, x=np.random.default_rng(0).normal(size=(16, 40)).astype(np.float32))
+    out = tmp_path / f"out_{mode}.tflite"
+    assert main(["quantize", str(float_model), "-o", str(out), "--mode", mode, "--data", str(data)]) == 0
+    assert f"mode {mode}" in capsys.readouterr().out
+    model = kiln.read_model(out.read_bytes())
+    assert dtype in {t.dtype.name for t in model.main.tensors}
+    assert out.stat().st_size < float_model.stat().st_size
+
+
+def test_errors_exit_1_with_a_message(float_model, tmp_path, capsys):
+    assert main(["quantize", str(float_model), "--mode", "int8"]) == 1
+    assert "needs --data" in capsys.readouterr().err
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, x=np.zeros((4, 7), np.float32))
+    assert main(["quantize", str(float_model), "--mode", "int8", "--data", str(bad)]) == 1
+    assert "does not fit the model's" in capsys.readouterr().err
+    assert main(["quantize", str(tmp_path / "absent.tflite")]) == 1
+    assert "error" in capsys.readouterr().err
