@@ -10,6 +10,11 @@ does (measured, shared/quantization.md §3):
   LiteRT runs those ops with its hybrid kernels (inputs quantized on the fly), and
   FULLY_CONNECTED quantizes its inputs asymmetrically (``asymmetric_quantize_inputs``).
   Biases stay float.
+- the fused sequence LSTMs (kiln's extension: TF 2.21's default quantizer leaves them float,
+  size ratio 1.00): every weight matrix of an LSTM whose weights reach the threshold
+  together becomes per-tensor symmetric int8 — LiteRT's hybrid LSTM kernel reads all of
+  them as int8 — with asymmetric input quantization (versions 3). Biases and layer-norm
+  coefficients stay float.
 """
 
 from __future__ import annotations
@@ -32,6 +37,14 @@ HYBRID_WEIGHTS = {
     "CONV_2D": (1, 0),
     "DEPTHWISE_CONV_2D": (1, 3),
     "TRANSPOSE_CONV": (1, 0),
+}
+
+
+#: Fused LSTMs: the weight operands (gates, peepholes, projection) of each direction.
+_UNI_WEIGHTS = tuple(range(1, 12)) + (16,)
+LSTM_WEIGHTS = {
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": _UNI_WEIGHTS,
+    "BIDIRECTIONAL_SEQUENCE_LSTM": _UNI_WEIGHTS + tuple(i + 17 for i in _UNI_WEIGHTS) + tuple(range(40, 48)),
 }
 
 
@@ -89,6 +102,9 @@ def quantize_dynamic_range(model: Model, *, min_elements: int = MIN_WEIGHT_ELEME
     for sg in model.subgraphs:
         quantized: dict[int, Tensor] = {}   # id(float weights) -> int8 copy, shared by users
         for op in list(sg.operators):
+            if op.op_type in LSTM_WEIGHTS:
+                _hybrid_lstm(sg, op, min_elements, denylist, report)
+                continue
             reason = _hybrid_refusal(op, min_elements, denylist)
             if reason is not None:
                 if op.op_type in HYBRID_WEIGHTS:
@@ -123,3 +139,25 @@ def _hybrid_refusal(op: Operator, min_elements: int, denylist) -> str | None:
     if w.data.size < min_elements:
         return f"{w.data.size} weights < {min_elements}"
     return None
+
+
+def _hybrid_lstm(sg: Subgraph, op: Operator, min_elements: int, denylist, report: WeightReport) -> None:
+    """int8 weights for a fused LSTM: all of them or none (LiteRT's hybrid kernel)."""
+    positions = [i for i in LSTM_WEIGHTS[op.op_type] if i < len(op.inputs) and op.inputs[i] is not None]
+    weights = [op.inputs[i] for i in positions]
+    name = op.outputs[0].name if op.outputs and op.outputs[0] is not None else ""
+    if op.op_type in denylist or name in denylist:
+        reason = "denylisted"
+    elif not all(_float_constant(w) for w in weights) or op.inputs[0].dtype != DType.FLOAT32:
+        reason = "weights or input are not float"
+    elif sum(w.data.size for w in weights) < min_elements:
+        reason = f"{sum(w.data.size for w in weights)} weights < {min_elements}"
+    else:
+        reason = None
+    if reason is not None:
+        report.skipped.append((op.op_type, name, reason))
+        return
+    for i, w in zip(positions, weights):
+        op.set_input(i, _int8_weights(sg, w, None))
+        report.quantized.append((op.op_type, w.name))
+    op.options["asymmetric_quantize_inputs"] = True
