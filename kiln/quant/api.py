@@ -11,10 +11,10 @@ from ..errors import KilnError, UnsupportedError
 from ..format import read_model, write_model
 from ..ir import Model
 from .static import quantize_int8
-from .weights import MIN_WEIGHT_ELEMENTS, quantize_dynamic_range, quantize_float16
+from .weights import MIN_WEIGHT_ELEMENTS, quantize_dynamic_range, quantize_float16, quantize_weight_only
 
 MODES = ("dynamic", "float16", "int8", "int16x8", "weight_only")
-IMPLEMENTED = ("dynamic", "float16", "int8")
+IMPLEMENTED = ("dynamic", "float16", "int8", "weight_only")
 
 
 @dataclass
@@ -57,6 +57,9 @@ def quantize_model(model: Model, mode: str = "dynamic", *, representative_datase
         return QuantizationReport(mode, done.quantized, done.skipped)
     if mode == "float16":
         return QuantizationReport(mode, quantize_float16(model).quantized)
+    if mode == "weight_only":
+        done = quantize_weight_only(model, min_elements=min_elements, denylist=denied)
+        return QuantizationReport(mode, done.quantized, done.skipped)
     if representative_dataset is None:
         raise KilnError("quantize: mode 'int8' needs a representative_dataset to calibrate on")
     done = quantize_int8(model, representative_dataset, integer_only=integer_only,
@@ -72,7 +75,8 @@ def quantize(model, mode: str = "dynamic", *, representative_dataset=None,
     """Quantize a float .tflite (bytes, path or Model) and return the new .tflite bytes.
 
     Modes: ``dynamic`` (int8 weights, float activations, as TF's ``Optimize.DEFAULT``
-    without a dataset), ``float16`` (float16 constants) and ``int8`` (full integer with
+    without a dataset), ``float16`` (float16 constants), ``weight_only`` (kiln's extension:
+    int8 weights behind DEQUANTIZE, float compute) and ``int8`` (full integer with
     calibration on ``representative_dataset``: a TF-style callable, an iterable of samples
     or an .npz path; ``integer_only`` refuses ops without an int8 kernel instead of keeping
     them float; I/O types float32, int8 or uint8). ``denylist`` names op types or output

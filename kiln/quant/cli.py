@@ -18,7 +18,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "float16 constants, or full integer int8 calibrated on a dataset.")
     p.add_argument("model", help="float .tflite file (kiln's, TensorFlow's or another exporter's)")
     p.add_argument("-o", "--output", help="output path (default: MODEL with _<mode>.tflite)")
-    p.add_argument("--mode", choices=("dynamic", "float16", "int8"), default="dynamic")
+    p.add_argument("--mode", choices=("dynamic", "float16", "int8", "weight_only"), default="dynamic")
     p.add_argument("--data", metavar="FILE.npz",
                    help="representative dataset for int8: arrays keyed by input name, one sample per row")
     p.add_argument("--denylist", nargs="+", default=(), metavar="OP_OR_TENSOR",

@@ -10,6 +10,10 @@ does (measured, shared/quantization.md §3):
   LiteRT runs those ops with its hybrid kernels (inputs quantized on the fly), and
   FULLY_CONNECTED quantizes its inputs asymmetrically (``asymmetric_quantize_inputs``).
   Biases stay float.
+- weight-only int8 (kiln's extension): the same weights stored as per-channel int8 and read
+  through one DEQUANTIZE each (version 5), so every op still computes in float — the
+  size of dynamic range with float accuracy of the dequantized weights, on any runtime
+  that has DEQUANTIZE (kiln's interpreter included).
 - the fused sequence LSTMs (kiln's extension: TF 2.21's default quantizer leaves them float,
   size ratio 1.00): every weight matrix of an LSTM whose weights reach the threshold
   together becomes per-tensor symmetric int8 — LiteRT's hybrid LSTM kernel reads all of
@@ -161,3 +165,31 @@ def _hybrid_lstm(sg: Subgraph, op: Operator, min_elements: int, denylist, report
         op.set_input(i, _int8_weights(sg, w, None))
         report.quantized.append((op.op_type, w.name))
     op.options["asymmetric_quantize_inputs"] = True
+
+
+def quantize_weight_only(model: Model, *, min_elements: int = MIN_WEIGHT_ELEMENTS,
+                         denylist: frozenset[str] = frozenset()) -> WeightReport:
+    """Per-channel int8 weights behind DEQUANTIZE for the ops of `HYBRID_WEIGHTS`; the ops
+    themselves stay float."""
+    report = WeightReport()
+    for sg in model.subgraphs:
+        restored: dict[int, Tensor] = {}
+        for op in list(sg.operators):
+            reason = _hybrid_refusal(op, min_elements, denylist)
+            if reason is not None:
+                if op.op_type in HYBRID_WEIGHTS:
+                    report.skipped.append((op.op_type, op.outputs[0].name if op.outputs else "", reason))
+                continue
+            index, axis = HYBRID_WEIGHTS[op.op_type]
+            w = op.inputs[index]
+            if id(w) not in restored:
+                q = _int8_weights(sg, w, axis)
+                q.name = f"{w.name}_int8"
+                out = sg.add_tensor(w.name, DType.FLOAT32, w.shape, shape_signature=w.shape_signature)
+                sg.add_operator("DEQUANTIZE", [q], [out], index=sg.operators.index(op))
+                restored[id(w)] = out
+            op.set_input(index, restored[id(w)])
+            report.quantized.append((op.op_type, w.name))
+        sg.remove_unused_tensors()
+        _refresh_versions(sg)
+    return report

@@ -160,3 +160,22 @@ def test_dynamic_range_quantizes_fused_lstms_where_tf_leaves_them_float(lib):
     if lib == "tf_keras":
         _, tf_model = _tf_models(m)
         assert len(tf_model) > 0.95 * len(float_model)   # TF: the LSTM stays float
+
+
+def test_weight_only_int8_runs_in_kiln_and_litert_with_dequantized_weights():
+    """kiln's extension: int8 weights behind DEQUANTIZE (v5), float compute: outputs equal
+    the float model run on the dequantized weights, in kiln and in LiteRT."""
+    float_model, _ = _tf_models(_hybrid_model())
+    ours = quantize(float_model, "weight_only")
+    m = kiln.read_model(ours)
+    deq = [op for op in m.main.operators if op.op_type == "DEQUANTIZE"]
+    assert len(deq) == 4 and all(op.version == 5 for op in deq)
+    assert all(op.inputs[1].dtype.name == "FLOAT32" for op in m.main.operators if op.op_type == "CONV_2D")
+    assert len(ours) < 0.4 * len(float_model)
+    x = np.random.default_rng(5).uniform(-1, 1, (2, 8, 8, 16)).astype(np.float32)
+    runner = kiln.Interpreter(model_content=ours).get_signature_runner()
+    (name,) = runner.get_input_details()
+    (got,) = runner(**{name: x}).values()
+    want = _run_litert(ours, x)
+    assert_close(got, want, rtol=1e-5, what="kiln vs LiteRT")
+    assert np.abs(want - _run_litert(float_model, x)).max() < 0.05 * np.abs(want).max()
