@@ -231,14 +231,21 @@ def test_tanh_is_not_fused():
     assert rewrite(model, [FuseActivations()], [rand(2, 3)]) == ["FULLY_CONNECTED", "TANH"]
 
 
-def test_shared_output_gets_a_fused_copy():
-    b = Builder((2, 3))
-    h = b.op("FULLY_CONNECTED", [b.inputs[0], b.const(rand(4, 3)), None], (2, 4))
-    r = b.op("RELU", [h], (2, 4))
-    y = b.op("ADD", [h, r], (2, 4))
+@pytest.mark.parametrize("host, weights, shape", [
+    ("FULLY_CONNECTED", (4, 3), (2, 4)),
+    ("CONV_2D", (4, 1, 1, 3), (2, 4)),
+])
+def test_a_shared_output_keeps_its_activation_standalone(host, weights, shape):
+    """Fusing would take a second copy of the host: a rewrite never adds arithmetic."""
+    x_shape = (2, 3) if host == "FULLY_CONNECTED" else (1, 2, 2, 3)
+    out_shape = shape if host == "FULLY_CONNECTED" else (1, 2, 2, 4)
+    b = Builder(x_shape)
+    extra = {} if host == "FULLY_CONNECTED" else conv_options()
+    h = b.op(host, [b.inputs[0], b.const(rand(*weights)), None], out_shape, **extra)
+    r = b.op("RELU", [h], out_shape)
+    y = b.op("ADD", [h, r], out_shape)
     model = b.finish(y)
-    assert rewrite(model, [FuseActivations(), DeadCodeElimination()], [rand(2, 3)]) == [
-        "FULLY_CONNECTED", "FULLY_CONNECTED", "ADD"]
+    assert rewrite(model, [FuseActivations(), DeadCodeElimination()], [rand(*x_shape)]) == [host, "RELU", "ADD"]
 
 
 def conv_options(padding=Padding.VALID, **extra):

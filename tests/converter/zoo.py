@@ -187,6 +187,20 @@ def k3_dilated() -> Source:
                          note="kiln folds SPACE_TO_BATCH_ND/BATCH_TO_SPACE_ND into dilated convolutions")
 
 
+def k3_shared_conv_relu() -> Source:
+    """A NASNet-style cell: a 1×1 conv's output read raw and through a ReLU (a fused copy of
+    the conv would add a convolution)."""
+    import keras
+
+    L = keras.layers
+    x = keras.Input((8, 8, 16))
+    h = L.Conv2D(32, 1)(x)
+    y = L.Add()([h, L.Conv2D(32, 1)(L.ReLU()(h))])
+    m = keras.Model(x, L.GlobalAveragePooling2D()(y))
+    randomize(m)
+    return _keras_source(m, [_rng(27).standard_normal((2, 8, 8, 16)).astype(np.float32)])
+
+
 def k3_conv1d_embedding() -> Source:
     import keras
 
@@ -559,6 +573,7 @@ BUILDERS: dict[str, Callable[[], Source]] = {
     "k3_cnn": k3_cnn,
     "k3_separable": k3_separable,
     "k3_dilated": k3_dilated,
+    "k3_shared_conv_relu": k3_shared_conv_relu,
     "k3_conv1d_embedding": k3_conv1d_embedding,
     "k3_shapes": k3_shapes,
     "k3_multi_io": k3_multi_io,
@@ -664,3 +679,32 @@ def op_count(model: bytes) -> int:
     import kiln
 
     return sum(1 for _ in kiln.read_model(model).operators())
+
+
+def run_macs(model: bytes, key: str, feeds: dict) -> int:
+    """Multiply-accumulates of ``model`` at the shapes a run of signature ``key`` on ``feeds``
+    produces (stored dynamic dims are placeholders, so static shapes would not compare)."""
+    import kiln
+    from kiln.passes.cost import model_macs
+
+    interp = kiln.Interpreter(model_content=model, experimental_preserve_all_tensors=True)
+    if key in interp.get_signature_list():
+        if "__first__" in feeds:
+            (name,) = interp.get_signature_list()[key]["inputs"]
+            feeds = {name: feeds["__first__"]}
+        interp.get_signature_runner(key)(**feeds)
+    else:  # a model without signatures (TF's conversion of concrete functions): inputs in order
+        for d, value in zip(interp.get_input_details(), feeds.values()):
+            interp.resize_tensor_input(d["index"], np.shape(value))
+        interp.allocate_tensors()
+        for d, value in zip(interp.get_input_details(), feeds.values()):
+            interp.set_tensor(d["index"], np.asarray(value))
+        interp.invoke()
+    shapes = {}
+    for s, sg in enumerate(interp.model.subgraphs):
+        for i, t in enumerate(sg.tensors):
+            try:
+                shapes[id(t)] = interp.get_tensor(i, s).shape
+            except Exception:  # noqa: BLE001 - a tensor no run wrote keeps its stored shape
+                continue
+    return model_macs(interp.model, shapes)
