@@ -1,5 +1,7 @@
 """Bias fusion: FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D / CONV_3D / TRANSPOSE_CONV followed by an ADD
-(or SUB) of a per-output-channel constant take it as their bias."""
+(or SUB) of a per-output-channel constant take it as their bias — also across a reshape that
+splits the channels into trailing dims (an einsum projection [b, t, 16] -> [b, t, 2, 8] + a
+[2, 8] bias, as Keras' MultiHeadAttention writes it)."""
 
 from __future__ import annotations
 
@@ -50,6 +52,46 @@ def fusable_producer(t) -> Operator | None:
     return op
 
 
+def _channel_split(x, value: np.ndarray) -> tuple[Operator, np.ndarray] | None:
+    """(affine producer, per-channel bias) when ``x`` is a sole-use RESHAPE of an affine op's
+    output that only splits its last dim ``n`` into trailing dims, and ``value`` broadcasts
+    over those trailing dims alone."""
+    reshape = x.producer
+    if reshape is None or reshape.op_type != "RESHAPE" or sole_user(x) is None:
+        return None
+    t = reshape.inputs[0]
+    op = fusable_producer(t) if sole_user(t) is reshape else None
+    if op is None:
+        return None
+    n, lead, sig = out_channels(op), tuple(t.signature[:-1]), tuple(x.signature)
+    if n <= 0 or len(sig) <= len(lead) or sig[:len(lead)] != lead:
+        return None
+    trailing = sig[len(lead):]
+    if any(d < 0 for d in trailing) or int(np.prod(trailing)) != n or value.ndim > len(sig):
+        return None
+    extra = value.shape[:max(0, value.ndim - len(trailing))]
+    if any(d != 1 for d in extra):
+        return None
+    core = value.reshape(value.shape[len(extra):])
+    try:
+        return op, np.broadcast_to(core, trailing).reshape(n)
+    except ValueError:
+        return None
+
+
+def _set_bias(sg: Subgraph, op: Operator, vec: np.ndarray, name: str) -> bool:
+    """Add ``vec`` to ``op``'s bias (creating it); False when its bias is not a constant."""
+    idx = BIAS_INPUT[op.op_type]
+    old = const(op.inputs[idx]) if len(op.inputs) > idx and op.inputs[idx] is not None else None
+    if len(op.inputs) > idx and op.inputs[idx] is not None and old is None:
+        return False
+    bias = vec.astype(np.float32) + (0 if old is None else old.astype(np.float32))
+    inputs = list(op.inputs) + [None] * (idx + 1 - len(op.inputs))
+    inputs[idx] = add_constant(sg, name, bias, DType.FLOAT32)
+    op.set_inputs(inputs)
+    return True
+
+
 def _fuse(sg: Subgraph, add: Operator) -> bool:
     if add.op_type not in ("ADD", "SUB") or len(add.inputs) != 2 or writes_variable(add):
         return False
@@ -58,25 +100,23 @@ def _fuse(sg: Subgraph, add: Operator) -> bool:
         if add.op_type == "SUB" and i == 1:
             break  # c - x is not a bias
         value = const(c)
-        op = fusable_producer(x) if value is not None else None
-        if op is None or tuple(add.outputs[0].signature) != tuple(x.signature):
+        if value is None or tuple(add.outputs[0].signature) != tuple(x.signature):
             continue
-        n = out_channels(op)
-        if n < 0 or (value.ndim > len(x.signature)):
-            continue
-        vec = broadcastable_to_last(value, n)
+        op, vec = fusable_producer(x), None
+        if op is not None:
+            n = out_channels(op)
+            if n >= 0 and value.ndim <= len(x.signature):
+                vec = broadcastable_to_last(value, n)
+        elif not add.options.get("fused_activation_function", 0):  # the activation would
+            split = _channel_split(x, value)                       # land before the reshape
+            if split is not None:
+                op, vec = split
         if vec is None:
             continue
         if add.op_type == "SUB":
             vec = -vec
-        idx = BIAS_INPUT[op.op_type]
-        old = const(op.inputs[idx]) if len(op.inputs) > idx and op.inputs[idx] is not None else None
-        if len(op.inputs) > idx and op.inputs[idx] is not None and old is None:
+        if not _set_bias(sg, op, vec, f"{add.outputs[0].name}/bias"):
             continue
-        bias = vec.astype(np.float32) + (0 if old is None else old.astype(np.float32))
-        inputs = list(op.inputs) + [None] * (idx + 1 - len(op.inputs))
-        inputs[idx] = add_constant(sg, f"{add.outputs[0].name}/bias", bias, DType.FLOAT32)
-        op.set_inputs(inputs)
         op.options["fused_activation_function"] = add.options.get("fused_activation_function", 0)
         return bypass(sg, add, x)
     return False

@@ -6,6 +6,8 @@
 - two TRANSPOSEs in a row are one (or none); a TRANSPOSE that only moves size-1 dims is a
   RESHAPE; a DYNAMIC_UPDATE_SLICE that overwrites its whole operand is its update; a TRANSPOSE
   of the last two dims feeding BATCH_MATMUL becomes its adj flag;
+- a reduction (MEAN, SUM, REDUCE_MAX/MIN/PROD) over dims of size 1 is a RESHAPE (a
+  squeeze-and-excite pooling over a 1×1 map; with keepdims the reshape then goes away);
 - a DIV by a float constant is a MUL by its reciprocal, MAXIMUM(x, 0) a RELU,
   MINIMUM(RELU(x), 6) a RELU6 and x + (-y) a SUB (as TF's converter writes them);
 - a RESHAPE that only flattens the input of a FULLY_CONNECTED is dropped (FULLY_CONNECTED
@@ -226,6 +228,26 @@ def _transpose_into_matmul(sg: Subgraph, op: Operator) -> bool:
     return False
 
 
+_REDUCTIONS = ("MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD")
+
+
+def _reduce_over_ones(sg: Subgraph, op: Operator) -> bool:
+    """A reduction over axes that all have static size 1 moves no data: a RESHAPE."""
+    if op.op_type not in _REDUCTIONS or len(op.inputs) < 2 or writes_variable(op):
+        return False
+    x, out = op.inputs[0], op.outputs[0]
+    axes = const(op.inputs[1])
+    sig = _const_shape_sig(op)
+    if axes is None or sig is None or x.dtype != out.dtype or not x.signature:
+        return False
+    rank = len(x.signature)
+    picked = {int(a) % rank for a in np.asarray(axes).reshape(-1)} if axes.size else set()
+    if not picked or any(x.signature[a] != 1 for a in picked):
+        return False
+    _replace(sg, op, "RESHAPE", [x, add_constant(sg, f"{out.name}/shape", np.asarray(sig, np.int32), DType.INT32)])
+    return True
+
+
 def _replace(sg: Subgraph, op: Operator, op_type: str, inputs: list, **options) -> None:
     """Swap ``op`` for a new ``op_type`` op producing the same output, at the same place."""
     out = op.outputs[0]
@@ -289,5 +311,5 @@ class Canonicalize(Pass):
                             | _cancel_reverses(sg, op)
                             | _flatten_into_fc(sg, op) | _fc_keep_dims(sg, op) | _transpose_as_reshape(sg, op)
                             | _whole_update(sg, op) | _div_as_mul(sg, op) | _transpose_into_matmul(sg, op)
-                            | _relu_forms(sg, op) | _add_of_neg(sg, op))
+                            | _relu_forms(sg, op) | _add_of_neg(sg, op) | _reduce_over_ones(sg, op))
         return changed

@@ -18,6 +18,17 @@ def _same_signature(op: Operator) -> bool:
     return sa == sb and sum(d < 0 for d in sa) <= 1
 
 
+def _keeps_shape(x, c, out) -> bool:
+    """``x`` broadcast against constant ``c`` keeps ``x``'s shape for any value of its dynamic
+    dims: every dim of ``c`` is 1 or equals a static dim of ``x``."""
+    if c is None or not c.is_constant or tuple(out.signature) != tuple(x.signature):
+        return False
+    xs, cs = tuple(x.signature), tuple(c.signature)
+    if len(cs) > len(xs):
+        return False
+    return all(cd == 1 or cd == xd >= 0 for cd, xd in zip(cs[::-1], xs[::-1]))
+
+
 def _all(value, x) -> bool:
     return value is not None and value.size > 0 and bool(np.all(value == x))
 
@@ -42,9 +53,9 @@ def is_noop(op: Operator) -> bool:
         perm = const(op.inputs[1])
         return perm is not None and list(perm.reshape(-1)) == list(range(perm.size))
     if t in ("ADD", "SUB"):
-        return _same_signature(op) and _all(const(op.inputs[1]), 0)
+        return _keeps_shape(x, op.inputs[1], out) and _all(const(op.inputs[1]), 0)
     if t in ("MUL", "DIV"):
-        return _same_signature(op) and _all(const(op.inputs[1]), 1)
+        return _keeps_shape(x, op.inputs[1], out) and _all(const(op.inputs[1]), 1)
     if t in ("PAD", "PADV2", "TILE"):
         value = const(op.inputs[1])
         return value is not None and (_all(value, 1) if t == "TILE" else not np.any(value))
@@ -74,7 +85,6 @@ class RemoveNoOps(Pass):
                     neutral = 0 if op.op_type == "ADD" else 1
                     if (_all(first, neutral) and not op.options.get("fused_activation_function", 0)
                             and op.inputs[1].dtype == op.outputs[0].dtype
-                            and tuple(op.inputs[1].signature) == tuple(op.outputs[0].signature)
-                            and sum(d < 0 for d in op.outputs[0].signature) <= 1):
+                            and _keeps_shape(op.inputs[1], op.inputs[0], op.outputs[0])):
                         changed |= bypass(sg, op, op.inputs[1])
         return changed

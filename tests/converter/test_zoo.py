@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import kiln
 from tests.converter import zoo
 
 NAMES = list(zoo.BUILDERS)
@@ -100,6 +101,16 @@ def test_never_more_arithmetic_than_tf(case):
     for key, feeds in case.source.feeds.items():
         ours, theirs = zoo.run_macs(case.kiln_model, key, feeds), zoo.run_macs(case.tf_model, key, feeds)
         assert ours <= theirs, f"{key}: kiln {ours} MACs > TF {theirs}"
+
+
+@pytest.mark.parametrize("name, op_type", [("k3_squeeze_excite", "MEAN"), ("k3_attention_fresh", "ADD")])
+def test_no_leftovers_tf_removes(name, op_type):
+    """A pooling over a 1×1 map and zero-bias ADDs after attention projections / LayerNorm
+    (dynamic batch and sequence) are gone, as in TF's conversion."""
+    case = zoo.case(name)
+    count = {label: sum(1 for _, _, op in kiln.read_model(m).operators() if op.name == op_type)
+             for label, m in (("kiln", case.kiln_model), ("tf", case.tf_model))}
+    assert count["kiln"] <= count["tf"], count
 
 
 def test_op_versions_like_tf(case):

@@ -201,6 +201,32 @@ def k3_shared_conv_relu() -> Source:
     return _keras_source(m, [_rng(27).standard_normal((2, 8, 8, 16)).astype(np.float32)])
 
 
+def k3_squeeze_excite() -> Source:
+    """A MobileNetV3-style squeeze-and-excite block on a 1×1 map: its pooling moves no data."""
+    import keras
+
+    L = keras.layers
+    x = keras.Input((1, 1, 24))
+    s = L.GlobalAveragePooling2D(keepdims=True)(x)
+    s = L.Conv2D(24, 1, activation="hard_sigmoid")(L.Conv2D(6, 1, activation="relu")(s))
+    m = keras.Model(x, L.Multiply()([x, s]))
+    randomize(m)
+    return _keras_source(m, [_rng(28).standard_normal((2, 1, 1, 24)).astype(np.float32)])
+
+
+def k3_attention_fresh() -> Source:
+    """An encoder block as Keras initialises it (zero biases and LayerNorm betas), with a
+    dynamic batch and sequence: the zero-bias ADDs must go as TF removes them."""
+    import keras
+
+    L = keras.layers
+    x = keras.Input((None, 16), name="tokens")
+    h = L.LayerNormalization()(L.Add()([x, L.MultiHeadAttention(2, 8)(x, x)]))
+    m = keras.Model(x, L.LayerNormalization()(L.Add()([h, L.Dense(16)(L.Dense(32, activation="relu")(h))])))
+    keras.utils.set_random_seed(29)
+    return _keras_source(m, [_rng(29).standard_normal((2, 5, 16)).astype(np.float32)])
+
+
 def k3_conv1d_embedding() -> Source:
     import keras
 
@@ -574,6 +600,8 @@ BUILDERS: dict[str, Callable[[], Source]] = {
     "k3_separable": k3_separable,
     "k3_dilated": k3_dilated,
     "k3_shared_conv_relu": k3_shared_conv_relu,
+    "k3_squeeze_excite": k3_squeeze_excite,
+    "k3_attention_fresh": k3_attention_fresh,
     "k3_conv1d_embedding": k3_conv1d_embedding,
     "k3_shapes": k3_shapes,
     "k3_multi_io": k3_multi_io,
