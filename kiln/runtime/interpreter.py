@@ -172,9 +172,9 @@ class _SubgraphEnv:
     def _resolve(self, oi: int, op: Operator) -> Registration:
         resolver = self.interp._resolver
         if op.op_type == "CUSTOM":
-            reg = resolver.find_op(op.custom_code, op.version)
+            reg = resolver.find_custom(op.custom_code, op.version)
             if reg is None:
-                ranges = resolver.registered_versions(op.custom_code)
+                ranges = resolver.registered_custom_versions(op.custom_code)
                 if ranges:  # registered, but not for this version
                     supported = ", ".join(f"{lo}..{hi}" if lo != hi else str(lo) for lo, hi in ranges)
                     raise RegistrationError(
@@ -528,11 +528,19 @@ class Interpreter:
         threads (on a small or busy machine a multithreaded BLAS makes small matrix products
         slower); otherwise accepted for compatibility only.
       experimental_preserve_all_tensors: keep intermediates so get_tensor can read them.
+      LiteRT's other keyword arguments (op resolver type, delegate clustering and fusion
+      flags...) are accepted and change nothing; an unknown one is a TypeError, so a typo
+      such as ``num_thread=4`` is not silently ignored.
     """
 
     def __init__(self, model_path=None, model_content=None, experimental_delegates=None, num_threads=None,
                  experimental_op_resolver_type=None, experimental_preserve_all_tensors=False,
-                 op_resolver: MutableOpResolver | None = None, custom_op_registerers=None, **_ignored):
+                 op_resolver: MutableOpResolver | None = None, custom_op_registerers=None, *,
+                 experimental_disable_delegate_clustering=False,
+                 experimental_default_delegate_latest_features=False,
+                 experimental_compress_quantization_zero_points=False,
+                 experimental_disable_delegate_node_fusion=False,
+                 experimental_force_delegate_node_profiling=False):
         if model_path is None and model_content is None:
             raise InterpreterError("`model_path` or `model_content` must be specified.")
         if model_path is not None and model_content is not None:
