@@ -268,12 +268,6 @@ class Subgraph:
         """id(tensor) -> position in ``tensors`` (recomputed on each call)."""
         return {id(t): i for i, t in enumerate(self.tensors)}
 
-    def find_tensor(self, name: str) -> Tensor | None:
-        for t in self.tensors:
-            if t.name == name:
-                return t
-        return None
-
     def topological_order(self) -> list[Operator]:
         """Operators ordered so every producer precedes its users (stable for sorted input)."""
         order: list[Operator] = []

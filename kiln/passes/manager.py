@@ -151,10 +151,6 @@ class PassManager:
             f"passes did not reach a fixed point after {self.max_iterations} rounds "
             f"({', '.join(p.name for p in self.passes)})")
 
-    def run_once(self, model: Model) -> bool:
-        """Run every pass exactly once, in order."""
-        return any([self._run_one(p, model) for p in self.passes])
-
     def _run_one(self, p: Pass, model: Model) -> bool:
         if self.check:
             self._guard(p, "requires", p.requires, model)

@@ -93,19 +93,6 @@ def _names(sg: Subgraph) -> set[str]:
     return cache[1]
 
 
-def insert_before(sg: Subgraph, anchor: Operator, op_type: str, inputs, outputs, **kwargs) -> Operator:
-    """Add an operator right before ``anchor`` (keeps the operator list topologically sorted)."""
-    return sg.add_operator(op_type, inputs, outputs, index=sg.operators.index(anchor), **kwargs)
-
-
-def replace_op(sg: Subgraph, old: Operator, new_outputs: list[Tensor | None]) -> None:
-    """Redirect every reader of ``old``'s outputs to ``new_outputs`` and drop ``old``."""
-    for t, new in zip(old.outputs, new_outputs):
-        if t is not None and new is not None and new is not t:
-            t.replace_all_uses_with(new)
-    sg.remove_operator(old)
-
-
 def bypass(sg: Subgraph, op: Operator, source: Tensor) -> bool:
     """Remove a one-output no-op whose output equals ``source``; False when not possible.
 
