@@ -16,7 +16,6 @@ import numpy as np
 from ..errors import ConversionError
 from ..ir import Operator, Subgraph, Tensor
 from ..passes.fold import evaluate
-from ..passes.rewrite import unique_name
 from ..schema import DType
 from .tfutil import shape_signature, static_shape, to_dtype
 from .values import ResourceRef, TensorListValue
@@ -132,9 +131,9 @@ class EmitContext:
     def tensor(self, name: str, dtype: DType, signature: Sequence[int] | None) -> Tensor:
         """A new intermediate tensor (``signature`` None = unknown rank)."""
         if signature is None:
-            return self.sg.add_tensor(unique_name(self.sg, name), dtype, ())
+            return self.sg.add_tensor(self.sg.unique_name(name), dtype, ())
         sig = tuple(int(d) for d in signature)
-        return self.sg.add_tensor(unique_name(self.sg, name), dtype, static_shape(sig),
+        return self.sg.add_tensor(self.sg.unique_name(name), dtype, static_shape(sig),
                                   shape_signature=sig, has_rank=True)
 
     def temp(self, suffix: str, dtype: DType, signature: Sequence[int] | None) -> Tensor:
@@ -146,7 +145,7 @@ class EmitContext:
             dtype = DType.FLOAT32
         if dtype is not None and dtype != DType.STRING:
             arr = arr.astype(dtype.numpy, copy=False)
-        return self.sg.add_constant(unique_name(self.sg, name or f"{self.name}/const"), arr, dtype)
+        return self.sg.add_constant(self.sg.unique_name(name or f"{self.name}/const"), arr, dtype)
 
     # -- emitting -----------------------------------------------------------------------------
     def emit(self, op_type: str, inputs: Sequence[Tensor | None], outputs: Sequence[Tensor] | None = None,

@@ -58,10 +58,3 @@ def encode_attrs(op) -> bytes:
         if plain is not None:
             attrs[key] = plain
     return bytes(flexbuffers.Dumps(attrs))
-
-
-def decode_attrs(data: bytes) -> dict:
-    """The attribute map of a custom op's options (what a Python kernel reads)."""
-    if not data:
-        return {}
-    return flexbuffers.Loads(bytes(data))

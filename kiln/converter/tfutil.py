@@ -5,8 +5,6 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import numpy as np
-
 from ..errors import ConversionError
 from ..schema import DType
 
@@ -171,14 +169,3 @@ def implements_name(fdef) -> tuple[str | None, dict]:
             name = name.decode("utf-8", "replace")
         return str(name), attr_dict
     return None, {}
-
-
-def const_value(tensor) -> np.ndarray | None:
-    """Value of a graph tensor that TensorFlow can compute statically (Const, Shape, ...)."""
-    from tensorflow.python.framework import tensor_util
-
-    try:
-        value = tensor_util.constant_value(tensor)
-    except Exception:  # noqa: BLE001 - TF raises assorted errors on unsupported graphs
-        return None
-    return None if value is None else np.asarray(value)

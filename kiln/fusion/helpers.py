@@ -125,17 +125,14 @@ class FusionBuilder:
             self.call = None
             self.subgraph = target
         self.prefix = prefix or "fused"
-        self._used: dict[str, int] = {}
         self.operators: list[Operator] = []
         #: Values a fusion derives once per call and reuses (e.g. batch-sized zeros).
         self.cache: dict = {}
 
     # -- naming and raw construction -------------------------------------------------------
     def name(self, what: str) -> str:
-        base = f"{self.prefix}/{what}"
-        n = self._used.get(base, 0)
-        self._used[base] = n + 1
-        return base if n == 0 else f"{base}_{n}"
+        """``<prefix>/<what>``, numbered ``_1``, ``_2``... when the subgraph already has it."""
+        return self.subgraph.unique_name(f"{self.prefix}/{what}", "_")
 
     def const(self, value, what: str = "const", dtype: DType | None = None) -> Tensor:
         """A constant tensor (the folded result of a weight transform, a shape, a scalar)."""

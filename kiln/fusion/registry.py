@@ -123,7 +123,7 @@ def guarded(fusion: Fusion) -> Fusion:
     @functools.wraps(fusion)
     def run(call: CompositeCall) -> list:
         sg = call.subgraph
-        n_ops, n_tensors = len(sg.operators), len(sg.tensors)
+        checkpoint = sg.checkpoint()
         try:
             result = list(fusion(call))
             if len(result) != len(call.output_dtypes):
@@ -131,11 +131,7 @@ def guarded(fusion: Fusion) -> Fusion:
                                       f"with {len(call.output_dtypes)} results")
             return result
         except KilnError as exc:
-            for op in reversed(sg.operators[n_ops:]):
-                sg.remove_operator(op)
-            for t in sg.tensors[n_tensors:]:
-                t.subgraph = None
-            del sg.tensors[n_tensors:]
+            sg.rollback(checkpoint)
             if isinstance(exc, NotFusable):
                 raise
             raise not_fused(call, str(exc)) from exc

@@ -1,6 +1,7 @@
 """The IR: the one in-memory model representation shared by converter, passes and runtime."""
 
-from .graph import IRError, Model, Operator, Signature, Subgraph, Tensor
+from .graph import Checkpoint, IRError, Model, Operator, Signature, Subgraph, Tensor
+from .invariants import check_invariants
 from .quant import QuantParams
 
-__all__ = ["IRError", "Model", "Operator", "QuantParams", "Signature", "Subgraph", "Tensor"]
+__all__ = ["Checkpoint", "IRError", "Model", "Operator", "QuantParams", "Signature", "Subgraph", "Tensor", "check_invariants"]

@@ -84,14 +84,14 @@ class Tensor:
 
     # -- mutation ----------------------------------------------------------------------------
     def replace_all_uses_with(self, other: "Tensor") -> None:
-        """Point every reader of this tensor (and subgraph outputs) at ``other`` instead."""
+        """Point every reader of this tensor at ``other`` instead: operators, the subgraph's
+        outputs and the signatures that name it as an output."""
         if other is self:
             return
         for op, index in list(self.users):
             op.set_input(index, other)
-        sg = self.subgraph
-        if sg is not None:
-            sg.outputs = [other if t is self else t for t in sg.outputs]
+        if self.subgraph is not None:
+            self.subgraph.replace_output(self, other)
 
     def __repr__(self) -> str:
         kind = "const " if self.is_constant else ("var " if self.is_variable else "")
@@ -184,8 +184,21 @@ class Operator:
         return f"<Operator {self.name} v{self.version} ({ins}) -> ({outs})>"
 
 
+@dataclass(frozen=True, eq=False)
+class Checkpoint:
+    """The operators and tensors a subgraph held when `Subgraph.checkpoint` was called."""
+
+    subgraph: "Subgraph" = field(repr=False)
+    operators: tuple[Operator, ...] = field(repr=False)
+    tensors: tuple[Tensor, ...] = field(repr=False)
+
+
 class Subgraph:
-    """An ordered list of operators over tensors, with designated inputs and outputs."""
+    """An ordered list of operators over tensors, with designated inputs and outputs.
+
+    The subgraph is also the authority for its tensor names (`unique_name`) and can undo a
+    failed rewrite (`checkpoint` / `rollback`), so builders never edit its lists directly.
+    """
 
     def __init__(self, name: str = ""):
         self.name = name
@@ -194,6 +207,9 @@ class Subgraph:
         self.inputs: list[Tensor] = []
         self.outputs: list[Tensor] = []
         self.model: Model | None = None
+        # Names in use: those of tensors[:_named] plus names handed out since (see unique_name).
+        self._names: set[str] = set()
+        self._named = 0
 
     # -- construction ------------------------------------------------------------------------
     def add_tensor(self, tensor_or_name: Tensor | str, dtype: DType | None = None,
@@ -226,9 +242,24 @@ class Subgraph:
         index: int | None = None,
         **kwargs,
     ) -> Operator:
-        """Append (or insert at ``index``) an operator and link its edges both ways."""
+        """Append (or insert at ``index``) an operator and link its edges both ways.
+
+        Refused, with nothing changed, for an operator already in a subgraph, a tensor of
+        another subgraph, or an output that another operator produces.
+        """
         if isinstance(op, str):
             op = Operator(op, **kwargs)
+        if op.subgraph is not None:
+            where = "this" if op.subgraph is self else f"another ({op.subgraph.name!r})"
+            raise IRError(f"cannot add {op.name} to subgraph {self.name!r}: it already belongs to {where} subgraph")
+        inputs, outputs = list(inputs), list(outputs)
+        for t in (*inputs, *outputs):
+            if t is not None and t.subgraph is not None and t.subgraph is not self:
+                raise IRError(f"cannot add {op.name} to subgraph {self.name!r}: tensor {t.name!r} "
+                              f"belongs to subgraph {t.subgraph.name!r}")
+        for t in outputs:
+            if t is not None and t.producer is not None:
+                raise IRError(f"tensor {t.name!r} already has a producer ({t.producer.name})")
         op.subgraph = self
         op.set_inputs(inputs)
         op.set_outputs(outputs)
@@ -261,18 +292,127 @@ class Subgraph:
             keep_ids.update(id(t) for t in op.intermediates)
         before = len(self.tensors)
         self.tensors = [t for t in self.tensors if id(t) in keep_ids]
+        self._forget_names()
         return before - len(self.tensors)
+
+    def replace_output(self, old: Tensor, new: Tensor) -> None:
+        """Make ``new`` the subgraph output ``old`` was, in the signatures' outputs too."""
+        self.outputs = [new if t is old else t for t in self.outputs]
+        if self.model is None:
+            return
+        for sig in self.model.signatures:
+            if sig.subgraph is self:
+                for key, t in sig.outputs.items():
+                    if t is old:
+                        sig.outputs[key] = new
+
+    def move_operators(self, ops: Iterable[Operator], *, before: Operator) -> None:
+        """Move ``ops`` (keeping their order) to just before ``before``.
+
+        Refused, with nothing changed, when a moved operator would then read a tensor before
+        it is produced, or one of its readers would run before it.
+        """
+        moving = list(ops)
+        ids = {id(op) for op in moving}
+        for op in (*moving, before):
+            if op.subgraph is not self:
+                raise IRError(f"cannot move {op.name}: it is not in subgraph {self.name!r}")
+        if id(before) in ids:
+            raise IRError(f"cannot move {before.name} before itself")
+        rest = [op for op in self.operators if id(op) not in ids]
+        at = next(i for i, op in enumerate(rest) if op is before)
+        order = rest[:at] + moving + rest[at:]
+        position = {id(op): i for i, op in enumerate(order)}
+        for op in moving:
+            for t in op.inputs:
+                if t is not None and t.producer is not None and position.get(id(t.producer), -1) > position[id(op)]:
+                    raise IRError(f"cannot move {op.name} before {before.name}: it reads {t.name!r}, "
+                                  f"which {t.producer.name} computes later")
+            for t in op.outputs:
+                for user in () if t is None else t.user_ops:
+                    if position.get(id(user), len(order)) < position[id(op)]:
+                        raise IRError(f"cannot move {op.name} before {before.name}: its output "
+                                      f"{t.name!r} is read earlier, by {user.name}")
+        self.operators = order
+
+    # -- names -------------------------------------------------------------------------------
+    def unique_name(self, base: str, separator: str = "") -> str:
+        """``base`` itself, or ``base`` + separator + the first free number, reserved at once
+        (two calls never return the same name, even before a tensor takes it)."""
+        names = self._names_in_use()
+        name, i = base, 1
+        while name in names:
+            name, i = f"{base}{separator}{i}", i + 1
+        names.add(name)
+        return name
+
+    def _names_in_use(self) -> set[str]:
+        # Tensors are appended, so only the new tail needs adding; a shorter list means
+        # tensors were dropped behind our back: start over from the tensors there are.
+        n = len(self.tensors)
+        if self._named > n:
+            self._forget_names()
+        if self._named < n:
+            self._names.update(t.name for t in self.tensors[self._named:])
+            self._named = n
+        return self._names
+
+    def _forget_names(self) -> None:
+        self._names = set()
+        self._named = 0
+
+    # -- undo --------------------------------------------------------------------------------
+    def checkpoint(self) -> Checkpoint:
+        """A mark to `rollback` to: what the subgraph holds now."""
+        return Checkpoint(self, tuple(self.operators), tuple(self.tensors))
+
+    def operators_since(self, checkpoint: Checkpoint) -> list[Operator]:
+        """The operators added since ``checkpoint``, in operator order."""
+        before = {id(op) for op in checkpoint.operators}
+        return [op for op in self.operators if id(op) not in before]
+
+    def rollback(self, checkpoint: Checkpoint) -> None:
+        """Take out every operator and tensor added since ``checkpoint``.
+
+        Refused, with nothing changed, when that cannot restore the subgraph: an operator of
+        the checkpoint was removed since, or an older operator, a subgraph input/output or a
+        signature now uses something added since.
+        """
+        if checkpoint.subgraph is not self:
+            raise IRError(f"checkpoint of subgraph {checkpoint.subgraph.name!r} used on {self.name!r}")
+        gone = [op for op in checkpoint.operators if op.subgraph is not self]
+        if gone:
+            raise IRError(f"cannot roll back subgraph {self.name!r}: {gone[0].name} was removed since the checkpoint")
+        added_ops = self.operators_since(checkpoint)
+        added_op_ids = {id(op) for op in added_ops}
+        kept_tensor_ids = {id(t) for t in checkpoint.tensors}
+        added_tensors = [t for t in self.tensors if id(t) not in kept_tensor_ids]
+        ends = {id(t) for t in (*self.inputs, *self.outputs, *self._signature_tensors())}
+        for t in added_tensors:
+            readers = [op for op in t.user_ops if id(op) not in added_op_ids]
+            if readers or id(t) in ends:
+                who = readers[0].name if readers else "the subgraph's inputs/outputs or a signature"
+                raise IRError(f"cannot roll back subgraph {self.name!r}: tensor {t.name!r}, added since "
+                              f"the checkpoint, is used by {who}")
+        for op in added_ops:
+            op._detach()
+            op.subgraph = None
+        self.operators = [op for op in self.operators if id(op) not in added_op_ids]
+        for t in added_tensors:
+            t.subgraph = None
+        self.tensors = [t for t in self.tensors if id(t) in kept_tensor_ids]
+        self._forget_names()
+
+    def _signature_tensors(self) -> list[Tensor]:
+        if self.model is None:
+            return []
+        return [t for sig in self.model.signatures if sig.subgraph is self
+                for t in (*sig.inputs.values(), *sig.outputs.values())]
 
     # -- queries -----------------------------------------------------------------------------
     def tensor_index(self) -> dict[int, int]:
         """id(tensor) -> position in ``tensors`` (recomputed on each call)."""
         return {id(t): i for i, t in enumerate(self.tensors)}
-
-    def find_tensor(self, name: str) -> Tensor | None:
-        for t in self.tensors:
-            if t.name == name:
-                return t
-        return None
 
     def topological_order(self) -> list[Operator]:
         """Operators ordered so every producer precedes its users (stable for sorted input)."""

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 from ..errors import ConversionError, KilnError
-from ..ir import Model
+from ..ir import IRError, Model
+from ..ir import check_invariants as ir_invariants
 
 
 class PassError(ConversionError):
@@ -87,38 +88,11 @@ class PassStats:
 
 
 def check_invariants(model: Model) -> None:
-    """Raise PassError when use-def links, operator order or subgraph ends disagree."""
-    for si, sg in enumerate(model.subgraphs):
-        tensor_ids = {id(t) for t in sg.tensors}
-        defined = {id(t) for t in sg.tensors if t.producer is None}
-        for oi, op in enumerate(sg.operators):
-            if op.subgraph is not sg:
-                raise PassError(f"subgraph {si} op {oi} {op.name}: operator not linked to its subgraph")
-            for i, t in enumerate(op.inputs):
-                if t is None:
-                    continue
-                if id(t) not in tensor_ids:
-                    raise PassError(f"subgraph {si} op {oi} {op.name}: input {t.name!r} not in subgraph")
-                if (op, i) not in t.users:
-                    raise PassError(f"subgraph {si} op {oi} {op.name}: input {t.name!r} lacks use link")
-                if id(t) not in defined:
-                    raise PassError(
-                        f"subgraph {si} op {oi} {op.name}: input {t.name!r} used before it is produced")
-            for t in op.outputs:
-                if t is None:
-                    continue
-                if t.producer is not op:
-                    raise PassError(f"subgraph {si} op {oi} {op.name}: output {t.name!r} has another producer")
-                if id(t) not in tensor_ids:
-                    raise PassError(f"subgraph {si} op {oi} {op.name}: output {t.name!r} not in subgraph")
-                defined.add(id(t))
-        for t in list(sg.inputs) + list(sg.outputs):
-            if id(t) not in tensor_ids:
-                raise PassError(f"subgraph {si}: input/output tensor {t.name!r} not in subgraph")
-        for t in sg.tensors:
-            for op, i in t.users:
-                if op.subgraph is not sg or op.inputs[i] is not t:
-                    raise PassError(f"subgraph {si}: tensor {t.name!r} has a stale use by {op.name}")
+    """Raise PassError when the IR's invariants (`kiln.ir.check_invariants`) do not hold."""
+    try:
+        ir_invariants(model)
+    except IRError as exc:
+        raise PassError(str(exc)) from exc
 
 
 class PassManager:
@@ -150,10 +124,6 @@ class PassManager:
         raise PassError(
             f"passes did not reach a fixed point after {self.max_iterations} rounds "
             f"({', '.join(p.name for p in self.passes)})")
-
-    def run_once(self, model: Model) -> bool:
-        """Run every pass exactly once, in order."""
-        return any([self._run_one(p, model) for p in self.passes])
 
     def _run_one(self, p: Pass, model: Model) -> bool:
         if self.check:

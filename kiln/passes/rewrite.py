@@ -54,7 +54,7 @@ def add_constant(sg: Subgraph, name: str, value, dtype: DType | None = None) -> 
     arr = np.asarray(value)
     if dtype is not None and dtype != DType.STRING:
         arr = arr.astype(DType(dtype).numpy, copy=False)
-    return sg.add_constant(unique_name(sg, name), arr, dtype)
+    return sg.add_constant(sg.unique_name(name), arr, dtype)
 
 
 def add_tensor_like(sg: Subgraph, name: str, like: Tensor, *, dtype: DType | None = None,
@@ -62,48 +62,8 @@ def add_tensor_like(sg: Subgraph, name: str, like: Tensor, *, dtype: DType | Non
     """A new activation tensor with ``like``'s type and shape (or the given signature)."""
     sig = tuple(like.signature) if signature is None else tuple(signature)
     shape = tuple(1 if d < 0 else d for d in sig)
-    return sg.add_tensor(unique_name(sg, name), like.dtype if dtype is None else dtype, shape,
+    return sg.add_tensor(sg.unique_name(name), like.dtype if dtype is None else dtype, shape,
                          shape_signature=sig)
-
-
-def unique_name(sg: Subgraph, name: str) -> str:
-    """``name`` itself, or ``name`` with a numeric suffix when the subgraph already has it."""
-    names = _names(sg)
-    if name not in names:
-        names.add(name)
-        return name
-    i = 1
-    while f"{name}{i}" in names:
-        i += 1
-    names.add(f"{name}{i}")
-    return f"{name}{i}"
-
-
-def _names(sg: Subgraph) -> set[str]:
-    # Memo of names in use: tensors are appended, so only the new tail needs adding; a shrunk
-    # tensor list (unused tensors dropped) rebuilds it. Handed-out names are added at once.
-    cache = getattr(sg, "_kiln_names", None)
-    n = len(sg.tensors)
-    if cache is None or cache[0] > n:
-        cache = [n, {t.name for t in sg.tensors}]
-    elif cache[0] < n:
-        cache[1].update(t.name for t in sg.tensors[cache[0]:])
-        cache[0] = n
-    sg._kiln_names = cache  # noqa: SLF001 - private memo on our own object
-    return cache[1]
-
-
-def insert_before(sg: Subgraph, anchor: Operator, op_type: str, inputs, outputs, **kwargs) -> Operator:
-    """Add an operator right before ``anchor`` (keeps the operator list topologically sorted)."""
-    return sg.add_operator(op_type, inputs, outputs, index=sg.operators.index(anchor), **kwargs)
-
-
-def replace_op(sg: Subgraph, old: Operator, new_outputs: list[Tensor | None]) -> None:
-    """Redirect every reader of ``old``'s outputs to ``new_outputs`` and drop ``old``."""
-    for t, new in zip(old.outputs, new_outputs):
-        if t is not None and new is not None and new is not t:
-            t.replace_all_uses_with(new)
-    sg.remove_operator(old)
 
 
 def bypass(sg: Subgraph, op: Operator, source: Tensor) -> bool:
@@ -120,23 +80,9 @@ def bypass(sg: Subgraph, op: Operator, source: Tensor) -> bool:
             return False
         # Keep the user-visible name of the output on the surviving tensor.
         source.name, out.name = out.name, source.name
-        _retarget_signatures(sg, out, source)
-    out.replace_all_uses_with(source)
+    out.replace_all_uses_with(source)  # the subgraph's and signatures' outputs too
     sg.remove_operator(op)
     return True
-
-
-def _retarget_signatures(sg: Subgraph, old: Tensor, new: Tensor) -> None:
-    model = sg.model
-    if model is None:
-        return
-    for sig in model.signatures:
-        if sig.subgraph is not sg:
-            continue
-        for mapping in (sig.inputs, sig.outputs):
-            for k, v in mapping.items():
-                if v is old:
-                    mapping[k] = new
 
 
 def broadcastable_to_last(value: np.ndarray, channels: int) -> np.ndarray | None:

@@ -233,20 +233,13 @@ class _Rewriter:
             self.report.float_ops.append((op.op_type, op.outputs[0].name if op.outputs else "", reason))
 
     def model_outputs(self) -> None:
-        for k, t in enumerate(self.sg.outputs):
+        for t in {id(t): t for t in self.sg.outputs}.values():  # an output listed twice: one QUANTIZE
             if self.output_type == DType.UINT8 and t.dtype == DType.INT8 and t.quantization is not None:
                 out = self.sg.add_tensor(f"{t.name}_uint8", DType.UINT8, t.shape, shape_signature=t.shape_signature,
                                          quantization=QuantParams(t.quantization.scale,
                                                                   t.quantization.zero_point + 128))
                 self.sg.add_operator("QUANTIZE", [t], [out])
-                self._retarget_output(k, t, out)
-
-    def _retarget_output(self, k: int, old: Tensor, new: Tensor) -> None:
-        self.sg.outputs[k] = new
-        for sig in self.model.signatures:
-            for name, t in list(sig.outputs.items()):
-                if t is old:
-                    sig.outputs[name] = new
+                self.sg.replace_output(t, out)
 
 
 IO_TYPES = {"float32": DType.FLOAT32, "int8": DType.INT8, "uint8": DType.UINT8}

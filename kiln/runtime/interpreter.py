@@ -22,6 +22,8 @@ from ..ops.record import KernelCall
 from ..schema import DType
 from .custom import Context, Node, TensorView, decode_builtin_options
 from .delegate import Delegate, NodeInfo, Partition
+from .details import tensor_details
+from .node_errors import in_node
 from .resolver import BuiltinOpResolver, MutableOpResolver, Registration
 
 #: Refuse single tensors larger than this many bytes (hostile shapes; override if needed).
@@ -44,6 +46,7 @@ class _Step:
     free_after: list[int] = field(default_factory=list)
     op_names: tuple[str, ...] = ()   # one per node (a delegated partition has several)
     delegate: str | None = None      # name of the delegate running the step
+    output_name: str | None = None   # a node's first output, named in its errors
     # Run-loop shortcuts, filled in by prepare():
     kernel: object = None            # reg.kernel
     dense_ins: bool = False          # no omitted (-1) operand among ins
@@ -172,9 +175,9 @@ class _SubgraphEnv:
     def _resolve(self, oi: int, op: Operator) -> Registration:
         resolver = self.interp._resolver
         if op.op_type == "CUSTOM":
-            reg = resolver.find_op(op.custom_code, op.version)
+            reg = resolver.find_custom(op.custom_code, op.version)
             if reg is None:
-                ranges = resolver.registered_versions(op.custom_code)
+                ranges = resolver.registered_custom_versions(op.custom_code)
                 if ranges:  # registered, but not for this version
                     supported = ", ".join(f"{lo}..{hi}" if lo != hi else str(lo) for lo, hi in ranges)
                     raise RegistrationError(
@@ -199,7 +202,8 @@ class _SubgraphEnv:
     def _node_step(self, oi: int, op: Operator, reg: Registration) -> _Step:
         ins = [-1 if t is None else self.pos[id(t)] for t in op.inputs]
         outs = [-1 if t is None else self.pos[id(t)] for t in op.outputs]
-        step = _Step(oi, f"node {oi} ({op.name})", ins, outs, reg=reg, op_names=(op.name,))
+        step = _Step(oi, f"node {oi} ({op.name})", ins, outs, reg=reg, op_names=(op.name,),
+                     output_name=next((t.name for t in op.outputs if t is not None), None))
         if reg.kernel is not None:
             opts = reg.record.make_options(op.options) if reg.record is not None else decode_builtin_options(op)
             out_dtypes = [np.dtype(t.dtype.numpy) if t is not None else None for t in op.outputs]
@@ -267,19 +271,22 @@ class _SubgraphEnv:
 
     # -- execution ---------------------------------------------------------------------------
     def _guard(self, step: _Step, fn, *args):
+        """Call a Python custom op's init / prepare / invoke, naming the node on failure."""
         try:
             return fn(*args)
         except RegistrationError:
             raise
         except Exception as exc:
-            raise self._wrapped(step, exc) from exc
+            raise in_node(exc, self._executing(step), user_code=True)
 
-    def _wrapped(self, step: _Step, exc: Exception) -> KilnError:
-        """The error a failure inside ``step`` is re-raised as (it names the node)."""
-        if isinstance(exc, KilnError):
-            return type(exc)(f"subgraph {self.sg_index}, while executing {step.label}: {exc}")
-        return OpError(f"subgraph {self.sg_index}, while executing {step.label}: "
-                       f"{type(exc).__name__}: {exc}")
+    def _wrapped(self, step: _Step, exc: Exception) -> Exception:
+        """The error a kernel's or delegate's failure inside ``step`` is raised as."""
+        return in_node(exc, self._executing(step))
+
+    def _executing(self, step: _Step) -> str:
+        """Where a failure happened: "subgraph 0, while executing node 12 (MyOp) 'y'"."""
+        name = "" if step.output_name is None else f" {step.output_name!r}"
+        return f"subgraph {self.sg_index}, while executing {step.label}{name}"
 
     def run(self) -> None:
         """Execute the plan once.
@@ -306,7 +313,7 @@ class _SubgraphEnv:
                 except RegistrationError:
                     raise
                 except Exception as exc:
-                    raise self._wrapped(step, exc) from exc
+                    raise self._wrapped(step, exc)
                 if type(result) is np.ndarray and step.plain_out is not None \
                         and (result.dtype is step.plain_dtype or result.dtype == step.plain_dtype):
                     i = step.plain_out
@@ -331,7 +338,7 @@ class _SubgraphEnv:
                 except RegistrationError:
                     raise
                 except Exception as exc:
-                    raise self._wrapped(step, exc) from exc
+                    raise self._wrapped(step, exc)
                 self._store(step, step.outs, result)
             if profiler is not None:
                 profiler(ProfileEvent(self.sg_index, step.index, step.op_names, time.perf_counter() - start,
@@ -488,34 +495,6 @@ class _BlasThreads:
             lib.set_num_threads(previous)
 
 
-#: numpy types LiteRT's details report where they differ from the element type.
-_DETAIL_DTYPES = {DType.STRING: np.bytes_, DType.RESOURCE: np.object_, DType.VARIANT: np.object_}
-
-
-def _details(env: _SubgraphEnv, i: int, name: str | None = None) -> dict:
-    t = env.tensors[i]
-    q = t.quantization
-    scales = q.scale.astype(np.float32) if q is not None else np.zeros(0, np.float32)
-    zps = q.zero_point.astype(np.int32) if q is not None else np.zeros(0, np.int32)
-    value = env.values[i]
-    shape = value.shape if value is not None and not t.is_constant else env.shapes[i]
-    return {
-        "name": t.name if name is None else name,
-        "index": i,
-        "shape": np.array(shape, dtype=np.int32),
-        "shape_signature": np.array(t.signature, dtype=np.int32),
-        "dtype": _DETAIL_DTYPES.get(t.dtype) or t.dtype.numpy.type,
-        "quantization": (float(scales[0]), int(zps[0])) if len(scales) == 1 else (0.0, 0),
-        "quantization_parameters": {
-            "scales": scales,
-            "zero_points": zps,
-            "quantized_dimension": q.quantized_dimension if q is not None else 0,
-            "block_size": 0,  # blockwise quantization: kiln reads no block sizes yet
-        },
-        "sparsity_parameters": {},
-    }
-
-
 class Interpreter:
     """Runs a .tflite model; the API of ``tf.lite.Interpreter`` / ``ai_edge_litert``.
 
@@ -528,11 +507,19 @@ class Interpreter:
         threads (on a small or busy machine a multithreaded BLAS makes small matrix products
         slower); otherwise accepted for compatibility only.
       experimental_preserve_all_tensors: keep intermediates so get_tensor can read them.
+      LiteRT's other keyword arguments (op resolver type, delegate clustering and fusion
+      flags...) are accepted and change nothing; an unknown one is a TypeError, so a typo
+      such as ``num_thread=4`` is not silently ignored.
     """
 
     def __init__(self, model_path=None, model_content=None, experimental_delegates=None, num_threads=None,
                  experimental_op_resolver_type=None, experimental_preserve_all_tensors=False,
-                 op_resolver: MutableOpResolver | None = None, custom_op_registerers=None, **_ignored):
+                 op_resolver: MutableOpResolver | None = None, custom_op_registerers=None, *,
+                 experimental_disable_delegate_clustering=False,
+                 experimental_default_delegate_latest_features=False,
+                 experimental_compress_quantization_zero_points=False,
+                 experimental_disable_delegate_node_fusion=False,
+                 experimental_force_delegate_node_profiling=False):
         if model_path is None and model_content is None:
             raise InterpreterError("`model_path` or `model_content` must be specified.")
         if model_path is not None and model_content is not None:
@@ -597,15 +584,15 @@ class Interpreter:
 
     def get_input_details(self) -> list[dict]:
         env = self._env(0)
-        return [_details(env, i) for i in env.inputs]
+        return [tensor_details(env, i) for i in env.inputs]
 
     def get_output_details(self) -> list[dict]:
         env = self._env(0)
-        return [_details(env, i) for i in env.outputs]
+        return [tensor_details(env, i) for i in env.outputs]
 
     def get_tensor_details(self, subgraph_index: int = 0) -> list[dict]:
         env = self._env(subgraph_index)
-        return [_details(env, i) for i in range(len(env.tensors))]
+        return [tensor_details(env, i) for i in range(len(env.tensors))]
 
     def _get_ops_details(self) -> list[dict]:
         env = self._env(0)
@@ -739,10 +726,10 @@ class SignatureRunner:
         self._env = interpreter._env(self._sg_index)
 
     def get_input_details(self) -> dict:
-        return {name: _details(self._env, self._env.pos[id(t)], name) for name, t in self._sig.inputs.items()}
+        return {name: tensor_details(self._env, self._env.pos[id(t)], name) for name, t in self._sig.inputs.items()}
 
     def get_output_details(self) -> dict:
-        return {name: _details(self._env, self._env.pos[id(t)], name) for name, t in self._sig.outputs.items()}
+        return {name: tensor_details(self._env, self._env.pos[id(t)], name) for name, t in self._sig.outputs.items()}
 
     def __call__(self, **kwargs) -> dict[str, np.ndarray]:
         env = self._env

@@ -37,10 +37,6 @@ class Registration:
     #: The op record behind a builtin kernel (None for Python custom ops).
     record: Any = field(default=None, repr=False)
 
-    @property
-    def is_custom_style(self) -> bool:
-        return self.kernel is None
-
 
 def _op_name(op) -> str:
     if isinstance(op, int):
@@ -53,7 +49,12 @@ def _op_name(op) -> str:
 
 
 class MutableOpResolver:
-    """An op resolver you fill yourself: builtins and custom ops, each for a version range."""
+    """An op resolver you fill yourself: builtins and custom ops, each for a version range.
+
+    Builtins and custom ops live in separate tables, as in LiteRT: a model's operator code
+    says which table to look in, so a custom op may share a builtin's name ("ADD") without
+    hiding the builtin.
+    """
 
     def __init__(self):
         self._builtins: dict[str, list[Registration]] = {}
@@ -81,19 +82,35 @@ class MutableOpResolver:
         table.setdefault(name, []).insert(0, reg)
 
     def find_op(self, op, version: int = 1) -> Registration | None:
-        """The registration for builtin ``op`` (name/code) or custom op name at ``version``."""
+        """The registration for ``op`` at ``version``: a builtin when ``op`` is a builtin code
+        or name, else the custom op of that name (use `find_custom` for a custom op whose
+        name is also a builtin's)."""
+        return self._find(*self._table_for(op), version)
+
+    def find_custom(self, name: str, version: int = 1) -> Registration | None:
+        """The custom op registered as ``name`` (a model's custom_code) at ``version``."""
+        return self._find(self._customs, str(name), version)
+
+    def registered_versions(self, op) -> list[tuple[int, int]]:
+        """Version ranges registered for ``op``, looked up as `find_op` does."""
+        table, name = self._table_for(op)
+        return [reg.version_range for reg in table.get(name, ())]
+
+    def registered_custom_versions(self, name: str) -> list[tuple[int, int]]:
+        """Version ranges registered for custom op ``name``."""
+        return [reg.version_range for reg in self._customs.get(str(name), ())]
+
+    def _table_for(self, op) -> tuple[dict, str]:
         name = _op_name(op)
-        table = self._builtins if name in BUILTIN_CODES and name not in self._customs else self._customs
+        return (self._builtins if name in BUILTIN_CODES else self._customs), name
+
+    @staticmethod
+    def _find(table, name: str, version: int) -> Registration | None:
         for reg in table.get(name, ()):
             lo, hi = reg.version_range
             if lo <= version <= hi:
                 return reg
         return None
-
-    def registered_versions(self, op) -> list[tuple[int, int]]:
-        name = _op_name(op)
-        table = self._builtins if name in BUILTIN_CODES and name not in self._customs else self._customs
-        return [reg.version_range for reg in table.get(name, ())]
 
 
 class BuiltinOpResolver(MutableOpResolver):

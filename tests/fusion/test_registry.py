@@ -152,6 +152,16 @@ def test_builder_folds_constants_without_storing_intermediates():
     assert scalar.shape == () and scalar.data.shape == ()
 
 
+def test_builder_names_are_unique_in_the_subgraph():
+    """Two calls with the same label (and the importer's own tensors) never share a name."""
+    sg = Model().add_subgraph("main")
+    sg.add_tensor("lstm/h", DType.FLOAT32, (2,))
+    first, second = FusionBuilder(sg, "lstm"), FusionBuilder(sg, "lstm")
+    names = [first.tensor("h", DType.FLOAT32, [2]).name, second.tensor("h", DType.FLOAT32, [2]).name,
+             first.tensor("h", DType.FLOAT32, [2]).name, second.const(np.float32(1), "c").name]
+    assert names == ["lstm/h_1", "lstm/h_2", "lstm/h_3", "lstm/c"]
+
+
 # -- embedding_lookup --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("ids_dtype", [np.int32, np.int64])

@@ -75,12 +75,11 @@ def emit_fused_loop(ctx, call: CompositeCall, loop: LstmLoop) -> list:
     records = ctx.scope.cache.setdefault(_CACHE_KEY, [])
     partner = _partner(ctx.sg, records, base, rev, tm, loop, initial)
     if partner is not None:
-        sg = ctx.sg
-        n_ops, n_tensors = len(sg.operators), len(sg.tensors)
+        checkpoint = ctx.sg.checkpoint()
         try:
             return _emit_bidirectional(ctx, call, b, loop, partner, base, rev, initial, options)
         except KilnError:  # keep the loop fused on its own
-            _rollback(sg, n_ops, n_tensors)
+            ctx.sg.rollback(checkpoint)
     x = seq if tm else (b.reverse(base, 1, what="reversed_input") if rev else base)
     res = emit_lstm(b, x, loop.weights, options, initial_state=initial)
     values = _values(ctx, b, loop, _Direction(res))
@@ -193,49 +192,24 @@ def _emit_bidirectional(ctx, call: CompositeCall, b: FusionBuilder, loop: LstmLo
     sg = ctx.sg
     fw, bw = (partner, loop) if rev else (loop, partner)
     init = (*partner.initial, *initial) if rev else (*initial, *partner.initial)
-    n0 = len(sg.operators)
+    start = sg.checkpoint()
     res = emit_bidirectional_lstm(b, base, fw.weights, bw.weights, options, initial_states=init)
     pd = 1 if partner.reversed else 0
     replacement = _Direction(res, pd, flip=pd == 1).sequence(b)
-    moved = sg.operators[n0:]
+    moved = sg.operators_since(start)
     d = 1 - pd
     values = _values(ctx, b, loop, _Direction(res, d, flip=d == 1))
-    at = sg.operators.index(partner.op)
-    _check_movable(sg, moved, at)
+    # Refused (IRError, nothing moved) when they read something computed after the partner.
+    sg.move_operators(moved, before=partner.op)
     # Commit: nothing below can fail.
     old = partner.result
     old.sequence.replace_all_uses_with(replacement)
     for old_var, new_var in zip(old.states[0], res.states[pd]):
         old_var.replace_all_uses_with(new_var)
     sg.remove_operator(partner.op)
-    for op in moved:
-        sg.operators.remove(op)
-    sg.operators[at:at] = moved
     partner.merged = True
     fused = ctx.scope.importer.stats.fused
     if partner.note in fused:
         fused.remove(partner.note)
     call.notes.append(f"{partner.label} + {call.label}: fused into one {BIDI_OP} (Keras LSTM loops)")
     return values
-
-
-def _check_movable(sg, ops: list, at: int) -> None:
-    """Every input of ``ops`` exists before position ``at`` (or is made by ``ops`` earlier)."""
-    position = {id(op): k for k, op in enumerate(sg.operators)}
-    made: set[int] = set()
-    for op in ops:
-        for t in op.inputs:
-            if t is None or t.producer is None or id(t) in made:
-                continue
-            if position[id(t.producer)] >= at:
-                raise KilnError(f"{op.name} reads {t.name!r}, which is computed after the "
-                                "other direction's LSTM")
-        made.update(id(t) for t in op.outputs if t is not None)
-
-
-def _rollback(sg, n_ops: int, n_tensors: int) -> None:
-    for op in reversed(sg.operators[n_ops:]):
-        sg.remove_operator(op)
-    for t in sg.tensors[n_tensors:]:
-        t.subgraph = None
-    del sg.tensors[n_tensors:]

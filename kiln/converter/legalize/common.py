@@ -57,10 +57,6 @@ def reshape(ctx: EmitContext, x: Tensor, signature: Sequence[int], out: Tensor |
     return ctx.emit1("RESHAPE", [x, shape], out)
 
 
-#: A dim of a shape built at run time: a static size, or the product of (tensor, axis) sizes.
-DimExpr = "int | list[tuple[Tensor, int]]"
-
-
 def _static(item, sig_of) -> int:
     if isinstance(item, int):
         return item
