@@ -156,8 +156,12 @@ class Trial:
             shape = arg_shape(fdef, i) or [batch]
             shape = [batch if k == 0 and d is None else (1 if d is None else d) for k, d in enumerate(shape)]
             dtype = tf.dtypes.as_dtype(arg.type)
+            if dtype in (tf.string, tf.variant):
+                raise TrialCompileError(f"accelerator function {name!r}: input {user_name(fdef, i)!r} is a "
+                                        f"{dtype.name} tensor, which XLA cannot take; keep the function on the "
+                                        f"CPU (do not select it) or select the function it calls after parsing")
             shapes.append(shape)
-            tensors.append(tf.zeros(shape, dtype) if dtype != tf.string else tf.fill(shape, ""))
+            tensors.append(tf.zeros(shape, dtype))
         variables = list(handles)
         out_types = [o.type for o in fdef.signature.output_arg]
 
@@ -171,7 +175,7 @@ class Trial:
         try:
             hlo = jitted.experimental_get_compiler_ir(*tensors)(stage="hlo")
         except Exception as exc:  # tf.errors.*: name the op XLA refused
-            msg = str(exc)
+            msg = str(exc).replace(self.prefix, "")
             found = _UNSUPPORTED.findall(msg) or [(m, m, "XLA") for m in _UNSUPPORTED_ALT.findall(msg)]
             ops = sorted({op for _, op, _ in found})
             what = f"op(s) {', '.join(ops)} cannot be compiled by XLA" if ops else "XLA cannot compile it"
