@@ -129,6 +129,24 @@ def _costs(s: _State, model_dir: Path) -> None:
     cpu = trial.cpu_functions(s.model, set(s.accelerator))
     s.report.cpu_functions = {k: v for k, v in trial.cpu_flops(s.model, cpu, batch_of, runner.renamed).items()}
     s.report.cpu_cost = sum(s.report.cpu_functions.values())
+    s.report.cpu_ops = {name: _cpu_ops(s, name) for name in cpu}
+
+
+_PLUMBING = {"NoOp", "Identity", "Const", "StatefulPartitionedCall", "PartitionedCall", "ReadVariableOp"}
+
+
+def _cpu_ops(s: _State, name: str) -> dict:
+    """The compute ops a CPU function runs itself, and why it is on the CPU."""
+    from collections import Counter
+
+    counts = Counter(n.op for n in s.model.functions[name].node_def if n.op not in _PLUMBING)
+    if name.startswith("__kiln_batched_"):
+        why = "kiln's batching wrapper: BatchFunction and its queue run on the CPU"
+    elif counts.get(rewrite.BATCH_OP):
+        why = "calls BatchFunction, which runs on the CPU"
+    else:
+        why = "not selected as an accelerator function"
+    return {"ops": ", ".join(f"{op} x{n}" for op, n in sorted(counts.items())), "why": why}
 
 
 def _signatures(s: _State) -> dict:

@@ -35,6 +35,7 @@ class ConversionReport:
     functions: list = field(default_factory=list)  # FunctionEntry
     cpu_cost: int = 0
     cpu_functions: dict = field(default_factory=dict)  # name -> flops
+    cpu_ops: dict = field(default_factory=dict)  # name -> {"ops": "AddV2 x1, ...", "why": ...}
     signatures: dict = field(default_factory=dict)  # key -> {"function":..., "placement":..., "batched":...}
     batching: list = field(default_factory=list)  # dicts of BatchedSite
     stages: list = field(default_factory=list)  # StageEntry
@@ -87,6 +88,7 @@ class ConversionReport:
             "cost_source": self.cost_source,
             "functions": [asdict(f) for f in self.functions],
             "cpu_functions": dict(self.cpu_functions),
+            "cpu_ops": dict(self.cpu_ops),
             "signatures": dict(self.signatures),
             "batching": list(self.batching),
             "stages": [asdict(s) for s in self.stages],
@@ -104,11 +106,11 @@ def _bars(report: ConversionReport) -> str:
     rows = [("[CPU cost]", report.cpu_cost, "#9aa5b1")] + [(f.name, f.cost, "#2f7ed8") for f in report.served_functions]
     peak = max([c for _, c, _ in rows] + [1])
     height = 26 * len(rows) + 10
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="720" height="{height}" role="img" '
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="820" height="{height}" role="img" '
              f'aria-label="cost per function">']
     for i, (name, cost, color) in enumerate(rows):
         y = 5 + 26 * i
-        width = int(400 * cost / peak)
+        width = int(380 * cost / peak)
         parts.append(f'<text x="0" y="{y + 16}" font-size="12">{html.escape(name[:40])}</text>'
                      f'<rect class="bar" x="260" y="{y}" width="{width}" height="20" fill="{color}"/>'
                      f'<text x="{266 + width}" y="{y + 16}" font-size="12">{cost} ({report._pct(cost):.2f}%)</text>')
@@ -130,7 +132,9 @@ def render_html(report: ConversionReport) -> str:
                  b["attrs"].get("num_batch_threads"), b["attrs"].get("max_enqueued_batches"),
                  b["attrs"].get("enable_large_batch_splitting"), "updated" if b.get("updated") else "added")
                 for b in report.batching]
-    cpu = [(name, flops, "not selected as an accelerator function") for name, flops in sorted(report.cpu_functions.items())]
+    cpu = [(name, report.cpu_ops.get(name, {}).get("ops", ""), flops,
+            report.cpu_ops.get(name, {}).get("why", "not selected as an accelerator function"))
+           for name, flops in sorted(report.cpu_functions.items())]
     stages = [(s.name, s.status, "; ".join(s.changes)) for s in report.stages]
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>kiln conversion report</title>
@@ -157,7 +161,7 @@ pre {{ background: #f5f7fa; padding: 12px; }}
 {_table(["function", "caller", "shared_name", "max_batch_size", "allowed_batch_sizes", "batch_timeout_micros",
          "num_batch_threads", "max_enqueued_batches", "large batch splitting", "op"], batching)}
 <h2>Ops that stayed on the CPU</h2>
-{_table(["function", "flops", "why"], cpu)}
+{_table(["function", "ops", "flops", "why"], cpu)}
 <h2>Stages</h2>
 {_table(["stage", "status", "changes"], stages)}
 <p>{report.warmup_records} warm-up records written.</p>
