@@ -315,3 +315,39 @@ def test_output_dir_must_be_new_or_empty(root, toy):
     empty.mkdir()
     convert(toy, str(empty), "")
     assert (empty / "saved_model.pb").is_file()
+
+
+def test_model_without_signatures_is_refused(root):
+    class NoSignatures(tf.Module):
+        @tf.function(input_signature=[models.SPEC])
+        def f(self, x):
+            return x + 1.0
+
+    path = root / "nosig"
+    tf.saved_model.save(NoSignatures(), str(path), signatures={})
+    with pytest.raises(KilnError, match="has no serving signatures"):
+        convert(str(path), str(root / "nosig_out"), "")
+
+
+def test_batching_inside_an_accelerator_function_is_refused(root, toy):
+    serve = savedmodel.signature_function(savedmodel.read(toy), "serving_default")
+    with pytest.raises(KilnError, match=r"cannot batch '__inference_tpu_func_\d+' inside '__inference_serve_\d+', "
+                                        r"which runs on the accelerator .*BatchFunction runs on the CPU"):
+        convert(toy, str(root / "nested_batch"), f'tpu_functions {{ concrete_function_name: "{serve}" }} '
+                                                 'batch_options { max_batch_size: 4 experimental { '
+                                                 'function_alias: "tpu_func" } }')
+
+
+def test_options_as_a_message(root, toy):
+    from kiln.inference import ConverterOptions, parse_options
+
+    options = ConverterOptions()
+    options.tpu_functions.add(function_alias="tpu_func")
+    options.batch_options.add(max_batch_size=4, allowed_batch_sizes=[2, 4], batch_timeout_micros=10)
+    assert options == parse_options('accelerator_functions { function_alias: "tpu_func" } '
+                                    "batch_options { max_batch_size: 4 allowed_batch_sizes: [2, 4] "
+                                    "batch_timeout_micros: 10 }")
+    out = root / "toy_message"
+    report = convert(toy, str(out), options)
+    assert report.to_dict()["signatures"]["serving_default"]["warmup_batch_sizes"] == [2, 4]
+    _same_results(toy, out, "serving_default", np.ones((4, 4), np.float32))

@@ -72,7 +72,7 @@ def test_full_queue_fails_fast_with_unavailable(tmp_path):
             def step(i, acc):
                 return i + 1, tf.tanh(tf.matmul(acc, acc) * 1e-3)
 
-            _, acc = tf.while_loop(lambda i, a: i < 400, step, [0, tf.ones([96, 96])])
+            _, acc = tf.while_loop(lambda i, a: i < 1500, step, [0, tf.ones([96, 96])])
             return x + tf.reduce_sum(acc) * 0.0
 
         @tf.function(input_signature=[models.SPEC])
