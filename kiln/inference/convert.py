@@ -56,7 +56,7 @@ def _batch_targets(s: _State, entry, index: int) -> list[str]:
 
 
 def _stage_batch(s: _State) -> list[str]:
-    changes = []
+    changes, batched_by = [], {}
     existing = list(rewrite.existing_batch_ops(s.model))
     for i, entry in enumerate(s.options.batch_options):
         opts.check_batch_options(entry, i)
@@ -73,6 +73,10 @@ def _stage_batch(s: _State) -> list[str]:
                 f"experimental.function_alias / concrete_function_name / signature_name is not set")
         added = []
         for name in targets:
+            if name in batched_by:
+                raise savedmodel.SelectionError(f"function {name!r} is batched twice: by {batched_by[name]} and "
+                                                f"by batch_options[{i}]")
+            batched_by[name] = f"batch_options[{i}]"
             added += rewrite.batch_function(s.model, name, entry, s.token, set(s.accelerator), f"batch_options[{i}]")
         if not added:
             raise rewrite.BatchingError(f"batch_options[{i}]: no function of {targets} is called from another "

@@ -206,6 +206,7 @@ def batch_function(model, name: str, batch, token: str, accelerator: set, where:
 
 
 def call_sites_in_functions(model, target: str):
+    """Call sites inside functions, leaving out kiln's own batching wrappers."""
     for fdef, node in call_sites(model, target):
-        if fdef is not None:
+        if fdef is not None and not fdef.signature.name.startswith("__kiln_batched_"):
             yield fdef, node

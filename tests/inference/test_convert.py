@@ -258,6 +258,9 @@ def test_missing_serve_tag_is_named(root, toy):
                                                           r"signature_name: 'serving_default' and by tpu_functions\[2\]"),
     ("batch_options { max_batch_size: 4 }", "no accelerator functions are selected"),
     ('bfloat16_optimization { state: ENABLED }', r"not implemented yet .*issue #13"),
+    ('batch_options { max_batch_size: 4 experimental { function_alias: "tpu_func" } } '
+     'batch_options { max_batch_size: 8 experimental { function_alias: "tpu_func" } }',
+     r"function '__inference_tpu_func_\d+' is batched twice: by batch_options\[0\] and by batch_options\[1\]"),
 ])
 def test_selection_errors(root, toy, text, message):
     serve = savedmodel.signature_function(savedmodel.read(toy), "serving_default")
