@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass
 
 from ..errors import KilnError
-from .savedmodel import CALL_OPS, DT_RESOURCE, arg_shape, callees, signature_wrapper, user_name
+from .savedmodel import CALL_OPS, DT_RESOURCE, arg_shape, callees, reachable, signature_wrapper, user_name
 
 
 class TrialCompileError(KilnError, RuntimeError):
@@ -138,6 +138,22 @@ class Trial:
             self.variables[node_id] = tf.Variable(self.values[node_id], trainable=False)
         return self.variables[node_id]
 
+    def _ops_without_xla_kernel(self, name: str) -> set[str]:
+        """Op types in ``name`` and its callees with no XLA JIT kernel (TF names only the first)."""
+        from tensorflow.python.framework import kernels
+
+        names = {name} | reachable(self.model, name)
+        types = {n.op for f in names for n in self.model.functions[f].node_def if n.op not in self.model.functions}
+        missing = set()
+        for op in types:
+            try:
+                devices = {k.device_type for k in kernels.get_registered_kernels_for_op(op).kernel}
+            except Exception:  # an op TensorFlow does not know: tf2xla's message names it
+                continue
+            if devices and not any(d.startswith("XLA_") and d.endswith("_JIT") for d in devices):
+                missing.add(op)
+        return missing
+
     def compile(self, name: str, batch: int) -> FunctionCost:
         """Lower ``name`` to HLO at batch size ``batch`` (unknown dims 1); costs of that HLO."""
         import tensorflow as tf
@@ -177,7 +193,7 @@ class Trial:
         except Exception as exc:  # tf.errors.*: name the op XLA refused
             msg = str(exc).replace(self.prefix, "")
             found = _UNSUPPORTED.findall(msg) or [(m, m, "XLA") for m in _UNSUPPORTED_ALT.findall(msg)]
-            ops = sorted({op for _, op, _ in found})
+            ops = sorted({op for _, op, _ in found} | self._ops_without_xla_kernel(name))
             what = f"op(s) {', '.join(ops)} cannot be compiled by XLA" if ops else "XLA cannot compile it"
             first = msg.strip().splitlines()[0] if msg.strip() else type(exc).__name__
             raise TrialCompileError(f"accelerator function {name!r}: {what}; keep it on the CPU (do not select "
