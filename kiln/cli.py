@@ -373,6 +373,7 @@ def build_parser(with_convert: bool = False) -> argparse.ArgumentParser:
     from .quant import cli as quant_cli
 
     quant_cli.add_parser(sub)
+    importlib.import_module("kiln.inference.cli").add_parser(sub)  # kiln infer-convert (TF imported lazily)
 
     converter = _converter_cli() if with_convert else None
     if converter is not None:

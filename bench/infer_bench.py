@@ -1,0 +1,148 @@
+"""Inference converter: throughput of 32 concurrent single-row clients, input model vs converted.
+
+Variants: the input SavedModel (TensorFlow ops), XLA only, in-graph batching only, XLA + batching;
+then the XLA compile count per batch bucket of the XLA + batching model (read from an
+``XLA_FLAGS=--xla_dump_to`` dump in a child process). On CPU, batching mostly adds queueing
+(inference.md E1f): its gain is an accelerator property; this measures, it does not promise.
+
+    .venv/bin/python bench/infer_bench.py [--clients 32] [--requests 20] [--width 512] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+BATCHING = ("batch_options {{ num_batch_threads: 2 max_batch_size: 32 batch_timeout_micros: 2000 "
+            "allowed_batch_sizes: 8 allowed_batch_sizes: 16 allowed_batch_sizes: 32 {target} }}")
+
+
+def build(path: Path, width: int) -> str:
+    import tensorflow as tf
+
+    class Mlp(tf.Module):
+        def __init__(self):
+            rng = np.random.default_rng(0)
+            self.ws = [tf.Variable((rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32))
+                       for _ in range(4)]
+
+        @tf.function
+        def body(self, x):
+            for w in self.ws:
+                x = tf.nn.relu(tf.matmul(x, w))
+            return x
+
+        @tf.function(input_signature=[tf.TensorSpec([None, width], tf.float32)])
+        def serve(self, x):
+            return {"y": self.body(x)}
+
+    m = Mlp()
+    tf.saved_model.save(m, str(path), signatures={"serving_default": m.serve.get_concrete_function()},
+                        options=tf.saved_model.SaveOptions(function_aliases={"body": m.body}))
+    return str(path)
+
+
+def throughput(model_dir: str, width: int, clients: int, requests: int) -> float:
+    import tensorflow as tf
+
+    serve = tf.saved_model.load(model_dir).signatures["serving_default"]
+    x = tf.ones([1, width])
+    for _ in range(3):
+        serve(x=x)  # compile / warm
+    barrier = threading.Barrier(clients + 1)
+
+    def client():
+        barrier.wait()
+        for _ in range(requests):
+            serve(x=x)
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for t in threads:
+        t.join()
+    return clients * requests / (time.perf_counter() - start)
+
+
+_COUNT = """
+import sys, threading, tensorflow as tf
+serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+width, clients = int(sys.argv[2]), int(sys.argv[3])
+def client(rows):
+    serve(x=tf.ones([rows, width]))
+threads = [threading.Thread(target=client, args=(1 + i % 3,)) for i in range(clients)]
+[t.start() for t in threads]; [t.join() for t in threads]
+"""
+
+
+def compiles_per_bucket(model_dir: str, width: int, clients: int) -> dict:
+    import re
+
+    with tempfile.TemporaryDirectory() as dump:
+        env = dict(os.environ, XLA_FLAGS=f"--xla_dump_to={dump}", PYTHONPATH=str(ROOT))
+        subprocess.run([sys.executable, "-c", _COUNT, model_dir, str(width), str(clients)], env=env, check=True)
+        rows = Counter()
+        for p in Path(dump).glob("module_*.before_optimizations.txt"):
+            m = re.search(r"ENTRY[^\n]*?\([\w.]+: f32\[(\d+),", p.read_text())
+            if m:
+                rows[int(m.group(1))] += 1
+    return dict(sorted(rows.items()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--requests", type=int, default=20)
+    parser.add_argument("--width", type=int, default=512)
+    parser.add_argument("--json", help="write the figures here")
+    args = parser.parse_args()
+
+    import tensorflow as tf
+
+    from kiln.inference import convert
+
+    results = {"device": tf.config.list_logical_devices()[-1].device_type, "clients": args.clients,
+               "requests_per_client": args.requests, "width": args.width}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        src = build(tmp / "input", args.width)
+        variants = {
+            "input (TF ops)": src,
+            "XLA": ('tpu_functions { function_alias: "body" }'),
+            "batched": BATCHING.format(target='experimental { function_alias: "body" }'),
+            "XLA + batched": 'tpu_functions { function_alias: "body" } ' + BATCHING.format(target=""),
+        }
+        for name, options in variants.items():
+            model = options if name.startswith("input") else None
+            if model is None:
+                model = str(tmp / name.replace(" ", "_").replace("+", "and"))
+                convert(src, model, options)
+            rps = throughput(model, args.width, args.clients, args.requests)
+            results[name] = round(rps, 1)
+            print(f"{name:<16} {rps:9.1f} requests/s  ({args.clients} clients x {args.requests} single-row requests)")
+        buckets = compiles_per_bucket(str(tmp / "XLA_and_batched"), args.width, args.clients)
+        results["xla_compiles_per_bucket"] = buckets
+        print("XLA compiles per batch bucket (XLA + batched, 1-3 row clients):",
+              ", ".join(f"{k} rows: {v}" for k, v in buckets.items()) or "none")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+"""The conversion report: the original's text layout, a dict/JSON form, and a self-contained HTML page."""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import asdict, dataclass, field
+
+ACCELERATOR = "XLA"  # the original says "TPU"; kiln places functions on any XLA device
+
+
+@dataclass
+class FunctionEntry:
+    name: str
+    selected_by: str
+    cost: int  # flops at the representative shapes
+    bytes_accessed: int
+    shapes: list
+    call_sites: int
+    alias: str | None = None
+    served: bool = True  # reached from a signature; other traces are compiled but not counted
+
+
+@dataclass
+class StageEntry:
+    name: str
+    status: str  # "applied", "skipped", "not implemented (issue #13)"
+    changes: list = field(default_factory=list)
+
+
+@dataclass
+class ConversionReport:
+    input_model_dir: str
+    output_model_dir: str
+    functions: list = field(default_factory=list)  # FunctionEntry
+    cpu_cost: int = 0
+    cpu_functions: dict = field(default_factory=dict)  # name -> flops
+    cpu_ops: dict = field(default_factory=dict)  # name -> {"ops": "AddV2 x1, ...", "why": ...}
+    signatures: dict = field(default_factory=dict)  # key -> {"function":..., "placement":..., "batched":...}
+    batching: list = field(default_factory=list)  # dicts of BatchedSite
+    stages: list = field(default_factory=list)  # StageEntry
+    warmup_records: int = 0
+    cost_source: str = ("accelerator: flops counted on the HLO TensorFlow's tf2xla bridge emits "
+                        "(experimental_get_compiler_ir stage='hlo'); CPU: TensorFlow's registered per-op flops")
+
+    @property
+    def served_functions(self) -> list:
+        return [f for f in self.functions if f.served]
+
+    @property
+    def accelerator_cost(self) -> int:
+        return sum(f.cost for f in self.served_functions)
+
+    @property
+    def total_cost(self) -> int:
+        return self.accelerator_cost + self.cpu_cost
+
+    def _pct(self, part: int) -> float:
+        return 100.0 * part / self.total_cost if self.total_cost else 0.0
+
+    @property
+    def text(self) -> str:
+        total = self.total_cost
+        rule = "-" * 32
+        lines = ["-------- Conversion Report --------",
+                 f"{ACCELERATOR} cost of the model: {self._pct(self.accelerator_cost):5.2f}% "
+                 f"({self.accelerator_cost}/{total})",
+                 f"CPU cost of the model: {self._pct(self.cpu_cost):5.2f}% ({self.cpu_cost}/{total})",
+                 "", "Cost breakdown", "=" * 32, f"{'%':<10}{'Cost':<8}Name", rule,
+                 f"{self._pct(self.cpu_cost):<10.2f}{self.cpu_cost:<8}[CPU cost]"]
+        for f in self.served_functions:
+            lines.append(f"{self._pct(f.cost):<10.2f}{f.cost:<8}{f.name}")
+        lines.append(rule)
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.text
+
+    def to_dict(self) -> dict:
+        return {
+            "input_model_dir": self.input_model_dir,
+            "output_model_dir": self.output_model_dir,
+            "accelerator": ACCELERATOR,
+            "accelerator_cost": self.accelerator_cost,
+            "cpu_cost": self.cpu_cost,
+            "total_cost": self.total_cost,
+            "cost_unit": "flops",
+            "cost_source": self.cost_source,
+            "functions": [asdict(f) for f in self.functions],
+            "cpu_functions": dict(self.cpu_functions),
+            "cpu_ops": dict(self.cpu_ops),
+            "signatures": dict(self.signatures),
+            "batching": list(self.batching),
+            "stages": [asdict(s) for s in self.stages],
+            "warmup_records": self.warmup_records,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    def to_html(self) -> str:
+        return render_html(self)
+
+
+def _bars(report: ConversionReport) -> str:
+    rows = [("[CPU cost]", report.cpu_cost, "#9aa5b1")] + [(f.name, f.cost, "#2f7ed8") for f in report.served_functions]
+    peak = max([c for _, c, _ in rows] + [1])
+    height = 26 * len(rows) + 10
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="820" height="{height}" role="img" '
+             f'aria-label="cost per function">']
+    for i, (name, cost, color) in enumerate(rows):
+        y = 5 + 26 * i
+        width = int(380 * cost / peak)
+        parts.append(f'<text x="0" y="{y + 16}" font-size="12">{html.escape(name[:40])}</text>'
+                     f'<rect class="bar" x="260" y="{y}" width="{width}" height="20" fill="{color}"/>'
+                     f'<text x="{266 + width}" y="{y + 16}" font-size="12">{cost} ({report._pct(cost):.2f}%)</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _table(headers, rows) -> str:
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def render_html(report: ConversionReport) -> str:
+    """One file, no external assets: inline CSS and an SVG bar chart."""
+    sigs = [(k, v.get("function"), v.get("placement"), v.get("batched")) for k, v in sorted(report.signatures.items())]
+    batching = [(b["function"], b["caller"], b["shared_name"], b["attrs"].get("max_batch_size"),
+                 b["attrs"].get("allowed_batch_sizes"), b["attrs"].get("batch_timeout_micros"),
+                 b["attrs"].get("num_batch_threads"), b["attrs"].get("max_enqueued_batches"),
+                 b["attrs"].get("enable_large_batch_splitting"), "updated" if b.get("updated") else "added")
+                for b in report.batching]
+    cpu = [(name, report.cpu_ops.get(name, {}).get("ops", ""), flops,
+            report.cpu_ops.get(name, {}).get("why", "not selected as an accelerator function"))
+           for name, flops in sorted(report.cpu_functions.items())]
+    stages = [(s.name, s.status, "; ".join(s.changes)) for s in report.stages]
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>kiln conversion report</title>
+<style>
+body {{ font-family: sans-serif; margin: 24px; color: #1f2933; }}
+table {{ border-collapse: collapse; margin: 8px 0 20px; }}
+th, td {{ border: 1px solid #cbd2d9; padding: 4px 8px; font-size: 13px; text-align: left; }}
+th {{ background: #f0f4f8; }}
+pre {{ background: #f5f7fa; padding: 12px; }}
+</style></head><body>
+<h1>kiln conversion report</h1>
+<p>{html.escape(report.input_model_dir)} &rarr; {html.escape(report.output_model_dir)}</p>
+<pre id="report-text">{html.escape(report.text)}</pre>
+<h2>Cost per function (flops)</h2>
+{_bars(report)}
+<p><small>{html.escape(report.cost_source)}</small></p>
+<h2>Signatures</h2>
+{_table(["signature", "function", "placement", "batched"], sigs)}
+<h2>Accelerator functions</h2>
+{_table(["function", "alias", "selected by", "flops", "bytes accessed", "shapes", "call sites", "served"],
+        [(f.name, f.alias or "", f.selected_by, f.cost, f.bytes_accessed, f.shapes, f.call_sites, f.served)
+         for f in report.functions])}
+<h2>Batching</h2>
+{_table(["function", "caller", "shared_name", "max_batch_size", "allowed_batch_sizes", "batch_timeout_micros",
+         "num_batch_threads", "max_enqueued_batches", "large batch splitting", "op"], batching)}
+<h2>Ops that stayed on the CPU</h2>
+{_table(["function", "ops", "flops", "why"], cpu)}
+<h2>Stages</h2>
+{_table(["stage", "status", "changes"], stages)}
+<p>{report.warmup_records} warm-up records written.</p>
+</body></html>
+"""

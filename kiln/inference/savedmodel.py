@@ -1,0 +1,221 @@
+"""Reading a TF2 SavedModel as protobuf: validation, the function call graph, function selection.
+
+kiln edits the SavedModel's FunctionDefs directly (instead of load -> wrap -> re-save) so every
+function keeps its name, ``function_aliases`` survive, and nested functions can be placed on XLA.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import KilnError
+
+SERVE_TAG = "serve"
+CALL_OPS = ("StatefulPartitionedCall", "PartitionedCall")
+DT_RESOURCE = 20
+_INTERNAL = ("__inference__traced_save", "__inference__traced_restore")
+
+
+class InputModelError(KilnError, ValueError):
+    """The input SavedModel is missing, TF1, or lacks what the options ask for."""
+
+
+class SelectionError(KilnError, ValueError):
+    """Accelerator or batch functions selected wrongly (unknown, twice, nested)."""
+
+
+@dataclass
+class SavedModelFile:
+    """The parsed ``saved_model.pb`` plus indexes over its serving MetaGraph."""
+
+    path: Path
+    proto: object  # saved_model_pb2.SavedModel
+    meta: object  # the MetaGraphDef tagged "serve"
+    functions: dict = field(default_factory=dict)  # name -> FunctionDef
+
+    @property
+    def aliases(self) -> dict:
+        return dict(self.meta.meta_info_def.function_aliases)
+
+    @property
+    def signatures(self) -> dict:
+        return {k: v for k, v in self.meta.signature_def.items() if not k.startswith("__")}
+
+    def public_functions(self) -> list[str]:
+        return sorted(n for n in self.functions if not n.startswith(_INTERNAL))
+
+    def reindex(self) -> None:
+        self.functions = {f.signature.name: f for f in self.meta.graph_def.library.function}
+
+
+def read(model_dir) -> SavedModelFile:
+    """Parse and validate ``model_dir``: a TF2 SavedModel with a "serve" MetaGraph and signatures."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    path = Path(model_dir)
+    pb = path / "saved_model.pb"
+    if not path.is_dir():
+        raise InputModelError(f"input_model_dir {str(path)!r} is not a directory")
+    if not pb.is_file():
+        raise InputModelError(f"{str(path)!r} is not a SavedModel: it has no saved_model.pb"
+                              + (" (saved_model.pbtxt is not supported)" if (path / "saved_model.pbtxt").exists()
+                                 else ""))
+    proto = saved_model_pb2.SavedModel()
+    try:
+        proto.ParseFromString(pb.read_bytes())
+    except Exception as exc:  # DecodeError
+        raise InputModelError(f"{str(pb)!r} is not a valid SavedModel protobuf: {exc}") from None
+    tag_sets = [sorted(m.meta_info_def.tags) for m in proto.meta_graphs]
+    serving = [m for m in proto.meta_graphs if set(m.meta_info_def.tags) == {SERVE_TAG}]
+    serving = serving or [m for m in proto.meta_graphs if SERVE_TAG in m.meta_info_def.tags]
+    if not serving:
+        raise InputModelError(f"{str(path)!r} has no MetaGraph tagged {SERVE_TAG!r}; its tag sets are {tag_sets}")
+    meta = serving[0]
+    if len(meta.object_graph_def.nodes) == 0 and len(meta.graph_def.library.function) == 0:
+        raise InputModelError(
+            f"kiln infer-convert needs a TensorFlow 2 SavedModel; {str(path)!r} was written by the TF1 "
+            f"SavedModel builder (no object graph, no TF2 functions). Migrate it to TF2 "
+            f"(https://www.tensorflow.org/guide/migrate/saved_model) and save it with tf.saved_model.save")
+    model = SavedModelFile(path, proto, meta)
+    model.reindex()
+    if not model.signatures:
+        raise InputModelError(f"{str(path)!r} has no serving signatures; save it with "
+                              f"tf.saved_model.save(..., signatures=...)")
+    return model
+
+
+# -- call graph ------------------------------------------------------------------------------
+
+def called_functions(node) -> list[str]:
+    """Every function a NodeDef refers to through a func or list(func) attribute."""
+    names = []
+    for value in node.attr.values():
+        if value.HasField("func"):
+            names.append(value.func.name)
+        elif value.HasField("list"):
+            names.extend(f.name for f in value.list.func)
+    return names
+
+
+def callees(model: SavedModelFile, name: str) -> set[str]:
+    fdef = model.functions.get(name)
+    if fdef is None:
+        return set()
+    return {c for n in fdef.node_def for c in called_functions(n) if c in model.functions}
+
+
+def reachable(model: SavedModelFile, start: str) -> set[str]:
+    """Functions ``start`` calls directly or through other functions (not itself unless recursive)."""
+    seen, todo = set(), list(callees(model, start))
+    while todo:
+        f = todo.pop()
+        if f not in seen:
+            seen.add(f)
+            todo.extend(callees(model, f))
+    return seen
+
+
+def signature_wrapper(model: SavedModelFile, key: str) -> str:
+    """The function the graph node behind signature ``key``'s outputs calls."""
+    sig = model.meta.signature_def[key]
+    by_name = {n.name: n for n in model.meta.graph_def.node}
+    for info in list(sig.outputs.values()) + list(sig.inputs.values()):
+        node = by_name.get(info.name.split(":")[0])
+        if node is not None and node.op in CALL_OPS:
+            return node.attr["f"].func.name
+    # the outputs may hang off Identity nodes: search the consumers of the inputs
+    inputs = {info.name.split(":")[0] for info in sig.inputs.values()}
+    for node in model.meta.graph_def.node:
+        if node.op in CALL_OPS and any(i.split(":")[0] in inputs for i in node.input):
+            return node.attr["f"].func.name
+    raise InputModelError(f"cannot find the function behind signature {key!r}")
+
+
+def signature_function(model: SavedModelFile, key: str) -> str:
+    """The function signature ``key`` calls: the wrapper's only callee, else the wrapper itself."""
+    if key not in model.signatures:
+        raise SelectionError(f"signature_name {key!r} does not exist; the model's signatures are "
+                             f"{sorted(model.signatures)}")
+    wrapper = signature_wrapper(model, key)
+    inner = [c for n in model.functions[wrapper].node_def if n.op in CALL_OPS for c in called_functions(n)]
+    return inner[0] if len(inner) == 1 else wrapper
+
+
+# -- selection -------------------------------------------------------------------------------
+
+def _by_alias(model: SavedModelFile, alias: str, field_name: str) -> list[str]:
+    names = sorted(c for c, a in model.aliases.items() if a == alias and c in model.functions)
+    if not names:
+        available = sorted({a for c, a in model.aliases.items() if c in model.functions})
+        raise SelectionError(f"{field_name} {alias!r} does not exist; the model's function aliases are "
+                             f"{available or '(none: save with SaveOptions(function_aliases=...))'}")
+    return names
+
+
+def _by_name(model: SavedModelFile, name: str, field_name: str) -> list[str]:
+    if name not in model.functions:
+        raise SelectionError(f"{field_name} {name!r} does not exist; the model's concrete functions are "
+                             f"{model.public_functions()}")
+    return [name]
+
+
+def resolve_target(model: SavedModelFile, kind: str, value, where: str) -> list[str]:
+    """Concrete function names for one oneof choice (function_alias / concrete_function_name / ...)."""
+    label = f"{where}.{kind}"
+    if kind == "function_alias":
+        return _by_alias(model, value, label)
+    if kind == "concrete_function_name":
+        return _by_name(model, value, label)
+    if kind == "signature_name":
+        return [signature_function(model, value)]
+    if kind == "jit_compile_functions":
+        if not value:
+            return []
+        names = sorted(n for n, f in model.functions.items()
+                       if f.attr.get("_XlaMustCompile") is not None and f.attr["_XlaMustCompile"].b)
+        if not names:
+            raise SelectionError(f"{label}: no function in the model was exported with jit_compile=True")
+        return names
+    raise SelectionError(f"{where}: set one of function_alias, concrete_function_name, signature_name, "
+                         f"jit_compile_functions")
+
+
+def select_accelerator_functions(model: SavedModelFile, tpu_functions) -> dict[str, str]:
+    """Concrete name -> how it was selected; checks duplicates and nesting."""
+    chosen: dict[str, str] = {}
+    for i, entry in enumerate(tpu_functions):
+        kind = entry.WhichOneof("name")
+        value = getattr(entry, kind) if kind else None
+        how = f"tpu_functions[{i}] {kind}: {value!r}" if kind != "jit_compile_functions" \
+            else f"tpu_functions[{i}] jit_compile_functions: true"
+        for name in resolve_target(model, kind, value, f"tpu_functions[{i}]"):
+            if name in chosen:
+                raise SelectionError(f"function {name!r} is selected twice: by {chosen[name]} and by {how}")
+            chosen[name] = how
+    for a in chosen:
+        below = reachable(model, a)
+        for b in chosen:
+            if b != a and b in below:
+                raise SelectionError(
+                    f'Unable to place both "{a}" and "{b}" on the accelerator because "{a}" indirectly calls '
+                    f'"{b}". This behavior is unsupported because it can cause invalid graphs to be generated.')
+    return chosen
+
+
+def arg_shape(fdef, index: int):
+    """The static shape of argument ``index`` as a list (None for unknown dims), or None if unknown rank."""
+    attrs = fdef.arg_attr[index].attr if index in fdef.arg_attr else {}
+    shapes = attrs["_output_shapes"].list.shape if "_output_shapes" in attrs else []
+    if not shapes and "_input_shapes" in fdef.attr and index < len(fdef.attr["_input_shapes"].list.shape):
+        shapes = [fdef.attr["_input_shapes"].list.shape[index]]
+    if not shapes or shapes[0].unknown_rank:
+        return None
+    return [None if d.size < 0 else int(d.size) for d in shapes[0].dim]
+
+
+def user_name(fdef, index: int) -> str:
+    attrs = fdef.arg_attr[index].attr if index in fdef.arg_attr else {}
+    if "_user_specified_name" in attrs:
+        return attrs["_user_specified_name"].s.decode()
+    return fdef.signature.input_arg[index].name

@@ -1,0 +1,331 @@
+"""Trial compilation and costs, at conversion time, at representative shapes.
+
+Each accelerator function is called through ``tf.function(jit_compile=True)`` with its real
+variables (read from the checkpoint, so nothing else of the model is loaded) and lowered with
+``experimental_get_compiler_ir(...)(stage="hlo")`` — TensorFlow's own tf2xla bridge, so an op XLA
+cannot compile fails here, named, instead of at serving time. TensorFlow 2.21 exposes no XLA
+cost analysis to Python, so kiln counts the HLO the bridge emitted the way XLA's HloCostAnalysis
+does (dot/convolution 2 flops per multiply-add, 1 per element for elementwise and reduce ops;
+bytes = operands + result). CPU ops are costed with TensorFlow's registered per-op flop
+statistics (``ops.get_stats_for_node_def(..., "flops")``, what tf.compat.v1.profiler uses).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+
+from ..errors import KilnError
+from .savedmodel import CALL_OPS, DT_RESOURCE, arg_shape, callees, reachable, signature_wrapper, user_name
+
+
+class TrialCompileError(KilnError, RuntimeError):
+    """XLA cannot compile a function selected for the accelerator."""
+
+
+@dataclass
+class FunctionCost:
+    flops: int
+    bytes_accessed: int
+    shapes: list
+
+
+# -- variables behind resource arguments -----------------------------------------------------
+
+def resource_bindings(model) -> dict:
+    """(function, arg index) -> object-graph node id of the variable passed there."""
+    binding = {}
+    for name, saved in model.meta.object_graph_def.concrete_functions.items():
+        fdef = model.functions.get(name)
+        if fdef is None or not saved.bound_inputs:
+            continue
+        first = len(fdef.signature.input_arg) - len(saved.bound_inputs)
+        for k, node_id in enumerate(saved.bound_inputs):
+            binding[(name, first + k)] = node_id
+    changed = True
+    while changed:  # push bindings down direct call edges until nothing new appears
+        changed = False
+        for fdef in model.meta.graph_def.library.function:
+            caller = fdef.signature.name
+            arg_index = {a.name: i for i, a in enumerate(fdef.signature.input_arg)}
+            for node in fdef.node_def:
+                if node.op not in CALL_OPS and node.op != "BatchFunction":
+                    continue
+                callee = node.attr["f"].func.name
+                for pos, inp in enumerate(i for i in node.input if not i.startswith("^")):
+                    src = arg_index.get(inp)
+                    if src is not None and (caller, src) in binding and (callee, pos) not in binding:
+                        binding[(callee, pos)] = binding[(caller, src)]
+                        changed = True
+    return binding
+
+
+def _variable_values(model) -> dict:
+    """object-graph node id -> numpy value, from the SavedModel's checkpoint."""
+    import tensorflow as tf
+    from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+    prefix = str(model.path / "variables" / "variables")
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+    except Exception:  # a model without variables
+        return {}
+    graph = trackable_object_graph_pb2.TrackableObjectGraph()
+    graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+    values = {}
+    for node_id, node in enumerate(graph.nodes):
+        for attr in node.attributes:
+            if attr.name == "VARIABLE_VALUE":
+                values[node_id] = reader.get_tensor(attr.checkpoint_key)
+    return values
+
+
+# -- registering the library under fresh names -----------------------------------------------
+
+def _renamed_library(model, prefix: str):
+    """Copies of every FunctionDef renamed ``prefix + name`` (eager contexts reject redefinitions)."""
+    from tensorflow.core.framework import function_pb2
+
+    names = set(model.functions)
+    out = []
+    for fdef in model.meta.graph_def.library.function:
+        copy = function_pb2.FunctionDef()
+        copy.CopyFrom(fdef)
+        copy.signature.name = prefix + fdef.signature.name
+        for node in copy.node_def:
+            for value in node.attr.values():
+                if value.HasField("func") and value.func.name in names:
+                    value.func.name = prefix + value.func.name
+                elif value.HasField("list"):
+                    for f in value.list.func:
+                        if f.name in names:
+                            f.name = prefix + f.name
+        out.append(copy)
+    return out
+
+
+_UNSUPPORTED = re.compile(r"(\w+) \(No registered '(\w+)' OpKernel for (XLA_\w+)")
+_UNSUPPORTED_ALT = re.compile(r"[Uu]nsupported op[^:]*: (\w+)")
+
+
+class Trial:
+    """Compiles accelerator functions one by one with the model's real variables."""
+
+    def __init__(self, model):
+        from tensorflow.python.eager import context
+
+        self.model = model
+        self.prefix = f"__kiln_trial_{uuid.uuid4().hex[:8]}_"
+        ctx = context.context()
+        ctx.ensure_initialized()
+        self.renamed = {}
+        for fdef in _renamed_library(model, self.prefix):
+            ctx.add_function_def(fdef)
+            self.renamed[fdef.signature.name[len(self.prefix):]] = fdef
+        self.binding = resource_bindings(model)
+        self.values = None
+        self.variables = {}
+
+    def _variable(self, node_id):
+        import tensorflow as tf
+
+        if self.values is None:
+            self.values = _variable_values(self.model)
+        if node_id not in self.variables:
+            if node_id not in self.values:
+                raise TrialCompileError(f"variable (object node {node_id}) not found in the checkpoint")
+            self.variables[node_id] = tf.Variable(self.values[node_id], trainable=False)
+        return self.variables[node_id]
+
+    def _ops_without_xla_kernel(self, name: str) -> set[str]:
+        """Op types in ``name`` and its callees with no XLA JIT kernel (TF names only the first)."""
+        from tensorflow.python.framework import kernels
+
+        names = {name} | reachable(self.model, name)
+        types = {n.op for f in names for n in self.model.functions[f].node_def if n.op not in self.model.functions}
+        missing = set()
+        for op in types:
+            try:
+                devices = {k.device_type for k in kernels.get_registered_kernels_for_op(op).kernel}
+            except Exception:  # an op TensorFlow does not know: tf2xla's message names it
+                continue
+            if devices and not any(d.startswith("XLA_") and d.endswith("_JIT") for d in devices):
+                missing.add(op)
+        return missing
+
+    def compile(self, name: str, batch: int) -> FunctionCost:
+        """Lower ``name`` to HLO at batch size ``batch`` (unknown dims 1); costs of that HLO."""
+        import tensorflow as tf
+        from tensorflow.python.ops import gen_functional_ops
+
+        fdef = self.model.functions[name]
+        tensors, handles, shapes = [], [], []
+        for i, arg in enumerate(fdef.signature.input_arg):
+            if arg.type == DT_RESOURCE:
+                node_id = self.binding.get((name, i))
+                if node_id is None:
+                    raise TrialCompileError(f"cannot trial-compile {name!r}: resource argument "
+                                            f"{user_name(fdef, i)!r} is not bound to a variable kiln can find")
+                handles.append(self._variable(node_id))
+                continue
+            shape = arg_shape(fdef, i) or [batch]
+            shape = [batch if k == 0 and d is None else (1 if d is None else d) for k, d in enumerate(shape)]
+            dtype = tf.dtypes.as_dtype(arg.type)
+            if dtype in (tf.string, tf.variant):
+                raise TrialCompileError(f"accelerator function {name!r}: input {user_name(fdef, i)!r} is a "
+                                        f"{dtype.name} tensor, which XLA cannot take; keep the function on the "
+                                        f"CPU (do not select it) or select the function it calls after parsing")
+            shapes.append(shape)
+            tensors.append(tf.zeros(shape, dtype))
+        variables = list(handles)
+        out_types = [o.type for o in fdef.signature.output_arg]
+
+        def call(*xs):
+            args, xs_it, var_it = [], iter(xs), iter(variables)
+            for a in fdef.signature.input_arg:
+                args.append(next(var_it).handle if a.type == DT_RESOURCE else next(xs_it))
+            return gen_functional_ops.stateful_partitioned_call(args=args, Tout=out_types, f=self.prefix + name)
+
+        jitted = tf.function(call, jit_compile=True, autograph=False)
+        try:
+            hlo = jitted.experimental_get_compiler_ir(*tensors)(stage="hlo")
+        except Exception as exc:  # tf.errors.*: name the op XLA refused
+            msg = str(exc).replace(self.prefix, "")
+            found = _UNSUPPORTED.findall(msg) or [(m, m, "XLA") for m in _UNSUPPORTED_ALT.findall(msg)]
+            ops = sorted({op for _, op, _ in found} | self._ops_without_xla_kernel(name))
+            what = f"op(s) {', '.join(ops)} cannot be compiled by XLA" if ops else "XLA cannot compile it"
+            first = msg.strip().splitlines()[0] if msg.strip() else type(exc).__name__
+            raise TrialCompileError(f"accelerator function {name!r}: {what}; keep it on the CPU (do not select "
+                                    f"it) or move those ops out of it. TensorFlow said: {first}") from None
+        flops, nbytes = hlo_costs(hlo)
+        return FunctionCost(flops, nbytes, shapes)
+
+
+# -- HLO cost counting -----------------------------------------------------------------------
+
+_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4,
+          "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16}
+_SHAPE = re.compile(r"\b(pred|[suf]\d+|bf16|c64|c128)\[([\d,]*)\]")
+_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(.*?)\s+([\w\-]+)\((.*)$")
+_ELEMENTWISE = {"add", "subtract", "multiply", "divide", "maximum", "minimum", "exponential", "log", "tanh",
+                "logistic", "rsqrt", "sqrt", "power", "negate", "abs", "compare", "select", "clamp", "remainder",
+                "exponential-minus-one", "log-plus-one", "sine", "cosine", "erf", "floor", "ceil", "sign",
+                "round-nearest-even", "round-nearest-afz", "atan2", "cbrt", "and", "or", "xor", "not"}
+_FREE = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "reshape", "after-all"}
+
+
+def _elements(dims: str) -> int:
+    n = 1
+    for d in filter(None, dims.split(",")):
+        n *= int(d)
+    return n
+
+
+def hlo_costs(hlo_text: str) -> tuple[int, int]:
+    """(flops, bytes accessed) of an HLO module's text, counted like XLA's HloCostAnalysis."""
+    flops = nbytes = 0
+    for line in hlo_text.splitlines():
+        m = _INSTR.match(line)
+        if not m:
+            continue
+        result, opcode, rest = m.groups()
+        out = _SHAPE.findall(result)
+        if not out or opcode in _FREE:
+            continue
+        out_elems = sum(_elements(d) for _, d in out)
+        operands = _SHAPE.findall(rest.split("),", 1)[0])
+        nbytes += sum(_elements(d) * _BYTES.get(t, 4) for t, d in out + operands)
+        if opcode == "dot" and len(operands) >= 2:
+            lhs = [int(x) for x in filter(None, operands[0][1].split(","))]
+            dims = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", rest)
+            k = 1
+            for i in filter(None, (dims.group(1) if dims else "").split(",")):
+                k *= lhs[int(i)]
+            flops += 2 * out_elems * k
+        elif opcode == "convolution" and len(operands) >= 2:
+            kernel = _elements(operands[1][1])
+            dims = re.search(r"dim_labels=\w+_(\w+)->", rest)
+            out_features = 1
+            if dims:
+                kshape = [int(x) for x in filter(None, operands[1][1].split(","))]
+                pos = dims.group(1).find("o")
+                out_features = kshape[pos] if 0 <= pos < len(kshape) else 1
+            flops += 2 * out_elems * (kernel // max(out_features, 1))
+        elif opcode in ("reduce", "reduce-window"):
+            flops += sum(_elements(d) for _, d in operands[: max(1, len(operands) // 2)])
+        elif opcode in _ELEMENTWISE:
+            flops += out_elems
+    return flops, nbytes
+
+
+# -- CPU flops -------------------------------------------------------------------------------
+
+def cpu_flops(model, names, batch_of, renamed) -> dict[str, int]:
+    """TensorFlow's registered flop count of each function's own ops (callees not included).
+
+    ``renamed``: the Trial's registered copies (rebuilding a graph needs its callees defined).
+    """
+    import tensorflow as tf
+    from tensorflow.python.framework import function_def_to_graph, ops
+
+    out = {}
+    for name in names:
+        fdef = model.functions[name]
+        shapes = []
+        for i, arg in enumerate(fdef.signature.input_arg):
+            shape = arg_shape(fdef, i)
+            if arg.type == DT_RESOURCE or shape is None:
+                shapes.append(None)
+            else:
+                b = batch_of(name)
+                shapes.append(tf.TensorShape([b if k == 0 and d is None else (1 if d is None else d)
+                                              for k, d in enumerate(shape)]))
+        total = 0
+        try:
+            graph = function_def_to_graph.function_def_to_graph(renamed[name], input_shapes=shapes)
+        except Exception:  # a function TF cannot rebuild alone: no CPU cost known for it
+            out[name] = 0
+            continue
+        b = batch_of(name)
+        saved = {n.name: n.attr["_output_shapes"].list.shape for n in fdef.node_def if "_output_shapes" in n.attr}
+        for arg, shape in zip(fdef.signature.input_arg, shapes):
+            if shape is not None:
+                saved.setdefault(arg.name, None)
+        for op in graph.get_operations():  # the saved _output_shapes, batch dim made concrete
+            for tensor, shape in zip(op.outputs, saved.get(op.name) or []):
+                if not shape.unknown_rank:
+                    dims = [b if k == 0 and d.size < 0 else (1 if d.size < 0 else d.size)
+                            for k, d in enumerate(shape.dim)]
+                    try:
+                        tensor.set_shape(dims)
+                    except ValueError:
+                        pass
+        for i, arg in enumerate(fdef.signature.input_arg):
+            if shapes[i] is not None:
+                try:
+                    graph.get_operation_by_name(arg.name).outputs[0].set_shape(shapes[i])
+                except (KeyError, ValueError):
+                    pass
+        for op in graph.get_operations():
+            try:
+                stat = ops.get_stats_for_node_def(graph, op.node_def, "flops")
+            except (ValueError, TypeError, tf.errors.OpError):
+                continue
+            total += int(stat.value or 0)
+        out[name] = total
+    return out
+
+
+def cpu_functions(model, accelerator) -> list[str]:
+    """Functions the signatures run outside the accelerator functions (the CPU part)."""
+    seen, todo = set(), []
+    for key in model.signatures:
+        todo.append(signature_wrapper(model, key))
+    while todo:
+        name = todo.pop()
+        if name in seen or name in accelerator:
+            continue
+        seen.add(name)
+        todo.extend(callees(model, name))
+    return sorted(seen)

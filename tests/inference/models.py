@@ -1,0 +1,206 @@
+"""SavedModels built in code for the inference converter tests (the original's documented examples)."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+SPEC = tf.TensorSpec([None, 4], tf.float32)
+
+
+class ToyModel(tf.Module):
+    """The original's example: a serving function calling an aliased accelerator function."""
+
+    def __init__(self):
+        self.w = tf.Variable(tf.reshape(tf.range(12, dtype=tf.float32), [4, 3]) / 10.0)
+
+    @tf.function
+    def tpu_func(self, x):
+        return tf.nn.relu(tf.matmul(x, self.w))
+
+    @tf.function(input_signature=[SPEC])
+    def serve(self, x):
+        return {"y": self.tpu_func(x) + 1.0}
+
+
+def save_toy(path) -> str:
+    m = ToyModel()
+    tf.saved_model.save(m, str(path), signatures={"serving_default": m.serve.get_concrete_function()},
+                        options=tf.saved_model.SaveOptions(function_aliases={"tpu_func": m.tpu_func}))
+    return str(path)
+
+
+class TwoFunctions(tf.Module):
+    """Two accelerator functions behind two signatures, plus CPU work around them."""
+
+    def __init__(self):
+        self.a = tf.Variable(tf.ones([4, 4]) * 0.5)
+        self.b = tf.Variable(tf.reshape(tf.range(8, dtype=tf.float32), [4, 2]))
+
+    @tf.function
+    def func_a(self, x):
+        return tf.matmul(x, self.a)
+
+    @tf.function
+    def func_b(self, x):
+        return tf.tanh(tf.matmul(x, self.b))
+
+    @tf.function(input_signature=[SPEC])
+    def serve_a(self, x):
+        return {"a": self.func_a(x) * 2.0}
+
+    @tf.function(input_signature=[SPEC])
+    def serve_b(self, x):
+        return {"b": self.func_b(tf.square(x)) - 1.0}
+
+
+def save_two(path) -> str:
+    m = TwoFunctions()
+    tf.saved_model.save(m, str(path), signatures={"serve_a": m.serve_a.get_concrete_function(),
+                                                  "serve_b": m.serve_b.get_concrete_function()},
+                        options=tf.saved_model.SaveOptions(function_aliases={"func_a": m.func_a,
+                                                                              "func_b": m.func_b}))
+    return str(path)
+
+
+class Nested(tf.Module):
+    """outer calls inner: both on the accelerator is the original's 'indirectly calls' error."""
+
+    @tf.function
+    def inner(self, x):
+        return x * 3.0
+
+    @tf.function
+    def middle(self, x):
+        return self.inner(x) + 1.0
+
+    @tf.function
+    def outer(self, x):
+        return self.middle(x) - 2.0
+
+    @tf.function(input_signature=[SPEC])
+    def serve(self, x):
+        return {"y": self.outer(x)}
+
+
+def save_nested(path) -> str:
+    m = Nested()
+    tf.saved_model.save(m, str(path), signatures={"serving_default": m.serve.get_concrete_function()},
+                        options=tf.saved_model.SaveOptions(function_aliases={"inner": m.inner, "outer": m.outer}))
+    return str(path)
+
+
+class StringOps(tf.Module):
+    """An accelerator function with string ops XLA cannot compile (and one taking strings)."""
+
+    @tf.function
+    def parse(self, x):
+        return tf.strings.to_number(tf.strings.as_string(x)) * 2.0
+
+    @tf.function
+    def takes_strings(self, s):
+        return tf.strings.length(s)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32), tf.TensorSpec([None], tf.string)])
+    def serve(self, x, s):
+        return {"y": self.parse(x), "n": self.takes_strings(s)}
+
+
+def save_strings(path) -> str:
+    m = StringOps()
+    tf.saved_model.save(m, str(path), signatures={"serving_default": m.serve.get_concrete_function()},
+                        options=tf.saved_model.SaveOptions(function_aliases={"parse": m.parse,
+                                                                              "takes_strings": m.takes_strings}))
+    return str(path)
+
+
+class Unbatchable(tf.Module):
+    """One function with a scalar input, one with a fixed 0th dimension."""
+
+    @tf.function
+    def scalar(self, x, k):
+        return x * k
+
+    @tf.function
+    def fixed(self, x):
+        return x + 1.0
+
+    @tf.function(input_signature=[SPEC, tf.TensorSpec([], tf.float32)])
+    def serve_scalar(self, x, k):
+        return {"y": self.scalar(x, k)}
+
+    @tf.function(input_signature=[tf.TensorSpec([3, 4], tf.float32)])
+    def serve_fixed(self, x):
+        return {"y": self.fixed(x)}
+
+
+def save_unbatchable(path) -> str:
+    m = Unbatchable()
+    tf.saved_model.save(m, str(path), signatures={"serve_scalar": m.serve_scalar.get_concrete_function(),
+                                                  "serve_fixed": m.serve_fixed.get_concrete_function()},
+                        options=tf.saved_model.SaveOptions(function_aliases={"scalar": m.scalar,
+                                                                              "fixed": m.fixed}))
+    return str(path)
+
+
+class Slow(tf.Module):
+    """A batched function that takes ~150 ms per call (to fill the batch queue)."""
+
+    def __init__(self):
+        self.calls = tf.Variable(0, dtype=tf.int64)
+
+    @tf.function
+    def body(self, x):
+        self.calls.assign_add(1)
+        tf.py_function(lambda: __import__("time").sleep(0.15), [], [])
+        return x * 2.0
+
+    @tf.function(input_signature=[SPEC])
+    def serve(self, x):
+        return {"y": self.body(x)}
+
+
+class Counting(tf.Module):
+    """Counts inner calls and rows, to show concurrent requests are served in batches."""
+
+    def __init__(self):
+        self.calls = tf.Variable(0, dtype=tf.int64)
+        self.rows = tf.Variable(0, dtype=tf.int64)
+        self.biggest = tf.Variable(0, dtype=tf.int64)
+        self.w = tf.Variable(tf.reshape(tf.range(8, dtype=tf.float32), [4, 2]))
+
+    @tf.function
+    def body(self, x):
+        n = tf.shape(x, out_type=tf.int64)[0]
+        self.calls.assign_add(1)
+        self.rows.assign_add(n)
+        self.biggest.assign(tf.maximum(self.biggest, n))
+        return tf.matmul(x, self.w)
+
+    @tf.function(input_signature=[SPEC])
+    def serve(self, x):
+        return {"y": self.body(x)}
+
+    @tf.function(input_signature=[])
+    def stats(self):
+        return {"calls": self.calls.read_value(), "rows": self.rows.read_value(),
+                "biggest": self.biggest.read_value()}
+
+
+def save_module(m, path, signatures, aliases) -> str:
+    tf.saved_model.save(m, str(path), signatures=signatures,
+                        options=tf.saved_model.SaveOptions(function_aliases=aliases))
+    return str(path)
+
+
+def save_tf1(path) -> str:
+    """A model written by the TF1 SavedModel builder."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="x")
+        y = tf.identity(x * 2.0, name="y")
+        with tf.compat.v1.Session(graph=graph) as sess:
+            builder = tf.compat.v1.saved_model.Builder(str(path))
+            sig = tf.compat.v1.saved_model.predict_signature_def({"x": x}, {"y": y})
+            builder.add_meta_graph_and_variables(sess, ["serve"], signature_def_map={"serving_default": sig})
+            builder.save()
+    return str(path)
