@@ -43,8 +43,16 @@ _LAZY = {
 }
 
 
+#: Subpackages reachable as attributes of ``kiln`` without importing them up front.
+_SUBPACKAGES = frozenset({"inference", "quant", "xla"})
+
+
 def __getattr__(name: str):
     """Import converter and fusion names on first use (the converter pulls in TensorFlow)."""
+    if name in _SUBPACKAGES:
+        import importlib
+
+        return importlib.import_module(f"kiln.{name}")
     if name in _LAZY:
         import importlib
 
