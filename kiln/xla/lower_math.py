@@ -418,3 +418,32 @@ def _cumsum(call, x, axis):
 
 register_lowering("CUMSUM", _cumsum, static=(1,))
 
+
+
+# -- bit operations -------------------------------------------------------------------------------
+
+_BIT_TYPES = tuple(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32))
+
+
+def _bit_operands(call, a, b):
+    if a.dtype != b.dtype:
+        raise OpError(f"{call.op.name}: operand types {a.dtype} and {b.dtype} differ")
+    if np.dtype(a.dtype) not in _BIT_TYPES:
+        raise OpError(f"{call.op.name}: type {a.dtype} is not supported (8, 16 or 32-bit signed or unsigned "
+                      "integers)")
+
+
+def _bitwise_xor(call, a, b):
+    _bit_operands(call, a, b)
+    return jnp.bitwise_xor(a, b)
+
+
+def _right_shift(call, a, b):
+    _bit_operands(call, a, b)
+    bits = np.dtype(a.dtype).itemsize * 8
+    shift = jnp.clip(b, 0, bits - 1) if np.dtype(a.dtype).kind == "i" else jnp.minimum(b, bits - 1)
+    return jnp.right_shift(a, jnp.asarray(shift).astype(a.dtype))
+
+
+register_lowering("BITWISE_XOR", _bitwise_xor)
+register_lowering("RIGHT_SHIFT", _right_shift)

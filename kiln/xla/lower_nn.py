@@ -101,9 +101,26 @@ def _depthwise(call, x, w, bias=None):
     return _finish(call, y, bias, opts.fused_activation_function)
 
 
+def conv_transpose(x, w, rhs_spec: str, strides, dilations, pads_before, out_spatial):
+    """The reference kernels' scatter form (every input element adds filter * value into the
+    output, shifted by the forward convolution's leading padding) as one convolution of the
+    stride-dilated input with the spatially flipped filter, padded or cropped to the output."""
+    rank = len(strides)
+    kernel = [w.shape[rhs_spec.index(c)] for c in rhs_spec if c not in "OI"]
+    flip = tuple(slice(None, None, -1) if c not in "OI" else slice(None) for c in rhs_spec)
+    reach = [(k - 1) * d for k, d in zip(kernel, dilations)]
+    lhs_spec = "N" + rhs_spec.replace("O", "").replace("I", "") + "C"
+    full = lax.conv_general_dilated(x, w[flip], (1,) * rank, [(r, r) for r in reach], lhs_dilation=strides,
+                                    rhs_dilation=dilations, dimension_numbers=(lhs_spec, rhs_spec, lhs_spec),
+                                    precision=lax.Precision.HIGHEST)
+    grow = [max(0, p + o - f) for p, o, f in zip(pads_before, out_spatial, full.shape[1:-1])]
+    if any(grow):
+        full = jnp.pad(full, [(0, 0), *[(0, g) for g in grow], (0, 0)])
+    index = (slice(None), *[slice(p, p + o) for p, o in zip(pads_before, out_spatial)], slice(None))
+    return full[index]
+
+
 def _transpose_conv(call, output_shape, w, x, bias=None):
-    """The scatter form of the reference kernel as a convolution of the stride-dilated input
-    with the flipped filter, cropped where LiteRT's forward-convolution padding puts it."""
     opts = call.opts
     x, w = _float(call, _nhwc(call, x), "input"), _float(call, _nhwc(call, w, "weights"), "weights")
     shape = [int(d) for d in np.asarray(output_shape).reshape(-1)]
@@ -115,18 +132,12 @@ def _transpose_conv(call, output_shape, w, x, bias=None):
         raise OpError(f"TRANSPOSE_CONV: input {list(x.shape)}, weights {list(w.shape)} and output_shape "
                       f"{shape} disagree")
     oh, ow = shape[1], shape[2]
+    # LiteRT pads as if the output were the input of the forward convolution.
     (fh, fw), ((pt, _), (pl, _)) = window_geometry(opts, (oh, ow), (kh, kw))
     if (fh, fw) != (h, wd):
         raise OpError(f"TRANSPOSE_CONV: output_shape {shape} with {kh}x{kw} weights and strides "
                       f"{opts.stride_h}x{opts.stride_w} needs an input of {fh}x{fw}, got {h}x{wd}")
-    full = lax.conv_general_dilated(x, w[:, ::-1, ::-1, :], (1, 1), ((kh - 1, kh - 1), (kw - 1, kw - 1)),
-                                    lhs_dilation=(opts.stride_h, opts.stride_w),
-                                    dimension_numbers=("NHWC", "OHWI", "NHWC"),
-                                    precision=lax.Precision.HIGHEST)
-    grow_h, grow_w = max(0, pt + oh - full.shape[1]), max(0, pl + ow - full.shape[2])
-    if grow_h or grow_w:
-        full = jnp.pad(full, ((0, 0), (0, grow_h), (0, grow_w), (0, 0)))
-    y = full[:, pt:pt + oh, pl:pl + ow]
+    y = conv_transpose(x, w, "OHWI", (opts.stride_h, opts.stride_w), (1, 1), (pt, pl), (oh, ow))
     return _finish(call, y, bias, opts.fused_activation_function)
 
 
@@ -160,6 +171,55 @@ def _conv3d(call, x, w, bias=None):
                                  dimension_numbers=("NDHWC", "DHWIO", "NDHWC"),
                                  precision=lax.Precision.HIGHEST)
     return _finish(call, y, bias, call.opts.fused_activation_function)
+
+
+def _conv3d_transpose(call, output_shape, w, x, bias=None):
+    shape = np.asarray(output_shape)
+    if shape.dtype != np.int32 or shape.shape != (5,) or shape.min() < 0:
+        raise OpError(f"CONV_3D_TRANSPOSE: output_shape must be an int32 vector of 5 non-negative dims, "
+                      f"got {shape.dtype} {shape.tolist()}")
+    dims = [int(v) for v in shape]
+    x, w = _float(call, x, "input"), _float(call, w, "filter")
+    if x.ndim != 5 or w.ndim != 5:
+        raise OpError(f"CONV_3D_TRANSPOSE: input {list(x.shape)} and filter {list(w.shape)} must be 5-D")
+    kd, kh, kw, cout, wcin = w.shape
+    if wcin != x.shape[4] or dims[0] != x.shape[0] or dims[4] != cout:
+        raise OpError(f"CONV_3D_TRANSPOSE: input {list(x.shape)}, filter {list(w.shape)} [KD, KH, KW, Cout, Cin] "
+                      f"and output_shape {dims} disagree")
+    out_sp = tuple(dims[1:4])
+    strides, dilations, pads = _conv3d_geometry(call, out_sp, (kd, kh, kw))
+    fwd = tuple(out_size(call.opts.padding, o, k, s, d)
+                for o, k, s, d in zip(out_sp, (kd, kh, kw), strides, dilations))
+    if fwd != tuple(x.shape[1:4]):
+        raise OpError(f"CONV_3D_TRANSPOSE: output_shape {dims} convolved with filter {[kd, kh, kw]} gives "
+                      f"spatial extents {list(fwd)}, not the input's {list(x.shape[1:4])}")
+    y = conv_transpose(x, w, "DHWOI", strides, dilations, [p[0] for p in pads], out_sp)
+    return _finish(call, y, bias, call.opts.fused_activation_function)
+
+
+def _local_response_normalization(call, x):
+    if x.dtype != np.float32:
+        raise OpError(f"LOCAL_RESPONSE_NORMALIZATION: input type {x.dtype} is not supported (float32 only)")
+    if x.ndim != 4:
+        raise OpError(f"LOCAL_RESPONSE_NORMALIZATION: input must be 4-D, got shape {list(x.shape)}")
+    o = call.opts
+    radius = int(o.radius)
+    if radius < 0:
+        raise OpError(f"LOCAL_RESPONSE_NORMALIZATION: radius must not be negative, got {radius}")
+    alpha, bias, beta = np.float32(o.alpha), np.float32(o.bias), np.float32(o.beta)
+    x = jnp.asarray(x)
+    squares = (x * x * alpha).astype(jnp.float64)
+    # The window sum over channels [c - radius, c + radius], zero outside the tensor.
+    window = (1, 1, 1, 2 * radius + 1)
+    sums = lax.reduce_window(squares, 0.0, lax.add, window, (1, 1, 1, 1), ((0, 0),) * 3 + ((radius, radius),))
+    scale = sums.astype(jnp.float32) + bias
+    if beta == 1:
+        factor = np.float32(1) / scale
+    elif beta == 0.5:
+        factor = np.float32(1) / jnp.sqrt(scale)
+    else:
+        factor = jnp.power(scale, -beta)
+    return x * factor
 
 
 # -- pooling -----------------------------------------------------------------------------------
@@ -258,6 +318,8 @@ register_lowering("CONV_2D", _conv)
 register_lowering("DEPTHWISE_CONV_2D", _depthwise)
 register_lowering("TRANSPOSE_CONV", _transpose_conv, static=(0,))
 register_lowering("CONV_3D", _conv3d)
+register_lowering("CONV_3D_TRANSPOSE", _conv3d_transpose, static=(0,))
+register_lowering("LOCAL_RESPONSE_NORMALIZATION", _local_response_normalization)
 register_lowering("MAX_POOL_2D", _max_pool)
 register_lowering("AVERAGE_POOL_2D", _average_pool)
 register_lowering("BATCH_MATMUL", _batch_matmul)
