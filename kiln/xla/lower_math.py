@@ -20,7 +20,7 @@ from ..errors import OpError
 from ..ops.elementwise import activation_range
 from ..ops.reduce import reduction_axes
 from ..schema import Activation, DType
-from .table import register_lowering
+from .table import fused_range, is_float, register_lowering
 
 
 def clamp_activation(x, act: int):
@@ -29,9 +29,10 @@ def clamp_activation(x, act: int):
     Floats clamp even for NONE (to +-FLT_MAX); TANH / SIGN_BIT have no range and are ignored.
     """
     dtype = np.dtype(x.dtype)
-    if dtype == np.bool_ or dtype.kind not in "fiu" or (dtype.kind in "iu" and act == Activation.NONE):
+    if dtype == np.bool_ or not (is_float(dtype) or dtype.kind in "iu") or \
+            (dtype.kind in "iu" and act == Activation.NONE):
         return x
-    lo, hi = activation_range(act, dtype)
+    lo, hi = fused_range(act, dtype)
     return jnp.clip(x, jnp.asarray(lo, dtype), jnp.asarray(hi, dtype))
 
 
@@ -101,7 +102,7 @@ for _name, _fn in _BINARY.items():
 
 def _float_only(name, fn):
     def lower(call, x):
-        if np.dtype(x.dtype).kind != "f":
+        if not is_float(x.dtype):
             raise OpError(f"{name}: input type {x.dtype} is not supported (float only)")
         return _as(fn(jnp.asarray(x)), x)
     return lower
@@ -175,7 +176,7 @@ def _cast(call, x):
         return x
     if dst == np.bool_:
         return x != 0
-    if dst.kind in "iu" and np.dtype(x.dtype).kind == "f":
+    if dst.kind in "iu" and is_float(x.dtype):
         return _float_to_int(x, dst)
     return x.astype(dst)
 
@@ -265,7 +266,7 @@ _FLOAT_ACTIVATIONS = {"TANH", "LOGISTIC", "ELU", "GELU", "HARD_SWISH", "LEAKY_RE
 
 def _float_input(fn):
     def lower(call, x, *rest):
-        if np.dtype(x.dtype).kind != "f":
+        if not is_float(x.dtype):
             raise OpError(f"{call.op.name}: input type {x.dtype} is not supported (float only)")
         if call.op.op_type in ("SOFTMAX", "LOG_SOFTMAX", "L2_NORMALIZATION") and x.ndim < 1:
             raise OpError(f"{call.op.name}: input must have at least one dimension")
@@ -303,7 +304,7 @@ def _extreme(pick_max: bool):
 
     def fn(x, axes):
         dtype = np.dtype(x.dtype)
-        if dtype == np.bool_ or dtype.kind != "f":
+        if dtype == np.bool_ or not is_float(dtype):
             init = (not pick_max) if dtype == np.bool_ else \
                 (np.iinfo(dtype).min if pick_max else np.iinfo(dtype).max)
             reduce = jnp.max if pick_max else jnp.min
@@ -370,7 +371,7 @@ def _arg(pick_max: bool):
             raise OpError(f"{call.op.name}: cannot reduce an empty axis {ax}")
         opt = call.opts.output_type
         fallback = DType(opt).numpy if opt in (DType.INT32, DType.INT64) else np.int64
-        floating = np.dtype(x.dtype).kind == "f"
+        floating = is_float(x.dtype)
         v = jnp.where(jnp.isnan(x), -jnp.inf if pick_max else jnp.inf, x) if floating else x
         idx = jnp.argmax(v, axis=ax) if pick_max else jnp.argmin(v, axis=ax)
         if floating:  # NaN never replaces the running best, so it only wins from position 0
@@ -391,7 +392,7 @@ def _top_k(call, x, k):
     if not 0 <= kk <= n:
         raise OpError(f"TOPK_V2: k={kk} must be in [0, {n}] (the last dimension)")
     x = jnp.asarray(x)
-    if np.dtype(x.dtype).kind == "f":  # high to low, ties by ascending index, NaN last
+    if is_float(x.dtype):  # high to low, ties by ascending index, NaN last
         order = jnp.argsort(-x, axis=-1, stable=True)[..., :kk]
         values = jnp.take_along_axis(x, order, axis=-1)
     else:

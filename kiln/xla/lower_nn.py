@@ -17,16 +17,16 @@ from ..ops.elementwise import activation_range
 from ..ops.image import _bilinear_axis, _nearest_axis
 from ..ops.nn import out_size, pad_before_after, window_geometry
 from ..schema import Activation, Padding
-from .table import register_lowering
+from .table import fused_range, is_float, register_lowering
 
 _FC_ACTIVATIONS = (Activation.NONE, Activation.RELU, Activation.RELU6, Activation.RELU_N1_TO_1)
 
 
 def _float(call, x, what: str):
-    if np.dtype(x.dtype).kind != "f":
+    if not is_float(x.dtype):
         raise OpError(f"{call.op.name}: {what} of type {x.dtype} is not supported (float only)")
     x = jnp.asarray(x)
-    return x if x.dtype == jnp.float64 else x.astype(jnp.float32)
+    return x if x.dtype in (jnp.float64, jnp.bfloat16) else x.astype(jnp.float32)
 
 
 def _finish(call, y, bias, act):
@@ -36,7 +36,7 @@ def _finish(call, y, bias, act):
         if b.size != y.shape[-1]:
             raise OpError(f"{call.op.name}: bias has {b.size} elements for {y.shape[-1]} output channels")
         y = y + b
-    lo, hi = activation_range(act, np.dtype(y.dtype))
+    lo, hi = fused_range(act, np.dtype(y.dtype))
     return jnp.clip(y, jnp.asarray(lo, y.dtype), jnp.asarray(hi, y.dtype))
 
 
@@ -237,14 +237,14 @@ def _pool_setup(call, x):
 def _max_pool(call, x):
     window, strides, pads = _pool_setup(call, x)
     x = jnp.asarray(x)
-    integer = np.dtype(x.dtype).kind != "f"
+    integer = not is_float(x.dtype)
     if integer and call.opts.fused_activation_function != Activation.NONE:
         raise OpError("MAX_POOL_2D: fused activation on integer input is not implemented")
     low = np.iinfo(x.dtype).min if integer else -np.inf
     y = lax.reduce_window(x, jnp.asarray(low, x.dtype), lax.max, window, strides, pads)
     if integer:
         return y
-    lo, hi = activation_range(call.opts.fused_activation_function, np.dtype(x.dtype))
+    lo, hi = fused_range(call.opts.fused_activation_function, np.dtype(x.dtype))
     return jnp.clip(y, jnp.asarray(lo, y.dtype), jnp.asarray(hi, y.dtype))
 
 
@@ -256,7 +256,7 @@ def _average_pool(call, x):
     ones = np.ones((1, x.shape[1], x.shape[2], 1), np.float64)
     count = lax.reduce_window(ones, 0.0, lax.add, window, strides, pads)  # static: folded by XLA
     y = total / jnp.asarray(count, x.dtype)
-    lo, hi = activation_range(call.opts.fused_activation_function, np.dtype(x.dtype))
+    lo, hi = fused_range(call.opts.fused_activation_function, np.dtype(x.dtype))
     return jnp.clip(y, jnp.asarray(lo, y.dtype), jnp.asarray(hi, y.dtype))
 
 
@@ -287,7 +287,7 @@ def _new_size(call, size) -> tuple[int, int]:
 
 def _resize_bilinear(call, x, size):
     x = _nhwc(call, x)
-    if np.dtype(x.dtype).kind != "f":
+    if not is_float(x.dtype):
         raise OpError(f"RESIZE_BILINEAR: input type {x.dtype} is not implemented (float only)")
     oh, ow = _new_size(call, size)
     ac, hp = bool(call.opts.align_corners), bool(call.opts.half_pixel_centers)

@@ -22,7 +22,7 @@ from .. import ops
 from ..errors import OpError
 from ..ops.record import KernelCall, apply_activation
 from ..schema import Activation
-from .table import ALL_STATIC, register_lowering
+from .table import ALL_STATIC, is_float, register_lowering
 
 _I64 = np.dtype(np.int64)
 
@@ -99,7 +99,7 @@ def _fused(call, y):
     act = getattr(call.opts, "fused_activation_function", Activation.NONE)
     if act == Activation.NONE:
         return y
-    if np.dtype(y.dtype).kind != "f":
+    if not is_float(y.dtype):
         raise OpError(f"{call.op.name}: a fused activation needs float inputs")
     if act == Activation.RELU:
         return jnp.maximum(y, 0)

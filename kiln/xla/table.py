@@ -110,3 +110,24 @@ def node_options(op) -> SimpleNamespace:
 def make_call(op, label: str) -> LoweringCall:
     out_dtypes = [None if t is None else np.dtype(t.dtype.numpy) for t in op.outputs]
     return LoweringCall(node_options(op), op, out_dtypes, label)
+
+
+def is_float(dtype) -> bool:
+    """Floating point, bfloat16 included (NumPy files bfloat16 under kind 'V')."""
+    dtype = np.dtype(dtype)
+    return dtype.kind == "f" or dtype.name == "bfloat16"
+
+
+def fused_range(act: int, dtype) -> tuple:
+    """The fused activation's clamp bounds for ``dtype`` (kiln.ops' activation_range; for
+    bfloat16 — the dtype_policy — NONE clamps to bfloat16's own finite range)."""
+    from ..ops.elementwise import activation_range
+
+    dtype = np.dtype(dtype)
+    if dtype.name != "bfloat16":
+        return activation_range(act, dtype)
+    import ml_dtypes
+
+    lo, hi = activation_range(act, np.dtype(np.float32))
+    info = ml_dtypes.finfo(dtype)
+    return max(float(lo), float(info.min)), min(float(hi), float(info.max))
