@@ -10,12 +10,12 @@ from ._jax import XlaUnavailableError, require_jax
 from .table import Lowering, LoweringCall, LoweringError, get_lowering, lowered_ops, register_lowering
 
 
-def XlaDelegate(device=None, dtype_policy=None, cache_size: int = 8):  # noqa: N802 - a class to users
+def XlaDelegate(device=None, dtype_policy=None, cache_size: int = 8, ops=None):  # noqa: N802 - a class to users
     """`kiln.xla.delegate.XlaDelegate` (see there); raises XlaUnavailableError without JAX."""
     require_jax()
     from .delegate import XlaDelegate as _XlaDelegate
 
-    return _XlaDelegate(device=device, dtype_policy=dtype_policy, cache_size=cache_size)
+    return _XlaDelegate(device=device, dtype_policy=dtype_policy, cache_size=cache_size, ops=ops)
 
 
 def to_jax(model, signature_key=None):

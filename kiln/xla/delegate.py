@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..errors import UnsupportedError
+from ..errors import OpError, UnsupportedError
 from ..runtime.delegate import Delegate, DelegateKernel, NodeInfo, Partition
 from ._jax import require_jax, x64
+from .table import lowered_ops
 from .graph import param_tensors, prepare_nodes, run_nodes, static_tensors, why_not_lowered
 
 _POLICIES = {None: None, "float32": None, "bfloat16": "bfloat16"}
@@ -52,6 +53,15 @@ class XlaPartitionKernel(DelegateKernel):
         self.static_inputs = [k for k, t in enumerate(partition.inputs) if id(t) in static]
         self.dynamic_inputs = [k for k, t in enumerate(partition.inputs) if id(t) not in static]
         self.param_tensors = param_tensors(self.nodes)
+        # Variable tensors whose final state a node leaves (sequence-LSTM states): written
+        # back into the interpreter's buffers for them, as LiteRT's kernels do.
+        position = {id(t): k for k, t in enumerate(partition.inputs)}
+        self.state_inputs = []
+        for n in self.nodes:
+            for k in n.lowering.state:
+                t = n.op.inputs[k] if k < len(n.op.inputs) else None
+                if t is not None and id(t) in position and position[id(t)] not in self.state_inputs:
+                    self.state_inputs.append(position[id(t)])
         float_dtype = delegate.float_dtype
         with x64():
             self.params = [jax.device_put(self._param_value(t, float_dtype), delegate.device)
@@ -75,6 +85,7 @@ class XlaPartitionKernel(DelegateKernel):
         partition, nodes = self.partition, self.nodes
         inputs, params, dynamic = partition.inputs, self.param_tensors, self.dynamic_inputs
         float_dtype = self.delegate.float_dtype
+        state_inputs = self.state_inputs
 
         def fn(param_values, dynamic_values):
             env = {id(t): v for t, v in zip(params, param_values)}
@@ -84,13 +95,14 @@ class XlaPartitionKernel(DelegateKernel):
                 if float_dtype is not None and value.dtype == np.float32:
                     value = value.astype(float_dtype)
                 env[id(inputs[k])] = value
-            run_nodes(nodes, env, float_dtype)
+            updates = run_nodes(nodes, env, float_dtype)
+            states = [updates.get(id(inputs[k]), env[id(inputs[k])]) for k in state_inputs]
             outs = []
             for t in partition.outputs:
                 value = env[id(t)]
                 want = t.dtype.numpy
                 outs.append(value.astype(want) if value.dtype != want else value)
-            return outs
+            return outs, [s.astype(inputs[k].dtype.numpy) for k, s in zip(state_inputs, states)]
 
         return jax.jit(fn)
 
@@ -112,12 +124,18 @@ class XlaPartitionKernel(DelegateKernel):
                 self.cache.move_to_end(key)
             device = self.delegate.device
             jax = require_jax()
-            outs = fn(self.params, [jax.device_put(x, device) for x in dynamic_values])
+            outs, states = fn(self.params, [jax.device_put(x, device) for x in dynamic_values])
             if fresh:
                 jax.block_until_ready(outs)
                 seconds = time.perf_counter() - start
                 if self.compile_seconds is None:
                     self.compile_seconds = seconds
+        for k, value in zip(self.state_inputs, states):
+            buffer = inputs[k]
+            if not (isinstance(buffer, np.ndarray) and buffer.flags.writeable):
+                raise OpError(f"{self.label}: cannot write the final state of variable "
+                              f"{self.partition.inputs[k].name!r} back (its buffer is read-only)")
+            np.copyto(buffer, np.asarray(value).reshape(buffer.shape))
         return [np.asarray(o) for o in outs]
 
 
@@ -129,6 +147,7 @@ class XlaDelegate(Delegate):
       dtype_policy: None / "float32" (compute as the model says) or "bfloat16" (float32
         weights and activations computed in bfloat16; outputs come back as float32).
       cache_size: compiled input signatures kept per partition (least recently used dropped).
+      ops: restrict the delegate to these op names (default: every op with a lowering).
 
     After an interpreter prepares, ``claimed`` lists (node index, op name, version) of the
     nodes the delegate took, ``rejected`` maps each refused node to the reason, and
@@ -137,8 +156,13 @@ class XlaDelegate(Delegate):
 
     name = "xla"
 
-    def __init__(self, device=None, dtype_policy: str | None = None, cache_size: int = 8):
+    def __init__(self, device=None, dtype_policy: str | None = None, cache_size: int = 8,
+                 ops: Iterable[str] | None = None):
         require_jax()
+        known = set(lowered_ops())
+        self.ops = frozenset(known if ops is None else ops)
+        if self.ops - known:
+            raise UnsupportedError(f"XlaDelegate: no lowering for {sorted(self.ops - known)}")
         if dtype_policy not in _POLICIES:
             raise UnsupportedError(f"XlaDelegate: dtype_policy {dtype_policy!r} is not one of "
                                    f"{sorted(p for p in _POLICIES if p)} (or None)")
@@ -165,7 +189,10 @@ class XlaDelegate(Delegate):
         return self._static[key]
 
     def claims(self, node: NodeInfo) -> bool:
-        reason = why_not_lowered(node.op, node.registration, self._static_set(node.op))
+        if node.op.op_type != "CUSTOM" and node.name not in self.ops and node.name in lowered_ops():
+            reason = f"{node.name} is left out of this delegate's ops"
+        else:
+            reason = why_not_lowered(node.op, node.registration, self._static_set(node.op))
         key = (node.index, node.name, node.version)
         if reason is None:
             self.claimed.append(key)

@@ -4,6 +4,8 @@
 order; a dict by name for a signature). ``params`` maps constant tensor names to arrays —
 the weights, a pytree a user may shard, cast or replace. ``fn`` is not jitted: wrap it in
 jax.jit / vmap / pjit as needed. 64-bit types are on while it traces, as in the delegate.
+Variable tensors (sequence-LSTM states) start from their initial values on every call, as
+in a freshly made interpreter; their final values are not returned.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ def to_jax(model, signature_key: str | None = None):
         by_id = {id(t): k for k, t in sig.inputs.items()}
         input_names = [by_id[id(t)] for t in inputs]
     n_inputs = len(inputs)
+    variables = [t for t in sg.tensors if t.is_variable]
 
     def fn(params, *args):
         if len(args) != n_inputs:
@@ -76,6 +79,8 @@ def to_jax(model, signature_key: str | None = None):
 
         with x64():
             env = {id(t): params[name] for name, t in zip(names, params_t)}
+            for t in variables:  # every call starts from the initial states (a fresh interpreter)
+                env[id(t)] = jnp.asarray(t.data if t.data is not None else np.zeros(t.shape, t.dtype.numpy))
             for t, value in zip(inputs, args):
                 env[id(t)] = jnp.asarray(value)
             run_nodes(nodes, env)

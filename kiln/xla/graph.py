@@ -18,7 +18,7 @@ from .. import ops
 from ..ops.elementwise import is_quantized
 from ..ops.record import KernelCall
 from ..schema import DType
-from .table import ALL_STATIC, Lowering, LoweringCall, get_lowering, make_call
+from .table import ALL_STATIC, Lowering, LoweringCall, get_lowering, make_call, node_options
 
 #: Ops that read or write interpreter state: never folded, never lowered (yet).
 STATEFUL = frozenset({"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE", "CALL_ONCE", "WHILE", "IF"})
@@ -63,7 +63,7 @@ def why_not_lowered(op, registration, static: set[int]) -> str | None:
     for k, t in enumerate((*op.inputs, *op.outputs)):
         if t is None:
             continue
-        if t.is_variable:
+        if t.is_variable and k not in low.state:
             return f"{name} reads or writes variable tensor {t.name!r} (state is not lowered yet)"
         if t.dtype in _NO_ARRAYS:
             return f"{name} has a {t.dtype.name} tensor ({t.name!r}), which XLA has no arrays of"
@@ -75,6 +75,8 @@ def why_not_lowered(op, registration, static: set[int]) -> str | None:
             why = "its output shape depends on the values" if low.static == ALL_STATIC else \
                 "XLA compiles static shapes and needs the value"
             return (f"{name}: {why} of operand {k} ({t.name!r}), which is only known at run time")
+    if low.check is not None:
+        return low.check(op, node_options(op))
     return None
 
 
@@ -115,11 +117,13 @@ def _is_static(value) -> bool:
     return value is None or isinstance(value, np.ndarray)
 
 
-def run_nodes(nodes: Sequence[TracedNode], env: dict, float_dtype=None) -> None:
+def run_nodes(nodes: Sequence[TracedNode], env: dict, float_dtype=None) -> dict:
     """Evaluate ``nodes`` in order; ``env`` maps id(tensor) -> value, filled with the results.
 
     ``float_dtype`` (the bfloat16 policy) replaces float32 as the type of computed values.
+    Returns {id(variable tensor): final value} for the variables the nodes leave state in.
     """
+    updates: dict = {}
     import jax.numpy as jnp
 
     from ..errors import KilnError, OpError
@@ -139,7 +143,11 @@ def run_nodes(nodes: Sequence[TracedNode], env: dict, float_dtype=None) -> None:
                 call = KernelCall(n.call.opts, op, list(n.call.out_dtypes))
                 result = ops.require(op.op_type).kernel(call, *args)
             else:
+                n.call.variable_updates = None
                 result = n.lowering.fn(n.call, *args)
+                for k, value in (n.call.variable_updates or {}).items():
+                    t = op.inputs[k]
+                    env[id(t)] = updates[id(t)] = value.reshape(np.shape(args[k]))
         except KilnError as exc:
             raise type(exc)(f"{n.call.label}: {exc}") from exc
         except Exception as exc:
@@ -160,3 +168,4 @@ def run_nodes(nodes: Sequence[TracedNode], env: dict, float_dtype=None) -> None:
             if not isinstance(value, np.ndarray) and not hasattr(value, "dtype"):
                 value = jnp.asarray(value)
             env[id(t)] = value
+    return updates

@@ -34,6 +34,11 @@ class Lowering:
     op_name: str
     fn: Callable
     static: tuple[int, ...] | str = ()
+    #: Operands that are variable tensors the op reads and leaves its final state in; the
+    #: lowering hands the new values back in ``call.variable_updates`` {operand: value}.
+    state: tuple[int, ...] = ()
+    #: Optional ``check(op, opts) -> reason | None``: cases the lowering does not cover.
+    check: Callable | None = None
 
     def static_operands(self, n_inputs: int) -> tuple[int, ...]:
         if self.static == ALL_STATIC:
@@ -49,6 +54,7 @@ class LoweringCall:
     op: object
     out_dtypes: list
     label: str
+    variable_updates: dict | None = None
 
     def in_quant(self, i: int):
         t = self.op.inputs[i]
@@ -63,7 +69,8 @@ _TABLE: dict[str, Lowering] = {}
 _BUILTINS_LOADED = False
 
 
-def register_lowering(op_name: str, fn: Callable, *, static: tuple[int, ...] | str = ()) -> Callable:
+def register_lowering(op_name: str, fn: Callable, *, static: tuple[int, ...] | str = (),
+                      state: tuple[int, ...] = (), check: Callable | None = None) -> Callable:
     """Add the lowering of builtin op ``op_name``; refuses unknown ops and a second registration."""
     if ops.get(op_name) is None:
         raise LoweringError(f"register_lowering: kiln has no op record for {op_name!r}; lowerings "
@@ -71,7 +78,7 @@ def register_lowering(op_name: str, fn: Callable, *, static: tuple[int, ...] | s
     if op_name in _TABLE:
         raise LoweringError(f"register_lowering: {op_name} already has a lowering "
                             f"({_TABLE[op_name].fn.__module__}.{_TABLE[op_name].fn.__qualname__})")
-    _TABLE[op_name] = Lowering(op_name, fn, static)
+    _TABLE[op_name] = Lowering(op_name, fn, static, tuple(state), check)
     return fn
 
 
@@ -88,7 +95,7 @@ def _load_builtins() -> None:
         from ._jax import require_jax
 
         require_jax()
-        from . import lower_math, lower_nn, lower_shape  # noqa: F401 - they register themselves
+        from . import lower_math, lower_nn, lower_rnn, lower_shape  # noqa: F401 - they register themselves
         _BUILTINS_LOADED = True
 
 

@@ -15,6 +15,7 @@ import pytest
 jax = pytest.importorskip("jax")
 
 import kiln  # noqa: E402
+import kiln.xla  # noqa: E402
 from kiln.errors import KilnError  # noqa: E402
 from kiln.xla import LoweringError, XlaDelegate, register_lowering, to_jax  # noqa: E402
 from tests.harness import assert_close, feed  # noqa: E402
@@ -24,8 +25,6 @@ from tests.runtime.zoo import ZOO, sample_inputs  # noqa: E402
 
 #: Zoo models and the ops in them that stay on the reference kernels, with why.
 NOT_LOWERED = {
-    "lstm": {"UNIDIRECTIONAL_SEQUENCE_LSTM": "the fused sequence LSTMs are not lowered yet"},
-    "bilstm": {"UNIDIRECTIONAL_SEQUENCE_LSTM": "the fused sequence LSTMs are not lowered yet"},
     "control_flow": {"WHILE": "control flow is not lowered yet (its body subgraphs are)",
                      "IF": "control flow is not lowered yet (its branch subgraphs are)"},
     "variables": {"CALL_ONCE": "resource variables are not lowered yet",
@@ -46,7 +45,7 @@ def test_zoo_model_claimed_and_matches_litert(zoo, name):
     data = zoo.bytes(name)
     ours, delegate = _xla_interpreter(data)
     ref = litert(data)
-    for seed in (0, 1):  # the second invoke hits the compile cache
+    for seed in (0, 1):  # the second invoke hits the compile cache (and LSTMs carry their states)
         if name == "variables":
             break  # signatures only: see test_signatures_match_litert
         inputs = sample_inputs(ref.get_input_details(), seed)
@@ -83,19 +82,23 @@ def test_signatures_match_litert(zoo, name):
 
 
 def test_partitions_are_maximal_runs_and_reasons_are_per_node(zoo):
-    data = zoo.bytes("bilstm")
-    ours, delegate = _xla_interpreter(data)
-    ours.allocate_tensors()
-    ops = [op for _, _, op in kiln.read_model(data).operators()]
+    """Without SOFTMAX in its op set, the delegate splits the transformer around it."""
+    data = zoo.bytes("transformer")
+    ops = kiln.read_model(data).subgraphs[0].operators
+    everything_but_softmax = set(kiln.xla.lowered_ops()) - {"SOFTMAX"}
+    ours, delegate = _xla_interpreter(data, ops=everything_but_softmax)
+    ref = litert(data)
+    inputs = sample_inputs(ref.get_input_details(), 0)
+    (a,), (e,) = feed(ours, inputs), feed(ref, inputs)
+    assert_close(a, e, rtol=RTOL, atol=ATOL)
+    softmax = [i for i, op in enumerate(ops) if op.name == "SOFTMAX"]
+    assert softmax and sorted(i for i, _, _ in delegate.rejected) == softmax
+    for (i, name, _), reason in delegate.rejected.items():
+        assert name == "SOFTMAX" and "SOFTMAX" in reason
     claimed = sorted(i for i, _, _ in delegate.claimed)
-    rejected = sorted(i for i, _, _ in delegate.rejected)
-    assert sorted(claimed + rejected) == list(range(len(ops)))
-    runs = 0
-    for i in claimed:
-        runs += (i - 1) not in claimed
-    assert len(delegate.kernels) == runs, "one partition per maximal run of claimed nodes"
-    for (i, name, version), reason in delegate.rejected.items():
-        assert ops[i].name == name and "no XLA lowering" in reason
+    assert sorted(claimed + softmax) == list(range(len(ops)))
+    runs = sum(1 for i in claimed if i - 1 not in claimed)
+    assert len(delegate.kernels) == runs == len(softmax) + 1, "one partition per maximal run of claimed nodes"
 
 
 def test_resize_compiles_once_per_shape_then_hits_the_cache(zoo):
@@ -132,6 +135,8 @@ def test_bad_settings_are_kiln_errors():
         XlaDelegate(dtype_policy="float8")
     with pytest.raises(KilnError, match="cache_size"):
         XlaDelegate(cache_size=0)
+    with pytest.raises(KilnError, match="NOT_AN_OP"):
+        XlaDelegate(ops=["ADD", "NOT_AN_OP"])
 
 
 def test_bfloat16_policy_stays_close(zoo):
@@ -143,11 +148,12 @@ def test_bfloat16_policy_stays_close(zoo):
     assert float(np.max(np.abs(a - e))) < 0.05 * max(1.0, float(np.max(np.abs(e))))
 
 
-@pytest.mark.parametrize("name", ["mlp", "cnn", "mobilenet", "transformer", "dynamic_batch"])
+@pytest.mark.parametrize("name", ["mlp", "cnn", "mobilenet", "transformer", "dynamic_batch", "lstm", "bilstm"])
 def test_to_jax_matches_litert_eager_and_jitted(zoo, name):
     data = zoo.bytes(name)
     fn, params = to_jax(data)
-    assert params and all(isinstance(v, np.ndarray) for v in params.values())
+    assert all(isinstance(v, np.ndarray) for v in params.values())
+    assert params or name in ("lstm", "bilstm")  # LSTM weights are compile-time constants
     ref = litert(data)
     inputs = sample_inputs(ref.get_input_details(), 0)
     expected = feed(ref, inputs)
@@ -167,8 +173,8 @@ def test_to_jax_vmaps_over_a_batch(zoo):
 
 
 def test_to_jax_names_the_ops_it_cannot_lower(zoo):
-    with pytest.raises(KilnError, match="UNIDIRECTIONAL_SEQUENCE_LSTM"):
-        to_jax(zoo.bytes("lstm"))
+    with pytest.raises(KilnError, match=r"WHILE.*\n.*node 1 \(WHILE\): WHILE has no XLA lowering"):
+        to_jax(zoo.bytes("control_flow"))
 
 
 def test_register_lowering_refuses_unknown_ops_and_second_registrations():

@@ -26,8 +26,8 @@ from kiln.xla import XlaDelegate, get_lowering  # noqa: E402
 from kiln.xla.table import ALL_STATIC  # noqa: E402
 from tests import harness  # noqa: E402
 
-#: Modules whose ops are not lowered at all (the fused sequence LSTMs / RNNs).
-SKIPPED_MODULES = {"test_lstm", "test_shape_rules"}
+#: Modules with no value comparisons to re-run.
+SKIPPED_MODULES = {"test_shape_rules"}
 
 
 def _sweep_tests():
@@ -41,7 +41,8 @@ def _sweep_tests():
                 continue
             source = inspect.getsource(fn)
             # Cases that expect an error test the reference kernel's checks, not values.
-            if ("check_op(" in source or "run_kiln(" in source) and "raises" not in source:
+            if ("check_op(" in source or "run_kiln(" in source or "_run_both(" in source) \
+                    and "raises" not in source:
                 found[f"test_{info.name[5:]}__{name[5:]}"] = (module, fn)
     return found
 
@@ -60,6 +61,30 @@ def _close(a, e, what):
         harness.assert_close(a, e, what=what)
 
 
+def _require_claimed(delegate):
+    for (index, op_name, _), reason in delegate.rejected.items():
+        low = get_lowering(op_name)
+        if low is None:
+            pytest.skip(f"{op_name} has no XLA lowering")
+        if low.static == ALL_STATIC or "only known at run time" in reason or "is not lowered" in reason \
+                or "quirk" in reason:
+            pytest.skip(f"node {index} ({op_name}) is outside what the lowering covers: {reason}")
+        pytest.fail(f"XlaDelegate refused node {index} ({op_name}): {reason}")
+    assert delegate.claimed, "the XLA delegate claimed nothing"
+
+
+class XlaInterpreter(Interpreter):
+    """kiln's Interpreter with an XlaDelegate that must claim the model's node."""
+
+    def __init__(self, *args, **kwargs):
+        self.xla = XlaDelegate()
+        super().__init__(*args, experimental_delegates=[self.xla], **kwargs)
+
+    def allocate_tensors(self):
+        super().allocate_tensors()
+        _require_claimed(self.xla)
+
+
 @pytest.fixture(autouse=True)
 def kiln_runs_on_xla(monkeypatch, request):
     """Route the harness's kiln runs through an XlaDelegate that must claim every node."""
@@ -68,14 +93,7 @@ def kiln_runs_on_xla(monkeypatch, request):
         delegate = XlaDelegate()
         actual = harness.feed(Interpreter(model_content=model, experimental_delegates=[delegate], **kwargs),
                               inputs)
-        for (index, op_name, _), reason in delegate.rejected.items():
-            low = get_lowering(op_name)
-            if low is None:
-                pytest.skip(f"{op_name} has no XLA lowering")
-            if low.static == ALL_STATIC or "only known at run time" in reason:
-                pytest.skip(f"node {index} ({op_name}) needs compile-time values: {reason}")
-            pytest.fail(f"XlaDelegate refused node {index} ({op_name}): {reason}")
-        assert delegate.claimed, "the XLA delegate claimed nothing"
+        _require_claimed(delegate)
         reference = harness.feed(Interpreter(model_content=model, **kwargs), inputs)
         for k, (a, e) in enumerate(zip(actual, reference)):
             _close(a, e, f"XLA vs reference kernel, output {k}")
@@ -85,6 +103,8 @@ def kiln_runs_on_xla(monkeypatch, request):
     module = MODULE_OF.get(request.function)
     if module is not None and hasattr(module, "run_kiln"):
         monkeypatch.setattr(module, "run_kiln", run_kiln)
+    if module is not None and getattr(module, "Interpreter", None) is Interpreter:
+        monkeypatch.setattr(module, "Interpreter", XlaInterpreter)
 
 
 def test_sweeps_were_collected():
