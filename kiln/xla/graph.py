@@ -139,7 +139,7 @@ def run_nodes(nodes: Sequence[TracedNode], env: dict, float_dtype=None) -> dict:
             else:
                 args.append(np.asarray(t.data))  # a constant that is not a parameter
         try:
-            if all(_is_static(a) for a in args):
+            if all(_is_static(a) for a in args) and op.op_type not in STATEFUL:
                 call = KernelCall(n.call.opts, op, list(n.call.out_dtypes))
                 result = ops.require(op.op_type).kernel(call, *args)
             else:

@@ -95,7 +95,7 @@ def _load_builtins() -> None:
         from ._jax import require_jax
 
         require_jax()
-        from . import lower_math, lower_nn, lower_rnn, lower_shape  # noqa: F401 - they register themselves
+        from . import lower_control, lower_math, lower_nn, lower_rnn, lower_shape  # noqa: F401 - they register
         _BUILTINS_LOADED = True
 
 

@@ -25,8 +25,6 @@ from tests.runtime.zoo import ZOO, sample_inputs  # noqa: E402
 
 #: Zoo models and the ops in them that stay on the reference kernels, with why.
 NOT_LOWERED = {
-    "control_flow": {"WHILE": "control flow is not lowered yet (its body subgraphs are)",
-                     "IF": "control flow is not lowered yet (its branch subgraphs are)"},
     "variables": {"CALL_ONCE": "resource variables are not lowered yet",
                   "VAR_HANDLE": "resource variables are not lowered yet",
                   "READ_VARIABLE": "resource variables are not lowered yet",
@@ -173,8 +171,18 @@ def test_to_jax_vmaps_over_a_batch(zoo):
 
 
 def test_to_jax_names_the_ops_it_cannot_lower(zoo):
-    with pytest.raises(KilnError, match=r"WHILE.*\n.*node 1 \(WHILE\): WHILE has no XLA lowering"):
-        to_jax(zoo.bytes("control_flow"))
+    with pytest.raises(KilnError, match=r"CALL_ONCE.*\n.*node 0 \(CALL_ONCE\): CALL_ONCE has no XLA lowering"):
+        to_jax(zoo.bytes("variables"), signature_key="accumulate")
+
+
+def test_to_jax_lowers_while_and_if(zoo):
+    fn, params = to_jax(zoo.bytes("control_flow"))
+    jitted = jax.jit(fn)
+    ref = litert(zoo.bytes("control_flow")).get_signature_runner()
+    for n in (0, 2, 5, 9):
+        x = np.random.default_rng(n).standard_normal((1, 4)).astype(np.float32)
+        (out,) = jitted(params, x, np.array(n, np.int32))  # one compile: n is a run-time value
+        assert_close(np.asarray(out), ref(x=x, n=np.array(n, np.int32))["out"], rtol=RTOL, atol=ATOL, what=f"n={n}")
 
 
 def test_register_lowering_refuses_unknown_ops_and_second_registrations():
