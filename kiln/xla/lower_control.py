@@ -113,8 +113,25 @@ def _if(call, cond, *args):
                           lambda v: else_fn(list(v)), tuple(values)))
 
 
+def _loop_shapes_problem(op) -> str | None:
+    """XLA carries loop variables of one shape: refuse loops whose files say otherwise."""
+    body = _subgraph(op, int(op.options.get("body_subgraph_index", 0)))
+    for k, t in enumerate(op.inputs):
+        if t is None or k >= len(body.outputs):
+            continue
+        out = body.outputs[k]
+        dynamic = -1 in t.signature or -1 in out.signature or -1 in body.inputs[k].signature
+        if dynamic or out.shape != t.shape:
+            return (f"WHILE loop variable {k} ({t.name!r}) may change shape between trips "
+                    f"({list(t.signature)} -> {list(out.signature)}); XLA's while loop needs one shape")
+    return None
+
+
 def _check(op, opts):
-    return _calls_problem(op)
+    problem = _calls_problem(op)
+    if problem is None and op.op_type == "WHILE":
+        problem = _loop_shapes_problem(op)
+    return problem
 
 
 register_lowering("WHILE", _while, check=_check)

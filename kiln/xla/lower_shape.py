@@ -16,6 +16,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import jax.numpy as jnp
+from jax import lax
 import numpy as np
 
 from .. import ops
@@ -152,7 +153,6 @@ _MOVEMENT = {
     "MIRROR_PAD": ((0,), (1,), None),
     "REVERSE_V2": ((0,), (1,), None),
     "REVERSE_SEQUENCE": ((0,), (1,), None),
-    "SLICE": ((0,), (1, 2), None),
     "STRIDED_SLICE": ((0,), (1, 2, 3), None),
     "GATHER_ND": ((0,), (1,), None),
     "DEPTH_TO_SPACE": ((0,), (), None),
@@ -161,7 +161,6 @@ _MOVEMENT = {
     "BATCH_TO_SPACE_ND": ((0,), (1, 2), None),
     "MATRIX_DIAG": ((0,), (), None),
     "MATRIX_SET_DIAG": ((0, 1), (), None),
-    "DYNAMIC_UPDATE_SLICE": ((0, 1), (2,), None),
 }
 for _name, (_data, _static, _fill) in _MOVEMENT.items():
     register_lowering(_name, movement(_data, _fill), static=_static)
@@ -197,6 +196,54 @@ def _embedding_lookup(call, ids, table):
     return jnp.take(jnp.asarray(table), ids, axis=0, mode="clip")
 
 
+def _dynamic_update_slice(call, operand, update, start):
+    """Static starts: the reference kernel's map. Run-time starts (a loop counter writing a
+    TensorList): lax.dynamic_update_slice, which clamps starts as the reference kernel does."""
+    if isinstance(start, np.ndarray):
+        return movement((0, 1))(call, operand, update, start)
+    if np.dtype(start.dtype) not in (np.int32, np.int64):
+        raise OpError(f"DYNAMIC_UPDATE_SLICE: start indices must be int32 or int64, got {start.dtype}")
+    if start.ndim != 1 or start.shape[0] != operand.ndim or update.ndim != operand.ndim:
+        raise OpError(f"DYNAMIC_UPDATE_SLICE: operand {list(operand.shape)}, update {list(update.shape)} and "
+                      f"{start.shape} start indices do not agree in rank")
+    if any(u > d for u, d in zip(update.shape, operand.shape)):
+        raise OpError(f"DYNAMIC_UPDATE_SLICE: update {list(update.shape)} is larger than operand "
+                      f"{list(operand.shape)}")
+    if update.dtype != operand.dtype:
+        raise OpError(f"DYNAMIC_UPDATE_SLICE: update type {update.dtype} differs from operand type {operand.dtype}")
+    # Clamped here: JAX would wrap a negative start around, the reference kernel clamps it to 0.
+    starts = [jnp.clip(start[k], 0, d - u) for k, (d, u) in enumerate(zip(operand.shape, update.shape))]
+    return lax.dynamic_update_slice(jnp.asarray(operand), jnp.asarray(update), starts)
+
+
+register_lowering("DYNAMIC_UPDATE_SLICE", _dynamic_update_slice)
+
+
+def _slice(call, x, begin, size):
+    """Static begin: the reference kernel's map. A run-time begin (a loop counter reading a
+    TensorList) with a static size: lax.dynamic_slice, which clamps where the reference
+    kernel would fail."""
+    if isinstance(begin, np.ndarray):
+        return movement((0,))(call, x, begin, size)
+    sizes = [int(v) for v in np.asarray(size).reshape(-1)]
+    if begin.ndim != 1 or begin.shape[0] != x.ndim or len(sizes) != x.ndim:
+        raise OpError(f"SLICE: begin {list(begin.shape)} and size {sizes} need {x.ndim} entries for input "
+                      f"{list(x.shape)}")
+    if any(n < 0 or n > d for n, d in zip(sizes, x.shape)):
+        raise OpError(f"SLICE: size {sizes} with a run-time begin must be explicit and fit input {list(x.shape)}")
+    starts = [jnp.clip(begin[k], 0, d - n) for k, (d, n) in enumerate(zip(x.shape, sizes))]
+    return lax.dynamic_slice(jnp.asarray(x), starts, sizes)
+
+
+def _slice_check(op, opts):
+    size = op.inputs[2] if len(op.inputs) > 2 else None
+    if size is not None and size.is_constant and np.any(np.asarray(size.data) < 0) and \
+            not (op.inputs[1] is not None and op.inputs[1].is_constant):
+        return "SLICE: a size of -1 (to the end) needs a begin known at compile time"
+    return None
+
+
+register_lowering("SLICE", _slice, static=(2,), check=_slice_check)
 register_lowering("GATHER", _gather)
 register_lowering("EMBEDDING_LOOKUP", _embedding_lookup)
 
