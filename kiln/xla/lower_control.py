@@ -16,7 +16,7 @@ from jax import lax
 
 from ..errors import OpError
 from .graph import prepare_nodes, run_nodes, static_tensors, why_not_lowered
-from .table import register_lowering
+from .table import node_options, register_lowering
 
 
 def _subgraph(op, index: int):
@@ -41,12 +41,12 @@ def _subgraph_problem(sg, seen: set) -> str | None:
 
 
 def _calls_problem(op, seen: set = frozenset()) -> str | None:
-    opts = op.options
+    opts = node_options(op)
     keys = ("cond_subgraph_index", "body_subgraph_index") if op.op_type == "WHILE" else \
         ("then_subgraph_index", "else_subgraph_index")
     for key in keys:
         try:
-            sg = _subgraph(op, int(opts.get(key, 0)))
+            sg = _subgraph(op, int(getattr(opts, key)))
         except OpError as exc:
             return str(exc)
         problem = _subgraph_problem(sg, set(seen))
@@ -115,7 +115,7 @@ def _if(call, cond, *args):
 
 def _loop_shapes_problem(op) -> str | None:
     """XLA carries loop variables of one shape: refuse loops whose files say otherwise."""
-    body = _subgraph(op, int(op.options.get("body_subgraph_index", 0)))
+    body = _subgraph(op, int(node_options(op).body_subgraph_index))
     for k, t in enumerate(op.inputs):
         if t is None or k >= len(body.outputs):
             continue
