@@ -226,3 +226,14 @@ def test_without_jax_kiln_works_and_the_backend_says_how_to_get_it(tmp_path, zoo
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(repo)]))
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]
+
+
+def test_cli_benchmark_and_run_with_the_xla_delegate(capsys, zoo):
+    from tests.test_cli import kiln_cli
+
+    model = str(zoo.path("mobilenet"))
+    code, out, _ = kiln_cli(capsys, "benchmark", model, "--runs", 3, "--delegate", "xla")
+    assert code == 0 and "delegate: xla" in out and "xla delegate (67 nodes)" in out
+    assert "XLA trace + compile" in out and "67 nodes claimed, 0 left on the reference kernels" in out
+    code, out, _ = kiln_cli(capsys, "run", model, "--delegate", "xla")
+    assert code == 0 and "output_0" in out
