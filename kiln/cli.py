@@ -23,7 +23,7 @@ import numpy as np
 
 from .errors import KilnError
 
-DELEGATES = ("none", "compiled")
+DELEGATES = ("none", "compiled", "xla")
 
 
 # -- shared helpers --------------------------------------------------------------------------
@@ -42,6 +42,10 @@ def _make_interpreter(model, delegate: str):
         from .delegates import CompiledDelegate
 
         delegates.append(CompiledDelegate())
+    elif delegate == "xla":
+        from .xla import XlaDelegate
+
+        delegates.append(XlaDelegate())
     return Interpreter(model_content=model, experimental_delegates=delegates)
 
 
@@ -296,6 +300,10 @@ def cmd_benchmark(args) -> int:
         for d in interp.get_input_details():
             interp.set_tensor(d["index"], _random_input(d["shape"], d["dtype"], rng))
         invoke = interp.invoke
+    if args.delegate == "xla":  # the first invoke compiles: reported on its own, not timed below
+        first = time.perf_counter()
+        invoke()
+        first_ms = (time.perf_counter() - first) * 1e3
     for _ in range(args.warmup):
         invoke()
     times = []
@@ -309,6 +317,11 @@ def cmd_benchmark(args) -> int:
     print(f"latency over {args.runs} warm runs ({args.warmup} warm-up), ms: "
           f"mean {ms.mean():.3f}  std {ms.std():.3f}  min {ms[0]:.3f}  p50 {_percentile(ms, 50):.3f}  "
           f"p90 {_percentile(ms, 90):.3f}  max {ms[-1]:.3f}")
+    if args.delegate == "xla":
+        (xla,) = interp._delegates
+        print(f"first invoke {first_ms:.1f} ms, of which XLA trace + compile {xla.compile_seconds * 1e3:.1f} ms "
+              f"({len(xla.kernels)} partitions, {len(xla.claimed)} nodes claimed, "
+              f"{len(xla.rejected)} left on the reference kernels)")
     if args.profile:
         events = []
         interp.profiler = events.append

@@ -25,8 +25,8 @@ LAYERS: list[set[str]] = [
     {"kiln.ops"},                                      # op records: options, shapes, versions, kernels
     {"kiln.format", "kiln.passes", "kiln.fusion"},     # .tflite <-> IR; IR rewrites; composite fusion
     {"kiln.runtime"},                                  # the interpreter
-    {"kiln.delegates", "kiln.quant"},                  # delegates; post-training quantization (calibrates
-                                                       # with the interpreter)
+    {"kiln.delegates", "kiln.quant", "kiln.xla"},      # delegates; post-training quantization (calibrates
+                                                       # with the interpreter); the XLA backend
     # the converter, bottom up
     {"kiln.converter.tfutil", "kiln.converter.runtime_version"},
     {"kiln.converter.values", "kiln.converter.custom", "kiln.converter.metadata", "kiln.converter.report"},

@@ -1,0 +1,216 @@
+"""kiln + XlaDelegate against LiteRT (XNNPACK), side by side in one run.
+
+Models (TensorFlow's converter, batch fixed in the file as deployed models have it):
+MobileNetV2 alpha=0.35 on 32x32, the runtime zoo's CNN and transformer block, and an
+LSTM-128x2 (two stacked tf_keras LSTM(128) layers over 32 steps of 32 features), each at
+batch 1 and batch 8. Engines take turns in short rounds, so a busy machine slows them alike;
+the figure is the median over rounds of the per-invoke time (set_tensor excluded, like
+bench/runtime_bench.py). Also printed: the first invoke's XLA trace + compile time, and the
+largest output difference from LiteRT.
+
+With a GPU jaxlib, the same models also run on the GPU at batch 1/8/64/256 (throughput in
+samples/s against LiteRT on the CPU), in float32 and with dtype_policy="bfloat16" (its error
+against float32 printed); without one the GPU part prints "no GPU".
+
+    python bench/xla_bench.py [--seconds 2] [model ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import inspect
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import kiln  # noqa: E402
+from kiln.xla import XlaDelegate  # noqa: E402
+from tests.runtime import zoo  # noqa: E402
+
+
+# -- models (the runtime zoo's architectures, with the batch as a parameter) ----------------------
+
+def cnn(batch: int) -> bytes:
+    import keras
+
+    zoo._seed()
+    return zoo._from_keras(keras.Sequential([
+        keras.Input((28, 28, 1), batch_size=batch),
+        keras.layers.Conv2D(8, 3, activation="relu", padding="same"),
+        keras.layers.MaxPooling2D(),
+        keras.layers.Conv2D(16, 3, strides=2, activation="relu"),
+        keras.layers.AveragePooling2D(2),
+        keras.layers.Flatten(),
+        keras.layers.Dense(10),
+    ]))
+
+
+def mobilenet(batch: int) -> bytes:
+    import keras
+
+    zoo._seed()
+    model = keras.applications.MobileNetV2(weights=None, input_shape=(32, 32, 3), alpha=0.35, classes=10)
+    for layer in model.layers:  # real batch statistics (see tests/runtime/zoo.py)
+        if isinstance(layer, keras.layers.BatchNormalization):
+            layer.momentum = 0.0
+    model(np.random.default_rng(7).standard_normal((8, 32, 32, 3)).astype(np.float32), training=True)
+    inp = keras.Input((32, 32, 3), batch_size=batch)
+    return zoo._from_keras(keras.Model(inp, model(inp)))
+
+
+def transformer(batch: int) -> bytes:
+    import keras
+
+    zoo._seed()
+    inp = keras.Input((16, 32), batch_size=batch)
+    att = keras.layers.MultiHeadAttention(num_heads=4, key_dim=8)(inp, inp)
+    x = keras.layers.LayerNormalization(epsilon=1e-6)(inp + att)
+    ff = keras.layers.Dense(64, activation="gelu")(x)
+    ff = keras.layers.Dense(32)(ff)
+    out = keras.layers.LayerNormalization(epsilon=1e-6)(x + ff)
+    return zoo._from_keras(keras.Model(inp, out))
+
+
+def lstm_128x2(batch: int) -> bytes:
+    import tf_keras
+
+    zoo._seed()
+    return zoo._from_keras(tf_keras.Sequential([
+        tf_keras.Input((32, 32), batch_size=batch),
+        tf_keras.layers.LSTM(128, return_sequences=True),
+        tf_keras.layers.LSTM(128),
+    ]))
+
+
+MODELS = {"mobilenet_v2_0.35": mobilenet, "cnn": cnn, "transformer": transformer, "lstm_128x2": lstm_128x2}
+
+
+def model_bytes(name: str, batch: int) -> bytes:
+    """Converted once and cached next to the runtime zoo (keyed by the builder's source)."""
+    build = MODELS[name]
+    key = hashlib.sha256(inspect.getsource(build).encode()).hexdigest()[:8]
+
+    def builder():
+        return build(batch)
+
+    return zoo.cached_model(f"xla_bench-{name}-b{batch}-{key}", builder).read_bytes()
+
+
+# -- timing --------------------------------------------------------------------------------------
+
+def _ready(interp, inputs):
+    interp.allocate_tensors()
+    for d, x in zip(interp.get_input_details(), inputs):
+        interp.set_tensor(d["index"], x)
+    start = time.perf_counter()
+    interp.invoke()
+    return time.perf_counter() - start
+
+
+def _per_invoke(interp, count: int) -> float:
+    start = time.perf_counter()
+    for _ in range(count):
+        interp.invoke()
+    return (time.perf_counter() - start) / count
+
+
+def interleaved(engines: dict, seconds: float) -> dict[str, float]:
+    """Median ms per invoke of each engine, measured in alternating ~10 ms rounds."""
+    count = {k: max(1, int(0.01 / max(_per_invoke(v, 3), 1e-7))) for k, v in engines.items()}
+    samples: dict[str, list[float]] = {k: [] for k in engines}
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline or min(len(s) for s in samples.values()) < 5:
+        for key, interp in engines.items():
+            samples[key].append(_per_invoke(interp, count[key]))
+    return {k: float(np.median(v)) * 1e3 for k, v in samples.items()}
+
+
+def cpu_row(name: str, batch: int, seconds: float) -> str:
+    from ai_edge_litert.interpreter import Interpreter as LiteRT
+
+    data = model_bytes(name, batch)
+    delegate = XlaDelegate(device="cpu")
+    engines = {"litert": LiteRT(model_content=data),
+               "xla": kiln.Interpreter(model_content=data, experimental_delegates=[delegate])}
+    inputs = zoo.sample_inputs(engines["litert"].get_input_details(), 0)
+    first = {k: _ready(v, inputs) for k, v in engines.items()}
+    outs = {k: [v.get_tensor(d["index"]) for d in v.get_output_details()] for k, v in engines.items()}
+    err = max(float(np.max(np.abs(a - b))) / max(1e-6, float(np.max(np.abs(b))))
+              for a, b in zip(outs["xla"], outs["litert"]))
+    ms = interleaved(engines, seconds)
+    left = len(delegate.rejected)
+    return (f"{name:<18} {batch:>5} {ms['litert']:>12.3f} {ms['xla']:>10.3f} {ms['xla'] / ms['litert']:>8.2f}x "
+            f"{first['xla'] * 1e3:>14.0f} {delegate.compile_seconds * 1e3:>11.0f} {err:>9.1e} "
+            f"{len(delegate.kernels):>5}{'' if not left else f' ({left} nodes on reference kernels)'}")
+
+
+def gpu_section(names, seconds: float) -> None:
+    import jax
+
+    try:
+        gpus = jax.devices("gpu")
+    except RuntimeError:
+        gpus = []
+    if not gpus:
+        print("\nGPU: no GPU (JAX sees only " + ", ".join(d.platform for d in jax.devices()) + ")")
+        return
+    from ai_edge_litert.interpreter import Interpreter as LiteRT
+
+    print(f"\nGPU ({gpus[0].device_kind}): samples/s, kiln+XLA on the GPU vs LiteRT (XNNPACK) on the CPU; "
+          "bf16 = dtype_policy='bfloat16', error relative to the float32 output's scale")
+    header = f"{'model':<18} {'batch':>5} {'LiteRT-CPU':>11} {'XLA-GPU f32':>12} {'speedup':>8} {'XLA-GPU bf16':>13} {'bf16 err':>9}"
+    print(header)
+    print("-" * len(header))
+    for name in names:
+        for batch in (1, 8, 64, 256):
+            data = model_bytes(name, batch)
+            engines = {"litert": LiteRT(model_content=data),
+                       "f32": kiln.Interpreter(model_content=data, experimental_delegates=[XlaDelegate("gpu")]),
+                       "bf16": kiln.Interpreter(model_content=data,
+                                                experimental_delegates=[XlaDelegate("gpu", "bfloat16")])}
+            inputs = zoo.sample_inputs(engines["litert"].get_input_details(), 0)
+            for interp in engines.values():
+                _ready(interp, inputs)
+            f32 = engines["f32"].get_tensor(engines["f32"].get_output_details()[0]["index"])
+            bf16 = engines["bf16"].get_tensor(engines["bf16"].get_output_details()[0]["index"])
+            err = float(np.max(np.abs(bf16 - f32))) / max(1e-6, float(np.max(np.abs(f32))))
+            ms = interleaved(engines, seconds)
+            rate = {k: batch / (v / 1e3) for k, v in ms.items()}
+            print(f"{name:<18} {batch:>5} {rate['litert']:>11.0f} {rate['f32']:>12.0f} "
+                  f"{rate['f32'] / rate['litert']:>7.1f}x {rate['bf16']:>13.0f} {err:>9.1e}", flush=True)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*", default=list(MODELS), help=f"default: all of {list(MODELS)}")
+    parser.add_argument("--seconds", type=float, default=2.0, help="measuring time per row (default 2)")
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    args = parser.parse_args(argv)
+    import jax
+
+    t0 = time.perf_counter()
+    for name in args.models:  # convert first (TensorFlow), so conversion never overlaps timing
+        for batch in args.batches:
+            model_bytes(name, batch)
+    print(f"CPU: median ms per invoke; ratio = kiln+XLA / LiteRT (XNNPACK); {os.cpu_count()} CPUs, "
+          f"jax {jax.__version__}")
+    header = (f"{'model':<18} {'batch':>5} {'LiteRT+XNN':>12} {'kiln+XLA':>10} {'ratio':>9} "
+              f"{'1st invoke ms':>14} {'compile ms':>11} {'rel err':>9} {'parts':>5}")
+    print(header)
+    print("-" * len(header))
+    for name in args.models:
+        for batch in args.batches:
+            print(cpu_row(name, batch, args.seconds), flush=True)
+    gpu_section(args.models, args.seconds)
+    print(f"({time.perf_counter() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

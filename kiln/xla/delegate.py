@@ -1,0 +1,216 @@
+"""XlaDelegate: runs every node that has a lowering through JAX/XLA.
+
+Each partition (a maximal run of claimed nodes) becomes one jitted function. XLA compiles
+static shapes, so a partition is compiled once per input signature — the shapes and types of
+its run-time inputs plus the values of its static inputs — and the compiled functions live
+in a bounded LRU cache. Weights larger than a few elements are put on the device once, at
+prepare time, and passed to the compiled function as parameters.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from ..errors import OpError, UnsupportedError
+from ..runtime.delegate import Delegate, DelegateKernel, NodeInfo, Partition
+from ._jax import require_jax, x64
+from .table import lowered_ops
+from .graph import param_tensors, prepare_nodes, run_nodes, static_tensors, why_not_lowered
+
+_POLICIES = {None: None, "float32": None, "bfloat16": "bfloat16"}
+
+
+def resolve_device(device):
+    """A jax Device from None (JAX's default), a platform name ("cpu", "gpu") or a Device."""
+    jax = require_jax()
+    if device is None:
+        return jax.devices()[0]
+    if isinstance(device, str):
+        try:
+            return jax.devices(device)[0]
+        except RuntimeError as exc:
+            raise UnsupportedError(f"XlaDelegate: JAX has no {device!r} device here ({exc})") from None
+    return device
+
+
+class XlaPartitionKernel(DelegateKernel):
+    """One claimed partition: a jitted function per input signature, LRU-cached."""
+
+    def __init__(self, delegate: "XlaDelegate", partition: Partition):
+        jax = require_jax()
+        self.delegate = delegate
+        self.partition = partition
+        first, last = partition.nodes[0].index, partition.nodes[-1].index
+        self.label = f"XLA delegate, nodes {first}..{last}"
+        index_of = {id(info.op): info.index for info in partition.nodes}
+        self.nodes = prepare_nodes([info.op for info in partition.nodes],
+                                   lambda op: f"XLA delegate, node {index_of[id(op)]} ({op.name})")
+        static = delegate._static_set(partition.nodes[0].op)
+        self.static_inputs = [k for k, t in enumerate(partition.inputs) if id(t) in static]
+        self.dynamic_inputs = [k for k, t in enumerate(partition.inputs) if id(t) not in static]
+        self.param_tensors = param_tensors(self.nodes)
+        # Variable tensors whose final state a node leaves (sequence-LSTM states): written
+        # back into the interpreter's buffers for them, as LiteRT's kernels do.
+        position = {id(t): k for k, t in enumerate(partition.inputs)}
+        self.state_inputs = []
+        for n in self.nodes:
+            for k in n.lowering.state:
+                t = n.op.inputs[k] if k < len(n.op.inputs) else None
+                if t is not None and id(t) in position and position[id(t)] not in self.state_inputs:
+                    self.state_inputs.append(position[id(t)])
+        float_dtype = delegate.float_dtype
+        with x64():
+            self.params = [jax.device_put(self._param_value(t, float_dtype), delegate.device)
+                           for t in self.param_tensors]
+        self.cache: OrderedDict = OrderedDict()
+        self.compiles = 0
+        #: Seconds the first invoke spent tracing and compiling (and running once).
+        self.compile_seconds: float | None = None
+
+    @staticmethod
+    def _param_value(t, float_dtype):
+        data = np.asarray(t.data)
+        if float_dtype is not None and data.dtype == np.float32:
+            import jax.numpy as jnp
+
+            return jnp.asarray(data, dtype=float_dtype)
+        return data
+
+    def _build(self, static_values: dict[int, np.ndarray]):
+        jax = require_jax()
+        partition, nodes = self.partition, self.nodes
+        inputs, params, dynamic = partition.inputs, self.param_tensors, self.dynamic_inputs
+        float_dtype = self.delegate.float_dtype
+        state_inputs = self.state_inputs
+
+        def fn(param_values, dynamic_values):
+            env = {id(t): v for t, v in zip(params, param_values)}
+            for k, value in static_values.items():
+                env[id(inputs[k])] = value
+            for k, value in zip(dynamic, dynamic_values):
+                if float_dtype is not None and value.dtype == np.float32:
+                    value = value.astype(float_dtype)
+                env[id(inputs[k])] = value
+            updates = run_nodes(nodes, env, float_dtype)
+            states = [updates.get(id(inputs[k]), env[id(inputs[k])]) for k in state_inputs]
+            outs = []
+            for t in partition.outputs:
+                value = env[id(t)]
+                want = t.dtype.numpy
+                outs.append(value.astype(want) if value.dtype != want else value)
+            return outs, [s.astype(inputs[k].dtype.numpy) for k, s in zip(state_inputs, states)]
+
+        return jax.jit(fn)
+
+    def invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        static_values = {k: np.asarray(inputs[k]) for k in self.static_inputs}
+        dynamic_values = [inputs[k] for k in self.dynamic_inputs]
+        key = (tuple((np.shape(x), np.asarray(x).dtype.str) for x in dynamic_values),
+               tuple((v.shape, v.dtype.str, v.tobytes()) for v in static_values.values()))
+        with x64():
+            fn = self.cache.get(key)
+            fresh = fn is None
+            if fresh:
+                fn = self.cache[key] = self._build(static_values)
+                self.compiles += 1
+                while len(self.cache) > self.delegate.cache_size:
+                    self.cache.popitem(last=False)
+                start = time.perf_counter()
+            else:
+                self.cache.move_to_end(key)
+            # On the default device NumPy inputs go straight in (the call transfers them, much
+            # faster than a device_put of its own); elsewhere they are put there first.
+            if self.delegate.device_is_default:
+                outs, states = fn(self.params, dynamic_values)
+            else:
+                put = require_jax().device_put
+                outs, states = fn(self.params, [put(x, self.delegate.device) for x in dynamic_values])
+            if fresh:
+                require_jax().block_until_ready(outs)
+                seconds = time.perf_counter() - start
+                if self.compile_seconds is None:
+                    self.compile_seconds = seconds
+        for k, value in zip(self.state_inputs, states):
+            buffer = inputs[k]
+            if not (isinstance(buffer, np.ndarray) and buffer.flags.writeable):
+                raise OpError(f"{self.label}: cannot write the final state of variable "
+                              f"{self.partition.inputs[k].name!r} back (its buffer is read-only)")
+            np.copyto(buffer, np.asarray(value).reshape(buffer.shape))
+        return [np.asarray(o) for o in outs]
+
+
+class XlaDelegate(Delegate):
+    """Claims every node with an XLA lowering; runs each partition as one compiled function.
+
+    Args:
+      device: where to run — None (JAX's default device), "cpu", "gpu", or a jax Device.
+      dtype_policy: None / "float32" (compute as the model says) or "bfloat16" (float32
+        weights and activations computed in bfloat16; outputs come back as float32).
+      cache_size: compiled input signatures kept per partition (least recently used dropped).
+      ops: restrict the delegate to these op names (default: every op with a lowering).
+
+    After an interpreter prepares, ``claimed`` lists (node index, op name, version) of the
+    nodes the delegate took, ``rejected`` maps each refused node to the reason, and
+    ``kernels`` holds one `XlaPartitionKernel` per partition.
+    """
+
+    name = "xla"
+
+    def __init__(self, device=None, dtype_policy: str | None = None, cache_size: int = 8,
+                 ops: Iterable[str] | None = None):
+        require_jax()
+        known = set(lowered_ops())
+        self.ops = frozenset(known if ops is None else ops)
+        if self.ops - known:
+            raise UnsupportedError(f"XlaDelegate: no lowering for {sorted(self.ops - known)}")
+        if dtype_policy not in _POLICIES:
+            raise UnsupportedError(f"XlaDelegate: dtype_policy {dtype_policy!r} is not one of "
+                                   f"{sorted(p for p in _POLICIES if p)} (or None)")
+        if not isinstance(cache_size, int) or cache_size < 1:
+            raise UnsupportedError(f"XlaDelegate: cache_size must be a positive int, got {cache_size!r}")
+        self.device = resolve_device(device)
+        self.device_is_default = self.device == require_jax().devices()[0]
+        self.dtype_policy = dtype_policy
+        self.float_dtype = None
+        if _POLICIES[dtype_policy] is not None:
+            import jax.numpy as jnp
+
+            self.float_dtype = jnp.bfloat16
+        self.cache_size = cache_size
+        self.claimed: list[tuple[int, str, int]] = []
+        self.rejected: dict[tuple[int, str, int], str] = {}
+        self.kernels: list[XlaPartitionKernel] = []
+        self._static: dict[int, set[int]] = {}
+
+    def _static_set(self, op) -> set[int]:
+        sg = op.subgraph
+        key = id(sg)
+        if key not in self._static:
+            self._static[key] = static_tensors(sg) if sg is not None else set()
+        return self._static[key]
+
+    def claims(self, node: NodeInfo) -> bool:
+        if node.op.op_type != "CUSTOM" and node.name not in self.ops and node.name in lowered_ops():
+            reason = f"{node.name} is left out of this delegate's ops"
+        else:
+            reason = why_not_lowered(node.op, node.registration, self._static_set(node.op))
+        key = (node.index, node.name, node.version)
+        if reason is None:
+            self.claimed.append(key)
+            return True
+        self.rejected[key] = reason
+        return False
+
+    def prepare(self, partition: Partition) -> XlaPartitionKernel:
+        kernel = XlaPartitionKernel(self, partition)
+        self.kernels.append(kernel)
+        return kernel
+
+    @property
+    def compile_seconds(self) -> float:
+        """First-invoke trace + compile time summed over the partitions compiled so far."""
+        return sum(k.compile_seconds or 0.0 for k in self.kernels)

@@ -1,0 +1,98 @@
+"""to_jax: a whole .tflite subgraph as a pure JAX function of its inputs.
+
+``fn(params, *inputs)`` returns the subgraph's outputs (a tuple, in the model's output
+order; a dict by name for a signature). ``params`` maps constant tensor names to arrays —
+the weights, a pytree a user may shard, cast or replace. ``fn`` is not jitted: wrap it in
+jax.jit / vmap / pjit as needed. 64-bit types are on while it traces, as in the delegate.
+Variable tensors (sequence-LSTM states) start from their initial values on every call, as
+in a freshly made interpreter; their final values are not returned.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..errors import KilnError, UnsupportedError
+from ._jax import require_jax, x64
+from .graph import param_tensors, prepare_nodes, run_nodes, static_tensors, why_not_lowered
+
+
+def _load(model):
+    from ..format import read_model
+    from ..ir import Model
+
+    if isinstance(model, Model):
+        return model
+    if isinstance(model, (str, os.PathLike)):
+        with open(model, "rb") as f:
+            return read_model(f.read())
+    return read_model(bytes(model))
+
+
+def to_jax(model, signature_key: str | None = None):
+    """(fn, params) for the main subgraph of ``model`` (a Model, .tflite bytes or path), or for
+    the subgraph of signature ``signature_key``. Raises a KilnError naming every op it
+    cannot lower."""
+    require_jax()
+    m = _load(model)
+    if signature_key is None:
+        sg, sig = m.subgraphs[0], None
+    else:
+        sig = next((s for s in m.signatures if s.key == signature_key), None)
+        if sig is None:
+            raise KilnError(f"to_jax: the model has no signature {signature_key!r} "
+                            f"(has: {[s.key for s in m.signatures]})")
+        sg = sig.subgraph
+    static = static_tensors(sg)
+    problems = []
+    for i, op in enumerate(sg.operators):
+        reason = why_not_lowered(op, None, static)
+        if reason is not None:
+            problems.append(f"node {i} ({op.name}): {reason}")
+    if problems:
+        names = sorted({p.split("(", 1)[1].split(")", 1)[0] for p in problems})
+        raise UnsupportedError(f"to_jax: {len(problems)} node(s) cannot be lowered to JAX (ops {names}):\n  "
+                               + "\n  ".join(problems))
+    index = {id(op): i for i, op in enumerate(sg.operators)}
+    nodes = prepare_nodes(sg.operators, lambda op: f"to_jax, node {index[id(op)]} ({op.name})")
+    params_t = param_tensors(nodes)
+    names = []
+    for t in params_t:
+        name = t.name or f"tensor_{id(t)}"
+        while name in names:
+            name += "_"
+        names.append(name)
+    params = {name: np.asarray(t.data) for name, t in zip(names, params_t)}
+    inputs, outputs = list(sg.inputs), list(sg.outputs)
+    if sig is not None:
+        by_id = {id(t): k for k, t in sig.inputs.items()}
+        input_names = [by_id[id(t)] for t in inputs]
+    n_inputs = len(inputs)
+    variables = [t for t in sg.tensors if t.is_variable]
+
+    def fn(params, *args):
+        if len(args) != n_inputs:
+            raise KilnError(f"to_jax function takes {n_inputs} inputs, got {len(args)}")
+        import jax.numpy as jnp
+
+        with x64():
+            env = {id(t): params[name] for name, t in zip(names, params_t)}
+            for t in variables:  # every call starts from the initial states (a fresh interpreter)
+                env[id(t)] = jnp.asarray(t.data if t.data is not None else np.zeros(t.shape, t.dtype.numpy))
+            for t, value in zip(inputs, args):
+                env[id(t)] = jnp.asarray(value)
+            run_nodes(nodes, env)
+            results = []
+            for t in outputs:
+                value = env.get(id(t))
+                if value is None:
+                    value = np.asarray(t.data)
+                results.append(jnp.asarray(value, dtype=t.dtype.numpy))
+        if sig is not None:
+            return {k: results[outputs.index(t)] for k, t in sig.outputs.items()}
+        return tuple(results)
+
+    fn.input_names = input_names if sig is not None else [t.name for t in inputs]
+    return fn, params

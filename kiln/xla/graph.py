@@ -1,0 +1,171 @@
+"""Turning a run of IR operators into one traced JAX computation.
+
+Shared by the delegate (one partition) and `to_jax` (a whole subgraph). Values flowing
+through a trace are either NumPy arrays — *static*: constants, shapes, and whatever is
+computed from them only — or JAX arrays. A node whose inputs are all static runs its
+reference kernel right there (constant folding with the kernel's own semantics); any other
+node runs its lowering.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from .. import ops
+from ..ops.elementwise import is_quantized
+from ..ops.record import KernelCall
+from ..schema import DType
+from .table import ALL_STATIC, Lowering, LoweringCall, get_lowering, make_call, node_options
+
+#: Ops that read or write interpreter state: never folded, never lowered (yet).
+STATEFUL = frozenset({"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE", "CALL_ONCE", "WHILE", "IF"})
+#: Element types XLA has no arrays of.
+_NO_ARRAYS = frozenset({DType.STRING, DType.RESOURCE, DType.VARIANT, DType.COMPLEX64, DType.COMPLEX128})
+#: Constants at least this big (floating point, not needed static) become parameters:
+#: device arrays handed to the compiled function instead of literals baked into it.
+PARAM_MIN_SIZE = 64
+
+
+def static_tensors(subgraph) -> set[int]:
+    """ids of the tensors whose values are known while tracing (no run-time data in them)."""
+    static: set[int] = set()
+    for op in subgraph.operators:
+        for t in op.inputs:
+            if t is not None and t.is_constant:
+                static.add(id(t))
+        if op.op_type in ("SHAPE", "RANK"):
+            known = True  # shapes are fixed per compile
+        elif op.op_type == "CUSTOM" or op.op_type in STATEFUL or ops.get(op.op_type) is None:
+            known = False
+        else:
+            known = all(t is None or id(t) in static for t in op.inputs) and \
+                not any(t is not None and t.is_variable for t in op.inputs)
+        if known:
+            static.update(id(t) for t in op.outputs if t is not None)
+    return static
+
+
+def why_not_lowered(op, registration, static: set[int]) -> str | None:
+    """None if the backend can run ``op``, else the reason it cannot (said per node)."""
+    name = op.name
+    if op.op_type == "CUSTOM":
+        return f"custom op {name} has no XLA lowering"
+    record = ops.get(op.op_type)
+    if registration is not None and (getattr(registration, "record", None) is None
+                                     or record is None or registration.kernel is not record.kernel):
+        return f"{name} is overridden by a Python registration"
+    low = get_lowering(op.op_type)
+    if low is None:
+        return f"{name} has no XLA lowering"
+    for k, t in enumerate((*op.inputs, *op.outputs)):
+        if t is None:
+            continue
+        if t.is_variable and k not in low.state:
+            return f"{name} reads or writes variable tensor {t.name!r} (state is not lowered yet)"
+        if t.dtype in _NO_ARRAYS:
+            return f"{name} has a {t.dtype.name} tensor ({t.name!r}), which XLA has no arrays of"
+        if is_quantized(t):
+            return f"{name} has quantized tensor {t.name!r}; quantized lowerings do not exist yet"
+    for k in low.static_operands(len(op.inputs)):
+        t = op.inputs[k]
+        if t is not None and id(t) not in static:
+            why = "its output shape depends on the values" if low.static == ALL_STATIC else \
+                "XLA compiles static shapes and needs the value"
+            return (f"{name}: {why} of operand {k} ({t.name!r}), which is only known at run time")
+    if low.check is not None:
+        return low.check(op, node_options(op))
+    return None
+
+
+@dataclass
+class TracedNode:
+    op: object
+    call: LoweringCall
+    lowering: Lowering
+
+
+def prepare_nodes(operators: Sequence, label_of) -> list[TracedNode]:
+    nodes = []
+    for op in operators:
+        nodes.append(TracedNode(op, make_call(op, label_of(op)), get_lowering(op.op_type)))
+    return nodes
+
+
+def param_tensors(nodes: Sequence[TracedNode]) -> list:
+    """Constants read by ``nodes`` that become parameters (first-use order, no repeats)."""
+    needed_static = set()
+    for n in nodes:
+        for k in n.lowering.static_operands(len(n.op.inputs)):
+            if n.op.inputs[k] is not None:
+                needed_static.add(id(n.op.inputs[k]))
+    seen, params = set(), []
+    for n in nodes:
+        for t in n.op.inputs:
+            if t is None or not t.is_constant or id(t) in seen or id(t) in needed_static:
+                continue
+            seen.add(id(t))
+            data = np.asarray(t.data)
+            if data.dtype.kind == "f" and data.size >= PARAM_MIN_SIZE:
+                params.append(t)
+    return params
+
+
+def _is_static(value) -> bool:
+    return value is None or isinstance(value, np.ndarray)
+
+
+def run_nodes(nodes: Sequence[TracedNode], env: dict, float_dtype=None) -> dict:
+    """Evaluate ``nodes`` in order; ``env`` maps id(tensor) -> value, filled with the results.
+
+    ``float_dtype`` (the bfloat16 policy) replaces float32 as the type of computed values.
+    Returns {id(variable tensor): final value} for the variables the nodes leave state in.
+    """
+    updates: dict = {}
+    import jax.numpy as jnp
+
+    from ..errors import KilnError, OpError
+
+    for n in nodes:
+        op = n.op
+        args = []
+        for t in op.inputs:
+            if t is None:
+                args.append(None)
+            elif id(t) in env:
+                args.append(env[id(t)])
+            else:
+                args.append(np.asarray(t.data))  # a constant that is not a parameter
+        try:
+            if all(_is_static(a) for a in args) and op.op_type not in STATEFUL:
+                call = KernelCall(n.call.opts, op, list(n.call.out_dtypes))
+                result = ops.require(op.op_type).kernel(call, *args)
+            else:
+                n.call.variable_updates = None
+                result = n.lowering.fn(n.call, *args)
+                for k, value in (n.call.variable_updates or {}).items():
+                    t = op.inputs[k]
+                    env[id(t)] = updates[id(t)] = value.reshape(np.shape(args[k]))
+        except KilnError as exc:
+            raise type(exc)(f"{n.call.label}: {exc}") from exc
+        except Exception as exc:
+            raise OpError(f"{n.call.label}: cannot lower for input shapes "
+                          f"{[None if a is None else list(np.shape(a)) for a in args]}: "
+                          f"{type(exc).__name__}: {exc}") from exc
+        if not isinstance(result, (tuple, list)):
+            result = (result,)
+        for t, value, dtype in zip(op.outputs, result, n.call.out_dtypes):
+            if t is None or value is None:
+                continue
+            if dtype is not None:
+                want = float_dtype if float_dtype is not None and dtype == np.float32 else dtype
+                if isinstance(value, np.ndarray):
+                    value = value.astype(dtype, copy=False)
+                elif value.dtype != want:
+                    value = value.astype(want)
+            if not isinstance(value, np.ndarray) and not hasattr(value, "dtype"):
+                value = jnp.asarray(value)
+            env[id(t)] = value
+    return updates

@@ -1,0 +1,138 @@
+"""Lowerings of WHILE and IF: lax.while_loop / lax.cond over their subgraphs, each subgraph
+traced like a partition (kiln/ops/control_flow.py runs them through the interpreter).
+
+A node is claimed only when every op of the subgraphs it calls (and of the subgraphs those
+call) can itself be lowered; their inputs count as run-time values. XLA needs loop-carried
+values of one shape and type on every trip, and both IF branches to return the same shapes:
+a model that changes them fails at compile time with the node named (the reference
+interpreter, which TFLite models rarely need for this, would run it).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ..errors import OpError
+from .graph import prepare_nodes, run_nodes, static_tensors, why_not_lowered
+from .table import node_options, register_lowering
+
+
+def _subgraph(op, index: int):
+    model = op.subgraph.model if op.subgraph is not None else None
+    if model is None or not 0 <= index < len(model.subgraphs):
+        raise OpError(f"{op.name}: subgraph {index} does not exist")
+    return model.subgraphs[index]
+
+
+def _subgraph_problem(sg, seen: set) -> str | None:
+    if id(sg) in seen:
+        return f"subgraph {sg.name!r} calls itself"
+    seen = seen | {id(sg)}
+    static = static_tensors(sg)
+    for i, op in enumerate(sg.operators):
+        reason = why_not_lowered(op, None, static)
+        if reason is None and op.op_type in ("WHILE", "IF"):
+            reason = _calls_problem(op, seen)
+        if reason is not None:
+            return f"node {i} of subgraph {sg.name!r}: {reason}"
+    return None
+
+
+def _calls_problem(op, seen: set = frozenset()) -> str | None:
+    opts = node_options(op)
+    keys = ("cond_subgraph_index", "body_subgraph_index") if op.op_type == "WHILE" else \
+        ("then_subgraph_index", "else_subgraph_index")
+    for key in keys:
+        try:
+            sg = _subgraph(op, int(getattr(opts, key)))
+        except OpError as exc:
+            return str(exc)
+        problem = _subgraph_problem(sg, set(seen))
+        if problem is not None:
+            return f"{op.name} calls {problem}"
+    return None
+
+
+def _traced(op, index: int, label: str):
+    """A function of the subgraph's input values returning its output values (JAX arrays)."""
+    sg = _subgraph(op, index)
+    where = {id(o): k for k, o in enumerate(sg.operators)}
+    nodes = prepare_nodes(sg.operators, lambda o: f"{label} > subgraph {index}, node {where[id(o)]} ({o.name})")
+
+    def run(values):
+        if len(values) != len(sg.inputs):
+            raise OpError(f"subgraph {index} takes {len(sg.inputs)} inputs, got {len(values)}")
+        env = {id(t): v for t, v in zip(sg.inputs, values)}
+        run_nodes(nodes, env)
+        out = []
+        for t in sg.outputs:
+            value = env[id(t)] if id(t) in env else np.asarray(t.data)
+            out.append(jnp.asarray(value, dtype=t.dtype.numpy))
+        return out
+
+    return run
+
+
+def _while(call, *loop_vars):
+    opts = call.opts
+    cond = _traced(call.op, opts.cond_subgraph_index, call.label)
+    body = _traced(call.op, opts.body_subgraph_index, call.label)
+    init = tuple(jnp.asarray(v) for v in loop_vars)
+
+    def keep_going(values):
+        (flag, *_) = cond(list(values))
+        if flag.size != 1:
+            raise OpError(f"WHILE condition must be a single boolean, got shape {list(flag.shape)}")
+        return flag.reshape(()).astype(bool)
+
+    def step(values):
+        out = body(list(values))
+        if len(out) != len(values):
+            raise OpError(f"WHILE body returned {len(out)} values for {len(values)} loop variables")
+        for k, (new, old) in enumerate(zip(out, values)):
+            if new.shape != old.shape:
+                raise OpError(f"WHILE loop variable {k} changes shape {list(old.shape)} -> {list(new.shape)}, "
+                              "which XLA's while loop cannot carry")
+        return tuple(o.astype(v.dtype) for o, v in zip(out, values))
+
+    return lax.while_loop(keep_going, step, init)
+
+
+def _if(call, cond, *args):
+    opts = call.opts
+    if np.size(cond) != 1:
+        raise OpError(f"IF condition must be a single boolean, got shape {list(np.shape(cond))}")
+    then_fn = _traced(call.op, opts.then_subgraph_index, call.label)
+    else_fn = _traced(call.op, opts.else_subgraph_index, call.label)
+    values = [jnp.asarray(a) for a in args]
+    if isinstance(cond, np.ndarray):  # known while tracing: only the branch taken is traced
+        return tuple((then_fn if bool(cond.reshape(())) else else_fn)(values))
+    return tuple(lax.cond(jnp.asarray(cond).reshape(()).astype(bool), lambda v: then_fn(list(v)),
+                          lambda v: else_fn(list(v)), tuple(values)))
+
+
+def _loop_shapes_problem(op) -> str | None:
+    """XLA carries loop variables of one shape: refuse loops whose files say otherwise."""
+    body = _subgraph(op, int(node_options(op).body_subgraph_index))
+    for k, t in enumerate(op.inputs):
+        if t is None or k >= len(body.outputs):
+            continue
+        out = body.outputs[k]
+        dynamic = -1 in t.signature or -1 in out.signature or -1 in body.inputs[k].signature
+        if dynamic or out.shape != t.shape:
+            return (f"WHILE loop variable {k} ({t.name!r}) may change shape between trips "
+                    f"({list(t.signature)} -> {list(out.signature)}); XLA's while loop needs one shape")
+    return None
+
+
+def _check(op, opts):
+    problem = _calls_problem(op)
+    if problem is None and op.op_type == "WHILE":
+        problem = _loop_shapes_problem(op)
+    return problem
+
+
+register_lowering("WHILE", _while, check=_check)
+register_lowering("IF", _if, check=_check)

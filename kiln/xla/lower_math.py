@@ -1,0 +1,450 @@
+"""Lowerings of the element-wise, activation and reduction ops (kiln/ops/elementwise.py,
+activations.py, reduce.py), with the LiteRT behaviour those kernels reproduce.
+
+Differences XLA imposes, all on inputs where the reference kernel raises an error: integer
+division (and FLOOR_DIV / FLOOR_MOD) by zero and POW with a negative integer exponent cannot
+fail inside a compiled program, so they give XLA's value instead of an OpError.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.scipy.special import erfc
+
+from ..errors import OpError
+from ..ops.elementwise import activation_range
+from ..ops.reduce import reduction_axes
+from ..schema import Activation, DType
+from .table import fused_range, is_float, register_lowering
+
+
+def clamp_activation(x, act: int):
+    """A fused activation as LiteRT's arithmetic kernels apply it: a clamp to its range.
+
+    Floats clamp even for NONE (to +-FLT_MAX); TANH / SIGN_BIT have no range and are ignored.
+    """
+    dtype = np.dtype(x.dtype)
+    if dtype == np.bool_ or not (is_float(dtype) or dtype.kind in "iu") or \
+            (dtype.kind in "iu" and act == Activation.NONE):
+        return x
+    lo, hi = fused_range(act, dtype)
+    return jnp.clip(x, jnp.asarray(lo, dtype), jnp.asarray(hi, dtype))
+
+
+def _is_int(x) -> bool:
+    return np.dtype(x.dtype).kind in "iu"
+
+
+def _as(x, like):
+    return x if x.dtype == like.dtype else x.astype(like.dtype)
+
+
+# -- arithmetic ----------------------------------------------------------------------------
+
+def _div(a, b):
+    if not _is_int(a):
+        return a / b
+    return lax.div(*jnp.broadcast_arrays(a, b))  # C division: truncates toward zero
+
+
+def _floor_div(a, b):
+    if _is_int(a):
+        return jnp.floor_divide(a, b)
+    # LiteRT divides in double precision and floors before narrowing.
+    return jnp.floor(a.astype(jnp.float64) / b.astype(jnp.float64)).astype(a.dtype)
+
+
+def _floor_mod(a, b):
+    if _is_int(a):
+        return jnp.mod(a, b)
+    r = jnp.fmod(a, b)
+    return jnp.where((r != 0) & ((b < 0) != (r < 0)), r + b, r)
+
+
+_ARITH = {"ADD": jnp.add, "SUB": jnp.subtract, "MUL": jnp.multiply, "DIV": _div}
+_BINARY = {
+    "FLOOR_DIV": _floor_div,
+    "FLOOR_MOD": _floor_mod,
+    "SQUARED_DIFFERENCE": lambda a, b: (a - b) * (a - b),
+    "POW": jnp.power,
+    "MAXIMUM": lambda a, b: jnp.where(a > b, a, b),  # a NaN in a loses, in b wins (as LiteRT)
+    "MINIMUM": lambda a, b: jnp.where(a < b, a, b),
+    "ATAN2": jnp.arctan2,
+}
+
+
+def _arith(fn):
+    def lower(call, a, b):
+        a, b = jnp.asarray(a), jnp.asarray(b)
+        return clamp_activation(_as(fn(a, b), a), call.opts.fused_activation_function)
+    return lower
+
+
+def _binary(fn):
+    def lower(call, a, b):
+        a, b = jnp.asarray(a), jnp.asarray(b)
+        return _as(fn(a, b), a)
+    return lower
+
+
+for _name, _fn in _ARITH.items():
+    register_lowering(_name, _arith(_fn))
+for _name, _fn in _BINARY.items():
+    register_lowering(_name, _binary(_fn))
+
+
+# -- unary -----------------------------------------------------------------------------------
+
+def _float_only(name, fn):
+    def lower(call, x):
+        if not is_float(x.dtype):
+            raise OpError(f"{name}: input type {x.dtype} is not supported (float only)")
+        return _as(fn(jnp.asarray(x)), x)
+    return lower
+
+
+_FLOAT_UNARY = {
+    "RSQRT": lambda x: jnp.ones((), x.dtype) / jnp.sqrt(x),
+    "SQRT": jnp.sqrt, "EXP": jnp.exp, "LOG": jnp.log, "SIN": jnp.sin, "COS": jnp.cos,
+    "FLOOR": jnp.floor, "CEIL": jnp.ceil,
+    "ROUND": jnp.round,  # half to even, as LiteRT's RoundToNearest
+}
+for _name, _fn in _FLOAT_UNARY.items():
+    register_lowering(_name, _float_only(_name, _fn))
+
+_ANY_UNARY = {"SQUARE": lambda x: x * x, "NEG": jnp.negative, "ABS": jnp.abs, "SIGN": jnp.sign}
+for _name, _fn in _ANY_UNARY.items():
+    register_lowering(_name, (lambda fn: lambda call, x: _as(fn(jnp.asarray(x)), x))(_fn))
+
+_COMPARE = {"LESS": jnp.less, "LESS_EQUAL": jnp.less_equal, "GREATER": jnp.greater,
+            "GREATER_EQUAL": jnp.greater_equal, "EQUAL": jnp.equal, "NOT_EQUAL": jnp.not_equal}
+for _name, _fn in _COMPARE.items():
+    register_lowering(_name, (lambda fn: lambda call, a, b: fn(a, b))(_fn))
+
+
+def _logical(fn):
+    def lower(call, *xs):
+        for x in xs:
+            if x.dtype != np.bool_:
+                raise OpError(f"{call.op.name}: inputs must be bool, got {x.dtype}")
+        return fn(*xs)
+    return lower
+
+
+register_lowering("LOGICAL_AND", _logical(jnp.logical_and))
+register_lowering("LOGICAL_OR", _logical(jnp.logical_or))
+register_lowering("LOGICAL_NOT", _logical(jnp.logical_not))
+
+
+def _select(call, cond, x, y):
+    if x.shape != y.shape:
+        raise OpError(f"{call.op.name}: x {list(x.shape)} and y {list(y.shape)} differ in shape")
+    if cond.shape != x.shape:
+        if cond.ndim == 1 and x.ndim >= 1 and cond.shape[0] == x.shape[0]:
+            cond = jnp.reshape(cond, cond.shape + (1,) * (x.ndim - 1))
+        else:
+            raise OpError(f"{call.op.name}: condition shape {list(cond.shape)} must equal the input "
+                          f"shape {list(x.shape)} or be its first dimension")
+    return jnp.where(jnp.asarray(cond).astype(bool), x, y)
+
+
+register_lowering("SELECT", _select)
+register_lowering("SELECT_V2", lambda call, cond, x, y: jnp.where(jnp.asarray(cond).astype(bool), x, y))
+
+
+def _float_to_int(x, dtype):
+    """Truncate toward zero and saturate; NaN becomes the type's maximum (as LiteRT)."""
+    info = np.iinfo(dtype)
+    t = jnp.trunc(x.astype(jnp.float64))
+    hi = t >= float(info.max) + 1.0
+    lo = t <= float(info.min) - 1.0
+    nan = jnp.isnan(t)
+    out = jnp.where(hi | lo | nan, 0.0, t).astype(dtype)
+    out = jnp.where(hi | nan, jnp.asarray(info.max, dtype), out)
+    return jnp.where(lo, jnp.asarray(info.min, dtype), out)
+
+
+def _cast(call, x):
+    dst = np.dtype(call.out_dtypes[0])
+    x = jnp.asarray(x)
+    if x.dtype == dst:
+        return x
+    if dst == np.bool_:
+        return x != 0
+    if dst.kind in "iu" and is_float(x.dtype):
+        return _float_to_int(x, dst)
+    return x.astype(dst)
+
+
+register_lowering("CAST", _cast)
+register_lowering("ZEROS_LIKE", lambda call, x: jnp.zeros(x.shape, x.dtype))
+
+
+def _add_n(call, *xs):
+    if len(xs) < 2:
+        raise OpError(f"ADD_N needs at least two inputs, got {len(xs)}")
+    acc = jnp.asarray(xs[0])
+    for x in xs[1:]:  # sequential, in operand order, like LiteRT
+        acc = acc + x
+    return acc
+
+
+register_lowering("ADD_N", _add_n)
+
+
+# -- activations -------------------------------------------------------------------------------
+
+def _gelu(call, x):
+    if call.opts.approximate:
+        inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)
+        return 0.5 * x * (1.0 + jnp.tanh(inner))
+    return 0.5 * x * erfc(x * -math.sqrt(0.5))
+
+
+def _clamp(lo, hi):
+    def lower(call, x):
+        x = jnp.asarray(x)
+        return jnp.maximum(x, lo).astype(x.dtype) if hi is None else jnp.clip(x, lo, hi).astype(x.dtype)
+    return lower
+
+
+def _hard_swish(call, x):
+    return x * jnp.clip(x + 3, 0, 6).astype(x.dtype) / jnp.asarray(6, x.dtype)
+
+
+def _prelu(call, x, alpha):
+    if jnp.broadcast_shapes(x.shape, alpha.shape) != x.shape:
+        raise OpError(f"PRELU: alpha shape {list(alpha.shape)} does not broadcast into the input "
+                      f"shape {list(x.shape)}")
+    return jnp.where(x >= 0, x, x * jnp.asarray(alpha).astype(x.dtype))
+
+
+def _softmax(call, x):
+    beta = float(call.opts.beta)
+    shifted = x - jnp.max(x, axis=-1, keepdims=True)
+    e = jnp.exp(shifted * beta if beta != 1.0 else shifted)
+    return e / jnp.sum(e, axis=-1, keepdims=True)
+
+
+def _log_softmax(call, x):
+    shifted = x - jnp.max(x, axis=-1, keepdims=True)
+    return shifted - jnp.log(jnp.sum(jnp.exp(shifted), axis=-1, keepdims=True))
+
+
+def _l2_normalization(call, x):
+    act = call.opts.fused_activation_function
+    if act != Activation.NONE:
+        raise OpError(f"L2_NORMALIZATION: fused activation {Activation(act).name} is not supported "
+                      "(LiteRT accepts only NONE)")
+    norm = jnp.sqrt(jnp.sum(jnp.square(x.astype(jnp.float64)), axis=-1, keepdims=True)).astype(x.dtype)
+    return x / jnp.maximum(norm, jnp.asarray(1e-6, x.dtype))
+
+
+_ACTIVATIONS = {
+    "TANH": lambda call, x: jnp.tanh(x),
+    "LOGISTIC": lambda call, x: jax.nn.sigmoid(x),
+    "ELU": lambda call, x: jnp.where(x < 0, jnp.expm1(x), x),
+    "GELU": _gelu,
+    "RELU": _clamp(0, None),
+    "RELU6": _clamp(0, 6),
+    "RELU_N1_TO_1": _clamp(-1, 1),
+    "HARD_SWISH": _hard_swish,
+    "LEAKY_RELU": lambda call, x: jnp.where(x > 0, x, x * jnp.asarray(call.opts.alpha, x.dtype)),
+    "PRELU": _prelu,
+    "SOFTMAX": _softmax,
+    "LOG_SOFTMAX": _log_softmax,
+    "L2_NORMALIZATION": _l2_normalization,
+}
+_FLOAT_ACTIVATIONS = {"TANH", "LOGISTIC", "ELU", "GELU", "HARD_SWISH", "LEAKY_RELU", "PRELU", "SOFTMAX",
+                      "LOG_SOFTMAX", "L2_NORMALIZATION"}
+
+
+def _float_input(fn):
+    def lower(call, x, *rest):
+        if not is_float(x.dtype):
+            raise OpError(f"{call.op.name}: input type {x.dtype} is not supported (float only)")
+        if call.op.op_type in ("SOFTMAX", "LOG_SOFTMAX", "L2_NORMALIZATION") and x.ndim < 1:
+            raise OpError(f"{call.op.name}: input must have at least one dimension")
+        return _as(fn(call, jnp.asarray(x), *rest), x)
+    return lower
+
+
+for _name, _fn in _ACTIVATIONS.items():
+    register_lowering(_name, _float_input(_fn) if _name in _FLOAT_ACTIVATIONS else _fn)
+
+
+# -- reductions --------------------------------------------------------------------------------
+
+def _mean(x, axes):
+    count = math.prod(x.shape[a] for a in axes)
+    if _is_int(x):
+        total = jnp.sum(x, axis=axes, dtype=jnp.int64)
+        if count == 0:
+            return jnp.zeros_like(total)
+        q = jnp.abs(total) // count  # truncate toward zero, like C++ integer division
+        return jnp.where(total < 0, -q, q)
+    return jnp.sum(x, axis=axes) / jnp.asarray(count, x.dtype) if count else \
+        jnp.full([d for i, d in enumerate(x.shape) if i not in axes], jnp.nan, x.dtype)
+
+
+def _to_rows(x, axes):
+    kept = [i for i in range(x.ndim) if i not in axes]
+    k = math.prod(x.shape[a] for a in axes)
+    return jnp.transpose(x, kept + list(axes)).reshape([x.shape[i] for i in kept] + [k])
+
+
+def _extreme(pick_max: bool):
+    """REDUCE_MAX / MIN folding ``cur = cur > x ? cur : x`` in row-major order, as LiteRT:
+    everything before the last NaN is forgotten; a NaN survives only in the last place."""
+
+    def fn(x, axes):
+        dtype = np.dtype(x.dtype)
+        if dtype == np.bool_ or not is_float(dtype):
+            init = (not pick_max) if dtype == np.bool_ else \
+                (np.iinfo(dtype).min if pick_max else np.iinfo(dtype).max)
+            reduce = jnp.max if pick_max else jnp.min
+            return reduce(x, axis=axes, initial=init)
+        rows = _to_rows(x, axes)
+        k = rows.shape[-1]
+        if k == 0:
+            info = np.finfo(dtype)
+            return jnp.full(rows.shape[:-1], info.min if pick_max else info.max, dtype)
+        nan = jnp.isnan(rows)
+        last_nan = jnp.where(nan.any(axis=-1), k - 1 - jnp.argmax(nan[..., ::-1], axis=-1), -1)
+        tail = jnp.where(jnp.arange(k) > last_nan[..., None], rows, -jnp.inf if pick_max else jnp.inf)
+        out = tail.max(axis=-1) if pick_max else tail.min(axis=-1)
+        return jnp.where(last_nan == k - 1, jnp.nan, out)
+
+    return fn
+
+
+_REDUCERS = {
+    "MEAN": _mean,
+    "SUM": lambda x, axes: jnp.sum(x, axis=axes, dtype=x.dtype),
+    "REDUCE_PROD": lambda x, axes: jnp.prod(x, axis=axes, dtype=x.dtype),
+    "REDUCE_MAX": _extreme(True),
+    "REDUCE_MIN": _extreme(False),
+    "REDUCE_ANY": lambda x, axes: jnp.any(x, axis=axes),
+    "REDUCE_ALL": lambda x, axes: jnp.all(x, axis=axes),
+}
+
+
+def _reducer(fn):
+    def lower(call, x, axis):
+        x = jnp.asarray(x)
+        axes = reduction_axes(call, x, axis)
+        out = _as(fn(x, axes), x)
+        if call.opts.keep_dims:
+            out = out.reshape(tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
+        return out
+    return lower
+
+
+for _name, _fn in _REDUCERS.items():
+    register_lowering(_name, _reducer(_fn), static=(1,))
+
+
+def _single_axis(call, x, axis) -> int:
+    axes = reduction_axes(call, x, axis)
+    if np.asarray(axis).size != 1:
+        raise OpError(f"{call.op.name}: expected one axis, got {np.asarray(axis).reshape(-1).tolist()}")
+    return axes[0]
+
+
+def _index_dtype(call, i: int, fallback) -> np.dtype:
+    dt = np.dtype(call.out_dtypes[i]) if len(call.out_dtypes) > i and call.out_dtypes[i] else None
+    return dt if dt is not None and dt.kind in "iu" else np.dtype(fallback)
+
+
+def _arg(pick_max: bool):
+    def lower(call, x, axis):
+        x = jnp.asarray(x)
+        if x.ndim == 0:
+            raise OpError(f"{call.op.name}: input must have at least one dimension")
+        ax = _single_axis(call, x, axis)
+        if x.shape[ax] == 0:
+            raise OpError(f"{call.op.name}: cannot reduce an empty axis {ax}")
+        opt = call.opts.output_type
+        fallback = DType(opt).numpy if opt in (DType.INT32, DType.INT64) else np.int64
+        floating = is_float(x.dtype)
+        v = jnp.where(jnp.isnan(x), -jnp.inf if pick_max else jnp.inf, x) if floating else x
+        idx = jnp.argmax(v, axis=ax) if pick_max else jnp.argmin(v, axis=ax)
+        if floating:  # NaN never replaces the running best, so it only wins from position 0
+            idx = jnp.where(jnp.isnan(jnp.take(x, 0, axis=ax)), 0, idx)
+        return idx.astype(_index_dtype(call, 0, fallback))
+    return lower
+
+
+register_lowering("ARG_MAX", _arg(True), static=(1,))
+register_lowering("ARG_MIN", _arg(False), static=(1,))
+
+
+def _top_k(call, x, k):
+    kv = np.asarray(k).reshape(-1)
+    if kv.size != 1 or kv.dtype.kind not in "iu":
+        raise OpError(f"TOPK_V2: k must be one integer, got {np.asarray(k).tolist()}")
+    kk, n = int(kv[0]), x.shape[-1]
+    if not 0 <= kk <= n:
+        raise OpError(f"TOPK_V2: k={kk} must be in [0, {n}] (the last dimension)")
+    x = jnp.asarray(x)
+    if is_float(x.dtype):  # high to low, ties by ascending index, NaN last
+        order = jnp.argsort(-x, axis=-1, stable=True)[..., :kk]
+        values = jnp.take_along_axis(x, order, axis=-1)
+    else:
+        values, order = lax.top_k(x.astype(jnp.int32) if x.dtype == np.bool_ else x, kk)
+        values = values.astype(x.dtype)
+    return values, order.astype(_index_dtype(call, 1, np.int32))
+
+
+register_lowering("TOPK_V2", _top_k, static=(1,))
+
+
+def _cumsum(call, x, axis):
+    x = jnp.asarray(x)
+    if x.ndim == 0:
+        raise OpError("CUMSUM: input must have at least one dimension")
+    ax = _single_axis(call, x, axis)
+    v = jnp.flip(x, ax) if call.opts.reverse else x
+    out = jnp.cumsum(v, axis=ax, dtype=x.dtype)
+    if call.opts.exclusive:
+        out = jnp.concatenate([jnp.zeros_like(lax.slice_in_dim(out, 0, 1, axis=ax)),
+                               lax.slice_in_dim(out, 0, x.shape[ax] - 1, axis=ax)], axis=ax)
+    return jnp.flip(out, ax) if call.opts.reverse else out
+
+
+register_lowering("CUMSUM", _cumsum, static=(1,))
+
+
+
+# -- bit operations -------------------------------------------------------------------------------
+
+_BIT_TYPES = tuple(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32))
+
+
+def _bit_operands(call, a, b):
+    if a.dtype != b.dtype:
+        raise OpError(f"{call.op.name}: operand types {a.dtype} and {b.dtype} differ")
+    if np.dtype(a.dtype) not in _BIT_TYPES:
+        raise OpError(f"{call.op.name}: type {a.dtype} is not supported (8, 16 or 32-bit signed or unsigned "
+                      "integers)")
+
+
+def _bitwise_xor(call, a, b):
+    _bit_operands(call, a, b)
+    return jnp.bitwise_xor(a, b)
+
+
+def _right_shift(call, a, b):
+    _bit_operands(call, a, b)
+    bits = np.dtype(a.dtype).itemsize * 8
+    shift = jnp.clip(b, 0, bits - 1) if np.dtype(a.dtype).kind == "i" else jnp.minimum(b, bits - 1)
+    return jnp.right_shift(a, jnp.asarray(shift).astype(a.dtype))
+
+
+register_lowering("BITWISE_XOR", _bitwise_xor)
+register_lowering("RIGHT_SHIFT", _right_shift)

@@ -1,0 +1,143 @@
+"""Lowering of UNIDIRECTIONAL_SEQUENCE_LSTM as one lax.scan over time.
+
+Mirrors kiln/ops/lstm.py's float path step for step (gate order i, f, c, o; CIFG; peephole;
+layer norm with the bias added after it; projection; cell and projection clips). The weights
+must be constants: the reference kernel's own reader checks and collects them while tracing.
+The state operands are variable tensors: the lowering reads them and returns their final
+values as ``call.variable_updates``, which the delegate writes back (LiteRT's semantics:
+the next invoke continues from them). Not covered, and left to the reference kernel with
+that reason: the fused activation NONE (LiteRT's buffer ping-pong quirk) and diagonal
+recurrent weights.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ..errors import OpError
+from ..ops.lstm import _UNI, _check_clips, _check_lstm_sizes, _read_lstm, _state
+from ..schema import Activation
+from .table import register_lowering
+
+_NAME = "UNIDIRECTIONAL_SEQUENCE_LSTM"
+
+
+def _activation(act: int):
+    if act == Activation.TANH:
+        return jnp.tanh
+    if act == Activation.RELU:
+        return lambda v: jnp.maximum(v, 0)
+    if act == Activation.RELU6:
+        return lambda v: jnp.clip(v, 0, 6)
+    if act == Activation.RELU_N1_TO_1:
+        return lambda v: jnp.clip(v, -1, 1)
+    if act == Activation.SIGN_BIT:
+        return lambda v: jnp.signbit(v).astype(v.dtype)
+    raise ValueError(f"unknown fused activation function {act}")
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + jnp.exp(-x))
+
+
+def _layer_norm(x):
+    """LiteRT's MeanStddevNormalization over the last axis (population variance, eps 1e-8)."""
+    mean = x.mean(axis=-1, keepdims=True)
+    diff = x - mean
+    var = jnp.mean(diff * diff, axis=-1, keepdims=True)
+    return diff / jnp.sqrt(var + np.float32(1e-8))
+
+
+def _clip(x, limit: float):
+    return jnp.clip(x, -limit, limit) if limit > 0 else x
+
+
+def lstm_scan(p, xt, h0, c0, opts, reverse: bool = False):
+    """One direction over time-major ``xt`` [T, B, I]; returns (outputs [T, B, O], h, c)."""
+    gates = p.gates
+    act = _activation(opts.fused_activation_function)
+    cell_clip, proj_clip = float(opts.cell_clip), float(opts.proj_clip)
+    n = p.n_cell
+    stacked = np.concatenate([p.input_w[g] for g in gates])                   # [G*C, I]
+    bias = np.concatenate([np.zeros(n, np.float32) if g in p.layer_norm else p.bias[g] for g in gates])
+    recurrent = np.concatenate([p.recurrent_w[g] for g in gates]).T          # [O, G*C]
+    T, B, _ = xt.shape
+    part = (jnp.dot(xt.reshape(T * B, -1), stacked.T, precision=lax.Precision.HIGHEST) + bias)
+    part = part.reshape(T, B, len(gates) * n)
+    column = {g: k for k, g in enumerate(gates)}
+    proj_w = None if p.projection_w is None else p.projection_w.T
+
+    def finish(g, pre):
+        if g in p.layer_norm:
+            return _layer_norm(pre) * p.layer_norm[g] + p.bias[g]
+        return pre
+
+    def step(carry, x_part):
+        h, c = carry
+        pre_all = x_part + jnp.dot(h, recurrent, precision=lax.Precision.HIGHEST)
+        pre = {g: pre_all[:, column[g] * n:(column[g] + 1) * n] for g in gates}
+        for g in ("i", "f"):
+            if g in pre and g in p.peephole:
+                pre[g] = pre[g] + p.peephole[g] * c
+        f = _sigmoid(finish("f", pre["f"]))
+        i = 1.0 - f if p.cifg else _sigmoid(finish("i", pre["i"]))
+        g_val = act(finish("c", pre["c"]))
+        c = _clip(f * c + i * g_val, cell_clip)
+        if "o" in p.peephole:
+            pre["o"] = pre["o"] + p.peephole["o"] * c
+        o = _sigmoid(finish("o", pre["o"]))
+        m = o * act(c)
+        if proj_w is not None:
+            m = jnp.dot(m, proj_w, precision=lax.Precision.HIGHEST)
+            if p.projection_b is not None:
+                m = m + p.projection_b
+            m = _clip(m, proj_clip)
+        return (m, c), m
+
+    (h, c), out = lax.scan(step, (h0, c0), part, reverse=reverse)
+    return out, h, c
+
+
+def _uni_lstm(call, *inputs):
+    opts = call.opts
+    time_major = bool(opts.time_major)
+    x = inputs[0]
+    if x is None or len(inputs) <= 4 or inputs[4] is None:
+        raise OpError(f"{_NAME}: the input (operand 0) and input_to_output weights (operand 4) are required")
+    if x.dtype != np.float32 or np.asarray(inputs[4]).dtype != np.float32:
+        raise OpError(f"{_NAME}: input and weights must be float32, got {x.dtype} and {inputs[4].dtype}")
+    if x.ndim != 3:
+        raise OpError(f"{_NAME}: input must be 3-D, got shape {list(x.shape)}")
+    xt = inputs[0] if time_major else jnp.swapaxes(inputs[0], 0, 1)
+    _check_clips(_NAME, opts)
+    p = _read_lstm(_NAME, inputs, _UNI)
+    _check_lstm_sizes(_NAME, p, xt.shape[2], None)
+    batch = xt.shape[1]
+    h_in, c_in = inputs[_UNI.output_state], inputs[_UNI.cell_state]
+    for what, a, cols in (("output/activation state", h_in, p.n_output), ("cell_state", c_in, p.n_cell)):
+        _state(_NAME, what, np.zeros(np.shape(a)) if a is not None else None, batch, cols)  # size check
+    h0 = jnp.asarray(h_in).astype(jnp.float32).reshape(batch, p.n_output)
+    c0 = jnp.asarray(c_in).astype(jnp.float32).reshape(batch, p.n_cell)
+    out, h, c = lstm_scan(p, jnp.asarray(xt).astype(jnp.float32), h0, c0, opts)
+    call.variable_updates = {_UNI.output_state: h, _UNI.cell_state: c}
+    return out if time_major else jnp.swapaxes(out, 0, 1)
+
+
+def _uni_lstm_check(op, opts):
+    if opts.fused_activation_function == Activation.NONE:
+        return (f"{_NAME} with fused activation NONE reproduces a LiteRT buffer quirk that is not "
+                "lowered")
+    if opts.diagonal_recurrent_tensors:
+        return f"{_NAME} with diagonal recurrent weights is not lowered"
+    for k in (_UNI.output_state, _UNI.cell_state):
+        t = op.inputs[k] if k < len(op.inputs) else None
+        if t is not None and t.producer is not None:
+            return (f"{_NAME}: its state variable {t.name!r} is set at run time by a {t.producer.name} node "
+                    "(state written by other nodes is not lowered yet)")
+    return None
+
+
+register_lowering(_NAME, _uni_lstm, static=tuple(_UNI.weights), state=(_UNI.output_state, _UNI.cell_state),
+                  check=_uni_lstm_check)

@@ -1,0 +1,299 @@
+"""Lowerings of the shape and indexing ops (kiln/ops/shape.py, indexing.py, image.py's
+rearrangements) and of the ops whose output is only known from static values.
+
+Data movement is lowered *through the reference kernel*: while tracing, the kernel runs on
+element numbers (``arange``) in place of the data, with the node's real static operands
+(shape, begin/end/strides, paddings, permutation...). What comes out says, for every output
+element, which input element it is — a gather map that reproduces the kernel's semantics
+(masks, negative strides, clamping, mirror modes) by construction. Maps that are a plain
+reshape or transpose become jnp.reshape / jnp.transpose; the rest a gather of constant
+indices, which XLA fuses. Element number 0 stands for "a fill value" (the zeros PAD,
+SPACE_TO_BATCH_ND and MATRIX_DIAG insert, PADV2's constant).
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import jax.numpy as jnp
+from jax import lax
+import numpy as np
+
+from .. import ops
+from ..errors import OpError
+from ..ops.record import KernelCall, apply_activation
+from ..schema import Activation
+from .table import ALL_STATIC, is_float, register_lowering
+
+_I64 = np.dtype(np.int64)
+
+
+def _element_maps(call, inputs, data: tuple[int, ...], fill_operand: int | None = None):
+    """Run the reference kernel on element numbers; one int64 map per output.
+
+    Element numbers start at 1 and run on across the data operands in order; 0 is a fill.
+    """
+    args, offset = [], 1
+    for k, x in enumerate(inputs):
+        if k in data and x is not None:
+            size = int(np.prod(x.shape, dtype=np.int64))
+            args.append(np.arange(offset, offset + size, dtype=_I64).reshape(x.shape))
+            offset += size
+        elif k == fill_operand and x is not None:
+            args.append(np.zeros(np.shape(x), _I64))
+        else:
+            args.append(None if x is None else np.asarray(x))
+    opts = SimpleNamespace(**vars(call.opts))
+    if getattr(opts, "fused_activation_function", Activation.NONE) != Activation.NONE:
+        opts.fused_activation_function = Activation.NONE  # applied on the real values afterwards
+    kernel_call = KernelCall(opts, call.op, [_I64] * max(1, len(call.out_dtypes)))
+    result = ops.require(call.op.op_type).kernel(kernel_call, *args)
+    maps = result if isinstance(result, (tuple, list)) else (result,)
+    return [np.asarray(m) for m in maps]
+
+
+def _transpose_of(m: np.ndarray, shape: tuple[int, ...]):
+    """The permutation p with ``m == arange(shape).transpose(p)``, if there is one."""
+    if m.ndim != len(shape) or m.size == 0:
+        return None
+    strides = np.cumprod((1,) + tuple(reversed(shape[1:])))[::-1]  # row-major element strides
+    base = int(m.reshape(-1)[0])
+    perm = []
+    for axis in range(m.ndim):
+        if m.shape[axis] == 1:
+            perm.append(None)
+            continue
+        step = int(m[(0,) * axis + (1,) + (0,) * (m.ndim - axis - 1)]) - base
+        hits = [a for a in range(len(shape)) if strides[a] == step and shape[a] == m.shape[axis]]
+        if not hits:
+            return None
+        perm.append(hits[0])
+    free = [a for a in range(len(shape)) if a not in perm]
+    perm = [p if p is not None else free.pop(0) for p in perm]
+    if sorted(perm) != list(range(len(shape))):
+        return None
+    return perm
+
+
+def _apply_map(m: np.ndarray, flat, fill, shapes):
+    """Output from its element map: reshape, transpose or gather (fill where the map is 0)."""
+    idx = m.reshape(-1) - 1
+    if len(shapes) == 1 and (m == 0).sum() == 0:
+        size = int(np.prod(shapes[0], dtype=np.int64))
+        if idx.size == size and np.array_equal(idx, np.arange(size)):
+            return flat.reshape(m.shape)
+        perm = _transpose_of(m - 1, shapes[0])
+        if perm is not None and np.array_equal(
+                np.arange(size).reshape(shapes[0]).transpose(perm), m - 1):
+            return jnp.transpose(flat.reshape(shapes[0]), perm)
+    if idx.size == 0:
+        return jnp.zeros(m.shape, flat.dtype)
+    filled = idx < 0
+    out = jnp.take(flat, np.where(filled, 0, idx).astype(np.int32 if flat.size < 2**31 else np.int64))
+    if filled.any():
+        fill_value = jnp.zeros((), flat.dtype) if fill is None else jnp.asarray(fill).reshape(()).astype(flat.dtype)
+        out = jnp.where(filled, fill_value, out)
+    return out.reshape(m.shape)
+
+
+def _fused(call, y):
+    act = getattr(call.opts, "fused_activation_function", Activation.NONE)
+    if act == Activation.NONE:
+        return y
+    if not is_float(y.dtype):
+        raise OpError(f"{call.op.name}: a fused activation needs float inputs")
+    if act == Activation.RELU:
+        return jnp.maximum(y, 0)
+    if act == Activation.RELU6:
+        return jnp.clip(y, 0, 6)
+    if act == Activation.RELU_N1_TO_1:
+        return jnp.clip(y, -1, 1)
+    if act == Activation.TANH:
+        return jnp.tanh(y)
+    if act == Activation.SIGN_BIT:
+        return jnp.signbit(y).astype(y.dtype)
+    return jnp.asarray(apply_activation(np.asarray(y), act))  # raises the kernel's error
+
+
+def movement(data: tuple[int, ...] | str = (0,), fill_operand: int | None = None):
+    """Lowering of a pure data-movement op whose data operands are ``data`` ("all": every one)."""
+
+    def lower(call, *inputs):
+        positions = tuple(range(len(inputs))) if data == "all" else data
+        present = [inputs[k] for k in positions if k < len(inputs) and inputs[k] is not None]
+        dtypes = {np.dtype(x.dtype) for x in present}
+        if len(dtypes) > 1:
+            raise OpError(f"{call.op.name}: inputs have different types {sorted(map(str, dtypes))}")
+        maps = _element_maps(call, inputs, positions, fill_operand)
+        shapes = [tuple(x.shape) for x in present]
+        flats = [jnp.asarray(x).reshape(-1) for x in present]
+        flat = flats[0] if len(flats) == 1 else jnp.concatenate(flats)
+        fill = inputs[fill_operand] if fill_operand is not None and fill_operand < len(inputs) else None
+        outs = [_fused(call, _apply_map(m, flat, fill, shapes)) for m in maps]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    return lower
+
+
+_MOVEMENT = {
+    # op: (data operands, operands that must be static, fill operand)
+    "RESHAPE": ((0,), (1,), None),
+    "SQUEEZE": ((0,), (), None),
+    "EXPAND_DIMS": ((0,), (1,), None),
+    "TRANSPOSE": ((0,), (1,), None),
+    "CONCATENATION": ("all", (), None),
+    "PACK": ("all", (), None),
+    "UNPACK": ((0,), (), None),
+    "SPLIT": ((1,), (0,), None),
+    "SPLIT_V": ((0,), (1, 2), None),
+    "TILE": ((0,), (1,), None),
+    "BROADCAST_TO": ((0,), (1,), None),
+    "PAD": ((0,), (1,), None),
+    "PADV2": ((0,), (1,), 2),
+    "MIRROR_PAD": ((0,), (1,), None),
+    "REVERSE_V2": ((0,), (1,), None),
+    "REVERSE_SEQUENCE": ((0,), (1,), None),
+    "STRIDED_SLICE": ((0,), (1, 2, 3), None),
+    "GATHER_ND": ((0,), (1,), None),
+    "DEPTH_TO_SPACE": ((0,), (), None),
+    "SPACE_TO_DEPTH": ((0,), (), None),
+    "SPACE_TO_BATCH_ND": ((0,), (1, 2), None),
+    "BATCH_TO_SPACE_ND": ((0,), (1, 2), None),
+    "MATRIX_DIAG": ((0,), (), None),
+    "MATRIX_SET_DIAG": ((0, 1), (), None),
+}
+for _name, (_data, _static, _fill) in _MOVEMENT.items():
+    register_lowering(_name, movement(_data, _fill), static=_static)
+
+
+# -- gathers with indices known only at run time -------------------------------------------------
+
+_gather_static = movement((0,))
+
+
+def _gather(call, params, indices):
+    """Static indices: the reference kernel's map. Run-time indices: jnp.take (batch_dims 0);
+    an out-of-range index cannot fail a compiled program, it is clamped instead."""
+    if isinstance(indices, np.ndarray):
+        return _gather_static(call, params, indices)
+    if np.dtype(indices.dtype) not in (np.int16, np.int32, np.int64):
+        raise OpError(f"GATHER: indices of type {indices.dtype} are not supported (int16, int32, int64)")
+    if params.ndim == 0:
+        raise OpError("GATHER: params must have rank >= 1")
+    axis = call.opts.axis % params.ndim if -params.ndim <= call.opts.axis < params.ndim else None
+    if axis is None or call.opts.batch_dims != 0:
+        raise OpError(f"GATHER: axis {call.opts.axis} / batch_dims {call.opts.batch_dims} need static indices")
+    return jnp.take(jnp.asarray(params), indices, axis=axis, mode="clip")
+
+
+def _embedding_lookup(call, ids, table):
+    if isinstance(ids, np.ndarray):
+        return movement((1,))(call, ids, table)
+    if ids.ndim != 1 or ids.dtype != np.int32:
+        raise OpError(f"EMBEDDING_LOOKUP: ids must be an int32 vector, got {ids.dtype} {list(ids.shape)}")
+    if table.ndim < 2:
+        raise OpError(f"EMBEDDING_LOOKUP: the table must have rank >= 2, got {list(table.shape)}")
+    return jnp.take(jnp.asarray(table), ids, axis=0, mode="clip")
+
+
+def _dynamic_update_slice(call, operand, update, start):
+    """Static starts: the reference kernel's map. Run-time starts (a loop counter writing a
+    TensorList): lax.dynamic_update_slice, which clamps starts as the reference kernel does."""
+    if isinstance(start, np.ndarray):
+        return movement((0, 1))(call, operand, update, start)
+    if np.dtype(start.dtype) not in (np.int32, np.int64):
+        raise OpError(f"DYNAMIC_UPDATE_SLICE: start indices must be int32 or int64, got {start.dtype}")
+    if start.ndim != 1 or start.shape[0] != operand.ndim or update.ndim != operand.ndim:
+        raise OpError(f"DYNAMIC_UPDATE_SLICE: operand {list(operand.shape)}, update {list(update.shape)} and "
+                      f"{start.shape} start indices do not agree in rank")
+    if any(u > d for u, d in zip(update.shape, operand.shape)):
+        raise OpError(f"DYNAMIC_UPDATE_SLICE: update {list(update.shape)} is larger than operand "
+                      f"{list(operand.shape)}")
+    if update.dtype != operand.dtype:
+        raise OpError(f"DYNAMIC_UPDATE_SLICE: update type {update.dtype} differs from operand type {operand.dtype}")
+    # Clamped here: JAX would wrap a negative start around, the reference kernel clamps it to 0.
+    starts = [jnp.clip(start[k], 0, d - u) for k, (d, u) in enumerate(zip(operand.shape, update.shape))]
+    return lax.dynamic_update_slice(jnp.asarray(operand), jnp.asarray(update), starts)
+
+
+register_lowering("DYNAMIC_UPDATE_SLICE", _dynamic_update_slice)
+
+
+def _slice(call, x, begin, size):
+    """Static begin: the reference kernel's map. A run-time begin (a loop counter reading a
+    TensorList) with a static size: lax.dynamic_slice, which clamps where the reference
+    kernel would fail."""
+    if isinstance(begin, np.ndarray):
+        return movement((0,))(call, x, begin, size)
+    sizes = [int(v) for v in np.asarray(size).reshape(-1)]
+    if begin.ndim != 1 or begin.shape[0] != x.ndim or len(sizes) != x.ndim:
+        raise OpError(f"SLICE: begin {list(begin.shape)} and size {sizes} need {x.ndim} entries for input "
+                      f"{list(x.shape)}")
+    if any(n < 0 or n > d for n, d in zip(sizes, x.shape)):
+        raise OpError(f"SLICE: size {sizes} with a run-time begin must be explicit and fit input {list(x.shape)}")
+    starts = [jnp.clip(begin[k], 0, d - n) for k, (d, n) in enumerate(zip(x.shape, sizes))]
+    return lax.dynamic_slice(jnp.asarray(x), starts, sizes)
+
+
+def _slice_check(op, opts):
+    size = op.inputs[2] if len(op.inputs) > 2 else None
+    if size is not None and size.is_constant and np.any(np.asarray(size.data) < 0) and \
+            not (op.inputs[1] is not None and op.inputs[1].is_constant):
+        return "SLICE: a size of -1 (to the end) needs a begin known at compile time"
+    return None
+
+
+register_lowering("SLICE", _slice, static=(2,), check=_slice_check)
+register_lowering("GATHER", _gather)
+register_lowering("EMBEDDING_LOOKUP", _embedding_lookup)
+
+
+# -- shapes, fills, one-hot ------------------------------------------------------------------------
+
+def _shape(call, x):
+    """A static result: the shape is known at trace time (one compile per input shape)."""
+    return np.asarray(x.shape, dtype=call.out_dtypes[0] if call.out_dtypes[0] is not None else np.int32)
+
+
+register_lowering("SHAPE", _shape)
+register_lowering("RANK", lambda call, x: np.asarray(x.ndim, dtype=call.out_dtypes[0] or np.int32))
+
+
+def _fill(call, dims, value):
+    shape = [int(d) for d in np.asarray(dims).reshape(-1)]
+    if any(d < 0 for d in shape):
+        raise OpError(f"FILL: dims {shape} must be non-negative")
+    if np.size(value) != 1:
+        raise OpError(f"FILL: value must be a scalar, got shape {list(np.shape(value))}")
+    return jnp.full(shape, jnp.asarray(value).reshape(()))
+
+
+register_lowering("FILL", _fill, static=(0,))
+
+
+def _one_hot(call, indices, depth, on_value, off_value):
+    d = int(np.asarray(depth).reshape(()))
+    if d < 0:
+        raise OpError(f"ONE_HOT: depth {d} must be non-negative")
+    rank = indices.ndim + 1
+    axis = call.opts.axis
+    if axis == -1:
+        axis = rank - 1
+    if not 0 <= axis < rank:
+        raise OpError(f"ONE_HOT: axis {call.opts.axis} is out of range for output rank {rank}")
+    hot = jnp.expand_dims(jnp.asarray(indices), axis) == jnp.arange(d).reshape(
+        [d if a == axis else 1 for a in range(rank)])
+    on = jnp.asarray(on_value).reshape(())
+    return jnp.where(hot, on, jnp.asarray(off_value).reshape(()).astype(on.dtype))
+
+
+register_lowering("ONE_HOT", _one_hot, static=(1,))
+
+# Ops whose output shape (or whole result) follows from the values of their operands: claimed
+# only when every operand is static, then computed while tracing by the reference kernel.
+for _name in ("RANGE", "BROADCAST_ARGS", "WHERE", "UNIQUE", "NON_MAX_SUPPRESSION_V4",
+              "NON_MAX_SUPPRESSION_V5", "SCATTER_ND", "BUCKETIZE", "SEGMENT_SUM",
+              "UNSORTED_SEGMENT_SUM", "UNSORTED_SEGMENT_PROD", "UNSORTED_SEGMENT_MAX",
+              "UNSORTED_SEGMENT_MIN"):
+    register_lowering(_name, lambda call, *xs: None, static=ALL_STATIC)
+

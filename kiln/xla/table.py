@@ -1,0 +1,140 @@
+"""The per-op lowering table: op name -> how to express that op's reference kernel in JAX.
+
+A lowering has the kernel contract of kiln.ops.record (``fn(call, *inputs)`` returning one
+array or a tuple), except that inputs may be JAX tracers and the result is built with
+jax.numpy / jax.lax. ``static`` names the operand positions that must be known while
+tracing (shapes, axes, permutations): XLA compiles static shapes, so a node whose such
+operand is computed at run time from non-static values is not claimed.
+
+Registering needs no JAX; the built-in lowerings are loaded (and JAX imported) on first use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Callable
+
+import numpy as np
+
+from .. import ops
+from ..errors import KilnError
+
+#: ``static`` value meaning "every operand": the op's output shape depends on its values
+#: (WHERE, UNIQUE, ...), so it is only computed while tracing, from static inputs.
+ALL_STATIC = "all"
+
+
+class LoweringError(KilnError):
+    """The lowering table was used wrongly (unknown op, registered twice)."""
+
+
+@dataclass(frozen=True)
+class Lowering:
+    op_name: str
+    fn: Callable
+    static: tuple[int, ...] | str = ()
+    #: Operands that are variable tensors the op reads and leaves its final state in; the
+    #: lowering hands the new values back in ``call.variable_updates`` {operand: value}.
+    state: tuple[int, ...] = ()
+    #: Optional ``check(op, opts) -> reason | None``: cases the lowering does not cover.
+    check: Callable | None = None
+
+    def static_operands(self, n_inputs: int) -> tuple[int, ...]:
+        if self.static == ALL_STATIC:
+            return tuple(range(n_inputs))
+        return tuple(i for i in self.static if i < n_inputs)
+
+
+@dataclass
+class LoweringCall:
+    """What a lowering is handed about its node (the KernelCall of the reference kernels)."""
+
+    opts: SimpleNamespace
+    op: object
+    out_dtypes: list
+    label: str
+    variable_updates: dict | None = None
+
+    def in_quant(self, i: int):
+        t = self.op.inputs[i]
+        return None if t is None else t.quantization
+
+    def out_quant(self, i: int = 0):
+        t = self.op.outputs[i]
+        return None if t is None else t.quantization
+
+
+_TABLE: dict[str, Lowering] = {}
+_BUILTINS_LOADED = False
+
+
+def register_lowering(op_name: str, fn: Callable, *, static: tuple[int, ...] | str = (),
+                      state: tuple[int, ...] = (), check: Callable | None = None) -> Callable:
+    """Add the lowering of builtin op ``op_name``; refuses unknown ops and a second registration."""
+    if ops.get(op_name) is None:
+        raise LoweringError(f"register_lowering: kiln has no op record for {op_name!r}; lowerings "
+                            "mirror reference kernels, so the op must exist in kiln.ops first")
+    if op_name in _TABLE:
+        raise LoweringError(f"register_lowering: {op_name} already has a lowering "
+                            f"({_TABLE[op_name].fn.__module__}.{_TABLE[op_name].fn.__qualname__})")
+    _TABLE[op_name] = Lowering(op_name, fn, static, tuple(state), check)
+    return fn
+
+
+def lowering(op_name: str, *, static: tuple[int, ...] | str = ()):
+    """Decorator form of `register_lowering`."""
+    def wrap(fn):
+        return register_lowering(op_name, fn, static=static)
+    return wrap
+
+
+def _load_builtins() -> None:
+    global _BUILTINS_LOADED
+    if not _BUILTINS_LOADED:
+        from ._jax import require_jax
+
+        require_jax()
+        from . import lower_control, lower_math, lower_nn, lower_rnn, lower_shape  # noqa: F401 - they register
+        _BUILTINS_LOADED = True
+
+
+def get_lowering(op_name: str) -> Lowering | None:
+    _load_builtins()
+    return _TABLE.get(op_name)
+
+
+def lowered_ops() -> list[str]:
+    _load_builtins()
+    return sorted(_TABLE)
+
+
+def node_options(op) -> SimpleNamespace:
+    """The node's options with schema defaults: the one place the backend reads op options."""
+    return ops.require(op.op_type).make_options(op.options)
+
+
+def make_call(op, label: str) -> LoweringCall:
+    out_dtypes = [None if t is None else np.dtype(t.dtype.numpy) for t in op.outputs]
+    return LoweringCall(node_options(op), op, out_dtypes, label)
+
+
+def is_float(dtype) -> bool:
+    """Floating point, bfloat16 included (NumPy files bfloat16 under kind 'V')."""
+    dtype = np.dtype(dtype)
+    return dtype.kind == "f" or dtype.name == "bfloat16"
+
+
+def fused_range(act: int, dtype) -> tuple:
+    """The fused activation's clamp bounds for ``dtype`` (kiln.ops' activation_range; for
+    bfloat16 — the dtype_policy — NONE clamps to bfloat16's own finite range)."""
+    from ..ops.elementwise import activation_range
+
+    dtype = np.dtype(dtype)
+    if dtype.name != "bfloat16":
+        return activation_range(act, dtype)
+    import ml_dtypes
+
+    lo, hi = activation_range(act, np.dtype(np.float32))
+    info = ml_dtypes.finfo(dtype)
+    return max(float(lo), float(info.min)), min(float(hi), float(info.max))

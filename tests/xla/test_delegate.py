@@ -1,0 +1,239 @@
+"""XlaDelegate and to_jax on the runtime zoo (models TensorFlow's converter wrote), against
+LiteRT; partitioning, per-node reasons, the compile cache and the no-JAX error."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+
+import kiln  # noqa: E402
+import kiln.xla  # noqa: E402
+from kiln.errors import KilnError  # noqa: E402
+from kiln.xla import LoweringError, XlaDelegate, register_lowering, to_jax  # noqa: E402
+from tests.harness import assert_close, feed  # noqa: E402
+from tests.runtime.conftest import litert  # noqa: E402
+from tests.runtime.test_zoo import ATOL, E2E_RTOL, RTOL  # noqa: E402
+from tests.runtime.zoo import ZOO, sample_inputs  # noqa: E402
+
+#: Zoo models and the ops in them that stay on the reference kernels, with why.
+NOT_LOWERED = {
+    "variables": {"CALL_ONCE": "resource variables are not lowered yet",
+                  "VAR_HANDLE": "resource variables are not lowered yet",
+                  "READ_VARIABLE": "resource variables are not lowered yet",
+                  "ASSIGN_VARIABLE": "resource variables are not lowered yet"},
+}
+MODELS = list(ZOO)
+
+
+def _xla_interpreter(data, **kwargs):
+    delegate = XlaDelegate(**kwargs)
+    return kiln.Interpreter(model_content=data, experimental_delegates=[delegate]), delegate
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_zoo_model_claimed_and_matches_litert(zoo, name):
+    data = zoo.bytes(name)
+    ours, delegate = _xla_interpreter(data)
+    ref = litert(data)
+    for seed in (0, 1):  # the second invoke hits the compile cache (and LSTMs carry their states)
+        if name == "variables":
+            break  # signatures only: see test_signatures_match_litert
+        inputs = sample_inputs(ref.get_input_details(), seed)
+        expected, actual = feed(ref, inputs), feed(ours, inputs)
+        for k, (a, e) in enumerate(zip(actual, expected)):
+            assert_close(a, e, rtol=E2E_RTOL.get(name, RTOL), atol=ATOL, what=f"{name} output {k} (seed {seed})")
+    if name != "variables":
+        assert delegate.claimed
+        assert all(k.compiles == 1 for k in delegate.kernels), "an unchanged input shape compiled again"
+    allowed = NOT_LOWERED.get(name, {})
+    for (index, op_name, _), reason in delegate.rejected.items():
+        assert op_name in allowed, f"{name}: node {index} ({op_name}) not claimed: {reason}"
+        assert op_name in reason, reason  # the reason names the op
+
+
+@pytest.mark.parametrize("name", ["variables", "control_flow"])
+def test_signatures_match_litert(zoo, name):
+    data = zoo.bytes(name)
+    ours, _ = _xla_interpreter(data)
+    ref = litert(data)
+    for key, io in ref.get_signature_list().items():
+        rng = np.random.default_rng(0)
+        runner = ref.get_signature_runner(key)
+        feeds = {}
+        for n, d in runner.get_input_details().items():
+            shape = [max(1, int(s)) for s in d["shape"]]
+            feeds[n] = (rng.standard_normal(shape).astype(d["dtype"]) if np.dtype(d["dtype"]).kind == "f"
+                        else np.full(shape, 3, d["dtype"]))
+        for _ in range(2):  # variables carry over between calls
+            expected = runner(**feeds)
+            actual = ours.get_signature_runner(key)(**feeds)
+            for out in io["outputs"]:
+                assert_close(actual[out], expected[out], rtol=RTOL, atol=ATOL, what=f"{name}/{key}/{out}")
+
+
+def test_partitions_are_maximal_runs_and_reasons_are_per_node(zoo):
+    """Without SOFTMAX in its op set, the delegate splits the transformer around it."""
+    data = zoo.bytes("transformer")
+    ops = kiln.read_model(data).subgraphs[0].operators
+    everything_but_softmax = set(kiln.xla.lowered_ops()) - {"SOFTMAX"}
+    ours, delegate = _xla_interpreter(data, ops=everything_but_softmax)
+    ref = litert(data)
+    inputs = sample_inputs(ref.get_input_details(), 0)
+    (a,), (e,) = feed(ours, inputs), feed(ref, inputs)
+    assert_close(a, e, rtol=RTOL, atol=ATOL)
+    softmax = [i for i, op in enumerate(ops) if op.name == "SOFTMAX"]
+    assert softmax and sorted(i for i, _, _ in delegate.rejected) == softmax
+    for (i, name, _), reason in delegate.rejected.items():
+        assert name == "SOFTMAX" and "SOFTMAX" in reason
+    claimed = sorted(i for i, _, _ in delegate.claimed)
+    assert sorted(claimed + softmax) == list(range(len(ops)))
+    runs = sum(1 for i in claimed if i - 1 not in claimed)
+    assert len(delegate.kernels) == runs == len(softmax) + 1, "one partition per maximal run of claimed nodes"
+
+
+def test_resize_compiles_once_per_shape_then_hits_the_cache(zoo):
+    data = zoo.bytes("dynamic_batch")
+    ours, delegate = _xla_interpreter(data)
+    ref = litert(data)
+    (d,) = ours.get_input_details()
+    for batch in (3, 1, 3, 7, 1):
+        for interp in (ref, ours):
+            interp.resize_tensor_input(d["index"], [batch, 8, 8, 3], strict=True)
+        x = sample_inputs(ours.get_input_details(), batch, batch=batch)
+        (e,), (a,) = feed(ref, x, allocate=True), feed(ours, x, allocate=True)
+        assert_close(a, e, rtol=RTOL, atol=ATOL, what=f"batch {batch}")
+    (kernel,) = delegate.kernels
+    assert kernel.compiles == 3  # batches 3, 1, 7; the repeats came from the cache
+    assert kernel.compile_seconds is not None and kernel.compile_seconds > 0
+
+
+def test_cache_is_bounded_and_least_recently_used_goes(zoo):
+    data = zoo.bytes("dynamic_batch")
+    ours, delegate = _xla_interpreter(data, cache_size=2)
+    (d,) = ours.get_input_details()
+    for batch in (1, 2, 1, 3, 1, 2):
+        ours.resize_tensor_input(d["index"], [batch, 8, 8, 3])
+        feed(ours, sample_inputs(ours.get_input_details(), 0, batch=batch), allocate=True)
+    (kernel,) = delegate.kernels
+    assert len(kernel.cache) == 2
+    # 1, 2 compile; 1 hits; 3 compiles and evicts 2; 1 hits; 2 compiles again (evicting 3).
+    assert kernel.compiles == 4
+
+
+def test_bad_settings_are_kiln_errors():
+    with pytest.raises(KilnError, match="dtype_policy"):
+        XlaDelegate(dtype_policy="float8")
+    with pytest.raises(KilnError, match="cache_size"):
+        XlaDelegate(cache_size=0)
+    with pytest.raises(KilnError, match="NOT_AN_OP"):
+        XlaDelegate(ops=["ADD", "NOT_AN_OP"])
+
+
+def test_bfloat16_policy_stays_close(zoo):
+    data = zoo.bytes("cnn")
+    ours, delegate = _xla_interpreter(data, dtype_policy="bfloat16")
+    inputs = sample_inputs(ours.get_input_details(), 0)
+    (a,), (e,) = feed(ours, inputs), feed(litert(data), inputs)
+    assert a.dtype == np.float32 and delegate.rejected == {}
+    assert float(np.max(np.abs(a - e))) < 0.05 * max(1.0, float(np.max(np.abs(e))))
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn", "mobilenet", "transformer", "dynamic_batch", "lstm", "bilstm"])
+def test_to_jax_matches_litert_eager_and_jitted(zoo, name):
+    data = zoo.bytes(name)
+    fn, params = to_jax(data)
+    assert all(isinstance(v, np.ndarray) for v in params.values())
+    assert params or name in ("lstm", "bilstm")  # LSTM weights are compile-time constants
+    ref = litert(data)
+    inputs = sample_inputs(ref.get_input_details(), 0)
+    expected = feed(ref, inputs)
+    for run in (fn, jax.jit(fn)):
+        actual = run(params, *inputs)
+        assert isinstance(actual, tuple) and len(actual) == len(expected)
+        for k, (a, e) in enumerate(zip(actual, expected)):
+            assert_close(np.asarray(a), e, rtol=E2E_RTOL.get(name, RTOL), atol=ATOL, what=f"{name} output {k}")
+
+
+def test_to_jax_vmaps_over_a_batch(zoo):
+    fn, params = to_jax(zoo.bytes("mlp"))
+    xs = np.random.default_rng(0).standard_normal((4, 1, 20)).astype(np.float32)
+    batched = jax.vmap(lambda x: fn(params, x)[0])(xs)
+    for i in range(4):
+        np.testing.assert_allclose(np.asarray(batched[i]), np.asarray(fn(params, xs[i])[0]), rtol=1e-6)
+
+
+def test_to_jax_names_the_ops_it_cannot_lower(zoo):
+    with pytest.raises(KilnError, match=r"CALL_ONCE.*\n.*node 0 \(CALL_ONCE\): CALL_ONCE has no XLA lowering"):
+        to_jax(zoo.bytes("variables"), signature_key="accumulate")
+
+
+def test_to_jax_lowers_while_and_if(zoo):
+    fn, params = to_jax(zoo.bytes("control_flow"))
+    jitted = jax.jit(fn)
+    ref = litert(zoo.bytes("control_flow")).get_signature_runner()
+    for n in (0, 2, 5, 9):
+        x = np.random.default_rng(n).standard_normal((1, 4)).astype(np.float32)
+        (out,) = jitted(params, x, np.array(n, np.int32))  # one compile: n is a run-time value
+        assert_close(np.asarray(out), ref(x=x, n=np.array(n, np.int32))["out"], rtol=RTOL, atol=ATOL, what=f"n={n}")
+
+
+def test_register_lowering_refuses_unknown_ops_and_second_registrations():
+    with pytest.raises(LoweringError, match="no op record"):
+        register_lowering("NOT_AN_OP", lambda call, x: x)
+    with pytest.raises(LoweringError, match="already has a lowering"):
+        register_lowering("ADD", lambda call, a, b: a + b)
+
+
+def test_without_jax_kiln_works_and_the_backend_says_how_to_get_it(tmp_path, zoo):
+    """A meta-path blocker makes ``import jax`` fail in a fresh interpreter."""
+    (tmp_path / "sitecustomize.py").write_text(textwrap.dedent("""
+        import sys
+
+        class _NoJax:
+            def find_spec(self, name, path=None, target=None):
+                if name == "jax" or name.startswith(("jax.", "jaxlib")):
+                    raise ImportError(f"No module named {name!r} (blocked for the test)")
+                return None
+
+        sys.meta_path.insert(0, _NoJax())
+    """))
+    script = textwrap.dedent(f"""
+        import numpy as np
+        import kiln
+        import kiln.xla
+        data = open({str(zoo.path("mlp"))!r}, "rb").read()
+        it = kiln.Interpreter(model_content=data)
+        it.allocate_tensors()
+        it.invoke()
+        for make in (lambda: kiln.xla.XlaDelegate(), lambda: kiln.xla.to_jax(data)):
+            try:
+                make()
+            except kiln.KilnError as exc:
+                assert "pip install kiln[xla]" in str(exc), exc
+            else:
+                raise SystemExit("no error without jax")
+        print("ok")
+    """)
+    repo = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(repo)]))
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]
+
+
+def test_cli_benchmark_and_run_with_the_xla_delegate(capsys, zoo):
+    from tests.test_cli import kiln_cli
+
+    model = str(zoo.path("mobilenet"))
+    code, out, _ = kiln_cli(capsys, "benchmark", model, "--runs", 3, "--delegate", "xla")
+    assert code == 0 and "delegate: xla" in out and "xla delegate (67 nodes)" in out
+    assert "XLA trace + compile" in out and "67 nodes claimed, 0 left on the reference kernels" in out
+    code, out, _ = kiln_cli(capsys, "run", model, "--delegate", "xla")
+    assert code == 0 and "output_0" in out
