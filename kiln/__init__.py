@@ -38,6 +38,8 @@ _LAZY = {
     "Optimize": ("kiln.converter.api", "Optimize"),
     "OpsSet": ("kiln.converter.api", "OpsSet"),
     "quantize": ("kiln.quant.api", "quantize"),
+    "XlaDelegate": ("kiln.xla", "XlaDelegate"),
+    "to_jax": ("kiln.xla", "to_jax"),
     **{name: ("kiln.fusion.registry", name)
        for name in ("CompositeCall", "NotFusable", "register_fusion", "unregister_fusion")},
 }
@@ -67,6 +69,6 @@ __all__ = [
     "Activation", "BuiltinOpResolver", "CompositeCall", "ConversionError", "DType", "Delegate",
     "DelegateKernel", "Interpreter", "InterpreterError", "KilnError", "ModelError", "MutableOpResolver",
     "NodeInfo", "NotFusable", "OpError", "Optimize", "OpsSet", "Padding", "Partition", "Registration",
-    "RegistrationError", "SignatureRunner", "TFLiteConverter", "UnsupportedError", "quantize", "read_model",
-    "register_fusion", "save_model", "unregister_fusion", "write_model", "__version__",
+    "RegistrationError", "SignatureRunner", "TFLiteConverter", "UnsupportedError", "XlaDelegate", "quantize", "read_model",
+    "register_fusion", "save_model", "to_jax", "unregister_fusion", "write_model", "__version__",
 ]

@@ -6,8 +6,8 @@ EXPECTED = {
     "Activation", "BuiltinOpResolver", "CompositeCall", "ConversionError", "DType", "Delegate",
     "DelegateKernel", "Interpreter", "InterpreterError", "KilnError", "ModelError", "MutableOpResolver",
     "NodeInfo", "NotFusable", "OpError", "Optimize", "OpsSet", "Padding", "Partition", "Registration",
-    "RegistrationError", "SignatureRunner", "TFLiteConverter", "UnsupportedError", "quantize", "read_model",
-    "register_fusion", "save_model", "unregister_fusion", "write_model", "__version__",
+    "RegistrationError", "SignatureRunner", "TFLiteConverter", "UnsupportedError", "XlaDelegate", "quantize", "read_model",
+    "register_fusion", "save_model", "to_jax", "unregister_fusion", "write_model", "__version__",
 }
 
 
