@@ -178,3 +178,27 @@ def test_if_with_variable_branches(tf):
     for x in (np.array([1, 2], np.float32), np.array([-1, -2], np.float32)):
         for name, interp in interpreters(data):
             np.testing.assert_allclose(interp.get_signature_runner()(x=x)["output_0"], f(x).numpy(), err_msg=name)
+
+
+def test_a_one_element_list_write_is_the_item_at_any_batch():
+    """Keras 3's GRU with return_sequences=False keeps its last output in a one-element
+    TensorList; with a dynamic batch its write was SHAPE, SHAPE, MAXIMUM, BROADCAST_TO and
+    DYNAMIC_UPDATE_SLICE (26 body ops against TF's 21 at batch 1). Now the item replaces
+    the list: the same body at any batch, and the values stay right at batch 3."""
+    import keras
+
+    def body_ops(batch):
+        m = keras.Sequential([keras.Input((7, 5), batch_size=batch), keras.layers.GRU(16)])
+        zoo.randomize(m)
+        data = kiln.TFLiteConverter.from_keras_model(m).convert()
+        model = kiln.read_model(data)
+        return m, data, max(len(sg.operators) for sg in model.subgraphs[1:])
+
+    _, _, static = body_ops(1)
+    m, data, dynamic = body_ops(None)
+    assert dynamic == static == 21
+    x = np.random.default_rng(0).normal(size=(3, 7, 5)).astype(np.float32)
+    runner = kiln.Interpreter(model_content=data).get_signature_runner()
+    (name,) = runner.get_input_details()
+    (got,) = runner(**{name: x}).values()
+    np.testing.assert_allclose(got, np.asarray(m(x)), rtol=1e-5, atol=1e-6)

@@ -125,6 +125,10 @@ def emit_set_item(ctx: EmitContext):
     rank = len(lst.element_signature)
     axis0 = ctx.constant(np.asarray(0, np.int32), DType.INT32, f"{ctx.name}/axis")
     update = ctx.emit1("EXPAND_DIMS", [item, axis0], ctx.temp("update", item.dtype, (1, *item.signature)))
+    if lst.signature and lst.signature[0] == 1:
+        # A one-element list (Keras' RNN keeps only the last output that way): the write
+        # replaces it whole, whatever the element's dynamic dims — no broadcast, no update.
+        return TensorListValue(update, lst.element_dtype, lst.element_signature)
     base = lst.tensor
     if lst.dynamic_elements:
         # Allocated with 1 where the element size was unknown: broadcast to the real size.
