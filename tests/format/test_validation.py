@@ -340,11 +340,11 @@ mutation = st.one_of(
 def test_fuzzed_models_fail_cleanly(fuzz_corpus, monkeypatch, name, mutations, delegate):
     """Mutated zoo models either load and run, or raise a KilnError — in bounded time and memory."""
     from kiln.ops import control_flow
-    from kiln.runtime import interpreter
+    from kiln.runtime import environment
 
     # Bound what a mutated shape or loop count may cost, so a "valid" hostile model cannot
     # stall the test machine: 64 MiB per tensor, 10k loop trips (both are documented knobs).
-    monkeypatch.setattr(interpreter, "MAX_TENSOR_BYTES", 1 << 26)
+    monkeypatch.setattr(environment, "MAX_TENSOR_BYTES", 1 << 26)
     monkeypatch.setattr(control_flow, "MAX_WHILE_ITERATIONS", 10_000)
     data = bytearray(fuzz_corpus[name])
     for kind, where, value in mutations:

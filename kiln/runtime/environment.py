@@ -1,0 +1,456 @@
+"""Where a subgraph runs: its execution plan, its values, and the kernels' view of the
+interpreter.
+
+A `_SubgraphEnv` keeps one subgraph's values keyed by tensor index and its plan of steps
+(nodes, or delegated partitions). Intermediate values are dropped right after their last
+use (unless ``experimental_preserve_all_tensors``), so peak memory follows the live set,
+not the tensor count. `_Runtime` is what kernels may ask of the interpreter: running
+another subgraph (control flow) and resource variables.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from ..errors import KilnError, ModelError, OpError, RegistrationError
+from ..ir import Operator, Tensor
+from ..ops.record import KernelCall
+from ..schema import DType
+from .custom import Context, Node, TensorView, decode_builtin_options
+from .delegate import Delegate, NodeInfo, Partition
+from .node_errors import in_node
+from .resolver import Registration
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .interpreter import Interpreter
+
+
+#: Refuse single tensors larger than this many bytes (hostile shapes; override if needed).
+MAX_TENSOR_BYTES = 1 << 34
+
+
+@dataclass
+class _Step:
+    """One entry of the execution plan: a node, or a delegated partition of nodes."""
+
+    index: int
+    label: str
+    ins: list[int]
+    outs: list[int]
+    reg: Registration | None = None
+    call: KernelCall | None = None
+    node: Node | None = None
+    delegate_kernel: object = None
+    prepared_shapes: tuple | None = None
+    free_after: list[int] = field(default_factory=list)
+    op_names: tuple[str, ...] = ()   # one per node (a delegated partition has several)
+    delegate: str | None = None      # name of the delegate running the step
+    output_name: str | None = None   # a node's first output, named in its errors
+    # Run-loop shortcuts, filled in by prepare():
+    kernel: object = None            # reg.kernel
+    dense_ins: bool = False          # no omitted (-1) operand among ins
+    plain_out: int | None = None     # the one output tensor, when a bare array can go straight in
+    plain_dtype: np.dtype | None = None
+
+
+@dataclass(frozen=True)
+class ProfileEvent:
+    """One executed plan step, as `Interpreter.profiler` receives it.
+
+    A step is one node, or a whole partition claimed by a delegate (``delegate`` names it,
+    ``op_names`` lists its nodes). Steps of control-flow bodies arrive with their own
+    ``subgraph``; their time is also inside the calling WHILE / IF step.
+    """
+
+    subgraph: int
+    node: int
+    op_names: tuple[str, ...]
+    seconds: float
+    delegate: str | None = None
+
+
+class _SubgraphEnv:
+    """Values, shapes and the execution plan of one subgraph."""
+
+    def __init__(self, interp: "Interpreter", index: int):
+        self.interp = interp
+        self.sg_index = index
+        self.sg = interp._model.subgraphs[index]
+        self.tensors: list[Tensor] = self.sg.tensors
+        self.pos = {id(t): i for i, t in enumerate(self.tensors)}
+        self.values: list[np.ndarray | None] = [None] * len(self.tensors)
+        self.shapes: list[tuple[int, ...]] = [t.shape for t in self.tensors]
+        self.inputs = [self.pos[id(t)] for t in self.sg.inputs]
+        self.outputs = [self.pos[id(t)] for t in self.sg.outputs]
+        self.steps: list[_Step] | None = None
+        self.shapes_stale = False  # an input was resized since the last run
+        self.num_threads = interp._num_threads or 1
+        self.context = Context(self)
+        self._init_values()
+
+    # -- values ------------------------------------------------------------------------------
+    def _init_values(self) -> None:
+        inputs = set(self.inputs)
+        for i, t in enumerate(self.tensors):
+            if t.is_variable:
+                self.values[i] = self._initial_variable(t)
+            elif t.data is not None:
+                self.values[i] = t.data
+            elif t.producer is None and i not in inputs and 0 in t.shape:
+                # An empty constant has no bytes, so the file stores no buffer for it.
+                self.values[i] = np.zeros(t.shape, dtype=t.dtype.numpy)
+
+    def _initial_variable(self, t: Tensor) -> np.ndarray:
+        if t.data is not None:
+            return np.array(t.data, dtype=t.dtype.numpy, copy=True).reshape(t.shape)
+        self.check_allocation(self.pos[id(t)], t.shape, t.dtype.numpy)
+        return np.zeros(t.shape, dtype=t.dtype.numpy)
+
+    def reset_variables(self) -> None:
+        for i, t in enumerate(self.tensors):
+            if t.is_variable:
+                self.values[i] = self._initial_variable(t)
+
+    def check_allocation(self, index: int, shape, dtype) -> None:
+        nbytes = int(np.prod(shape, dtype=np.float64)) * np.dtype(dtype).itemsize
+        if nbytes > MAX_TENSOR_BYTES:
+            raise ModelError(
+                f"subgraph {self.sg_index}, tensor {index} ({self.tensors[index].name!r}): shape "
+                f"{list(shape)} needs {nbytes} bytes, more than kiln allows for one tensor "
+                f"(kiln.runtime.environment.MAX_TENSOR_BYTES = {MAX_TENSOR_BYTES})")
+
+    def allocate_inputs(self) -> None:
+        for i in self.inputs:
+            t = self.tensors[i]
+            if t.is_variable or t.data is not None:
+                continue
+            cur = self.values[i]
+            if cur is None or cur.shape != self.shapes[i]:
+                self.check_allocation(i, self.shapes[i], t.dtype.numpy)
+                self.values[i] = np.zeros(self.shapes[i], dtype=t.dtype.numpy)
+
+    # -- planning ----------------------------------------------------------------------------
+    def prepare(self) -> None:
+        if self.steps is not None:
+            return
+        interp = self.interp
+        ops = self.sg.operators
+        regs = [self._resolve(oi, op) for oi, op in enumerate(ops)]
+        claimed: list[Delegate | None] = [None] * len(ops)
+        for delegate in interp._delegates:
+            for oi, op in enumerate(ops):
+                if claimed[oi] is None and delegate.claims(NodeInfo(oi, op, op.name, op.version, regs[oi])):
+                    claimed[oi] = delegate
+        steps: list[_Step] = []
+        oi = 0
+        while oi < len(ops):
+            if claimed[oi] is not None:
+                end = oi
+                while end + 1 < len(ops) and claimed[end + 1] is claimed[oi]:
+                    end += 1
+                steps.append(self._delegate_step(claimed[oi], oi, end, regs))
+                oi = end + 1
+            else:
+                steps.append(self._node_step(oi, ops[oi], regs[oi]))
+                oi += 1
+        self._check_dataflow(steps)
+        self._plan_frees(steps)
+        for step in steps:
+            self._shortcuts(step)
+        self.steps = steps
+
+    def _shortcuts(self, step: _Step) -> None:
+        """Precompute what the run loop would otherwise work out per step and invoke."""
+        step.dense_ins = all(i >= 0 for i in step.ins)
+        if step.call is None:
+            return
+        step.kernel = step.reg.kernel
+        if len(step.outs) == 1 and step.outs[0] >= 0:
+            t = self.tensors[step.outs[0]]
+            if t.dtype not in (DType.STRING, DType.VARIANT):
+                step.plain_out = step.outs[0]
+                step.plain_dtype = np.dtype(t.dtype.numpy)
+
+    def _resolve(self, oi: int, op: Operator) -> Registration:
+        resolver = self.interp._resolver
+        if op.op_type == "CUSTOM":
+            reg = resolver.find_custom(op.custom_code, op.version)
+            if reg is None:
+                ranges = resolver.registered_custom_versions(op.custom_code)
+                if ranges:  # registered, but not for this version
+                    supported = ", ".join(f"{lo}..{hi}" if lo != hi else str(lo) for lo, hi in ranges)
+                    raise RegistrationError(
+                        f"Didn't find custom operator for name '{op.custom_code}' version '{op.version}' "
+                        f"(node {oi}; registered versions: {supported})\nRegistration failed.")
+                raise RegistrationError(
+                    f"Didn't find custom operator for name '{op.custom_code}'\n"
+                    f"Encountered unresolved custom op: {op.custom_code}.\n"
+                    f"Node number {oi} ({op.custom_code}) failed to prepare.\nRegistration failed.")
+            return reg
+        reg = resolver.find_op(op.op_type, op.version)
+        if reg is None:
+            ranges = resolver.registered_versions(op.op_type)
+            supported = ", ".join(f"{lo}..{hi}" if lo != hi else str(lo) for lo, hi in ranges) or "none"
+            raise RegistrationError(
+                f"Didn't find op for builtin opcode '{op.op_type}' version '{op.version}'. "
+                "An older version of this builtin might be supported. Are you using an old TFLite "
+                f"binary with a newer model? (kiln supports {op.op_type} versions: {supported})\n"
+                f"Registration failed.")
+        return reg
+
+    def _node_step(self, oi: int, op: Operator, reg: Registration) -> _Step:
+        ins = [-1 if t is None else self.pos[id(t)] for t in op.inputs]
+        outs = [-1 if t is None else self.pos[id(t)] for t in op.outputs]
+        step = _Step(oi, f"node {oi} ({op.name})", ins, outs, reg=reg, op_names=(op.name,),
+                     output_name=next((t.name for t in op.outputs if t is not None), None))
+        if reg.kernel is not None:
+            opts = reg.record.make_options(op.options) if reg.record is not None else decode_builtin_options(op)
+            out_dtypes = [np.dtype(t.dtype.numpy) if t is not None else None for t in op.outputs]
+            step.call = KernelCall(opts, op, out_dtypes, runtime=self.interp._runtime)
+        else:
+            views_in = [None if i < 0 else TensorView(self, i, self.tensors[i]) for i in ins]
+            views_out = [None if i < 0 else TensorView(self, i, self.tensors[i]) for i in outs]
+            step.node = Node(views_in, views_out, decode_builtin_options(op) if op.op_type != "CUSTOM" else None,
+                             op.custom_options, oi, op.name)
+            if reg.init is not None:
+                step.node.user_data = self._guard(step, reg.init, self.context, op.custom_options or b"")
+        return step
+
+    def _delegate_step(self, delegate: Delegate, first: int, last: int, regs) -> _Step:
+        ops = self.sg.operators[first:last + 1]
+        produced = {id(t) for op in ops for t in op.outputs if t is not None}
+        inputs, seen = [], set()
+        for op in ops:
+            for t in op.inputs:
+                if t is not None and id(t) not in produced and not t.is_constant and id(t) not in seen:
+                    seen.add(id(t))
+                    inputs.append(t)
+        later_reads = {id(t) for op in self.sg.operators[last + 1:] for t in op.inputs if t is not None}
+        later_reads |= {id(t) for t in self.sg.outputs}
+        outputs = [t for op in ops for t in op.outputs if t is not None and id(t) in later_reads]
+        nodes = [NodeInfo(first + k, op, op.name, op.version, regs[first + k]) for k, op in enumerate(ops)]
+        label = f"nodes {first}..{last} (delegated to {delegate.name})"
+        step = _Step(first, label, [self.pos[id(t)] for t in inputs], [self.pos[id(t)] for t in outputs],
+                     op_names=tuple(op.name for op in ops), delegate=delegate.name)
+        try:
+            step.delegate_kernel = delegate.prepare(Partition(nodes, inputs, outputs))
+        except KilnError:
+            raise
+        except Exception as exc:  # a delegate's own failure, reported with where it happened
+            raise OpError(f"subgraph {self.sg_index}, {label}: delegate failed to prepare: {exc}") from exc
+        return step
+
+    def _check_dataflow(self, steps: list[_Step]) -> None:
+        ready = set(self.inputs)
+        ready.update(i for i, v in enumerate(self.values) if v is not None)
+        for step in steps:
+            for i in step.ins:
+                if i >= 0 and i not in ready:
+                    raise ModelError(
+                        f"subgraph {self.sg_index}, {step.label}: reads tensor {i} "
+                        f"({self.tensors[i].name!r}) before any operator writes it")
+            ready.update(i for i in step.outs if i >= 0)
+        for i in self.outputs:
+            if i not in ready:
+                raise ModelError(f"subgraph {self.sg_index}: output tensor {i} ({self.tensors[i].name!r}) "
+                                 "is never written")
+
+    def _plan_frees(self, steps: list[_Step]) -> None:
+        if self.interp._preserve_all:
+            return
+        keep = set(self.inputs) | set(self.outputs)
+        keep.update(i for i, v in enumerate(self.values) if v is not None)
+        last_use: dict[int, int] = {}
+        for si, step in enumerate(steps):
+            for i in (*step.ins, *step.outs):
+                if i >= 0 and i not in keep:
+                    last_use[i] = si
+        for i, si in last_use.items():
+            steps[si].free_after.append(i)
+
+    # -- execution ---------------------------------------------------------------------------
+    def _guard(self, step: _Step, fn, *args):
+        """Call a Python custom op's init / prepare / invoke, naming the node on failure."""
+        try:
+            return fn(*args)
+        except RegistrationError:
+            raise
+        except Exception as exc:
+            raise in_node(exc, self._executing(step), user_code=True)
+
+    def _wrapped(self, step: _Step, exc: Exception) -> Exception:
+        """The error a kernel's or delegate's failure inside ``step`` is raised as."""
+        return in_node(exc, self._executing(step))
+
+    def _executing(self, step: _Step) -> str:
+        """Where a failure happened: "subgraph 0, while executing node 12 (MyOp) 'y'"."""
+        name = "" if step.output_name is None else f" {step.output_name!r}"
+        return f"subgraph {self.sg_index}, while executing {step.label}{name}"
+
+    def run(self) -> None:
+        """Execute the plan once.
+
+        The loop is the interpreter's hot path, so per step it does no more than gather the
+        arguments, call the kernel inside a (zero-cost) try block and store a result whose
+        dtype already matches without going through `_store`.
+        """
+        if self.steps is None:
+            self.prepare()
+        values = self.values
+        shapes = self.shapes
+        profiler = self.interp.profiler
+        for step in self.steps:
+            if profiler is not None:
+                start = time.perf_counter()
+            call = step.call
+            if call is not None:
+                ins = step.ins
+                args = [values[i] for i in ins] if step.dense_ins else \
+                    [values[i] if i >= 0 else None for i in ins]
+                try:
+                    result = step.kernel(call, *args)
+                except RegistrationError:
+                    raise
+                except Exception as exc:
+                    raise self._wrapped(step, exc)
+                if type(result) is np.ndarray and step.plain_out is not None \
+                        and (result.dtype is step.plain_dtype or result.dtype == step.plain_dtype):
+                    i = step.plain_out
+                    values[i] = result
+                    shapes[i] = result.shape
+                else:
+                    if not isinstance(result, (tuple, list)):
+                        result = (result,)
+                    self._store(step, step.outs, result)
+                state = call.state
+                if state:
+                    updates = state.pop("variable_updates", None)
+                    if updates:
+                        for operand, value in updates.items():
+                            idx = ins[operand]
+                            values[idx] = np.asarray(value, dtype=self.tensors[idx].dtype.numpy)
+            elif step.node is not None:
+                self._run_custom(step)
+            else:
+                try:
+                    result = step.delegate_kernel.invoke([values[i] for i in step.ins])
+                except RegistrationError:
+                    raise
+                except Exception as exc:
+                    raise self._wrapped(step, exc)
+                self._store(step, step.outs, result)
+            if profiler is not None:
+                profiler(ProfileEvent(self.sg_index, step.index, step.op_names, time.perf_counter() - start,
+                                      step.delegate))
+            for i in step.free_after:
+                values[i] = None
+
+    def refresh_shapes(self) -> None:
+        """After an input resize, learn every tensor's new shape, as LiteRT's Prepare does.
+
+        kiln's kernels compute shapes while they run, so this runs the subgraph once on the
+        current inputs and then restores every value and variable it touched. Subgraphs with
+        Python custom ops or loops are left alone (a run could have side effects or be long);
+        their shapes update on the first invoke.
+        """
+        if any(s.node is not None or "WHILE" in s.op_names for s in self.steps):
+            return
+        interp = self.interp
+        saved = {k: list(env.values) for k, env in interp._envs.items()}
+        rt = interp._runtime
+        saved_vars, saved_once = dict(rt.variables), set(rt.call_once_done)
+        try:
+            self.run()
+        except KilnError:
+            pass  # the real invoke will report it, with the user's data
+        finally:
+            for k, values in saved.items():
+                interp._envs[k].values[:] = values
+            rt.variables.clear()
+            rt.variables.update(saved_vars)
+            rt.call_once_done.clear()
+            rt.call_once_done.update(saved_once)
+        self.shapes_stale = False
+
+    def _store(self, step: _Step, outs: Sequence[int], result) -> None:
+        if len(result) < sum(1 for i in outs if i >= 0):
+            raise OpError(f"subgraph {self.sg_index}, {step.label}: kernel returned {len(result)} "
+                          f"values for {len(outs)} outputs")
+        for i, value in zip(outs, result):
+            if i < 0 or value is None:
+                continue
+            dtype = self.tensors[i].dtype.numpy
+            arr = np.asarray(value)
+            if arr.dtype != dtype and self.tensors[i].dtype not in (DType.STRING, DType.VARIANT):
+                arr = arr.astype(dtype)
+            self.values[i] = arr
+            self.shapes[i] = arr.shape
+
+    def _run_custom(self, step: _Step) -> None:
+        reg, node = step.reg, step.node
+        in_shapes = tuple(self.values[i].shape if i >= 0 and self.values[i] is not None else None
+                          for i in step.ins)
+        if in_shapes != step.prepared_shapes:
+            for i in step.outs:
+                if i >= 0:
+                    t = self.tensors[i]
+                    self.check_allocation(i, self.shapes[i], t.dtype.numpy)
+                    self.values[i] = np.zeros(self.shapes[i], dtype=t.dtype.numpy)
+            if reg.prepare is not None:
+                self._guard(step, reg.prepare, self.context, node)
+            step.prepared_shapes = in_shapes
+        else:
+            for i in step.outs:  # fresh output buffers: earlier results may still be referenced
+                if i >= 0:
+                    self.values[i] = np.zeros_like(self.values[i]) if self.values[i] is not None else \
+                        np.zeros(self.shapes[i], dtype=self.tensors[i].dtype.numpy)
+        if reg.invoke is None:
+            raise OpError(f"subgraph {self.sg_index}, {step.label}: the registration has no invoke")
+        self._guard(step, reg.invoke, self.context, node)
+        for i in step.outs:
+            if i >= 0:
+                self.shapes[i] = self.values[i].shape
+
+    def free_custom_ops(self) -> None:
+        for step in self.steps or ():
+            if step.node is not None and step.reg.free is not None:
+                try:
+                    step.reg.free(self.context, step.node.user_data)
+                except Exception:  # never let cleanup mask the real error / exit path
+                    pass
+
+
+class _Runtime:
+    """The kernels' view of the interpreter (control flow, resource variables)."""
+
+    def __init__(self, interp: "Interpreter"):
+        self._interp = interp
+        self.variables: dict[int, np.ndarray] = {}
+        self.call_once_done: set[int] = set()
+        self._resource_ids: dict[tuple[str, str], int] = {}
+
+    def resource_id(self, container: str, shared_name: str) -> int:
+        """The id of resource variable (container, shared_name), the same for every subgraph."""
+        return self._resource_ids.setdefault((container, shared_name), len(self._resource_ids))
+
+    def reset(self) -> None:
+        self.variables.clear()
+        self.call_once_done.clear()
+
+    def call_subgraph(self, index: int, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        interp = self._interp
+        if not 0 <= index < len(interp._model.subgraphs):
+            raise OpError(f"subgraph {index} does not exist")
+        env = interp._env(index)
+        if len(inputs) != len(env.inputs):
+            raise OpError(f"subgraph {index} takes {len(env.inputs)} inputs, got {len(inputs)}")
+        for i, value in zip(env.inputs, inputs):
+            arr = np.asarray(value)
+            env.values[i] = arr
+            env.shapes[i] = arr.shape
+        env.run()
+        return [env.values[i] for i in env.outputs]
