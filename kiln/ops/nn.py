@@ -21,6 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import OpError
+from ..quant import hybrid
 from ..schema import Activation, DType, Padding
 from .elementwise import activation_range, reject_quantized
 from .hotpath import clip
@@ -259,7 +260,49 @@ def _fc_shape(opts, shapes):
     return [(size // depth, units)]
 
 
+def _is_hybrid(x, w) -> bool:
+    """Float activations with int8 weights: LiteRT's hybrid (dynamic-range) kernels."""
+    return w.dtype == np.int8 and x.dtype == np.float32
+
+
+def _weight_scales(call: KernelCall, what: str) -> np.ndarray:
+    q = call.in_quant(1)
+    if q is None or q.scale.size == 0:
+        raise OpError(f"{call.op.name}: int8 {what} without quantization parameters")
+    return q.scale
+
+
+def _fc_hybrid(call: KernelCall, x, w, bias):
+    opts = call.opts
+    (out_shape,) = _fc_shape(opts, [x.shape, w.shape])
+    b = None if bias is None else _float_operand(call, bias, "bias").reshape(-1)
+    y = hybrid.fully_connected(x.reshape(-1, w.shape[1]), w, _weight_scales(call, "weights"), b,
+                               asymmetric=bool(opts.asymmetric_quantize_inputs))
+    return _finish(call, y, opts.fused_activation_function).reshape(out_shape)
+
+
+def _conv_hybrid(call: KernelCall, x, w, bias, depthwise: bool):
+    """Hybrid CONV_2D / DEPTHWISE_CONV_2D with per-channel weights (what TF writes)."""
+    opts = call.opts
+    scales = _weight_scales(call, "filter")
+    channels = w.shape[3] if depthwise else w.shape[0]
+    if scales.size != channels:
+        raise OpError(f"{call.op.name}: hybrid kernel with per-tensor int8 weights is not supported "
+                      "(TensorFlow writes per-channel ones)")
+    dilation = (opts.dilation_h_factor, opts.dilation_w_factor)
+    out_hw, pads = window_geometry(opts, x.shape[1:3], w.shape[1:3], dilation)
+    geometry = dict(out_hw=out_hw, pads=pads, strides=(opts.stride_h, opts.stride_w), dilation=dilation)
+    b = None if bias is None else _float_operand(call, bias, "bias").reshape(-1)
+    if depthwise:
+        y = hybrid.depthwise_per_channel(x, w, scales, b, multiplier=channels // x.shape[3], **geometry)
+    else:
+        y = hybrid.conv2d_per_channel(x, w, scales, b, **geometry)
+    return _finish(call, y, opts.fused_activation_function)
+
+
 def _fc_kernel(call: KernelCall, x, w, bias=None):
+    if _is_hybrid(x, w):
+        return _fc_hybrid(call, x, w, bias)
     plan = _plan_hit(call, x, w, bias) or _fc_plan(call, x, w, bias)
     if plan.cast:
         x = x.astype(np.float32)
@@ -348,6 +391,8 @@ def _conv_shape(opts, shapes):
 
 
 def _conv_kernel(call: KernelCall, x, w, bias=None):
+    if _is_hybrid(x, w):
+        return _conv_hybrid(call, x, w, bias, depthwise=False)
     plan = _plan_hit(call, x, w, bias) or _conv_plan(call, x, w, bias)
     if plan.cast:
         x = x.astype(np.float32)
@@ -488,6 +533,8 @@ _DW_PRODUCTS_BUDGET = 1 << 20
 
 
 def _dw_kernel(call: KernelCall, x, w, bias=None):
+    if _is_hybrid(x, w):
+        return _conv_hybrid(call, x, w, bias, depthwise=True)
     plan = _plan_hit(call, x, w, bias) or _dw_plan(call, x, w, bias)
     if plan.cast:
         x = x.astype(np.float32)

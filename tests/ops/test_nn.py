@@ -480,7 +480,6 @@ def test_versions(name, arrays, options, quant, out, expected):
 @pytest.mark.parametrize("name,arrays,options,quant", [
     ("FULLY_CONNECTED", [z(2, 4, dtype=I8), z(3, 4, dtype=I8), z(3, dtype=np.int32)], {},
      {0: Q, 1: Q, "out": Q}),
-    ("FULLY_CONNECTED", [z(2, 4), z(3, 4, dtype=I8), z(3)], {}, {1: Q}),  # hybrid
     ("CONV_2D", [z(1, 4, 4, 2, dtype=U8), z(3, 3, 3, 2, dtype=U8), z(3, dtype=np.int32)],
      dict(stride_h=1, stride_w=1), {0: Q, 1: Q, "out": Q}),
     ("DEPTHWISE_CONV_2D", [z(1, 4, 4, 2, dtype=I8), z(1, 3, 3, 2, dtype=I8), z(2, dtype=np.int32)],

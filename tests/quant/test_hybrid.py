@@ -86,3 +86,44 @@ def test_depthwise_per_channel(padding, stride, dilation, multiplier):
     x = RNG.normal(0, 1, (6, 8, 8, 4)).astype(np.float32)
     _conv_case("DEPTHWISE_CONV_2D", x, RNG.normal(0, 0.2, (1, 3, 3, 4 * multiplier)).astype(np.float32),
                multiplier, padding, stride, dilation)
+
+
+def test_dynamic_range_models_run_in_kiln_bit_exact_with_builtin_ref():
+    """TF's dynamic-range conversion and kiln's of the same model: kiln's interpreter runs
+    both (hybrid FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D) exactly as LiteRT's reference
+    kernels do."""
+    tf = pytest.importorskip("tensorflow")
+    keras = pytest.importorskip("keras")
+    import kiln
+    from kiln.quant import quantize
+
+    L = keras.layers
+    x_in = keras.Input((8, 8, 16))
+    h = L.Conv2D(16, 3, padding="same", activation="relu")(x_in)
+    h = L.DepthwiseConv2D(3, depth_multiplier=8, strides=2)(h)
+    m = keras.Model(x_in, L.Dense(10)(L.Dense(64, activation="relu")(L.Flatten()(h))))
+    for v in m.weights:
+        v.assign(RNG.uniform(-0.5, 0.5, v.shape).astype(np.float32))
+    float_model = tf.lite.TFLiteConverter.from_keras_model(m).convert()
+    conv = tf.lite.TFLiteConverter.from_keras_model(m)
+    conv.optimizations = [tf.lite.Optimize.DEFAULT]
+    x = RNG.uniform(-1, 1, (1, 8, 8, 16)).astype(np.float32)
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    for model in (conv.convert(), quantize(float_model, "dynamic")):
+        sg = kiln.read_model(model).main
+        hybrid_outputs = [sg.tensors.index(op.outputs[0]) for op in sg.operators
+                          if op.inputs[1:2] and op.inputs[1] is not None and op.inputs[1].dtype.name == "INT8"]
+        assert len(hybrid_outputs) == 3
+        runs = []
+        for interp in (kiln.Interpreter(model_content=model, experimental_preserve_all_tensors=True),
+                       Interpreter(model_content=model, experimental_preserve_all_tensors=True,
+                                   experimental_op_resolver_type=OpResolverType.BUILTIN_REF)):
+            interp.allocate_tensors()
+            interp.set_tensor(interp.get_input_details()[0]["index"], x)
+            interp.invoke()
+            runs.append(interp)
+        for i in hybrid_outputs:   # every hybrid op bit for bit (the float FC after them: close)
+            np.testing.assert_array_equal(runs[0].get_tensor(i), runs[1].get_tensor(i))
+        out = runs[1].get_output_details()[0]["index"]
+        np.testing.assert_allclose(runs[0].get_tensor(out), runs[1].get_tensor(out), rtol=1e-5, atol=1e-5)
