@@ -3,7 +3,9 @@
 For each model and mode, TF's float conversion is quantized by kiln (`kiln.quant.quantize`)
 and, from the same Keras model, by TF's converter; both run in LiteRT on the same held-out
 inputs. Printed: size ÷ float size, and max / mean absolute error against the float model,
-for kiln and TF. Modes: dynamic range, float16, int8 (full integer, float I/O).
+for kiln and TF, and the latency of kiln's interpreter ÷ LiteRT's on kiln's quantized model (interleaved,
+median of 30; "-" where kiln's runtime has no kernel yet: int8). Modes: dynamic range, float16,
+int8 (full integer, float I/O).
 
     python bench/quant_bench.py [MODEL ...]      (default: cnn mlp mobilenet transformer)
 """
@@ -39,6 +41,29 @@ def _litert(model: bytes, x: np.ndarray) -> np.ndarray:
     return interp.get_tensor(interp.get_output_details()[0]["index"])
 
 
+def _latency_ratio(model: bytes, x: np.ndarray, runs: int = 30) -> float | None:
+    """Median invoke time of kiln's interpreter ÷ LiteRT's on ``model`` (None: kiln cannot run it)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    import kiln
+
+    interps = {"kiln": kiln.Interpreter(model_content=model), "litert": Interpreter(model_content=model)}
+    for interp in interps.values():
+        interp.allocate_tensors()
+        interp.set_tensor(interp.get_input_details()[0]["index"], x)
+    try:
+        interps["kiln"].invoke()
+    except kiln.KilnError:
+        return None
+    times = {name: [] for name in interps}
+    for _ in range(runs):
+        for name, interp in interps.items():
+            start = time.perf_counter()
+            interp.invoke()
+            times[name].append(time.perf_counter() - start)
+    return float(np.median(times["kiln"]) / np.median(times["litert"]))
+
+
 def _tf_quantized(keras_model, mode: str, data):
     import tensorflow as tf
 
@@ -59,7 +84,7 @@ def main(names: list[str]) -> int:
 
     names = names or ["cnn", "mlp", "mobilenet", "transformer"]
     header = (f"{'model':<12} {'mode':<8} {'kiln size':>9} {'tf size':>8} {'kiln max err':>12} {'tf max err':>10} "
-              f"{'kiln mean':>10} {'tf mean':>9} {'kiln s':>7}")
+              f"{'kiln mean':>10} {'tf mean':>9} {'kiln s':>7} {'kiln÷LiteRT':>11}")
     print(header)
     print("-" * len(header))
     for name in names:
@@ -81,11 +106,13 @@ def main(names: list[str]) -> int:
             for label, model in (("kiln", ours), ("tf", theirs)):
                 diffs = [np.abs(_litert(model, x) - r) for x, r in zip(held_out, reference)]
                 errs[label] = (max(float(d.max()) for d in diffs), float(np.mean([d.mean() for d in diffs])))
+            latency = _latency_ratio(ours, held_out[0])
+            shown = "-" if latency is None else f"{latency:.1f}x"
             print(f"{name:<12} {mode:<8} {len(ours) / len(float_model):>9.2f} {len(theirs) / len(float_model):>8.2f} "
                   f"{errs['kiln'][0]:>12.2e} {errs['tf'][0]:>10.2e} {errs['kiln'][1]:>10.2e} {errs['tf'][1]:>9.2e} "
-                  f"{seconds:>7.2f}")
+                  f"{seconds:>7.2f} {shown:>11}")
     print("\nsize = bytes / float model bytes; errors = |LiteRT(quantized) - LiteRT(float)| on 32 held-out inputs.")
-    print("kiln's runtime does not execute integer or hybrid kernels yet: latency columns follow with them.")
+    print("kiln÷LiteRT: kiln's NumPy interpreter against LiteRT (XNNPACK) on the same quantized model.")
     return 0
 
 
