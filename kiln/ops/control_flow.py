@@ -46,7 +46,10 @@ def _call_once(call):
 
 
 OPS = (
-    OpDef("WHILE", _while, OptionsSpec("WhileOptions", {"cond_subgraph_index": 0, "body_subgraph_index": 0})),
-    OpDef("IF", _if, OptionsSpec("IfOptions", {"then_subgraph_index": 0, "else_subgraph_index": 0})),
-    OpDef("CALL_ONCE", _call_once, OptionsSpec("CallOnceOptions", {"init_subgraph_index": 0})),
+    OpDef("WHILE", _while, OptionsSpec("WhileOptions", {"cond_subgraph_index": 0, "body_subgraph_index": 0}),
+          runtime_versions=("1.15.0",)),
+    OpDef("IF", _if, OptionsSpec("IfOptions", {"then_subgraph_index": 0, "else_subgraph_index": 0}),
+          runtime_versions=("1.15.0",)),
+    OpDef("CALL_ONCE", _call_once, OptionsSpec("CallOnceOptions", {"init_subgraph_index": 0}),
+          runtime_versions=("2.5.0",)),
 )

@@ -201,8 +201,10 @@ _CONV3D_OPTIONS = OptionsSpec("Conv3DOptions", {
 
 # op_version.cc has no rule for either op (always version 1); register.cc registers 1 only.
 OPS: tuple[OpDef, ...] = (
-    OpDef("CONV_3D", _conv3d_kernel, _CONV3D_OPTIONS),
-    OpDef("CONV_3D_TRANSPOSE", _conv3d_transpose_kernel, _CONV3D_OPTIONS),
+    OpDef("CONV_3D", _conv3d_kernel, _CONV3D_OPTIONS,
+          runtime_versions=("2.5.0",)),
+    OpDef("CONV_3D_TRANSPOSE", _conv3d_transpose_kernel, _CONV3D_OPTIONS,
+          runtime_versions=("2.6.0",)),
 )
 
 __all__ = ["OPS"]

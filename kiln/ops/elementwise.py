@@ -26,7 +26,7 @@ import numpy as np
 from ..errors import OpError
 from ..schema import Activation, DType
 from .hotpath import clip, quiet
-from .record import KernelCall, OpDef, OptionsSpec, input_dtype, output_dtype
+from .record import UNLISTED, KernelCall, OpDef, OptionsSpec, input_dtype, output_dtype
 
 # -- helpers shared with activations.py and reduce.py ---------------------------------------
 
@@ -514,14 +514,16 @@ def _unary_float(name: str) -> Callable:
     return _unary(_float_only(name, _FLOAT_UNARY[name]))
 
 
-_COMPARISONS = (
-    ("LESS", np.less, "LessOptions", _by_type({_I16: 3, _I8: 2}), 3),
-    ("LESS_EQUAL", np.less_equal, "LessEqualOptions", _by_type({_I8: 2}), 2),
-    ("GREATER", np.greater, "GreaterOptions", _by_type({_I8: 2}), 2),
-    ("GREATER_EQUAL", np.greater_equal, "GreaterEqualOptions", _by_type({_I16: 3, _I8: 2}), 3),
-    ("EQUAL", np.equal, "EqualOptions", _by_type({_I16: 5, DType.STRING: 3, _I8: 2}), 5),
+_COMPARISONS = (  # name, function, options table, version rule, max version, runtime versions
+    ("LESS", np.less, "LessOptions", _by_type({_I16: 3, _I8: 2}), 3, ("1.14.0", "1.14.0", "2.13.0")),
+    ("LESS_EQUAL", np.less_equal, "LessEqualOptions", _by_type({_I8: 2}), 2, ("1.14.0", "1.14.0")),
+    ("GREATER", np.greater, "GreaterOptions", _by_type({_I8: 2}), 2, ("1.14.0", "1.14.0")),
+    ("GREATER_EQUAL", np.greater_equal, "GreaterEqualOptions", _by_type({_I16: 3, _I8: 2}), 3,
+     ("1.14.0", "1.14.0", "2.13.0")),
+    ("EQUAL", np.equal, "EqualOptions", _by_type({_I16: 5, DType.STRING: 3, _I8: 2}), 5,
+     ("1.14.0", "1.14.0", "2.3.0", "2.13.0", UNLISTED)),
     ("NOT_EQUAL", np.not_equal, "NotEqualOptions",
-     _by_type({_I16: 4, DType.STRING: 3, _I8: 2}), 4),
+     _by_type({_I16: 4, DType.STRING: 3, _I8: 2}), 4, ("1.14.0", "1.14.0", "2.3.0", UNLISTED)),
 )
 
 
@@ -532,53 +534,86 @@ def _compare(fn: Callable) -> Callable:
 OPS: tuple[OpDef, ...] = (
     # arithmetic with fused activation
     OpDef("ADD", _binary(_add, act=True, fresh=True), _table("AddOptions", **_ADD_OPTS),
-          _add_version, 6),
+          _add_version, 6,
+          runtime_versions=("1.5.0", "1.14.0", "2.4.0", "2.6.0", "2.13.0", UNLISTED)),
     OpDef("SUB", _binary(_sub, act=True, fresh=True), _table("SubOptions", **_ADD_OPTS),
-          _sub_version, 5),
+          _sub_version, 5,
+          runtime_versions=("1.6.0", "1.14.0", "2.3.0", "2.4.0", "2.4.0")),
     OpDef("MUL", _binary(_mul, act=True, fresh=True), _table("MulOptions", **_ACT_OPTS),
-          _mul_version, 8),
+          _mul_version, 8,
+          runtime_versions=("1.5.0", "1.14.0", "1.15.0", "2.3.0", "2.6.0", "2.11.0", "2.13.0", UNLISTED)),
     OpDef("DIV", _binary(_div, act=True, fresh=True), _table("DivOptions", **_ACT_OPTS),
-          _div_version, 2),
+          _div_version, 2,
+          runtime_versions=("1.6.0", "2.3.0")),
     # other binary arithmetic
     OpDef("FLOOR_DIV", _binary(_floor_div), _table("FloorDivOptions"),
-          _by_type({(_I16, _I8): 3, _F32: 2}), 3),
+          _by_type({(_I16, _I8): 3, _F32: 2}), 3,
+          runtime_versions=("1.14.0", "1.14.0", "2.13.0")),
     OpDef("FLOOR_MOD", _binary(_floor_mod), _table("FloorModOptions"),
-          _by_type({(_I16, _I8): 2}), 2),
+          _by_type({(_I16, _I8): 2}), 2,
+          runtime_versions=("1.13.0", "2.13.0")),
     OpDef("SQUARED_DIFFERENCE", _binary(_squared_difference), _table("SquaredDifferenceOptions"),
-          _by_type({_I8: 2}), 2),
-    OpDef("POW", _binary(_pow), _table("PowOptions")),
-    OpDef("MAXIMUM", _binary(_maximum, shared_ok=True), _MAX_MIN, _max_min_version, 4),
-    OpDef("MINIMUM", _binary(_minimum, shared_ok=True), _MAX_MIN, _max_min_version, 4),
-    OpDef("ATAN2", _binary(_atan2), _table("ATan2Options")),
+          _by_type({_I8: 2}), 2,
+          runtime_versions=("1.13.1", "2.5.0")),
+    OpDef("POW", _binary(_pow), _table("PowOptions"),
+          runtime_versions=("1.10.0",)),
+    OpDef("MAXIMUM", _binary(_maximum, shared_ok=True), _MAX_MIN, _max_min_version, 4,
+          runtime_versions=("1.14.0", "1.14.0", "2.3.0", "2.3.0")),
+    OpDef("MINIMUM", _binary(_minimum, shared_ok=True), _MAX_MIN, _max_min_version, 4,
+          runtime_versions=("1.14.0", "1.14.0", "2.3.0", "2.3.0")),
+    OpDef("ATAN2", _binary(_atan2), _table("ATan2Options"),
+          runtime_versions=("2.10.0",)),
     # unary math
-    OpDef("RSQRT", _unary_float("RSQRT"), None, _by_type({_I16: 3, _I8: 2}), 3),
-    OpDef("SQRT", _unary_float("SQRT"), None, _by_type({(_I8, _I16): 2}), 2),
-    OpDef("EXP", _unary_float("EXP"), _table("ExpOptions"), _by_type({(_I8, _I16): 2}), 2),
-    OpDef("LOG", _unary_float("LOG"), None, _by_type({(_I8, _I16): 2}), 2),
-    OpDef("SIN", _unary_float("SIN"), None, max_version=2),
-    OpDef("COS", _unary_float("COS"), _table("CosOptions"), max_version=2),
-    OpDef("FLOOR", _unary_float("FLOOR")),
-    OpDef("CEIL", _unary_float("CEIL")),
-    OpDef("ROUND", _unary_float("ROUND")),
-    OpDef("SQUARE", _unary(np.square), _table("SquareOptions")),
-    OpDef("NEG", _unary(np.negative), _table("NegOptions")),
-    OpDef("ABS", _unary(np.abs), _table("AbsOptions"), _abs_version, 5),
-    OpDef("SIGN", _unary(_sign), _table("SignOptions"), _by_type({_I32: 2}), 2),
+    OpDef("RSQRT", _unary_float("RSQRT"), None, _by_type({_I16: 3, _I8: 2}), 3,
+          runtime_versions=("1.10.0", "2.5.0", "2.15.0")),
+    OpDef("SQRT", _unary_float("SQRT"), None, _by_type({(_I8, _I16): 2}), 2,
+          runtime_versions=("1.10.0", UNLISTED)),
+    OpDef("EXP", _unary_float("EXP"), _table("ExpOptions"), _by_type({(_I8, _I16): 2}), 2,
+          runtime_versions=("1.7.0", "2.12.0")),
+    OpDef("LOG", _unary_float("LOG"), None, _by_type({(_I8, _I16): 2}), 2,
+          runtime_versions=("1.14.0", "2.15.0")),
+    OpDef("SIN", _unary_float("SIN"), None, max_version=2,
+          runtime_versions=("1.9.0", UNLISTED)),
+    OpDef("COS", _unary_float("COS"), _table("CosOptions"), max_version=2,
+          runtime_versions=("1.14.0", UNLISTED)),
+    OpDef("FLOOR", _unary_float("FLOOR"),
+          runtime_versions=("1.9.0",)),
+    OpDef("CEIL", _unary_float("CEIL"),
+          runtime_versions=("1.14.0",)),
+    OpDef("ROUND", _unary_float("ROUND"),
+          runtime_versions=("1.14.0",)),
+    OpDef("SQUARE", _unary(np.square), _table("SquareOptions"),
+          runtime_versions=("1.12.0",)),
+    OpDef("NEG", _unary(np.negative), _table("NegOptions"),
+          runtime_versions=("1.9.0",)),
+    OpDef("ABS", _unary(np.abs), _table("AbsOptions"), _abs_version, 5,
+          runtime_versions=("1.13.0", "2.4.0", "2.5.0", "2.6.0", "2.12.0")),
+    OpDef("SIGN", _unary(_sign), _table("SignOptions"), _by_type({_I32: 2}), 2,
+          runtime_versions=("2.11.0", "2.12.0")),
     # comparisons
-    *(OpDef(name, _compare(fn), _table(table), rule, top)
-      for name, fn, table, rule, top in _COMPARISONS),
+    *(OpDef(name, _compare(fn), _table(table), rule, top, runtime_versions=runtime)
+      for name, fn, table, rule, top, runtime in _COMPARISONS),
     # logical
-    OpDef("LOGICAL_AND", _logical(np.logical_and), _table("LogicalAndOptions")),
-    OpDef("LOGICAL_OR", _logical(np.logical_or), _table("LogicalOrOptions")),
-    OpDef("LOGICAL_NOT", _logical(np.logical_not), _table("LogicalNotOptions")),
+    OpDef("LOGICAL_AND", _logical(np.logical_and), _table("LogicalAndOptions"),
+          runtime_versions=("1.11.0",)),
+    OpDef("LOGICAL_OR", _logical(np.logical_or), _table("LogicalOrOptions"),
+          runtime_versions=("1.11.0",)),
+    OpDef("LOGICAL_NOT", _logical(np.logical_not), _table("LogicalNotOptions"),
+          runtime_versions=("1.11.0",)),
     # select, cast, fill-like
-    OpDef("SELECT", _select, _table("SelectOptions"), _select_version, 4),
+    OpDef("SELECT", _select, _table("SelectOptions"), _select_version, 4,
+          runtime_versions=("1.14.0", "1.14.0", "2.12.0", "2.12.0")),
     OpDef("SELECT_V2", _select_v2, _table("SelectV2Options"),
-          _by_type({DType.UINT32: 2}), 2),
+          _by_type({DType.UINT32: 2}), 2,
+          runtime_versions=("2.2.0", "2.12.0")),
     OpDef("CAST", _cast, _table("CastOptions", in_data_type=DType.FLOAT32,
-                                out_data_type=DType.FLOAT32), _cast_version, 9),
-    OpDef("ZEROS_LIKE", _zeros_like, _table("ZerosLikeOptions")),
-    OpDef("ADD_N", _add_n, _table("AddNOptions")),
+                                out_data_type=DType.FLOAT32), _cast_version, 9,
+          runtime_versions=("1.5.0", "2.7.0", "2.8.0", "2.9.0", "2.12.0", "2.15.0", "2.17.0", UNLISTED,
+                            UNLISTED)),
+    OpDef("ZEROS_LIKE", _zeros_like, _table("ZerosLikeOptions"),
+          runtime_versions=("1.12.0",)),
+    OpDef("ADD_N", _add_n, _table("AddNOptions"),
+          runtime_versions=("1.14.0",)),
 )
 
 __all__ = [

@@ -109,6 +109,7 @@ RESIZE_BILINEAR = OpDef(
     }),
     version=_resize_bilinear_version,
     max_version=4,
+    runtime_versions=("1.7.0", "1.14.0", "2.2.0", "2.5.0"),
 )
 
 
@@ -159,6 +160,7 @@ RESIZE_NEAREST_NEIGHBOR = OpDef(
     }),
     version=_resize_nearest_version,
     max_version=4,
+    runtime_versions=("1.13.1", "1.14.0", "2.3.0", "2.4.0"),
 )
 
 
@@ -222,6 +224,7 @@ DEPTH_TO_SPACE = OpDef(
     version=_int8_version,
     max_version=2,
     shape=_depth_to_space_shape,
+    runtime_versions=("2.1.0", "2.5.0"),
 )
 SPACE_TO_DEPTH = OpDef(
     name="SPACE_TO_DEPTH",
@@ -230,6 +233,7 @@ SPACE_TO_DEPTH = OpDef(
     version=_int8_version,
     max_version=2,
     shape=_space_to_depth_shape,
+    runtime_versions=("1.5.0", "1.14.0"),
 )
 
 
@@ -317,6 +321,7 @@ SPACE_TO_BATCH_ND = OpDef(
     options=None,
     version=_batch_space_version,
     max_version=4,
+    runtime_versions=("1.6.0", "1.14.0", "2.3.0", "2.12.0"),
 )
 BATCH_TO_SPACE_ND = OpDef(
     name="BATCH_TO_SPACE_ND",
@@ -324,6 +329,7 @@ BATCH_TO_SPACE_ND = OpDef(
     options=None,
     version=_batch_space_version,
     max_version=4,
+    runtime_versions=("1.6.0", "1.14.0", "2.3.0", "2.12.0"),
 )
 
 

@@ -678,6 +678,7 @@ OPS: tuple = (
             "diagonal_recurrent_tensors": False,
         }),
         version=_uni_lstm_version, max_version=4,
+        runtime_versions=("1.13.1", "1.14.0", "2.3.0", "2.12.0"),
     ),
     OpDef(
         "LSTM", _lstm_kernel,
@@ -685,6 +686,7 @@ OPS: tuple = (
             **_LSTM_COMMON, "kernel_type": 0, "asymmetric_quantize_inputs": False,
         }),
         version=_lstm_version, max_version=4,
+        runtime_versions=("1.7.0", "1.10.0", "1.14.0", "2.3.0"),
     ),
     OpDef(
         "BIDIRECTIONAL_SEQUENCE_LSTM", _bidi_lstm_kernel,
@@ -693,6 +695,7 @@ OPS: tuple = (
             "asymmetric_quantize_inputs": False,
         }),
         version=_hybrid_version(1), max_version=3,
+        runtime_versions=("1.14.0", "1.14.0", "1.14.0"),
     ),
     OpDef(
         "UNIDIRECTIONAL_SEQUENCE_RNN", _uni_rnn_kernel,
@@ -701,6 +704,7 @@ OPS: tuple = (
             "asymmetric_quantize_inputs": False,
         }),
         version=_hybrid_version(1), max_version=3,
+        runtime_versions=("1.14.0", "1.14.0", "2.3.0"),
     ),
     OpDef(
         "BIDIRECTIONAL_SEQUENCE_RNN", _bidi_rnn_kernel,
@@ -709,6 +713,7 @@ OPS: tuple = (
             "merge_outputs": False, "asymmetric_quantize_inputs": False,
         }),
         version=_hybrid_version(1), max_version=3,
+        runtime_versions=("1.14.0", "1.14.0", "2.3.0"),
     ),
     OpDef(
         "RNN", _rnn_kernel,
@@ -716,5 +721,6 @@ OPS: tuple = (
             "fused_activation_function": Activation.NONE, "asymmetric_quantize_inputs": False,
         }),
         version=_hybrid_version(1), max_version=3,
+        runtime_versions=("1.5.0", "1.14.0", "2.3.0"),
     ),
 )

@@ -10,7 +10,7 @@ Geometry (output size, SAME padding split) follows LiteRT's ``ComputePaddingHeig
 exactly: the extra pixel of an odd total padding goes after, not before.
 
 Fused activations clamp like LiteRT's builtin kernels (``elementwise.activation_range``).
-Integer-quantized tensors are refused (``quantized_kernel`` is left for the quantization
+Integer-quantized tensors are refused (quantized kernels are left for the quantization
 work); MAX_POOL_2D accepts them when input and output share one quantization.
 """
 
@@ -25,7 +25,7 @@ from ..quant import hybrid
 from ..schema import Activation, DType, Padding
 from .elementwise import activation_range, reject_quantized
 from .hotpath import clip
-from .record import KernelCall, OpDef, OptionsSpec, input_dtype, output_dtype
+from .record import UNLISTED, KernelCall, OpDef, OptionsSpec, input_dtype, output_dtype
 
 #: Element budget of one im2col patch matrix; larger convolutions run in row chunks.
 _IM2COL_BUDGET = 1 << 24
@@ -355,6 +355,8 @@ FULLY_CONNECTED = OpDef(
     version=_fc_version,
     max_version=14,
     shape=_fc_shape,
+    runtime_versions=("1.5.0", "1.10.0", "1.14.0", "1.14.0", "2.0.0", "2.1.0", "2.3.0", "2.3.0",
+                      "2.3.0", "2.11.0", "2.15.0", "2.17.0", "2.18.0", UNLISTED),
 )
 
 
@@ -484,6 +486,7 @@ CONV_2D = OpDef(
     version=_conv_version,
     max_version=8,
     shape=_conv_shape,
+    runtime_versions=("1.5.0", "1.14.0", "1.14.0", "2.3.0", "2.4.0", "2.9.0", "2.11.0", "2.15.0"),
 )
 
 
@@ -614,6 +617,7 @@ DEPTHWISE_CONV_2D = OpDef(
     version=_dw_version,
     max_version=7,
     shape=_dw_shape,
+    runtime_versions=("1.5.0", "1.12.0", "1.14.0", "2.2.0", "2.3.0", "2.3.0", "2.11.0"),
 )
 
 
@@ -679,6 +683,7 @@ TRANSPOSE_CONV = OpDef(
     }),
     version=_tconv_version,
     max_version=5,
+    runtime_versions=("1.9.0", "2.2.0", "2.3.0", "2.13.0", "2.15.0"),
 )
 
 
@@ -790,10 +795,12 @@ _POOL_OPTIONS = OptionsSpec("Pool2DOptions", {
 MAX_POOL_2D = OpDef(
     name="MAX_POOL_2D", kernel=_max_pool_kernel, options=_POOL_OPTIONS,
     version=_pool_version, max_version=3, shape=_pool_shape,
+    runtime_versions=("1.5.0", "1.14.0", "2.3.0"),
 )
 AVERAGE_POOL_2D = OpDef(
     name="AVERAGE_POOL_2D", kernel=_avg_pool_kernel, options=_POOL_OPTIONS,
     version=_pool_version, max_version=3, shape=_pool_shape,
+    runtime_versions=("1.5.0", "1.14.0", "2.3.0"),
 )
 
 
@@ -859,6 +866,7 @@ BATCH_MATMUL = OpDef(
     version=_bmm_version,
     max_version=4,
     shape=_bmm_shape,
+    runtime_versions=("2.3.0", "2.3.0", "2.4.0", "2.5.0"),
 )
 
 

@@ -1,9 +1,11 @@
 """The op record: everything kiln knows about one builtin operator, in one place.
 
 An `OpDef` holds the op's options (with the schema defaults), its version rule (the lowest
-version its features need, as TensorFlow's op_version.cc decides), its NumPy reference
-kernel, an optional shape rule and a slot for the quantized kernel. Op families live in one
-module each (elementwise.py, conv.py, ...) and export a tuple ``OPS`` of records.
+version its features need, as TensorFlow's op_version.cc decides), the first LiteRT release
+that runs each version, its NumPy reference kernel, an optional shape rule and the facts
+passes need (fused-activation host, side effects, subgraph fields). Op families live in one
+module each (elementwise.py, nn.py, ...) and export a tuple ``OPS`` of records; what other
+backends add per op (compiled-delegate lowerings, ...) registers in a `tables.OpTable`.
 
 Kernel contract::
 
@@ -90,9 +92,15 @@ def _always_v1(op: "Operator") -> int:
     return 1
 
 
+#: A version LiteRT's runtime_version.cc has no row for. Declared explicitly so that a
+#: forgotten row is an error while these, like in TF's converter, leave the model's
+#: min_runtime_version where the other ops put it.
+UNLISTED = ""
+
+
 @dataclass(frozen=True)
 class OpDef:
-    """One builtin operator: options, version rule, reference kernel, shape rule."""
+    """One builtin operator: options, version rule, reference kernel, shape rule, and facts."""
 
     name: str
     kernel: Kernel | None
@@ -100,11 +108,19 @@ class OpDef:
     version: VersionRule = _always_v1
     #: Highest version the reference kernel implements (BuiltinOpResolver registers 1..max).
     max_version: int = 1
-    #: Kernel for integer-quantized tensors (quantization work fills these in).
-    quantized_kernel: Kernel | None = None
     #: Optional explicit shape rule: (opts, input shapes) -> output shapes. Without one,
     #: shapes are inferred by running the kernel (see kiln.ops.infer_output_shapes).
     shape: ShapeRule | None = None
+    #: First LiteRT release running each version (index 0 is version 1), as runtime_version.cc;
+    #: ``UNLISTED`` where that table has no row. Every version up to max_version needs an entry.
+    runtime_versions: tuple[str, ...] = ()
+
+    def runtime_version(self, version: int) -> str:
+        """First LiteRT release that runs ``version`` ("" when UNLISTED); a missing row raises."""
+        if not 1 <= version <= len(self.runtime_versions):
+            raise OpError(f"{self.name} version {version} has no runtime version in its op record "
+                          f"(it lists versions 1..{len(self.runtime_versions)}); add it to runtime_versions")
+        return self.runtime_versions[version - 1]
 
     @property
     def code(self) -> int:

@@ -163,11 +163,16 @@ def _largest(dtype: np.dtype):
 # op_version.cc has no rule for these ops (always version 1); register.cc registers 1 only.
 # Their options tables are empty and TF's converter writes none (options=None keeps it so).
 OPS: tuple[OpDef, ...] = (
-    OpDef("SEGMENT_SUM", _segment_sum),
-    OpDef("UNSORTED_SEGMENT_SUM", _unsorted(lambda dt: 0, np.add)),
-    OpDef("UNSORTED_SEGMENT_PROD", _unsorted(lambda dt: 1, np.multiply)),
-    OpDef("UNSORTED_SEGMENT_MAX", _unsorted(_lowest, np.maximum, nan_ignored=True)),
-    OpDef("UNSORTED_SEGMENT_MIN", _unsorted(_largest, np.minimum, nan_ignored=True)),
+    OpDef("SEGMENT_SUM", _segment_sum,
+          runtime_versions=("2.2.0",)),
+    OpDef("UNSORTED_SEGMENT_SUM", _unsorted(lambda dt: 0, np.add),
+          runtime_versions=("2.10.0",)),
+    OpDef("UNSORTED_SEGMENT_PROD", _unsorted(lambda dt: 1, np.multiply),
+          runtime_versions=("2.10.0",)),
+    OpDef("UNSORTED_SEGMENT_MAX", _unsorted(_lowest, np.maximum, nan_ignored=True),
+          runtime_versions=("2.10.0",)),
+    OpDef("UNSORTED_SEGMENT_MIN", _unsorted(_largest, np.minimum, nan_ignored=True),
+          runtime_versions=("2.11.0",)),
 )
 
 __all__ = ["OPS"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import OpError
-from .record import OpDef, OptionsSpec, input_dtype
+from .record import UNLISTED, OpDef, OptionsSpec, input_dtype
 from ..schema import DType
 
 
@@ -37,7 +37,10 @@ def _assign_version(op) -> int:
 
 
 OPS = (
-    OpDef("VAR_HANDLE", _var_handle, OptionsSpec("VarHandleOptions", {"container": "", "shared_name": ""})),
-    OpDef("READ_VARIABLE", _read_variable),
-    OpDef("ASSIGN_VARIABLE", _assign_variable, version=_assign_version, max_version=2),
+    OpDef("VAR_HANDLE", _var_handle, OptionsSpec("VarHandleOptions", {"container": "", "shared_name": ""}),
+          runtime_versions=("2.6.0",)),
+    OpDef("READ_VARIABLE", _read_variable,
+          runtime_versions=("2.6.0",)),
+    OpDef("ASSIGN_VARIABLE", _assign_variable, version=_assign_version, max_version=2,
+          runtime_versions=("2.6.0", UNLISTED)),
 )

@@ -478,7 +478,6 @@ Q = QuantParams(scale=[0.5], zero_point=[3])
 def test_quantized_inputs_are_refused(op, n):
     xs = [np.array([1, 2, 3], np.int8) for _ in range(n)]
     record, call = kernel_call(op, xs, quant={0: Q, 1: Q}, out_quant=Q)
-    assert record.quantized_kernel is None
     with pytest.raises(OpError, match="quantized kernel not implemented yet"):
         record.kernel(call, *xs)
 

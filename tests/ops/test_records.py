@@ -1,0 +1,71 @@
+"""Facts every op record must declare: runtime versions for every version it can produce."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from kiln import ops
+from kiln.converter.runtime_version import model_runtime_version
+from kiln.errors import ConversionError
+from kiln.ir import Model
+from kiln.ops.record import UNLISTED
+from kiln.schema import DType
+
+RECORDS = sorted(ops.OPS.values(), key=lambda r: r.name)
+_DTYPES = (DType.FLOAT32, DType.FLOAT16, DType.INT8, DType.UINT8, DType.INT16, DType.INT32, DType.INT64,
+           DType.UINT32, DType.BOOL, DType.STRING, DType.COMPLEX64)
+
+
+def _versions_produced(record) -> set[int]:
+    """Versions the record's rule picks over a sweep of operand counts and element types."""
+    produced = set()
+    for n_in in (1, 2, 3):
+        for din in _DTYPES:
+            for dout in _DTYPES:
+                sg = Model().add_subgraph("sweep")
+                ins = [sg.add_tensor(f"in{k}", din, (1, 2, 3, 4)) for k in range(n_in)]
+                op = sg.add_operator(record.name, ins, [sg.add_tensor("out", dout, (1, 2, 3, 4))])
+                try:
+                    produced.add(int(record.version(op)))
+                except (IndexError, TypeError, AttributeError):
+                    continue  # the rule needs operands this sweep does not build
+    return produced
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=lambda r: r.name)
+def test_every_version_up_to_max_has_a_runtime_version(record):
+    assert len(record.runtime_versions) >= record.max_version, (
+        f"{record.name} implements versions 1..{record.max_version} but lists runtime versions for "
+        f"1..{len(record.runtime_versions)}")
+    for entry in record.runtime_versions:
+        assert entry == UNLISTED or re.fullmatch(r"\d+\.\d+\.\d+", entry), entry
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=lambda r: r.name)
+def test_every_version_the_rule_produces_has_a_runtime_version(record):
+    for version in _versions_produced(record):
+        assert 1 <= version <= record.max_version, f"{record.name} rule produced version {version}"
+        record.runtime_version(version)  # raises when the row is missing
+
+
+def test_a_missing_runtime_version_row_is_a_conversion_error():
+    m = Model()
+    sg = m.add_subgraph("main")
+    sg.add_operator("ADD", [], [], version=1)
+    sg.add_operator("ADD", [], [], version=len(ops.require("ADD").runtime_versions) + 1)
+    with pytest.raises(ConversionError, match=r"operator 1: ADD version 7 has no runtime version"):
+        model_runtime_version(m)
+
+
+def test_an_unlisted_version_leaves_the_minimum_like_tf():
+    m = Model()
+    sg = m.add_subgraph("main")
+    sg.add_operator("BROADCAST_TO", [], [], version=1)  # LiteRT never lists version 1
+    sg.add_operator("RESHAPE", [], [], version=1)
+    assert model_runtime_version(m) == "1.5.0"
+
+
+def test_records_no_longer_carry_an_unread_quantized_kernel_slot():
+    assert not hasattr(ops.require("ADD"), "quantized_kernel")
