@@ -75,6 +75,24 @@ def layout(table: str) -> TableLayout:
     return TableLayout(table, module, tuple(fields))
 
 
+@functools.lru_cache(maxsize=None)
+def _empty_table(table: str) -> tuple[bytes, int]:
+    import flatbuffers
+
+    lay = layout(table)
+    b = flatbuffers.Builder(0)
+    getattr(lay.module, f"{table}Start")(b)
+    b.Finish(getattr(lay.module, f"{table}End")(b))
+    buf = bytes(b.Output())
+    return buf, flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, 0)
+
+
+def schema_defaults(table: str) -> dict:
+    """{field: default} of options table ``table``: what the bindings read from an empty table."""
+    buf, pos = _empty_table(table)
+    return decode(table, buf, pos)
+
+
 def decode(table: str, buf, pos: int) -> dict:
     """Read the options table at ``pos`` of ``buf`` into a dict {field: value}."""
     lay = layout(table)

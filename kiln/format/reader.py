@@ -18,6 +18,7 @@ from tflite.Model import Model as _FbModel
 
 from ..errors import ModelError
 from ..ir import Model, Operator, QuantParams, Signature, Subgraph, Tensor
+from ..ir.options import OptionError
 from ..schema import BUILTIN_NAMES, OPTIONS_NAMES, DType
 from . import options as options_codec
 
@@ -185,7 +186,10 @@ class _Reader:
                 raise self.error(f"unknown builtin options type {tag}")
             tab = fop.BuiltinOptions()
             if tab is not None:
-                op.options = options_codec.decode(table, tab.Bytes, tab.Pos)
+                try:
+                    op.options = options_codec.decode(table, tab.Bytes, tab.Pos)
+                except OptionError as exc:
+                    raise self.error(f"builtin options {table} do not fit {op.op_type}: {exc}") from None
                 op.options_table = table
         if fop.CustomOptionsLength():
             n = self.count(fop.CustomOptionsLength(), 1, "custom options")

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import KilnError
 from ..schema import DType
+from .options import OpOptions
 from .quant import QuantParams
 
 
@@ -102,12 +103,13 @@ class Operator:
     """One node: an op type ("CONV_2D", or "CUSTOM" with ``custom_code``), its version,
     its input/output tensors (None = optional input left out, -1 in the file), options.
 
-    ``options`` holds the builtin options as a plain dict keyed by schema field name
-    (snake_case); fields left out take the schema defaults declared in the op's record.
+    ``options`` holds the builtin options keyed by schema field name (snake_case), checked
+    against the op's record (`OpOptions`): an undeclared name raises, a field left out reads
+    as its schema default.
     """
 
     __slots__ = (
-        "op_type", "custom_code", "version", "_inputs", "_outputs", "options", "custom_options",
+        "op_type", "custom_code", "version", "_inputs", "_outputs", "_options", "custom_options",
         "intermediates", "subgraph", "custom_options_format", "options_table",
     )
 
@@ -132,6 +134,14 @@ class Operator:
         self._outputs: list[Tensor | None] = []
         self.intermediates: list[Tensor] = []
         self.subgraph: Subgraph | None = None
+
+    @property
+    def options(self) -> OpOptions:
+        return self._options
+
+    @options.setter
+    def options(self, values) -> None:
+        self._options = OpOptions(self.op_type, values)
 
     @property
     def name(self) -> str:

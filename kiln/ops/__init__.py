@@ -58,6 +58,21 @@ def get(name: str) -> OpDef | None:
     return OPS.get(name)
 
 
+def options_schema(op_type: str) -> OptionsSpec | None:
+    """What options ``op_type`` accepts: a spec whose ``defaults`` name every declared option
+    with its schema default (empty for an op without options); None for ops kiln has no
+    record of (CUSTOM, builtins it does not know), whose options it does not check."""
+    schema = _SCHEMAS.get(op_type)
+    if schema is None and op_type in OPS:
+        record = OPS[op_type]
+        table = record.options.table if record.options else ""
+        schema = _SCHEMAS[op_type] = OptionsSpec(table, dict(record.option_defaults))
+    return schema
+
+
+_SCHEMAS: dict[str, OptionsSpec] = {}
+
+
 def infer_output_shapes(op) -> list[tuple[int, ...]]:
     """Output shapes of IR operator ``op`` from its inputs' static shapes.
 
@@ -95,5 +110,5 @@ def require(name: str) -> OpDef:
 
 __all__ = [
     "KernelCall", "OPS", "OPTIONS_BY_TABLE", "OpDef", "OptionsSpec", "apply_activation", "get",
-    "infer_output_shapes", "require",
+    "infer_output_shapes", "options_schema", "require",
 ]

@@ -166,10 +166,6 @@ def _broadcast_rank_gt4(op) -> bool:
     return max(len(t.shape) for t in ins) > 4
 
 
-def _opt(op, name: str, default):
-    return op.options.get(name, default)
-
-
 def _by_type(table: dict, i: int = 0, default: int = 1):
     """Version rule: first matching input-``i`` type in ``table`` (type or tuple of types)."""
 
@@ -194,13 +190,13 @@ def _add_version(op) -> int:
         return 5
     if _in_is(op, 0, _I64):
         return 4
-    if _in_is(op, 0, _I16) and _out_is(op, 0, _I16) and not _opt(op, "pot_scale_int16", True):
+    if _in_is(op, 0, _I16) and _out_is(op, 0, _I16) and not op.options["pot_scale_int16"]:
         return 3
     return 2 if _in_is(op, 0, _I8) else 1
 
 
 def _sub_version(op) -> int:
-    if _in_is(op, 0, _I16) and _out_is(op, 0, _I16) and not _opt(op, "pot_scale_int16", True):
+    if _in_is(op, 0, _I16) and _out_is(op, 0, _I16) and not op.options["pot_scale_int16"]:
         return 5
     if _in_is(op, 0, _I64):
         return 4

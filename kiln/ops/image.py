@@ -69,7 +69,7 @@ def _bilinear_axis(in_size: int, out_size: int, align_corners: bool, half_pixel:
 def _resize_bilinear_version(op) -> int:
     if input_dtype(op) == DType.INT16:
         return 4
-    if op.options.get("half_pixel_centers", False):
+    if op.options["half_pixel_centers"]:
         return 3
     if input_dtype(op) == DType.INT8:
         return 2
@@ -133,7 +133,7 @@ def _nearest_axis(in_size: int, out_size: int, align_corners: bool, half_pixel: 
 def _resize_nearest_version(op) -> int:
     if input_dtype(op) == DType.INT16:
         return 4
-    if op.options.get("half_pixel_centers", False) or op.options.get("align_corners", False):
+    if op.options["half_pixel_centers"] or op.options["align_corners"]:
         return 3
     if input_dtype(op) == DType.INT8:
         return 2

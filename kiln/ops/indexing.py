@@ -223,11 +223,11 @@ def _strided_slice_plan(o, x: np.ndarray, begin, end, strides):
 def _strided_slice_version(op) -> int:
     opts = op.options
     t = input_dtype(op, 0)
-    if opts.get("offset"):
+    if opts["offset"]:
         return 8
     if t == DType.UINT32:
         return 7
-    if opts.get("ellipsis_mask") or opts.get("new_axis_mask"):
+    if opts["ellipsis_mask"] or opts["new_axis_mask"]:
         return 6
     if t == DType.STRING:
         return 5
@@ -276,7 +276,7 @@ def _gather_version(op) -> int:
         return 7
     if input_dtype(op, 1) == DType.INT16:
         return 6
-    if op.options.get("batch_dims", 0) != 0:
+    if op.options["batch_dims"] != 0:
         return 5
     return {DType.INT16: 4, DType.BOOL: 3, DType.INT8: 2}.get(t, 1)
 

@@ -638,7 +638,7 @@ def _hybrid(op, weight_operand: int) -> bool:
 def _hybrid_version(weight_operand: int):
     def rule(op) -> int:
         if _hybrid(op, weight_operand):
-            return 3 if op.options.get("asymmetric_quantize_inputs") else 2
+            return 3 if op.options["asymmetric_quantize_inputs"] else 2
         return 1
     return rule
 
@@ -647,20 +647,20 @@ def _uni_lstm_version(op) -> int:
     if (input_dtype(op, 0) == DType.INT16 and input_dtype(op, 2) == DType.INT8
             and output_dtype(op, 0) == DType.INT16):
         return 5
-    if op.options.get("diagonal_recurrent_tensors"):
+    if op.options["diagonal_recurrent_tensors"]:
         return 4
     if input_dtype(op, 0) == DType.FLOAT32 and _hybrid(op, 2):
-        return 3 if op.options.get("asymmetric_quantize_inputs") else 2
+        return 3 if op.options["asymmetric_quantize_inputs"] else 2
     return 1
 
 
 def _lstm_version(op) -> int:
-    full = not op.options.get("kernel_type")
+    full = not op.options["kernel_type"]
     if (full and input_dtype(op, 0) == DType.INT16 and input_dtype(op, 2) == DType.INT8
             and output_dtype(op, 0) == DType.INT16):
         return 5
     if full and input_dtype(op, 0) == DType.FLOAT32 and _hybrid(op, 2):
-        return 4 if op.options.get("asymmetric_quantize_inputs") else 3
+        return 4 if op.options["asymmetric_quantize_inputs"] else 3
     return 1 if full else 2
 
 

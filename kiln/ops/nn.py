@@ -224,7 +224,7 @@ def _fc_version(op) -> int:
     if (t_in, t_w, t_out) == (f32, i8, f32) and weights is not None and weights.shape \
             and _per_channel(weights, weights.shape[0], strict=True):
         return 12
-    if (t_in, t_w, t_out) == (i16, i8, i16) and opts.get("quantized_bias_type", 0):
+    if (t_in, t_w, t_out) == (i16, i8, i16) and opts["quantized_bias_type"]:
         return 11
     if weights is not None and weights.sparsity is not None:
         return 8
@@ -232,15 +232,15 @@ def _fc_version(op) -> int:
         return 7
     if len(op.inputs) == 2:
         return 6
-    if opts.get("keep_num_dims", False):
+    if opts["keep_num_dims"]:
         return 5
     if (t_in, t_w, t_out) == (i8, i8, i8):
         return 4
     if (t_in, t_w, t_out) == (i8, DType.INT4, i8):
         return 10
     if (t_in, t_w, t_out) == (f32, i8, f32):
-        return 9 if opts.get("asymmetric_quantize_inputs", False) else 3
-    if opts.get("weights_format", _WEIGHTS_DEFAULT) != _WEIGHTS_DEFAULT:
+        return 9 if opts["asymmetric_quantize_inputs"] else 3
+    if opts["weights_format"] != _WEIGHTS_DEFAULT:
         return 2
     return 1
 
@@ -365,7 +365,7 @@ FULLY_CONNECTED = OpDef(
 def _conv_version(op) -> int:
     t_in, t_w, t_out = input_dtype(op, 0), input_dtype(op, 1), output_dtype(op, 0)
     f32, i8, i16 = DType.FLOAT32, DType.INT8, DType.INT16
-    if (t_in, t_w, t_out) == (i16, i8, i16) and op.options.get("quantized_bias_type", 0):
+    if (t_in, t_w, t_out) == (i16, i8, i16) and op.options["quantized_bias_type"]:
         return 8
     x, w = op.inputs[0], op.inputs[1]
     if x is not None and w is not None and len(x.shape) == 4 and len(w.shape) == 4 \
@@ -504,7 +504,7 @@ def _dw_version(op) -> int:
         return 3
     if (t_in, t_w, t_out) == (i8, DType.INT4, i8):
         return 7
-    if op.options.get("dilation_w_factor", 1) != 1 or op.options.get("dilation_h_factor", 1) != 1:
+    if op.options["dilation_w_factor"] != 1 or op.options["dilation_h_factor"] != 1:
         return 2
     return 1
 
@@ -626,9 +626,9 @@ DEPTHWISE_CONV_2D = OpDef(
 def _tconv_version(op) -> int:
     # op_version.cc tests operand 0 (the output shape) here; kept as written there.
     if (input_dtype(op, 0), input_dtype(op, 1), output_dtype(op, 0)) == \
-            (DType.INT16, DType.INT8, DType.INT16) and op.options.get("quantized_bias_type", 0):
+            (DType.INT16, DType.INT8, DType.INT16) and op.options["quantized_bias_type"]:
         return 5
-    if op.options.get("fused_activation_function", Activation.NONE) != Activation.NONE:
+    if op.options["fused_activation_function"] != Activation.NONE:
         return 4
     if len(op.inputs) == 4 and op.inputs[3] is not None:
         return 3
@@ -813,7 +813,7 @@ def _bmm_version(op) -> int:
     if t_in == DType.INT8:
         return 2
     if (t_in, input_dtype(op, 1), output_dtype(op)) == (DType.FLOAT32, DType.INT8, DType.FLOAT32) \
-            and op.options.get("asymmetric_quantize_inputs", False):
+            and op.options["asymmetric_quantize_inputs"]:
         return 4
     return 1
 

@@ -20,6 +20,7 @@ does not support raises ``OpError`` saying what is unsupported.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
@@ -87,6 +88,14 @@ class OptionsSpec:
     table: str
     defaults: Mapping[str, Any] = field(default_factory=dict)
 
+    @cached_property
+    def all_defaults(self) -> dict[str, Any]:
+        """Every field of the table with its default: the schema's (read from the tflite
+        bindings, so none is left out) overlaid with the record's typed ones (enums)."""
+        from ..format.options import schema_defaults  # local: ops load before the format
+
+        return {**schema_defaults(self.table), **self.defaults}
+
 
 def _always_v1(op: "Operator") -> int:
     return 1
@@ -126,9 +135,14 @@ class OpDef:
     def code(self) -> int:
         return BUILTIN_CODES[self.name]
 
+    @property
+    def option_defaults(self) -> Mapping[str, Any]:
+        """Every option the op declares, with its schema default (empty without a table)."""
+        return self.options.all_defaults if self.options else {}
+
     def make_options(self, given: Mapping[str, Any] | None = None) -> SimpleNamespace:
         """Options namespace: schema defaults overridden by the operator's stored values."""
-        values = dict(self.options.defaults) if self.options else {}
+        values = dict(self.option_defaults)
         if given:
             values.update(given)
         return SimpleNamespace(**values)

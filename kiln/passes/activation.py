@@ -41,7 +41,7 @@ def _host_of(x):
 
 
 def _fusable(host, out) -> bool:
-    return (host is not None and host.op_type in HOSTS and not host.options.get("fused_activation_function", 0)
+    return (host is not None and host.op_type in HOSTS and not host.options["fused_activation_function"]
             and out.dtype == DType.FLOAT32 and not writes_variable(host)
             and (out.quantization is None or out.quantization.is_empty))
 

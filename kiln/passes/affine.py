@@ -28,7 +28,7 @@ def _scale_vector(mul: Operator) -> tuple[object, np.ndarray] | None:
     """(activation operand, constant) of a MUL/DIV by a constant, or None."""
     if mul.op_type not in ("MUL", "DIV") or len(mul.inputs) != 2 or writes_variable(mul):
         return None
-    if mul.options.get("fused_activation_function", 0):
+    if mul.options["fused_activation_function"]:
         return None
     for i in (0, 1):
         if mul.op_type == "DIV" and i == 1:
@@ -72,7 +72,7 @@ def _fold_scale_backward(sg: Subgraph, mul: Operator) -> bool:
 
 def _fold_into_next_fc(sg: Subgraph, op: Operator) -> bool:
     """x (*|/|+|-) c feeding only a FULLY_CONNECTED: fold c into its weights / bias."""
-    if op.op_type not in ("MUL", "DIV", "ADD", "SUB") or op.options.get("fused_activation_function", 0):
+    if op.op_type not in ("MUL", "DIV", "ADD", "SUB") or op.options["fused_activation_function"]:
         return False
     if writes_variable(op):
         return False

@@ -45,7 +45,7 @@ def fusable_producer(t) -> Operator | None:
     op = t.producer
     if op is None or op.op_type not in BIAS_INPUT or sole_user(t) is None:
         return None
-    if op.options.get("fused_activation_function", 0):
+    if op.options["fused_activation_function"]:
         return None
     if op.outputs[0].dtype != DType.FLOAT32 or const(op.inputs[1]) is None:
         return None
@@ -107,8 +107,8 @@ def _fuse(sg: Subgraph, add: Operator) -> bool:
             n = out_channels(op)
             if n >= 0 and value.ndim <= len(x.signature):
                 vec = broadcastable_to_last(value, n)
-        elif not add.options.get("fused_activation_function", 0):  # the activation would
-            split = _channel_split(x, value)                       # land before the reshape
+        elif not add.options["fused_activation_function"]:  # the activation would land
+            split = _channel_split(x, value)                # before the reshape
             if split is not None:
                 op, vec = split
         if vec is None:
@@ -117,7 +117,7 @@ def _fuse(sg: Subgraph, add: Operator) -> bool:
             vec = -vec
         if not _set_bias(sg, op, vec, f"{add.outputs[0].name}/bias"):
             continue
-        op.options["fused_activation_function"] = add.options.get("fused_activation_function", 0)
+        op.options["fused_activation_function"] = add.options["fused_activation_function"]
         return bypass(sg, add, x)
     return False
 

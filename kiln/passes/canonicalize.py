@@ -103,7 +103,7 @@ def _flatten_into_fc(sg: Subgraph, op: Operator) -> bool:
         return False
     out = op.outputs[0]
     user = sole_user(out)
-    if user is None or user.op_type != "FULLY_CONNECTED" or user.options.get("keep_num_dims"):
+    if user is None or user.op_type != "FULLY_CONNECTED" or user.options["keep_num_dims"]:
         return False
     if user.inputs[0] is not out or user.inputs[1] is None or len(out.signature) != 2:
         return False
@@ -132,7 +132,7 @@ def _restores_leading_dims(post: Operator, x, n: int) -> bool:
 def _fc_keep_dims(sg: Subgraph, fc: Operator) -> bool:
     """RESHAPE x[..., K] -> [P, K] -> FULLY_CONNECTED -> RESHAPE [..., N] is one
     FULLY_CONNECTED(x, keep_num_dims=True) (what a Keras Dense on a rank-3 input traces to)."""
-    if fc.op_type != "FULLY_CONNECTED" or fc.options.get("keep_num_dims") or fc.inputs[1] is None:
+    if fc.op_type != "FULLY_CONNECTED" or fc.options["keep_num_dims"] or fc.inputs[1] is None:
         return False
     flat = fc.inputs[0]
     pre = flat.producer
@@ -196,7 +196,7 @@ def _div_as_mul(sg: Subgraph, op: Operator) -> bool:
     if c is None or c.dtype != np.float32 or np.any(c == 0) or writes_variable(op):
         return False
     recip = add_constant(sg, f"{op.inputs[1].name}/reciprocal", (np.float32(1) / c).astype(np.float32), DType.FLOAT32)
-    act = op.options.get("fused_activation_function", 0)
+    act = op.options["fused_activation_function"]
     index = sg.operators.index(op)
     x, out = op.inputs[0], op.outputs[0]
     op.set_outputs([])
@@ -223,7 +223,7 @@ def _transpose_into_matmul(sg: Subgraph, op: Operator) -> bool:
         for i, flag in ((0, "adj_x"), (1, "adj_y")):
             if op.inputs[i] is t:
                 op.set_input(i, tr.inputs[0])
-                op.options[flag] = not op.options.get(flag, False)
+                op.options[flag] = not op.options[flag]
         return True
     return False
 
@@ -293,7 +293,7 @@ def _add_of_neg(sg: Subgraph, op: Operator) -> bool:
         if neg is None or neg.op_type != "NEG" or sole_user(op.inputs[i]) is not op:
             continue
         x, y = op.inputs[1 - i], neg.inputs[0]  # same broadcasting as ADD(x, NEG(y))
-        _replace(sg, op, "SUB", [x, y], fused_activation_function=op.options.get("fused_activation_function", 0))
+        _replace(sg, op, "SUB", [x, y], fused_activation_function=op.options["fused_activation_function"])
         return True
     return False
 

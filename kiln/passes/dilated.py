@@ -45,9 +45,9 @@ def _fuse(sg: Subgraph, conv: Operator) -> bool:
         return False
     where, axes = _SPATIAL[conv.op_type]
     o = conv.options
-    if o.get("padding") != Padding.VALID:
+    if o["padding"] != Padding.VALID:
         return False
-    if any(o.get(f"stride_{a}", 1) != 1 or o.get(f"dilation_{a}_factor", 1) != 1 for a in axes):
+    if any(o[f"stride_{a}"] != 1 or o[f"dilation_{a}_factor"] != 1 for a in axes):
         return False
     stb_out = conv.inputs[0]
     stb = stb_out.producer
@@ -55,7 +55,7 @@ def _fuse(sg: Subgraph, conv: Operator) -> bool:
         return False
     conv_out = conv.outputs[0]
     bts = sole_user(conv_out)
-    if bts is None or bts.op_type != "BATCH_TO_SPACE_ND" or o.get("fused_activation_function", 0):
+    if bts is None or bts.op_type != "BATCH_TO_SPACE_ND" or o["fused_activation_function"]:
         return False
     block, pads = const(stb.inputs[1]), const(stb.inputs[2])
     block2, crops = const(bts.inputs[1]), const(bts.inputs[2])

@@ -38,7 +38,7 @@ def is_noop(op: Operator) -> bool:
     t = op.op_type
     if len(op.outputs) != 1 or not op.inputs or op.inputs[0] is None:
         return False
-    if op.options.get("fused_activation_function", 0):
+    if op.options["fused_activation_function"]:
         return False
     x, out = op.inputs[0], op.outputs[0]
     if x.dtype != out.dtype:
@@ -83,7 +83,7 @@ class RemoveNoOps(Pass):
                 if op.subgraph is sg and op.op_type in ("ADD", "MUL") and len(op.inputs) == 2:
                     first = const(op.inputs[0])
                     neutral = 0 if op.op_type == "ADD" else 1
-                    if (_all(first, neutral) and not op.options.get("fused_activation_function", 0)
+                    if (_all(first, neutral) and not op.options["fused_activation_function"]
                             and op.inputs[1].dtype == op.outputs[0].dtype
                             and _keeps_shape(op.inputs[1], op.inputs[0], op.outputs[0])):
                         changed |= bypass(sg, op, op.inputs[1])

@@ -20,7 +20,7 @@ def same_padding(size: int, kernel: int, stride: int, dilation: int) -> tuple[in
 
 
 def _fuse(sg: Subgraph, conv: Operator) -> bool:
-    if conv.op_type not in ("CONV_2D", "DEPTHWISE_CONV_2D") or conv.options.get("padding") != Padding.VALID:
+    if conv.op_type not in ("CONV_2D", "DEPTHWISE_CONV_2D") or conv.options["padding"] != Padding.VALID:
         return False
     padded = conv.inputs[0]
     pad = padded.producer
@@ -36,10 +36,10 @@ def _fuse(sg: Subgraph, conv: Operator) -> bool:
         return False
     w = conv.inputs[1].signature
     o = conv.options
-    for axis, (k, s, d) in ((1, (w[1], o.get("stride_h", 1), o.get("dilation_h_factor", 1))),
-                            (2, (w[2], o.get("stride_w", 1), o.get("dilation_w_factor", 1)))):
+    for axis, (k, s, d) in ((1, (w[1], o["stride_h"], o["dilation_h_factor"])),
+                            (2, (w[2], o["stride_w"], o["dilation_w_factor"]))):
         size = x.signature[axis]
-        if size < 0 or tuple(int(p) for p in pads[axis]) != same_padding(size, k, s, d):
+        if size < 0 or s < 1 or d < 1 or tuple(int(p) for p in pads[axis]) != same_padding(size, k, s, d):
             return False
     conv.set_input(0, x)
     o["padding"] = int(Padding.SAME)

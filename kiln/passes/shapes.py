@@ -48,7 +48,7 @@ def partial_value(t: Tensor | None, depth: int = 0) -> Partial | None:
     if kind == "CAST":
         return partial_value(op.inputs[0], depth + 1)
     if kind in ("PACK", "CONCATENATION"):
-        if op.options.get("axis", 0) != 0:
+        if op.options["axis"] != 0:
             return None
         out: Partial = []
         for x in op.inputs:
@@ -62,7 +62,7 @@ def partial_value(t: Tensor | None, depth: int = 0) -> Partial | None:
         return out
     if kind == "GATHER":
         src, idx = partial_value(op.inputs[0], depth + 1), const(op.inputs[1])
-        if src is None or idx is None or op.options.get("axis", 0) != 0:
+        if src is None or idx is None or op.options["axis"] != 0:
             return None
         try:
             return [src[int(i)] for i in np.asarray(idx).reshape(-1)]
@@ -84,12 +84,12 @@ def _strided(op: Operator, depth: int) -> Partial | None:
     if src is None or b is None or e is None or s is None or len(np.asarray(b).reshape(-1)) != 1:
         return None
     o = op.options
-    if o.get("ellipsis_mask") or o.get("new_axis_mask"):
+    if o["ellipsis_mask"] or o["new_axis_mask"]:
         return None
-    begin = None if o.get("begin_mask", 0) & 1 else int(np.asarray(b).reshape(-1)[0])
-    end = None if o.get("end_mask", 0) & 1 else int(np.asarray(e).reshape(-1)[0])
+    begin = None if o["begin_mask"] & 1 else int(np.asarray(b).reshape(-1)[0])
+    end = None if o["end_mask"] & 1 else int(np.asarray(e).reshape(-1)[0])
     step = int(np.asarray(s).reshape(-1)[0])
-    if o.get("shrink_axis_mask", 0) & 1:
+    if o["shrink_axis_mask"] & 1:
         try:
             return [src[begin if begin is not None else 0]]
         except IndexError:

@@ -1,0 +1,82 @@
+"""An operator's builtin options: a dict that refuses names the op's record does not declare
+and answers a missing name with the schema default.
+
+Validation happens where an option is written (construction, ``op.options[name] = v``), so a
+typo such as ``filter_widht`` fails at once, naming the op, instead of running with the default
+until the writer rejects the field. Reading ``op.options[name]`` gives the stored value or the
+schema default, so no caller restates a default. Only stored values are kept in the dict (the
+writer emits exactly those, and ``in`` / ``dict(op.options)`` see only them). Ops kiln has no
+record of (CUSTOM, unknown builtins read from a file) are not checked.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, Iterable, Mapping
+
+from ..errors import KilnError
+
+
+class OptionError(KilnError, KeyError):
+    """An option name the operator's record does not declare."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+def _schema(op_type: str):
+    from .. import ops  # local: kiln.ops builds on the IR
+
+    return ops.options_schema(op_type)
+
+
+class OpOptions(dict):
+    """Builtin options of one ``op_type``, checked against its record's options table."""
+
+    __slots__ = ("op_type",)
+
+    def __init__(self, op_type: str, values: Mapping[str, Any] | Iterable | None = None):
+        super().__init__()
+        self.op_type = op_type
+        if values:
+            self.update(values)
+
+    def _check(self, name: str) -> None:
+        schema = _schema(self.op_type)
+        if schema is None or name in schema.defaults:
+            return
+        declared = sorted(schema.defaults)
+        close = difflib.get_close_matches(str(name), declared, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        listed = f"its options are {declared}" if declared else "it takes no options"
+        raise OptionError(f"{self.op_type} has no option {name!r} ({listed}){hint}")
+
+    def __missing__(self, name: str) -> Any:
+        self._check(name)
+        schema = _schema(self.op_type)
+        if schema is None:
+            raise OptionError(f"{self.op_type} has no stored option {name!r} and kiln knows no default for it")
+        return schema.defaults[name]
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        self._check(name)
+        super().__setitem__(name, value)
+
+    def update(self, *args, **kwargs) -> None:
+        for name, value in dict(*args, **kwargs).items():
+            self[name] = value
+
+    def setdefault(self, name: str, default: Any = None) -> Any:
+        if name not in self:
+            self[name] = default
+        return dict.__getitem__(self, name)
+
+    def __ior__(self, other):
+        self.update(other)
+        return self
+
+    def __reduce__(self):
+        return (OpOptions, (self.op_type, dict(self)))
+
+    def __repr__(self) -> str:
+        return f"OpOptions({self.op_type!r}, {dict.__repr__(self)})"
