@@ -1,5 +1,5 @@
 """Delegates that ship with kiln (see kiln.runtime.delegate for the interface)."""
 
-from .compiled import SUPPORTED_VERSIONS, ChainKernel, CompiledDelegate
+from .compiled import COMPILED_LOWERINGS, SUPPORTED_VERSIONS, ChainKernel, CompiledDelegate, CompiledSupport
 
-__all__ = ["SUPPORTED_VERSIONS", "ChainKernel", "CompiledDelegate"]
+__all__ = ["COMPILED_LOWERINGS", "SUPPORTED_VERSIONS", "ChainKernel", "CompiledDelegate", "CompiledSupport"]

@@ -17,6 +17,7 @@ Tensors that leave a partition get fresh arrays on every invoke, so nothing the 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Callable, Iterable, Sequence
@@ -30,47 +31,12 @@ from ..ops.elementwise import activation_range, is_quantized
 from ..ops.hotpath import clip
 from ..ops.nn import window_geometry
 from ..ops.record import KernelCall
+from ..ops.tables import OpTable
 from ..runtime.delegate import Delegate, DelegateKernel, NodeInfo, Partition
 from ..schema import Activation, DType
 
 F32 = np.dtype(np.float32)
 
-#: The op versions the delegate knows, per op. Higher versions of these ops add integer,
-#: hybrid or sparse variants (op_version.cc) that the chains do not implement.
-SUPPORTED_VERSIONS: dict[str, frozenset[int]] = {
-    "FULLY_CONNECTED": frozenset({1, 5, 6}),   # plain, keep_num_dims, no bias
-    "CONV_2D": frozenset({1}),
-    "DEPTHWISE_CONV_2D": frozenset({1, 2}),    # 2: dilation
-    "ADD": frozenset({1}),
-    "SUB": frozenset({1}),
-    "MUL": frozenset({1}),
-    "RELU": frozenset({1}),
-    "RELU6": frozenset({1}),
-    "RELU_N1_TO_1": frozenset({1}),
-    "LOGISTIC": frozenset({1}),
-    "TANH": frozenset({1}),
-    "HARD_SWISH": frozenset({1}),
-    "GELU": frozenset({1}),
-    "SOFTMAX": frozenset({1}),
-    "MEAN": frozenset({1}),
-    "AVERAGE_POOL_2D": frozenset({1}),
-    "MAX_POOL_2D": frozenset({1}),
-    "RESHAPE": frozenset({1}),
-    "SQUEEZE": frozenset({1}),
-    "EXPAND_DIMS": frozenset({1}),
-    "TRANSPOSE": frozenset({1}),
-    "CONCATENATION": frozenset({1}),
-    "BATCH_MATMUL": frozenset({1}),
-    "SQUARED_DIFFERENCE": frozenset({1}),
-    "RSQRT": frozenset({1}),
-    "NEG": frozenset({1}),
-}
-
-#: Operand positions that must be constant for the chain to pack them at prepare time.
-_CONST_OPERANDS = {
-    "FULLY_CONNECTED": (1, 2), "CONV_2D": (1, 2), "DEPTHWISE_CONV_2D": (1, 2),
-    "RESHAPE": (1,), "MEAN": (1,), "TRANSPOSE": (1,), "EXPAND_DIMS": (1,),
-}
 _FC_ACTIVATIONS = (Activation.NONE, Activation.RELU, Activation.RELU6, Activation.RELU_N1_TO_1)
 #: Element budget of one im2col matrix; bigger convolutions run in chunks of output rows.
 IM2COL_BUDGET = 1 << 24
@@ -82,13 +48,14 @@ def why_not(node: NodeInfo, allowed: frozenset[str]) -> str | None:
     name = node.name
     if op.op_type == "CUSTOM" or name not in allowed:
         return f"{name} is not an op this delegate runs"
-    known = SUPPORTED_VERSIONS[name]
+    support = COMPILED_LOWERINGS[name]
+    known = support.versions
     if node.version not in known:
         return f"{name} version {node.version} is unknown to the delegate (knows {sorted(known)})"
     reg = node.registration
     if reg is None or getattr(reg, "record", None) is None or reg.kernel is None:
         return f"{name} is overridden by a Python registration"
-    consts = _CONST_OPERANDS.get(name, ())
+    consts = support.const_operands
     required = 2 if name in ("FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D") else 1
     if len(op.inputs) < required or any(op.inputs[k] is None for k in range(required)) or not op.outputs:
         return f"{name} has {len(op.inputs)} inputs and {len(op.outputs)} outputs; the delegate needs more"
@@ -110,9 +77,9 @@ def why_not(node: NodeInfo, allowed: frozenset[str]) -> str | None:
         return f"{name} weights are {op.inputs[1].dtype.name} (hybrid), not float32"
     if name == "FULLY_CONNECTED":
         opts = op.options
-        if opts.get("weights_format", 0) != 0:
+        if opts["weights_format"] != 0:
             return "FULLY_CONNECTED with shuffled weights"
-        if opts.get("fused_activation_function", 0) not in _FC_ACTIVATIONS:
+        if opts["fused_activation_function"] not in _FC_ACTIVATIONS:
             return "FULLY_CONNECTED with an activation LiteRT does not fuse there"
     if name == "CONV_2D":
         x, w = op.inputs[0], op.inputs[1]
@@ -485,14 +452,59 @@ def _lower_mean(node: _Node):
     return run, [probe.shape]
 
 
-_LOWERINGS: dict[str, Lowering] = {
-    "MEAN": _lower_mean,
-    "FULLY_CONNECTED": _lower_fully_connected,
-    "CONV_2D": _lower_conv,
-    "DEPTHWISE_CONV_2D": _lower_depthwise,
-    "ADD": _lower_binary, "SUB": _lower_binary, "MUL": _lower_binary,
-    "RESHAPE": _lower_view, "SQUEEZE": _lower_view, "EXPAND_DIMS": _lower_view,
-}
+@dataclass(frozen=True)
+class CompiledSupport:
+    """What the delegate knows of one op: the versions it claims (higher versions add integer,
+    hybrid or sparse variants, op_version.cc, that the chains do not implement), operand
+    positions that must be constant so the chain packs them at prepare time, and its lowering
+    (None: the reference kernel runs inside the chain)."""
+
+    versions: frozenset[int]
+    const_operands: tuple[int, ...] = ()
+    lower: Lowering | None = None
+
+
+#: The compiled delegate's per-op support: an open table, so a new lowering registers here
+#: (for an op that has a record) instead of in a side table of its own.
+COMPILED_LOWERINGS: OpTable[CompiledSupport] = OpTable("compiled delegate")
+
+
+def _register(names: Iterable[str], versions: Iterable[int] = (1,), const_operands: tuple[int, ...] = (),
+              lower: Lowering | None = None) -> None:
+    for name in names:
+        COMPILED_LOWERINGS.register(name, CompiledSupport(frozenset(versions), const_operands, lower))
+
+
+_register(["FULLY_CONNECTED"], (1, 5, 6), (1, 2), _lower_fully_connected)  # plain, keep_num_dims, no bias
+_register(["CONV_2D"], (1,), (1, 2), _lower_conv)
+_register(["DEPTHWISE_CONV_2D"], (1, 2), (1, 2), _lower_depthwise)  # 2: dilation
+_register(["ADD", "SUB", "MUL"], lower=_lower_binary)
+_register(["RESHAPE", "EXPAND_DIMS"], const_operands=(1,), lower=_lower_view)
+_register(["SQUEEZE"], lower=_lower_view)
+_register(["MEAN"], const_operands=(1,), lower=_lower_mean)
+_register(["TRANSPOSE"], const_operands=(1,))
+_register(["RELU", "RELU6", "RELU_N1_TO_1", "LOGISTIC", "TANH", "HARD_SWISH", "GELU", "SOFTMAX",
+           "AVERAGE_POOL_2D", "MAX_POOL_2D", "CONCATENATION", "BATCH_MATMUL", "SQUARED_DIFFERENCE",
+           "RSQRT", "NEG"])
+
+
+class _SupportedVersions(Mapping):
+    """Read-only ``op name -> versions`` view of COMPILED_LOWERINGS (kept for callers)."""
+
+    def __getitem__(self, name: str) -> frozenset[int]:
+        if name not in COMPILED_LOWERINGS:
+            raise KeyError(name)
+        return COMPILED_LOWERINGS[name].versions
+
+    def __iter__(self):
+        return iter(COMPILED_LOWERINGS)
+
+    def __len__(self) -> int:
+        return len(COMPILED_LOWERINGS)
+
+
+#: The op versions the delegate knows, per op.
+SUPPORTED_VERSIONS: Mapping[str, frozenset[int]] = _SupportedVersions()
 
 
 class _Plan:
@@ -545,7 +557,7 @@ class ChainKernel(DelegateKernel):
             node = _Node(op, ops.require(op.op_type).make_options(op.options), label, in_shapes, consts,
                          in_slots, [-1 if t is None else self.slot[id(t)] for t in op.outputs],
                          [t is not None and id(t) in self.escaping for t in op.outputs])
-            lower = _LOWERINGS.get(op.op_type, _lower_reference)
+            lower = COMPILED_LOWERINGS[op.op_type].lower or _lower_reference
             try:
                 run, out_shapes = lower(node)
             except KilnError:
@@ -577,7 +589,7 @@ class CompiledDelegate(Delegate):
     """Claims float32 nodes at known versions; runs each partition as a compiled chain.
 
     Args:
-      ops: restrict the delegate to these op names (default: every op in SUPPORTED_VERSIONS).
+      ops: restrict the delegate to these op names (default: every op in COMPILED_LOWERINGS).
 
     After an interpreter prepares, ``claimed`` lists (node index, op name, version) of the
     nodes the delegate took and ``rejected`` maps refused nodes to the reason.
@@ -586,11 +598,11 @@ class CompiledDelegate(Delegate):
     name = "compiled"
 
     def __init__(self, ops: Iterable[str] | None = None):
-        chosen = frozenset(SUPPORTED_VERSIONS if ops is None else ops)
-        unknown = chosen - SUPPORTED_VERSIONS.keys()
+        chosen = frozenset(COMPILED_LOWERINGS if ops is None else ops)
+        unknown = chosen - COMPILED_LOWERINGS.keys()
         if unknown:
             raise UnsupportedError(f"the compiled delegate has no lowering for {sorted(unknown)}; "
-                                   f"it runs {sorted(SUPPORTED_VERSIONS)}")
+                                   f"it runs {sorted(COMPILED_LOWERINGS)}")
         self.ops = chosen
         self.claimed: list[tuple[int, str, int]] = []
         self.rejected: dict[tuple[int, str, int], str] = {}

@@ -247,3 +247,27 @@ def test_large_convolutions_run_in_row_chunks(zoo, monkeypatch):
         x = sample_inputs(ours.get_input_details(), 5)
         (actual,), (expected,) = run(ours, x), run(ref, x)
         assert_close(actual, expected, rtol=E2E_RTOL.get(name, RTOL), atol=ATOL, what=name)
+
+
+def test_a_registered_op_is_claimed_and_matches_litert():
+    """Support for a new op is one registration in the open table, nothing else."""
+    from kiln.delegates import COMPILED_LOWERINGS, CompiledSupport
+
+    model = Model()
+    sg = model.add_subgraph("main")
+    x, y = sg.add_tensor("x", DType.FLOAT32, (2, 5)), sg.add_tensor("y", DType.FLOAT32, (2, 5))
+    sg.inputs, sg.outputs = [x], [y]
+    sg.add_operator("EXP", [x], [y])
+    data = write_model(model)
+    assert "EXP" not in COMPILED_LOWERINGS
+    COMPILED_LOWERINGS.register("EXP", CompiledSupport(frozenset({1})))
+    try:
+        delegate = CompiledDelegate()
+        interp = kiln.Interpreter(model_content=data, experimental_delegates=[delegate])
+        inputs = [np.linspace(-3, 3, 10, dtype=np.float32).reshape(2, 5)]
+        (actual,) = run(interp, inputs)
+    finally:
+        COMPILED_LOWERINGS.unregister("EXP")
+    assert delegate.claimed == [(0, "EXP", 1)]
+    (expected,) = run(litert(data), inputs)
+    assert_close(actual, expected, rtol=RTOL, atol=ATOL)
