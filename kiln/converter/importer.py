@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import ConversionError
 from ..ir import Model, Subgraph, Tensor
+from ..ops import subgraph_fields
 from ..schema import DType
 from . import custom as custom_ops
 from .context import EmitContext, Unsupported
@@ -145,8 +146,7 @@ class Importer:
         for op in sg.operators:
             if op.op_type == "VAR_HANDLE":
                 return True
-            for key in ("cond_subgraph_index", "body_subgraph_index", "then_subgraph_index",
-                        "else_subgraph_index"):
+            for key in subgraph_fields(op):
                 if key in op.options and self._uses_variables(self.model.subgraphs[op.options[key]], seen):
                     return True
         return False

@@ -31,11 +31,6 @@ MAX_CALL_DEPTH = 64
 _LOW_LEVEL = (struct.error, IndexError, ValueError, TypeError, OverflowError, UnicodeDecodeError,
               AttributeError, KeyError)
 
-# Control-flow options fields that name other subgraphs.
-SUBGRAPH_FIELDS = ("cond_subgraph_index", "body_subgraph_index", "then_subgraph_index",
-                   "else_subgraph_index", "init_subgraph_index", "subgraph")
-
-
 class _Reader:
     def __init__(self, buf):
         self.buf = buf
@@ -320,13 +315,15 @@ class _Reader:
 
 def check_subgraph_calls(model: Model) -> None:
     """Refuse control-flow references to missing subgraphs and cyclic subgraph calls."""
+    from .. import ops  # local: the op records load after the format
+
     n = len(model.subgraphs)
     calls: list[list[int]] = []
     for si, sg in enumerate(model.subgraphs):
         targets = []
         for oi, op in enumerate(sg.operators):
-            for field in SUBGRAPH_FIELDS:
-                if field in op.options and op.op_type in ("WHILE", "IF", "CALL_ONCE", "CALL"):
+            for field in ops.subgraph_fields(op):
+                if field in op.options:
                     idx = op.options[field]
                     if not 0 <= idx < n:
                         raise ModelError(
@@ -384,4 +381,4 @@ def read_model(source) -> Model:
     return model
 
 
-__all__ = ["read_model", "MAX_CALL_DEPTH", "MAX_RANK", "MAX_ELEMENTS", "SUBGRAPH_FIELDS"]
+__all__ = ["read_model", "MAX_CALL_DEPTH", "MAX_RANK", "MAX_ELEMENTS"]

@@ -58,6 +58,31 @@ def get(name: str) -> OpDef | None:
     return OPS.get(name)
 
 
+def has_side_effects(op_type: str) -> bool:
+    """Whether running ``op_type`` does something its outputs do not show. Ops kiln has no
+    record of (CUSTOM, CALL, builtins it does not know) are assumed to: what kiln does not
+    know, it does not remove."""
+    record = OPS.get(op_type)
+    return record is None or record.side_effects
+
+
+def is_pure(op_type: str) -> bool:
+    """Whether ``op_type``'s outputs are a function of its inputs alone (safe to fold or
+    merge): a known op without side effects, state or called subgraphs."""
+    record = OPS.get(op_type)
+    return record is not None and not (record.side_effects or record.stateful or record.subgraph_fields)
+
+
+def subgraph_fields(op) -> tuple[str, ...]:
+    """Options fields of IR operator ``op`` that name a subgraph: its record's; for an op kiln
+    has no record of (CALL, STABLEHLO_COMPOSITE read from a file), each stored field the schema
+    names ``subgraph`` or ``*_subgraph_index``."""
+    record = OPS.get(op.op_type)
+    if record is not None:
+        return record.subgraph_fields
+    return tuple(k for k in op.options if k == "subgraph" or k.endswith("_subgraph_index"))
+
+
 def options_schema(op_type: str) -> OptionsSpec | None:
     """What options ``op_type`` accepts: a spec whose ``defaults`` name every declared option
     with its schema default (empty for an op without options); None for ops kiln has no
@@ -110,5 +135,5 @@ def require(name: str) -> OpDef:
 
 __all__ = [
     "KernelCall", "OPS", "OPTIONS_BY_TABLE", "OpDef", "OptionsSpec", "apply_activation", "get",
-    "infer_output_shapes", "options_schema", "require",
+    "has_side_effects", "infer_output_shapes", "is_pure", "options_schema", "require", "subgraph_fields",
 ]

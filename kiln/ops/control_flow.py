@@ -47,9 +47,9 @@ def _call_once(call):
 
 OPS = (
     OpDef("WHILE", _while, OptionsSpec("WhileOptions", {"cond_subgraph_index": 0, "body_subgraph_index": 0}),
-          runtime_versions=("1.15.0",)),
+          runtime_versions=("1.15.0",), subgraph_fields=("cond_subgraph_index", "body_subgraph_index")),
     OpDef("IF", _if, OptionsSpec("IfOptions", {"then_subgraph_index": 0, "else_subgraph_index": 0}),
-          runtime_versions=("1.15.0",)),
+          runtime_versions=("1.15.0",), subgraph_fields=("then_subgraph_index", "else_subgraph_index")),
     OpDef("CALL_ONCE", _call_once, OptionsSpec("CallOnceOptions", {"init_subgraph_index": 0}),
-          runtime_versions=("2.5.0",)),
+          runtime_versions=("2.5.0",), side_effects=True, subgraph_fields=("init_subgraph_index",)),
 )

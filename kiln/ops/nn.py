@@ -355,6 +355,7 @@ FULLY_CONNECTED = OpDef(
     version=_fc_version,
     max_version=14,
     shape=_fc_shape,
+    fused_activation_host=True,
     runtime_versions=("1.5.0", "1.10.0", "1.14.0", "1.14.0", "2.0.0", "2.1.0", "2.3.0", "2.3.0",
                       "2.3.0", "2.11.0", "2.15.0", "2.17.0", "2.18.0", UNLISTED),
 )
@@ -486,6 +487,7 @@ CONV_2D = OpDef(
     version=_conv_version,
     max_version=8,
     shape=_conv_shape,
+    fused_activation_host=True,
     runtime_versions=("1.5.0", "1.14.0", "1.14.0", "2.3.0", "2.4.0", "2.9.0", "2.11.0", "2.15.0"),
 )
 
@@ -617,6 +619,7 @@ DEPTHWISE_CONV_2D = OpDef(
     version=_dw_version,
     max_version=7,
     shape=_dw_shape,
+    fused_activation_host=True,
     runtime_versions=("1.5.0", "1.12.0", "1.14.0", "2.2.0", "2.3.0", "2.3.0", "2.11.0"),
 )
 
@@ -794,12 +797,12 @@ _POOL_OPTIONS = OptionsSpec("Pool2DOptions", {
 
 MAX_POOL_2D = OpDef(
     name="MAX_POOL_2D", kernel=_max_pool_kernel, options=_POOL_OPTIONS,
-    version=_pool_version, max_version=3, shape=_pool_shape,
+    version=_pool_version, max_version=3, shape=_pool_shape, fused_activation_host=True,
     runtime_versions=("1.5.0", "1.14.0", "2.3.0"),
 )
 AVERAGE_POOL_2D = OpDef(
     name="AVERAGE_POOL_2D", kernel=_avg_pool_kernel, options=_POOL_OPTIONS,
-    version=_pool_version, max_version=3, shape=_pool_shape,
+    version=_pool_version, max_version=3, shape=_pool_shape, fused_activation_host=True,
     runtime_versions=("1.5.0", "1.14.0", "2.3.0"),
 )
 

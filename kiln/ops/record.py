@@ -123,6 +123,16 @@ class OpDef:
     #: First LiteRT release running each version (index 0 is version 1), as runtime_version.cc;
     #: ``UNLISTED`` where that table has no row. Every version up to max_version needs an entry.
     runtime_versions: tuple[str, ...] = ()
+    #: LiteRT's float kernel applies the fused_activation_function option, so a following
+    #: RELU / RELU6 / RELU_N1_TO_1 can fold into it (passes.activation).
+    fused_activation_host: bool = False
+    #: Running it has an effect its outputs do not show (a variable write, a one-time init):
+    #: never removed, folded or merged.
+    side_effects: bool = False
+    #: Its result is not a pure function of its inputs (it reads a variable): never folded or merged.
+    stateful: bool = False
+    #: Options fields that name a subgraph it calls (its effects are those of the subgraphs).
+    subgraph_fields: tuple[str, ...] = ()
 
     def runtime_version(self, version: int) -> str:
         """First LiteRT release that runs ``version`` ("" when UNLISTED); a missing row raises."""

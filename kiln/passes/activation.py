@@ -11,6 +11,7 @@ CONCATENATION is no host: LiteRT's kernel rejects any fused activation. TANH is 
 
 from __future__ import annotations
 
+from .. import ops
 from ..ir import Operator, Subgraph
 from ..schema import Activation, DType
 from .manager import OperatorPass
@@ -19,11 +20,8 @@ from .rewrite import bypass, sole_user, writes_variable
 FUSABLE_ACTIVATIONS = {
     "RELU": Activation.RELU, "RELU6": Activation.RELU6, "RELU_N1_TO_1": Activation.RELU_N1_TO_1,
 }
-#: Ops whose LiteRT float kernels apply fused_activation_function.
-HOSTS = frozenset({
-    "ADD", "SUB", "MUL", "DIV", "CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "AVERAGE_POOL_2D",
-    "MAX_POOL_2D",
-})
+#: Ops whose LiteRT float kernels apply fused_activation_function (their records say so).
+HOSTS = frozenset(name for name, record in ops.OPS.items() if record.fused_activation_host)
 
 
 _RESHAPES = ("RESHAPE", "EXPAND_DIMS", "SQUEEZE")

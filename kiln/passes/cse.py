@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import ops
 from ..ir import Model, Operator, Subgraph
 from .manager import Pass
-from .rewrite import STATEFUL_OPS, is_output, writes_variable
+from .rewrite import is_output, writes_variable
 
 
 def _freeze(value):
@@ -42,7 +43,7 @@ def _eliminate(sg: Subgraph) -> bool:
     seen: dict = {}
     changed = False
     for op in list(sg.operators):
-        if op.op_type in STATEFUL_OPS or writes_variable(op) or not op.outputs:
+        if not ops.is_pure(op.op_type) or writes_variable(op) or not op.outputs:
             continue
         try:
             key = _key(op)

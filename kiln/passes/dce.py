@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from .. import ops
 from ..ir import Model, Operator, Subgraph
 from .manager import Pass
-from .rewrite import SIDE_EFFECT_OPS, SUBGRAPH_INDEX_FIELDS, is_output
+from .rewrite import is_output
 
 
 def _subgraph_has_effects(model: Model, index: int, seen: set[int]) -> bool:
@@ -18,12 +19,13 @@ def _subgraph_has_effects(model: Model, index: int, seen: set[int]) -> bool:
 
 
 def op_has_effects(model: Model, op: Operator, seen: set[int] | None = None) -> bool:
-    """Whether removing ``op`` could change behaviour beyond its outputs."""
-    if op.op_type in ("WHILE", "IF", "CALL"):
-        seen = set() if seen is None else seen
-        return any(_subgraph_has_effects(model, op.options[k], seen)
-                   for k in SUBGRAPH_INDEX_FIELDS if k in op.options)
-    return op.op_type in SIDE_EFFECT_OPS
+    """Whether removing ``op`` could change behaviour beyond its outputs: its record says it
+    has side effects (or kiln has none), or a subgraph it calls does."""
+    if ops.has_side_effects(op.op_type):
+        return True
+    seen = set() if seen is None else seen
+    return any(_subgraph_has_effects(model, op.options[k], seen)
+               for k in ops.subgraph_fields(op) if k in op.options)
 
 
 def _unused(op: Operator) -> bool:
@@ -63,7 +65,7 @@ def prune_subgraphs(model: Model) -> bool:
     while stack:
         i = stack.pop()
         for op in model.subgraphs[i].operators:
-            for k in SUBGRAPH_INDEX_FIELDS:
+            for k in ops.subgraph_fields(op):
                 j = op.options.get(k)
                 if isinstance(j, int) and 0 <= j < len(model.subgraphs) and j not in keep:
                     keep.add(j)
@@ -79,7 +81,7 @@ def prune_subgraphs(model: Model) -> bool:
             model.subgraphs.append(sg)
     for sg in model.subgraphs:
         for op in sg.operators:
-            for k in SUBGRAPH_INDEX_FIELDS:
+            for k in ops.subgraph_fields(op):
                 if isinstance(op.options.get(k), int) and op.options[k] in new_index:
                     op.options[k] = new_index[op.options[k]]
     return True

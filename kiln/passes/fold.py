@@ -14,7 +14,7 @@ from .. import ops
 from ..ir import Operator, Subgraph
 from ..ops.record import KernelCall
 from .manager import OperatorPass
-from .rewrite import STATEFUL_OPS, add_constant, is_output, writes_variable
+from .rewrite import add_constant, is_output, writes_variable
 
 #: Results up to this many elements are always folded; larger ones only when they do not
 #: grow the model (output elements <= input elements).
@@ -26,7 +26,7 @@ def _quantized(t) -> bool:
 
 
 def can_fold(op: Operator) -> bool:
-    if op.op_type in STATEFUL_OPS or not op.outputs or writes_variable(op):
+    if not ops.is_pure(op.op_type) or not op.outputs or writes_variable(op):
         return False
     if any(t is not None and not t.is_constant for t in op.inputs):
         return False

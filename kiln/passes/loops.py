@@ -7,6 +7,7 @@ their final value. Such a variable (and the body ops computing it) goes away.
 
 from __future__ import annotations
 
+from .. import ops
 from ..ir import Model, Operator, Subgraph, Tensor
 from .dce import op_has_effects
 from .manager import Pass
@@ -31,9 +32,7 @@ def _depends_on(sg: Subgraph, outputs: list[Tensor]) -> set[int]:
 
 
 def _users_of_subgraph(model: Model, index: int) -> int:
-    keys = ("cond_subgraph_index", "body_subgraph_index", "then_subgraph_index", "else_subgraph_index",
-            "init_subgraph_index")
-    return sum(1 for _, _, op in model.operators() for k in keys if op.options.get(k) == index)
+    return sum(1 for _, _, op in model.operators() for k in ops.subgraph_fields(op) if op.options.get(k) == index)
 
 
 def _dead_vars(model: Model, op: Operator) -> list[int]:

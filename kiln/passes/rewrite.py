@@ -9,21 +9,6 @@ import numpy as np
 from ..ir import Operator, Subgraph, Tensor
 from ..schema import DType
 
-#: Operators whose effect is not captured by their outputs: never removed or folded.
-SIDE_EFFECT_OPS = frozenset({
-    "ASSIGN_VARIABLE", "CALL_ONCE", "CUSTOM", "WHILE", "IF", "CALL", "STABLEHLO_COMPOSITE",
-})
-#: Operators whose result is not a pure function of their inputs: never folded.
-STATEFUL_OPS = SIDE_EFFECT_OPS | frozenset({
-    "VAR_HANDLE", "READ_VARIABLE", "RANDOM_UNIFORM", "RANDOM_STANDARD_NORMAL", "MULTINOMIAL",
-    "HASHTABLE", "HASHTABLE_FIND", "HASHTABLE_IMPORT", "HASHTABLE_SIZE",
-})
-#: Options fields that hold a subgraph index.
-SUBGRAPH_INDEX_FIELDS = (
-    "cond_subgraph_index", "body_subgraph_index", "then_subgraph_index", "else_subgraph_index",
-    "init_subgraph_index", "subgraph", "decomposition_subgraph_index",
-)
-
 
 def writes_variable(op: Operator) -> bool:
     """Whether ``op`` writes a variable tensor (e.g. the state of a fused LSTM)."""

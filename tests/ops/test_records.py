@@ -69,3 +69,38 @@ def test_an_unlisted_version_leaves_the_minimum_like_tf():
 
 def test_records_no_longer_carry_an_unread_quantized_kernel_slot():
     assert not hasattr(ops.require("ADD"), "quantized_kernel")
+
+
+# -- facts passes read from the records ------------------------------------------------------
+
+@pytest.mark.parametrize("record", [r for r in RECORDS if r.options is not None], ids=lambda r: r.name)
+def test_subgraph_fields_are_the_tables_subgraph_fields(record):
+    fields = [f for f in record.option_defaults if f == "subgraph" or f.endswith("_subgraph_index")]
+    assert sorted(record.subgraph_fields) == sorted(fields)
+
+
+def test_fused_activation_hosts_have_the_option():
+    hosts = [r.name for r in RECORDS if r.fused_activation_host]
+    assert set(hosts) == {"ADD", "SUB", "MUL", "DIV", "CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED",
+                          "AVERAGE_POOL_2D", "MAX_POOL_2D"}
+    assert all("fused_activation_function" in ops.require(h).option_defaults for h in hosts)
+
+
+def test_purity_comes_from_the_records():
+    assert ops.is_pure("ADD") and not ops.is_pure("READ_VARIABLE") and not ops.is_pure("WHILE")
+    assert ops.has_side_effects("ASSIGN_VARIABLE") and not ops.has_side_effects("WHILE")
+    assert ops.has_side_effects("CUSTOM") and not ops.is_pure("SVDF")  # unknown: kept, never folded
+
+
+def test_subgraphs_named_by_an_op_without_a_record_are_kept():
+    """A StableHLO op read from a file names its comparator subgraph; pruning must keep it."""
+    from kiln.passes.dce import prune_subgraphs
+
+    m = Model()
+    main = m.add_subgraph("main")
+    m.add_subgraph("unused")
+    m.add_subgraph("comparator")
+    main.add_operator("STABLEHLO_SORT", [], [], options={"comparator_subgraph_index": 2})
+    assert prune_subgraphs(m)
+    assert [sg.name for sg in m.subgraphs] == ["main", "comparator"]
+    assert main.operators[0].options["comparator_subgraph_index"] == 1
