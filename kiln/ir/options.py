@@ -4,7 +4,8 @@ and answers a missing name with the schema default.
 Validation happens where an option is written (construction, ``op.options[name] = v``), so a
 typo such as ``filter_widht`` fails at once, naming the op, instead of running with the default
 until the writer rejects the field. Reading ``op.options[name]`` gives the stored value or the
-schema default, so no caller restates a default. Only stored values are kept in the dict (the
+schema default, so no caller restates a default; ``get(name)`` does the same for a name the op
+may not declare (generic passes), answering None there. Only stored values are kept in the dict (the
 writer emits exactly those, and ``in`` / ``dict(op.options)`` see only them). Ops kiln has no
 record of (CUSTOM, unknown builtins read from a file) are not checked.
 """
@@ -57,6 +58,16 @@ class OpOptions(dict):
         if schema is None:
             raise OptionError(f"{self.op_type} has no stored option {name!r} and kiln knows no default for it")
         return schema.defaults[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """The stored value, else the schema default if the op declares ``name``, else
+        ``default``: for code that reads an option any op type may or may not have."""
+        if name in self:
+            return dict.__getitem__(self, name)
+        schema = _schema(self.op_type)
+        if schema is not None and name in schema.defaults:
+            return schema.defaults[name]
+        return default
 
     def __setitem__(self, name: str, value: Any) -> None:
         self._check(name)

@@ -66,7 +66,7 @@ def prune_subgraphs(model: Model) -> bool:
         i = stack.pop()
         for op in model.subgraphs[i].operators:
             for k in ops.subgraph_fields(op):
-                j = op.options.get(k)
+                j = op.options[k] if k in op.options else None
                 if isinstance(j, int) and 0 <= j < len(model.subgraphs) and j not in keep:
                     keep.add(j)
                     stack.append(j)
@@ -82,6 +82,6 @@ def prune_subgraphs(model: Model) -> bool:
     for sg in model.subgraphs:
         for op in sg.operators:
             for k in ops.subgraph_fields(op):
-                if isinstance(op.options.get(k), int) and op.options[k] in new_index:
+                if k in op.options and isinstance(op.options[k], int) and op.options[k] in new_index:
                     op.options[k] = new_index[op.options[k]]
     return True

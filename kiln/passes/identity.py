@@ -38,7 +38,7 @@ def is_noop(op: Operator) -> bool:
     t = op.op_type
     if len(op.outputs) != 1 or not op.inputs or op.inputs[0] is None:
         return False
-    if op.options["fused_activation_function"]:
+    if op.options.get("fused_activation_function"):
         return False
     x, out = op.inputs[0], op.outputs[0]
     if x.dtype != out.dtype:

@@ -32,7 +32,8 @@ def _depends_on(sg: Subgraph, outputs: list[Tensor]) -> set[int]:
 
 
 def _users_of_subgraph(model: Model, index: int) -> int:
-    return sum(1 for _, _, op in model.operators() for k in ops.subgraph_fields(op) if op.options.get(k) == index)
+    return sum(1 for _, _, op in model.operators() for k in ops.subgraph_fields(op)
+               if k in op.options and op.options[k] == index)
 
 
 def _dead_vars(model: Model, op: Operator) -> list[int]:
@@ -83,8 +84,10 @@ class RemoveDeadLoopVariables(Pass):
         for _, _, op in list(model.operators()):
             if op.op_type != "WHILE":
                 continue
-            c, b = op.options.get("cond_subgraph_index"), op.options.get("body_subgraph_index")
-            if c is None or b is None or _users_of_subgraph(model, c) != 1 or _users_of_subgraph(model, b) != 1:
+            if not {"cond_subgraph_index", "body_subgraph_index"} <= op.options.keys():
+                continue
+            c, b = op.options["cond_subgraph_index"], op.options["body_subgraph_index"]
+            if _users_of_subgraph(model, c) != 1 or _users_of_subgraph(model, b) != 1:
                 continue
             dead = _dead_vars(model, op)
             if dead and len(dead) < len(op.inputs):

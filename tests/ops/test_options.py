@@ -102,3 +102,9 @@ def test_pad_fusion_reads_the_record_stride_default():
     model, conv = _pad_then_conv({"stride_w": 1, "stride_h": 1})
     FusePadIntoConv().run(model)
     assert conv.options["padding"] == Padding.SAME and conv.inputs[0].name == "x"
+
+
+def test_get_answers_for_names_an_op_may_not_declare():
+    assert Operator("ADD").options.get("fused_activation_function") == 0  # declared: the schema default
+    assert Operator("RELU").options.get("fused_activation_function") is None  # not declared: no error
+    assert Operator("RELU").options.get("fused_activation_function", 7) == 7
