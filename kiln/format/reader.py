@@ -31,6 +31,7 @@ MAX_CALL_DEPTH = 64
 _LOW_LEVEL = (struct.error, IndexError, ValueError, TypeError, OverflowError, UnicodeDecodeError,
               AttributeError, KeyError)
 
+
 class _Reader:
     def __init__(self, buf):
         self.buf = buf

@@ -25,10 +25,10 @@ class OptionError(KilnError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-def _schema(op_type: str):
+def _declared(op_type: str) -> Mapping[str, Any] | None:
     from .. import ops  # local: kiln.ops builds on the IR
 
-    return ops.options_schema(op_type)
+    return ops.declared_options(op_type)
 
 
 class OpOptions(dict):
@@ -43,10 +43,10 @@ class OpOptions(dict):
             self.update(values)
 
     def _check(self, name: str) -> None:
-        schema = _schema(self.op_type)
-        if schema is None or name in schema.defaults:
+        known = _declared(self.op_type)
+        if known is None or name in known:
             return
-        declared = sorted(schema.defaults)
+        declared = sorted(known)
         close = difflib.get_close_matches(str(name), declared, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         listed = f"its options are {declared}" if declared else "it takes no options"
@@ -54,19 +54,19 @@ class OpOptions(dict):
 
     def __missing__(self, name: str) -> Any:
         self._check(name)
-        schema = _schema(self.op_type)
-        if schema is None:
+        known = _declared(self.op_type)
+        if known is None:
             raise OptionError(f"{self.op_type} has no stored option {name!r} and kiln knows no default for it")
-        return schema.defaults[name]
+        return known[name]
 
     def get(self, name: str, default: Any = None) -> Any:
         """The stored value, else the schema default if the op declares ``name``, else
         ``default``: for code that reads an option any op type may or may not have."""
         if name in self:
             return dict.__getitem__(self, name)
-        schema = _schema(self.op_type)
-        if schema is not None and name in schema.defaults:
-            return schema.defaults[name]
+        known = _declared(self.op_type)
+        if known is not None and name in known:
+            return known[name]
         return default
 
     def __setitem__(self, name: str, value: Any) -> None:

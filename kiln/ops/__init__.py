@@ -6,6 +6,8 @@ means adding its record to its family's ``OPS`` tuple.
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 import numpy as np
 
 from ..errors import OpError
@@ -83,19 +85,12 @@ def subgraph_fields(op) -> tuple[str, ...]:
     return tuple(k for k in op.options if k == "subgraph" or k.endswith("_subgraph_index"))
 
 
-def options_schema(op_type: str) -> OptionsSpec | None:
-    """What options ``op_type`` accepts: a spec whose ``defaults`` name every declared option
-    with its schema default (empty for an op without options); None for ops kiln has no
-    record of (CUSTOM, builtins it does not know), whose options it does not check."""
-    schema = _SCHEMAS.get(op_type)
-    if schema is None and op_type in OPS:
-        record = OPS[op_type]
-        table = record.options.table if record.options else ""
-        schema = _SCHEMAS[op_type] = OptionsSpec(table, dict(record.option_defaults))
-    return schema
-
-
-_SCHEMAS: dict[str, OptionsSpec] = {}
+def declared_options(op_type: str) -> Mapping[str, Any] | None:
+    """Every option ``op_type`` declares, with its schema default (empty for an op without
+    options); None for ops kiln has no record of (CUSTOM, builtins it does not know), whose
+    options it does not check."""
+    record = OPS.get(op_type)
+    return None if record is None else record.option_defaults
 
 
 def infer_output_shapes(op) -> list[tuple[int, ...]]:
@@ -135,5 +130,5 @@ def require(name: str) -> OpDef:
 
 __all__ = [
     "KernelCall", "OPS", "OPTIONS_BY_TABLE", "OpDef", "OptionsSpec", "apply_activation", "get",
-    "has_side_effects", "infer_output_shapes", "is_pure", "options_schema", "require", "subgraph_fields",
+    "declared_options", "has_side_effects", "infer_output_shapes", "is_pure", "require", "subgraph_fields",
 ]
