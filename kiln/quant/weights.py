@@ -29,19 +29,20 @@ import numpy as np
 
 from .. import ops
 from ..ir import Model, Operator, QuantParams, Subgraph, Tensor
+from ..ops.tables import OpTable
 from ..schema import DType
 from . import params
 
 #: TensorFlow's ``minimum_elements_for_weights`` for dynamic-range quantization.
 MIN_WEIGHT_ELEMENTS = 1024
 
-#: op -> (weight operand, quantized dimension) of the hybrid kernels LiteRT has.
-HYBRID_WEIGHTS = {
-    "FULLY_CONNECTED": (1, 0),
-    "CONV_2D": (1, 0),
-    "DEPTHWISE_CONV_2D": (1, 3),
-    "TRANSPOSE_CONV": (1, 0),
-}
+#: op -> (weight operand, quantized dimension) of the hybrid kernels LiteRT has; an open
+#: table, so an op gaining a hybrid kernel registers here (and only ops with a record can).
+HYBRID_WEIGHTS: OpTable[tuple[int, int]] = OpTable("dynamic-range hybrid weights")
+HYBRID_WEIGHTS.register("FULLY_CONNECTED", (1, 0))
+HYBRID_WEIGHTS.register("CONV_2D", (1, 0))
+HYBRID_WEIGHTS.register("DEPTHWISE_CONV_2D", (1, 3))
+HYBRID_WEIGHTS.register("TRANSPOSE_CONV", (1, 0))
 
 
 #: Fused LSTMs: the weight operands (gates, peepholes, projection) of each direction.

@@ -31,3 +31,18 @@ def test_lookup_of_an_unregistered_op_names_the_table():
     assert table.get("ADD") is None
     with pytest.raises(KilnError, match="test lowerings: nothing registered for ADD"):
         table["ADD"]
+
+
+def test_a_table_filled_while_the_records_load_is_checked_on_first_use(monkeypatch):
+    """Op families may import a backend that owns a table before kiln.ops has its registry."""
+    import kiln.ops
+
+    table = OpTable("test lowerings")
+    registry = kiln.ops.OPS
+    monkeypatch.delattr(kiln.ops, "OPS")
+    table.register("CONV_2D", 1)
+    table.register("CONV_2X", 2)
+    monkeypatch.setattr(kiln.ops, "OPS", registry, raising=False)
+    with pytest.raises(OpTableError, match="'CONV_2X' has no op record"):
+        "CONV_2D" in table
+    assert list(table) == ["CONV_2D"]
