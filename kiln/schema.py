@@ -1,4 +1,5 @@
-"""Shared vocabulary of the LiteRT schema: tensor types, activations, padding, operator codes.
+"""Shared vocabulary of the LiteRT schema: tensor types, activations, padding, operator codes,
+and the fields of every builtin options table with their defaults.
 
 The numbers are the schema's own (schema.fbs), read through the `tflite` bindings so that
 kiln and the files it reads can never disagree.
@@ -7,7 +8,13 @@ kiln and the files it reads can never disagree.
 from __future__ import annotations
 
 import enum
+import functools
+import importlib
+import inspect
+import re
+from dataclasses import dataclass
 
+import flatbuffers
 import numpy as np
 from tflite.BuiltinOperator import BuiltinOperator as _BuiltinOperator
 from tflite.BuiltinOptions import BuiltinOptions as _BuiltinOptions
@@ -143,3 +150,91 @@ OPTIONS_NAMES: dict[int, str] = {v: k for k, v in OPTIONS_TAGS.items()}
 
 #: First code that does not fit the deprecated int8 `deprecated_builtin_code` field.
 PLACEHOLDER_FOR_GREATER_OP_CODES = 127
+
+
+# -- builtin options tables, as the bindings define them ----------------------------------
+
+_VECTOR_TYPE = re.compile(
+    r"def (\w+)AsNumpy\(self\):(?:(?!\bdef ).)*?GetVectorAsNumpy\(flatbuffers\.number_types\.(\w+)Flags", re.S
+)
+
+_NP_FLAGS = {
+    "Int8": np.int8, "Uint8": np.uint8, "Int16": np.int16, "Uint16": np.uint16, "Int32": np.int32,
+    "Uint32": np.uint32, "Int64": np.int64, "Uint64": np.uint64, "Float32": np.float32,
+    "Float64": np.float64, "Bool": np.bool_,
+}
+_STRING = re.compile(r"def (\w+)\(self\):(?:(?!\bdef ).)*?self\._tab\.String\(", re.S)
+#: Marker "element type" of string fields (VarHandleOptions.container, ...).
+STRING = np.dtype("O")
+
+
+def snake(camel: str) -> str:
+    """"DilationWFactor" -> "dilation_w_factor"."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()
+
+
+@dataclass(frozen=True)
+class OptionField:
+    name: str          # snake_case, the IR's key
+    camel: str         # accessor name in the bindings
+    vector: np.dtype | None  # element type for vector fields (STRING for strings), None for scalars
+
+
+@dataclass(frozen=True)
+class OptionsLayout:
+    table: str
+    module: object
+    fields: tuple[OptionField, ...]
+
+
+@functools.lru_cache(maxsize=None)
+def options_layout(table: str) -> OptionsLayout:
+    """Field layout of options table ``table`` (e.g. "Conv2DOptions"), from the bindings."""
+    module = importlib.import_module(f"tflite.{table}")
+    source = inspect.getsource(module)
+    vector_types = {m.group(1): np.dtype(_NP_FLAGS[m.group(2)]) for m in _VECTOR_TYPE.finditer(source)}
+    vector_types.update({m.group(1): STRING for m in _STRING.finditer(source)})
+    fields = []
+    for m in re.finditer(rf"def {table}Add(\w+)\(builder, \w+\):\s*\n\s*builder\.Prepend(\w+)Slot\(", source):
+        camel, kind = m.group(1), m.group(2)
+        if kind == "UOffsetTRelative":
+            if camel not in vector_types:
+                continue  # nested tables / strings: no builtin options table uses them
+            fields.append(OptionField(snake(camel), camel, vector_types[camel]))
+        else:
+            fields.append(OptionField(snake(camel), camel, None))
+    return OptionsLayout(table, module, tuple(fields))
+
+
+@functools.lru_cache(maxsize=None)
+def _empty_table(table: str) -> tuple[bytes, int]:
+    lay = options_layout(table)
+    b = flatbuffers.Builder(0)
+    getattr(lay.module, f"{table}Start")(b)
+    b.Finish(getattr(lay.module, f"{table}End")(b))
+    buf = bytes(b.Output())
+    return buf, flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, 0)
+
+
+def options_defaults(table: str) -> dict:
+    """{field: default} of options table ``table``: what the bindings read from an empty table."""
+    buf, pos = _empty_table(table)
+    return decode_options(table, buf, pos)
+
+
+def decode_options(table: str, buf, pos: int) -> dict:
+    """Read the options table at ``pos`` of ``buf`` into a dict {field: value}."""
+    lay = options_layout(table)
+    obj = getattr(lay.module, table)()
+    obj.Init(buf, pos)
+    out = {}
+    for f in lay.fields:
+        if f.vector is STRING:
+            raw = getattr(obj, f.camel)()
+            out[f.name] = raw.decode("utf-8", "replace") if raw is not None else ""
+        elif f.vector is not None:
+            arr = getattr(obj, f.camel + "AsNumpy")()
+            out[f.name] = tuple(arr.tolist()) if isinstance(arr, np.ndarray) else ()
+        else:
+            out[f.name] = getattr(obj, f.camel)()
+    return out

@@ -13,7 +13,7 @@ record of (CUSTOM, unknown builtins read from a file) are not checked.
 from __future__ import annotations
 
 import difflib
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from ..errors import KilnError
 
@@ -25,10 +25,19 @@ class OptionError(KilnError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-def _declared(op_type: str) -> Mapping[str, Any] | None:
-    from .. import ops  # local: kiln.ops builds on the IR
+#: ``op_type -> {declared option: schema default}``, or None for an op whose options are not
+#: checked. The op records sit above the IR, so kiln.ops hands its lookup down when it loads.
+_lookup: Callable[[str], Mapping[str, Any] | None] | None = None
 
-    return ops.declared_options(op_type)
+
+def use_declared_options(lookup: Callable[[str], Mapping[str, Any] | None]) -> None:
+    """Make OpOptions check names against ``lookup`` (kiln.ops passes its records')."""
+    global _lookup
+    _lookup = lookup
+
+
+def _declared(op_type: str) -> Mapping[str, Any] | None:
+    return None if _lookup is None else _lookup(op_type)
 
 
 class OpOptions(dict):

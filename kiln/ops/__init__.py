@@ -11,6 +11,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import OpError
+from ..ir import options as ir_options
 from . import (
     activations,
     control_flow,
@@ -91,6 +92,9 @@ def declared_options(op_type: str) -> Mapping[str, Any] | None:
     options it does not check."""
     record = OPS.get(op_type)
     return None if record is None else record.option_defaults
+
+
+ir_options.use_declared_options(declared_options)
 
 
 def infer_output_shapes(op) -> list[tuple[int, ...]]:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 import numpy as np
 
 from ..errors import OpError
-from ..schema import BUILTIN_CODES, Activation, DType
+from ..schema import BUILTIN_CODES, Activation, DType, options_defaults
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..ir import Operator
@@ -92,9 +92,7 @@ class OptionsSpec:
     def all_defaults(self) -> dict[str, Any]:
         """Every field of the table with its default: the schema's (read from the tflite
         bindings, so none is left out) overlaid with the record's typed ones (enums)."""
-        from ..format.options import schema_defaults  # local: ops load before the format
-
-        return {**schema_defaults(self.table), **self.defaults}
+        return {**options_defaults(self.table), **self.defaults}
 
 
 def _always_v1(op: "Operator") -> int:

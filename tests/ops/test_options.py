@@ -10,11 +10,10 @@ import pytest
 
 from kiln import KilnError, ops
 from kiln.format import read_model, write_model
-from kiln.format.options import schema_defaults
 from kiln.ir import Model, Operator
 from kiln.ir.options import OptionError
 from kiln.passes.pad import FusePadIntoConv
-from kiln.schema import DType, Padding
+from kiln.schema import DType, Padding, options_defaults
 
 
 def test_an_unknown_option_raises_at_construction():
@@ -53,7 +52,7 @@ def test_custom_ops_and_ops_without_a_record_are_not_checked():
 
 @pytest.mark.parametrize("record", [r for r in ops.OPS.values() if r.options is not None], ids=lambda r: r.name)
 def test_record_defaults_are_the_schema_defaults(record):
-    schema = schema_defaults(record.options.table)
+    schema = options_defaults(record.options.table)
     assert set(record.option_defaults) == set(schema)
     for name, value in record.options.defaults.items():
         assert value == schema[name], f"{record.name}.{name}: record says {value!r}, schema {schema[name]!r}"
