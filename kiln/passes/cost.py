@@ -58,7 +58,7 @@ def op_macs(op: Operator, shapes: Shapes | None = None) -> int:
         return out * w.shape[-1]
     if kind == "BATCH_MATMUL" and op.inputs[0] is not None:
         x = _shape(op.inputs[0], shapes)
-        return out * (x[-2] if op.options.get("adj_x") else x[-1])
+        return out * (x[-2] if op.options["adj_x"] else x[-1])
     if kind == "TRANSPOSE_CONV" and w is not None:
         return _elements(op.inputs[2], shapes) * w.shape[0] * w.shape[1] * w.shape[2]
     if kind == "CONV_3D_TRANSPOSE" and w is not None:
