@@ -29,7 +29,7 @@ from ..errors import KilnError, OpError, UnsupportedError
 from ..ir import Operator
 from ..ops.elementwise import activation_range, is_quantized
 from ..ops.hotpath import clip
-from ..ops.nn import window_geometry
+from ..ops.windowed import window_geometry
 from ..ops.record import KernelCall
 from ..ops.tables import OpTable
 from ..runtime.delegate import Delegate, DelegateKernel, NodeInfo, Partition

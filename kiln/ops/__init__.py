@@ -22,6 +22,7 @@ from . import (
     lstm,
     misc,
     nn,
+    pool,
     quantize,
     reduce,
     segment,
@@ -31,7 +32,7 @@ from . import (
 from .record import KernelCall, OpDef, OptionsSpec, apply_activation
 
 _FAMILIES = (
-    elementwise, activations, reduce, nn, image, shape, indexing, control_flow, variables, lstm,
+    elementwise, activations, reduce, nn, pool, image, shape, indexing, control_flow, variables, lstm,
     conv3d, segment, misc, quantize,
 )
 

@@ -1,8 +1,9 @@
-"""Op family: neural-network layers (fully connected, convolutions, pooling, batch matmul).
+"""Op family: neural-network layers (fully connected, convolutions, batch matmul).
 
 Kernels are float reference kernels written with NumPy matrix products: convolutions go
 through im2col (one GEMM per chunk of output rows), depthwise and pooling accumulate the
-filter taps in order over the whole tensor, so no Python loop ever runs per pixel. Each node
+filter taps in order over the whole tensor, so no Python loop ever runs per pixel (pooling:
+kiln/ops/pool.py; the shared geometry and plans: kiln/ops/windowed.py). Each node
 keeps a plan (geometry, weight layout, a zero-padded input buffer with window views over it)
 while its input shape and constant operands stay the same, so an invoke only copies the input
 in and runs the arithmetic.
@@ -10,13 +11,11 @@ Geometry (output size, SAME padding split) follows LiteRT's ``ComputePaddingHeig
 exactly: the extra pixel of an odd total padding goes after, not before.
 
 Fused activations clamp like LiteRT's builtin kernels (``elementwise.activation_range``).
-Integer-quantized tensors are refused (quantized kernels are left for the quantization
-work); MAX_POOL_2D accepts them when input and output share one quantization.
+Integer-quantized tensors are refused, except LiteRT's hybrid kernels (float input, int8
+weights: kiln.quant.hybrid).
 """
 
 from __future__ import annotations
-
-from typing import Sequence
 
 import numpy as np
 
@@ -26,181 +25,16 @@ from ..schema import Activation, DType, Padding
 from .elementwise import activation_range, reject_quantized
 from .hotpath import clip
 from .record import UNLISTED, KernelCall, OpDef, OptionsSpec, input_dtype, output_dtype
-
-#: Element budget of one im2col patch matrix; larger convolutions run in row chunks.
-_IM2COL_BUDGET = 1 << 24
-
-
-def _float_operand(call: KernelCall, x: np.ndarray, what: str) -> np.ndarray:
-    """The operand as a float array (float64 stays float64); other types are refused."""
-    if x.dtype.kind != "f":
-        raise OpError(f"{call.op.name}: {what} of type {x.dtype} is not supported (float only)")
-    return x if x.dtype == np.float64 else x.astype(np.float32, copy=False)
-
+from .windowed import (
+    _add_bias, _finish, _float_operand, _keep_plan, _nhwc, _padded_windows, _Plan, _plan_hit, _tap,
+    window_geometry,
+)
 
 #: The fused activations LiteRT's FULLY_CONNECTED accepts at all.
 _FC_ACTIVATIONS = (Activation.NONE, Activation.RELU, Activation.RELU6, Activation.RELU_N1_TO_1)
 
-
-def _finish(call: KernelCall, y: np.ndarray, act: int) -> np.ndarray:
-    """Clamp a scratch result in place to the fused activation's range and cast it.
-
-    LiteRT's builtin float kernels clamp even for NONE (to +-FLT_MAX, so an infinity comes
-    out as FLT_MAX) and have no range for TANH or SIGN_BIT, which they thus ignore.
-    """
-    lo, hi = activation_range(act, y.dtype)
-    clip(y, lo, hi, out=y)
-    return y.astype(call.out_dtypes[0], copy=False)
-
-
-def _add_bias(call: KernelCall, y: np.ndarray, bias) -> np.ndarray:
-    """Add bias over the last (channel) axis of ``y``, a scratch array the kernel owns."""
-    if bias is None:
-        return y
-    b = _float_operand(call, bias, "bias").reshape(-1)
-    if b.size != y.shape[-1]:
-        raise OpError(f"{call.op.name}: bias has {b.size} elements for {y.shape[-1]} output "
-                      "channels")
-    y += b
-    return y
-
-
-# -- geometry -----------------------------------------------------------------------------------
-
-def _trunc_div(a: int, b: int) -> int:
-    """C integer division (rounds toward zero), as LiteRT's size arithmetic does."""
-    q = abs(a) // b
-    return q if a >= 0 else -q
-
-
-def out_size(padding: int, size: int, kernel: int, stride: int, dilation: int = 1) -> int:
-    """Output extent of a windowed op along one axis (LiteRT's ComputeOutSize)."""
-    if stride <= 0 or dilation <= 0:
-        raise OpError(f"stride ({stride}) and dilation ({dilation}) must be positive")
-    effective = (kernel - 1) * dilation + 1
-    if padding == Padding.SAME:
-        return _trunc_div(size + stride - 1, stride)
-    if padding == Padding.VALID:
-        return _trunc_div(size + stride - effective, stride)
-    raise OpError(f"unknown padding {padding}")
-
-
-def pad_before_after(size: int, kernel: int, stride: int, dilation: int, out: int) -> tuple[int, int]:
-    """Padding split (before, after) that LiteRT derives from the output size."""
-    effective = (kernel - 1) * dilation + 1
-    total = max(0, (out - 1) * stride + effective - size)
-    return total // 2, total - total // 2
-
-
-def window_geometry(opts, shape_hw: Sequence[int], kernel_hw: Sequence[int],
-                    dilation: Sequence[int] = (1, 1)):
-    """(out_h, out_w), ((top, bottom), (left, right)) of a 2-D windowed op."""
-    strides = (opts.stride_h, opts.stride_w)
-    outs, pads = [], []
-    for size, k, s, d in zip(shape_hw, kernel_hw, strides, dilation):
-        o = out_size(opts.padding, size, k, s, d)
-        if o < 0:
-            raise OpError(f"window {k} (dilation {d}, stride {s}) does not fit input extent {size}")
-        outs.append(o)
-        pads.append(pad_before_after(size, k, s, d, o))
-    return tuple(outs), tuple(pads)
-
-
-def _pad_hw(x: np.ndarray, pads, value=0.0) -> np.ndarray:
-    """Pad the H and W axes of an NHWC array; a no-op when nothing is to be padded."""
-    (t, b), (l, r) = pads
-    if t == b == l == r == 0:
-        return x
-    return np.pad(x, ((0, 0), (t, b), (l, r), (0, 0)), constant_values=value)
-
-
-def _tap(xp: np.ndarray, i: int, j: int, out_hw, strides, dilation) -> np.ndarray:
-    """View of the padded input seen by filter tap (i, j) at every output position."""
-    (oh, ow), (sh, sw), (dh, dw) = out_hw, strides, dilation
-    y0, x0 = i * dh, j * dw
-    return xp[:, y0:y0 + (oh - 1) * sh + 1:sh, x0:x0 + (ow - 1) * sw + 1:sw, :]
-
-
-def _windows(xp: np.ndarray, kernel_hw, out_hw, strides, dilation, rows=None) -> np.ndarray:
-    """Strided view [N, OH, OW, KH, KW, C] of every window of the padded NHWC input."""
-    n, _, _, c = xp.shape
-    sn, sh_, sw_, sc = xp.strides
-    (kh, kw), (oh, ow), (sh, sw), (dh, dw) = kernel_hw, out_hw, strides, dilation
-    start, count = (0, oh) if rows is None else rows
-    if count and ((start + count - 1) * sh + (kh - 1) * dh >= xp.shape[1]
-                  or (ow - 1) * sw + (kw - 1) * dw >= xp.shape[2]):
-        raise OpError(f"internal: windows {kh}x{kw} overrun the padded input {xp.shape}")
-    base = xp[:, start * sh:]
-    return np.lib.stride_tricks.as_strided(
-        base,
-        shape=(n, count, ow, kh, kw, c),
-        strides=(sn, sh_ * sh, sw_ * sw, sh_ * dh, sw_ * dw, sc),
-        writeable=False,
-    )
-
-
-def _nhwc(call: KernelCall, x: np.ndarray, what: str = "input") -> np.ndarray:
-    if x.ndim != 4:
-        raise OpError(f"{call.op.name}: {what} must be 4-D NHWC, got shape {x.shape}")
-    return x
-
-
-# -- per-node plans -----------------------------------------------------------------------------
-# A kernel's checks, geometry and weight layout depend only on the input's shape and type and
-# on its other operands. They are worked out once into a plan kept in ``call.state`` and
-# reused while the input keeps its shape and type and the other operands are the very same
-# read-only arrays (the model's constants); anything else rebuilds the plan.
-
-_PLAN = "_kiln_nn_plan"
-
-
-def _plan_hit(call: KernelCall, x: np.ndarray, a=None, b=None):
-    plan = call.state.get(_PLAN)
-    if plan is not None and plan.a is a and plan.b is b and plan.shape == x.shape \
-            and plan.dtype == x.dtype:
-        return plan
-    return None
-
-
-def _keep_plan(call: KernelCall, plan, x: np.ndarray, a=None, b=None):
-    """Key ``plan`` on x's shape and type and operands a, b; keep it if a and b cannot change."""
-    plan.shape, plan.dtype, plan.a, plan.b = x.shape, x.dtype, a, b
-    if all(v is None or (isinstance(v, np.ndarray) and not v.flags.writeable) for v in (a, b)):
-        call.state[_PLAN] = plan
-    return plan
-
-
-class _Plan:
-    """Attributes set by the kernel that builds it (a bag, for speed and readability)."""
-
-    def __init__(self, **values):
-        self.__dict__.update(values)
-
-
-def _padded_windows(plan, x_shape, dtype, kernel_hw, out_hw, pads, strides, dilation, fill=0):
-    """Give ``plan`` a persistent padded input buffer and tap-major window views over it.
-
-    ``plan.interior`` is where each invoke copies its input (the border keeps ``fill``);
-    ``plan.taps`` is a read-only view [KH, KW, N, OH, OW, C] of the buffer; ``plan.windows``
-    the same windows pixel-major [N, OH, OW, KH, KW, C] (the im2col layout).
-    """
-    n, h, w, c = x_shape
-    (t, b), (l, r) = pads
-    padded = np.full((n, h + t + b, w + l + r, c), fill, dtype)
-    plan.padded = padded
-    plan.interior = padded[:, t:t + h, l:l + w, :]
-    (kh, kw), (oh, ow), (sh, sw), (dh, dw) = kernel_hw, out_hw, strides, dilation
-    if oh and ow and ((oh - 1) * sh + (kh - 1) * dh >= padded.shape[1]
-                      or (ow - 1) * sw + (kw - 1) * dw >= padded.shape[2]):
-        raise OpError(f"internal: windows {kh}x{kw} overrun the padded input {padded.shape}")
-    sn, sh_, sw_, sc = padded.strides
-    as_strided = np.lib.stride_tricks.as_strided
-    plan.windows = as_strided(padded, shape=(n, oh, ow, kh, kw, c),
-                              strides=(sn, sh_ * sh, sw_ * sw, sh_ * dh, sw_ * dw, sc),
-                              writeable=False)
-    plan.taps = as_strided(padded, shape=(kh, kw, n, oh, ow, c),
-                           strides=(sh_ * dh, sw_ * dw, sn, sh_ * sh, sw_ * sw, sc),
-                           writeable=False)
+#: Element budget of one im2col patch matrix; larger convolutions run in row chunks.
+_IM2COL_BUDGET = 1 << 24
 
 
 # -- FULLY_CONNECTED ----------------------------------------------------------------------------
@@ -690,123 +524,6 @@ TRANSPOSE_CONV = OpDef(
 )
 
 
-# -- pooling ---------------------------------------------------------------------------------------
-
-def _pool_version(op) -> int:
-    if input_dtype(op) == DType.INT16 and output_dtype(op) == DType.INT16:
-        return 3
-    if input_dtype(op) == DType.INT8:
-        return 2
-    return 1
-
-
-def _pool_shape(opts, shapes):
-    x = shapes[0]
-    if len(x) != 4:
-        raise OpError(f"pooling input must be 4-D NHWC, got {list(x)}")
-    (oh, ow), _ = window_geometry(opts, x[1:3], (opts.filter_height, opts.filter_width))
-    return [(x[0], oh, ow, x[3])]
-
-
-def _pool_setup(call: KernelCall, x):
-    opts = call.opts
-    _nhwc(call, x)
-    if opts.filter_height <= 0 or opts.filter_width <= 0:
-        raise OpError(f"{call.op.name}: filter size {opts.filter_height}x{opts.filter_width} "
-                      "must be positive")
-    kernel = (opts.filter_height, opts.filter_width)
-    out_hw, pads = window_geometry(opts, x.shape[1:3], kernel)
-    return kernel, out_hw, pads, (opts.stride_h, opts.stride_w)
-
-
-def _max_pool_kernel(call: KernelCall, x):
-    plan = _plan_hit(call, x) or _max_pool_plan(call, x)
-    np.copyto(plan.interior, x)
-    y = None
-    for i in range(plan.kh):
-        for j in range(plan.kw):
-            tap = plan.taps[i, j]
-            y = tap.copy() if y is None else np.maximum(y, tap, out=y)
-    if plan.integer:
-        return y.astype(call.out_dtypes[0], copy=False)
-    clip(y, plan.lo, plan.hi, out=y)
-    return y.astype(call.out_dtypes[0], copy=False)
-
-
-def _max_pool_plan(call: KernelCall, x):
-    if x.dtype.kind == "f":
-        reject_quantized(call)
-    elif x.dtype in (np.int8, np.uint8, np.int16):
-        reject_quantized(call, shared_ok=True)  # max commutes with a shared affine map
-    else:
-        raise OpError(f"MAX_POOL_2D: input type {x.dtype} is not supported")
-    (kh, kw), out_hw, pads, strides = _pool_setup(call, x)
-    integer = x.dtype.kind != "f"
-    if integer:
-        low = np.iinfo(x.dtype).min
-        if call.opts.fused_activation_function != Activation.NONE:
-            raise OpError("MAX_POOL_2D: fused activation on integer input is not implemented")
-        lo = hi = None
-    else:
-        low = -np.inf
-        lo, hi = activation_range(call.opts.fused_activation_function, x.dtype)
-    plan = _Plan(kh=kh, kw=kw, integer=integer, lo=lo, hi=hi)
-    _padded_windows(plan, x.shape, x.dtype, (kh, kw), out_hw, pads, strides, (1, 1), low)
-    return _keep_plan(call, plan, x)
-
-
-def _avg_pool_kernel(call: KernelCall, x):
-    """Mean over the in-bounds part of each window (padding is not counted), as LiteRT."""
-    plan = _plan_hit(call, x) or _avg_pool_plan(call, x)
-    if plan.cast:
-        x = x.astype(np.float32)
-    np.copyto(plan.interior, x)
-    total = np.zeros(plan.out_shape, plan.dtype)
-    for i in range(plan.kh):
-        for j in range(plan.kw):
-            total += plan.taps[i, j]
-    y = total / plan.count
-    clip(y, plan.lo, plan.hi, out=y)
-    return y.astype(call.out_dtypes[0], copy=False)
-
-
-def _avg_pool_plan(call: KernelCall, x):
-    reject_quantized(call)
-    xf = _float_operand(call, x, "input")
-    (kh, kw), (oh, ow), pads, strides = _pool_setup(call, xf)
-    inside = _pad_hw(np.ones((1, xf.shape[1], xf.shape[2], 1), xf.dtype), pads)
-    count = np.zeros((1, oh, ow, 1), xf.dtype)
-    for i in range(kh):
-        for j in range(kw):
-            count += _tap(inside, i, j, (oh, ow), strides, (1, 1))
-    lo, hi = activation_range(call.opts.fused_activation_function, xf.dtype)
-    plan = _Plan(cast=xf is not x, kh=kh, kw=kw, out_shape=(xf.shape[0], oh, ow, xf.shape[3]),
-                 dtype=xf.dtype, count=count, lo=lo, hi=hi)
-    _padded_windows(plan, xf.shape, xf.dtype, (kh, kw), (oh, ow), pads, strides, (1, 1))
-    return _keep_plan(call, plan, x)
-
-
-_POOL_OPTIONS = OptionsSpec("Pool2DOptions", {
-    "padding": Padding.SAME,
-    "stride_w": 0,
-    "stride_h": 0,
-    "filter_width": 0,
-    "filter_height": 0,
-    "fused_activation_function": Activation.NONE,
-})
-
-MAX_POOL_2D = OpDef(
-    name="MAX_POOL_2D", kernel=_max_pool_kernel, options=_POOL_OPTIONS,
-    version=_pool_version, max_version=3, shape=_pool_shape, fused_activation_host=True,
-    runtime_versions=("1.5.0", "1.14.0", "2.3.0"),
-)
-AVERAGE_POOL_2D = OpDef(
-    name="AVERAGE_POOL_2D", kernel=_avg_pool_kernel, options=_POOL_OPTIONS,
-    version=_pool_version, max_version=3, shape=_pool_shape, fused_activation_host=True,
-    runtime_versions=("1.5.0", "1.14.0", "2.3.0"),
-)
-
-
 # -- BATCH_MATMUL ----------------------------------------------------------------------------------
 
 def _bmm_version(op) -> int:
@@ -873,7 +590,4 @@ BATCH_MATMUL = OpDef(
 )
 
 
-OPS = (
-    FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV, MAX_POOL_2D, AVERAGE_POOL_2D,
-    BATCH_MATMUL,
-)
+OPS = (FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV, BATCH_MATMUL)

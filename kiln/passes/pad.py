@@ -6,17 +6,16 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Operator, Subgraph
+from ..ops.windowed import out_size, pad_before_after
 from ..schema import Padding
 from .manager import OperatorPass
 from .rewrite import const, sole_user
 
 
 def same_padding(size: int, kernel: int, stride: int, dilation: int) -> tuple[int, int]:
-    """(before, after) padding LiteRT's SAME adds along one spatial dim."""
-    effective = (kernel - 1) * dilation + 1
-    out = (size + stride - 1) // stride
-    total = max((out - 1) * stride + effective - size, 0)
-    return total // 2, total - total // 2
+    """(before, after) padding LiteRT's SAME adds along one spatial dim (the kernels' own
+    geometry, kiln/ops/windowed.py)."""
+    return pad_before_after(size, kernel, stride, dilation, out_size(Padding.SAME, size, kernel, stride, dilation))
 
 
 def _fuse(sg: Subgraph, conv: Operator) -> bool:

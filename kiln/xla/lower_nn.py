@@ -15,7 +15,7 @@ from jax import lax
 from ..errors import OpError
 from ..ops.elementwise import activation_range
 from ..ops.image import _bilinear_axis, _nearest_axis
-from ..ops.nn import out_size, pad_before_after, window_geometry
+from ..ops.windowed import out_size, pad_before_after, window_geometry
 from ..schema import Activation, Padding
 from .table import fused_range, is_float, register_lowering
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kiln.ir import QuantParams
-from kiln.ops.nn import window_geometry
+from kiln.ops.windowed import window_geometry
 from kiln.quant import hybrid, params
 from tests.harness import Const, single_op_model
 

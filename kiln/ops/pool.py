@@ -1,0 +1,137 @@
+"""Op family: 2-D pooling (MAX_POOL_2D, AVERAGE_POOL_2D).
+
+Both accumulate the window taps in order over the whole tensor (no Python loop per pixel);
+AVERAGE_POOL_2D divides by the in-bounds part of each window, as LiteRT. MAX_POOL_2D also
+takes integer tensors whose input and output share one quantization (max commutes with it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import OpError
+from ..schema import Activation, DType, Padding
+from .elementwise import activation_range, reject_quantized
+from .hotpath import clip
+from .record import KernelCall, OpDef, OptionsSpec, input_dtype, output_dtype
+from .windowed import (
+    _float_operand, _keep_plan, _nhwc, _pad_hw, _padded_windows, _Plan, _plan_hit, _tap, window_geometry,
+)
+
+
+def _pool_version(op) -> int:
+    if input_dtype(op) == DType.INT16 and output_dtype(op) == DType.INT16:
+        return 3
+    if input_dtype(op) == DType.INT8:
+        return 2
+    return 1
+
+
+def _pool_shape(opts, shapes):
+    x = shapes[0]
+    if len(x) != 4:
+        raise OpError(f"pooling input must be 4-D NHWC, got {list(x)}")
+    (oh, ow), _ = window_geometry(opts, x[1:3], (opts.filter_height, opts.filter_width))
+    return [(x[0], oh, ow, x[3])]
+
+
+def _pool_setup(call: KernelCall, x):
+    opts = call.opts
+    _nhwc(call, x)
+    if opts.filter_height <= 0 or opts.filter_width <= 0:
+        raise OpError(f"{call.op.name}: filter size {opts.filter_height}x{opts.filter_width} "
+                      "must be positive")
+    kernel = (opts.filter_height, opts.filter_width)
+    out_hw, pads = window_geometry(opts, x.shape[1:3], kernel)
+    return kernel, out_hw, pads, (opts.stride_h, opts.stride_w)
+
+
+def _max_pool_kernel(call: KernelCall, x):
+    plan = _plan_hit(call, x) or _max_pool_plan(call, x)
+    np.copyto(plan.interior, x)
+    y = None
+    for i in range(plan.kh):
+        for j in range(plan.kw):
+            tap = plan.taps[i, j]
+            y = tap.copy() if y is None else np.maximum(y, tap, out=y)
+    if plan.integer:
+        return y.astype(call.out_dtypes[0], copy=False)
+    clip(y, plan.lo, plan.hi, out=y)
+    return y.astype(call.out_dtypes[0], copy=False)
+
+
+def _max_pool_plan(call: KernelCall, x):
+    if x.dtype.kind == "f":
+        reject_quantized(call)
+    elif x.dtype in (np.int8, np.uint8, np.int16):
+        reject_quantized(call, shared_ok=True)  # max commutes with a shared affine map
+    else:
+        raise OpError(f"MAX_POOL_2D: input type {x.dtype} is not supported")
+    (kh, kw), out_hw, pads, strides = _pool_setup(call, x)
+    integer = x.dtype.kind != "f"
+    if integer:
+        low = np.iinfo(x.dtype).min
+        if call.opts.fused_activation_function != Activation.NONE:
+            raise OpError("MAX_POOL_2D: fused activation on integer input is not implemented")
+        lo = hi = None
+    else:
+        low = -np.inf
+        lo, hi = activation_range(call.opts.fused_activation_function, x.dtype)
+    plan = _Plan(kh=kh, kw=kw, integer=integer, lo=lo, hi=hi)
+    _padded_windows(plan, x.shape, x.dtype, (kh, kw), out_hw, pads, strides, (1, 1), low)
+    return _keep_plan(call, plan, x)
+
+
+def _avg_pool_kernel(call: KernelCall, x):
+    """Mean over the in-bounds part of each window (padding is not counted), as LiteRT."""
+    plan = _plan_hit(call, x) or _avg_pool_plan(call, x)
+    if plan.cast:
+        x = x.astype(np.float32)
+    np.copyto(plan.interior, x)
+    total = np.zeros(plan.out_shape, plan.dtype)
+    for i in range(plan.kh):
+        for j in range(plan.kw):
+            total += plan.taps[i, j]
+    y = total / plan.count
+    clip(y, plan.lo, plan.hi, out=y)
+    return y.astype(call.out_dtypes[0], copy=False)
+
+
+def _avg_pool_plan(call: KernelCall, x):
+    reject_quantized(call)
+    xf = _float_operand(call, x, "input")
+    (kh, kw), (oh, ow), pads, strides = _pool_setup(call, xf)
+    inside = _pad_hw(np.ones((1, xf.shape[1], xf.shape[2], 1), xf.dtype), pads)
+    count = np.zeros((1, oh, ow, 1), xf.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            count += _tap(inside, i, j, (oh, ow), strides, (1, 1))
+    lo, hi = activation_range(call.opts.fused_activation_function, xf.dtype)
+    plan = _Plan(cast=xf is not x, kh=kh, kw=kw, out_shape=(xf.shape[0], oh, ow, xf.shape[3]),
+                 dtype=xf.dtype, count=count, lo=lo, hi=hi)
+    _padded_windows(plan, xf.shape, xf.dtype, (kh, kw), (oh, ow), pads, strides, (1, 1))
+    return _keep_plan(call, plan, x)
+
+
+_POOL_OPTIONS = OptionsSpec("Pool2DOptions", {
+    "padding": Padding.SAME,
+    "stride_w": 0,
+    "stride_h": 0,
+    "filter_width": 0,
+    "filter_height": 0,
+    "fused_activation_function": Activation.NONE,
+})
+
+MAX_POOL_2D = OpDef(
+    name="MAX_POOL_2D", kernel=_max_pool_kernel, options=_POOL_OPTIONS,
+    version=_pool_version, max_version=3, shape=_pool_shape, fused_activation_host=True,
+    runtime_versions=("1.5.0", "1.14.0", "2.3.0"),
+)
+AVERAGE_POOL_2D = OpDef(
+    name="AVERAGE_POOL_2D", kernel=_avg_pool_kernel, options=_POOL_OPTIONS,
+    version=_pool_version, max_version=3, shape=_pool_shape, fused_activation_host=True,
+    runtime_versions=("1.5.0", "1.14.0", "2.3.0"),
+)
+
+
+OPS = (MAX_POOL_2D, AVERAGE_POOL_2D)

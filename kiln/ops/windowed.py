@@ -1,0 +1,190 @@
+"""Shared machinery of the windowed NN ops (convolutions, pooling).
+
+Geometry follows LiteRT's ``ComputePaddingHeightWidth`` exactly — output size, and the SAME
+padding split whose extra pixel of an odd total goes after, not before — and is the one copy
+the kernels, the passes (kiln/passes/pad.py) and the backends use. Window views over a
+zero-padded input, per-node plans that keep geometry and buffers while shapes and constant
+operands stay the same, and the float-operand checks and activation clamp of the float
+kernels live here too.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import OpError
+from ..schema import Padding
+from .elementwise import activation_range
+from .hotpath import clip
+from .record import KernelCall
+
+
+def _float_operand(call: KernelCall, x: np.ndarray, what: str) -> np.ndarray:
+    """The operand as a float array (float64 stays float64); other types are refused."""
+    if x.dtype.kind != "f":
+        raise OpError(f"{call.op.name}: {what} of type {x.dtype} is not supported (float only)")
+    return x if x.dtype == np.float64 else x.astype(np.float32, copy=False)
+
+
+
+def _finish(call: KernelCall, y: np.ndarray, act: int) -> np.ndarray:
+    """Clamp a scratch result in place to the fused activation's range and cast it.
+
+    LiteRT's builtin float kernels clamp even for NONE (to +-FLT_MAX, so an infinity comes
+    out as FLT_MAX) and have no range for TANH or SIGN_BIT, which they thus ignore.
+    """
+    lo, hi = activation_range(act, y.dtype)
+    clip(y, lo, hi, out=y)
+    return y.astype(call.out_dtypes[0], copy=False)
+
+
+def _add_bias(call: KernelCall, y: np.ndarray, bias) -> np.ndarray:
+    """Add bias over the last (channel) axis of ``y``, a scratch array the kernel owns."""
+    if bias is None:
+        return y
+    b = _float_operand(call, bias, "bias").reshape(-1)
+    if b.size != y.shape[-1]:
+        raise OpError(f"{call.op.name}: bias has {b.size} elements for {y.shape[-1]} output "
+                      "channels")
+    y += b
+    return y
+
+
+# -- geometry -----------------------------------------------------------------------------------
+
+def _trunc_div(a: int, b: int) -> int:
+    """C integer division (rounds toward zero), as LiteRT's size arithmetic does."""
+    q = abs(a) // b
+    return q if a >= 0 else -q
+
+
+def out_size(padding: int, size: int, kernel: int, stride: int, dilation: int = 1) -> int:
+    """Output extent of a windowed op along one axis (LiteRT's ComputeOutSize)."""
+    if stride <= 0 or dilation <= 0:
+        raise OpError(f"stride ({stride}) and dilation ({dilation}) must be positive")
+    effective = (kernel - 1) * dilation + 1
+    if padding == Padding.SAME:
+        return _trunc_div(size + stride - 1, stride)
+    if padding == Padding.VALID:
+        return _trunc_div(size + stride - effective, stride)
+    raise OpError(f"unknown padding {padding}")
+
+
+def pad_before_after(size: int, kernel: int, stride: int, dilation: int, out: int) -> tuple[int, int]:
+    """Padding split (before, after) that LiteRT derives from the output size."""
+    effective = (kernel - 1) * dilation + 1
+    total = max(0, (out - 1) * stride + effective - size)
+    return total // 2, total - total // 2
+
+
+def window_geometry(opts, shape_hw: Sequence[int], kernel_hw: Sequence[int],
+                    dilation: Sequence[int] = (1, 1)):
+    """(out_h, out_w), ((top, bottom), (left, right)) of a 2-D windowed op."""
+    strides = (opts.stride_h, opts.stride_w)
+    outs, pads = [], []
+    for size, k, s, d in zip(shape_hw, kernel_hw, strides, dilation):
+        o = out_size(opts.padding, size, k, s, d)
+        if o < 0:
+            raise OpError(f"window {k} (dilation {d}, stride {s}) does not fit input extent {size}")
+        outs.append(o)
+        pads.append(pad_before_after(size, k, s, d, o))
+    return tuple(outs), tuple(pads)
+
+
+def _pad_hw(x: np.ndarray, pads, value=0.0) -> np.ndarray:
+    """Pad the H and W axes of an NHWC array; a no-op when nothing is to be padded."""
+    (t, b), (l, r) = pads
+    if t == b == l == r == 0:
+        return x
+    return np.pad(x, ((0, 0), (t, b), (l, r), (0, 0)), constant_values=value)
+
+
+def _tap(xp: np.ndarray, i: int, j: int, out_hw, strides, dilation) -> np.ndarray:
+    """View of the padded input seen by filter tap (i, j) at every output position."""
+    (oh, ow), (sh, sw), (dh, dw) = out_hw, strides, dilation
+    y0, x0 = i * dh, j * dw
+    return xp[:, y0:y0 + (oh - 1) * sh + 1:sh, x0:x0 + (ow - 1) * sw + 1:sw, :]
+
+
+def _windows(xp: np.ndarray, kernel_hw, out_hw, strides, dilation, rows=None) -> np.ndarray:
+    """Strided view [N, OH, OW, KH, KW, C] of every window of the padded NHWC input."""
+    n, _, _, c = xp.shape
+    sn, sh_, sw_, sc = xp.strides
+    (kh, kw), (oh, ow), (sh, sw), (dh, dw) = kernel_hw, out_hw, strides, dilation
+    start, count = (0, oh) if rows is None else rows
+    if count and ((start + count - 1) * sh + (kh - 1) * dh >= xp.shape[1]
+                  or (ow - 1) * sw + (kw - 1) * dw >= xp.shape[2]):
+        raise OpError(f"internal: windows {kh}x{kw} overrun the padded input {xp.shape}")
+    base = xp[:, start * sh:]
+    return np.lib.stride_tricks.as_strided(
+        base,
+        shape=(n, count, ow, kh, kw, c),
+        strides=(sn, sh_ * sh, sw_ * sw, sh_ * dh, sw_ * dw, sc),
+        writeable=False,
+    )
+
+
+def _nhwc(call: KernelCall, x: np.ndarray, what: str = "input") -> np.ndarray:
+    if x.ndim != 4:
+        raise OpError(f"{call.op.name}: {what} must be 4-D NHWC, got shape {x.shape}")
+    return x
+
+
+# -- per-node plans -----------------------------------------------------------------------------
+# A kernel's checks, geometry and weight layout depend only on the input's shape and type and
+# on its other operands. They are worked out once into a plan kept in ``call.state`` and
+# reused while the input keeps its shape and type and the other operands are the very same
+# read-only arrays (the model's constants); anything else rebuilds the plan.
+
+_PLAN = "_kiln_nn_plan"
+
+
+def _plan_hit(call: KernelCall, x: np.ndarray, a=None, b=None):
+    plan = call.state.get(_PLAN)
+    if plan is not None and plan.a is a and plan.b is b and plan.shape == x.shape \
+            and plan.dtype == x.dtype:
+        return plan
+    return None
+
+
+def _keep_plan(call: KernelCall, plan, x: np.ndarray, a=None, b=None):
+    """Key ``plan`` on x's shape and type and operands a, b; keep it if a and b cannot change."""
+    plan.shape, plan.dtype, plan.a, plan.b = x.shape, x.dtype, a, b
+    if all(v is None or (isinstance(v, np.ndarray) and not v.flags.writeable) for v in (a, b)):
+        call.state[_PLAN] = plan
+    return plan
+
+
+class _Plan:
+    """Attributes set by the kernel that builds it (a bag, for speed and readability)."""
+
+    def __init__(self, **values):
+        self.__dict__.update(values)
+
+
+def _padded_windows(plan, x_shape, dtype, kernel_hw, out_hw, pads, strides, dilation, fill=0):
+    """Give ``plan`` a persistent padded input buffer and tap-major window views over it.
+
+    ``plan.interior`` is where each invoke copies its input (the border keeps ``fill``);
+    ``plan.taps`` is a read-only view [KH, KW, N, OH, OW, C] of the buffer; ``plan.windows``
+    the same windows pixel-major [N, OH, OW, KH, KW, C] (the im2col layout).
+    """
+    n, h, w, c = x_shape
+    (t, b), (l, r) = pads
+    padded = np.full((n, h + t + b, w + l + r, c), fill, dtype)
+    plan.padded = padded
+    plan.interior = padded[:, t:t + h, l:l + w, :]
+    (kh, kw), (oh, ow), (sh, sw), (dh, dw) = kernel_hw, out_hw, strides, dilation
+    if oh and ow and ((oh - 1) * sh + (kh - 1) * dh >= padded.shape[1]
+                      or (ow - 1) * sw + (kw - 1) * dw >= padded.shape[2]):
+        raise OpError(f"internal: windows {kh}x{kw} overrun the padded input {padded.shape}")
+    sn, sh_, sw_, sc = padded.strides
+    as_strided = np.lib.stride_tricks.as_strided
+    plan.windows = as_strided(padded, shape=(n, oh, ow, kh, kw, c),
+                              strides=(sn, sh_ * sh, sw_ * sw, sh_ * dh, sw_ * dw, sc),
+                              writeable=False)
+    plan.taps = as_strided(padded, shape=(kh, kw, n, oh, ow, c),
+                           strides=(sh_ * dh, sw_ * dw, sn, sh_ * sh, sw_ * sw, sc),
+                           writeable=False)
