@@ -25,6 +25,7 @@ from . import (
     pool,
     quantize,
     reduce,
+    rnn,
     segment,
     shape,
     variables,
@@ -32,7 +33,7 @@ from . import (
 from .record import KernelCall, OpDef, OptionsSpec, apply_activation
 
 _FAMILIES = (
-    elementwise, activations, reduce, nn, pool, image, shape, indexing, control_flow, variables, lstm,
+    elementwise, activations, reduce, nn, pool, image, shape, indexing, control_flow, variables, lstm, rnn,
     conv3d, segment, misc, quantize,
 )
 

@@ -1,0 +1,129 @@
+"""Op family: the plain RNN ops — RNN, UNIDIRECTIONAL_SEQUENCE_RNN, BIDIRECTIONAL_SEQUENCE_RNN.
+
+State handling and numerics as the LSTMs' (kiln/ops/lstm.py, whose helpers they share): the
+hidden state is a variable tensor, handed back through ``call.state["variable_updates"]``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import OpError
+from ..schema import Activation
+from .lstm import VARIABLE_UPDATES, _check_float, _check_shape, _f32, _get, _hybrid_version, _swap_time_batch
+from .record import KernelCall, OpDef, OptionsSpec, apply_activation
+
+
+def _rnn_operands(name: str, x, w, r, b, h_in, batch: int):
+    """Check one RNN cell's operands; returns (w, r, b, h0 [batch, units])."""
+    if any(a is None for a in (x, w, r, b)):
+        raise OpError(f"{name}: input, weights, recurrent weights and bias are all required")
+    _check_float(name, np.asarray(x), np.asarray(w))
+    w, r, b = _f32(w), _f32(r), _f32(b)
+    units = w.shape[0]
+    _check_shape(name, "weights", w, (units, x.shape[-1]))
+    _check_shape(name, "recurrent weights", r, (units, units))
+    _check_shape(name, "bias", b, (units,))
+    if h_in is None:
+        raise OpError(f"{name}: the hidden state operand (a variable tensor) is missing")
+    _check_shape(name, "hidden state", h_in, (batch, units))
+    return w, r, b, np.asarray(h_in, np.float32)
+
+
+def _run_rnn(x, w, r, b, h, act, *, reverse=False, aux=None, aux_w=None):
+    """h_t = act(W·x_t [+ W_aux·aux_t] + R·h_{t-1} + b) over time-major ``x``."""
+    part = x @ w.T + b
+    if aux is not None and aux_w is not None:
+        part = part + aux @ aux_w.T
+    out = np.empty(part.shape, np.float32)
+    for t in (range(x.shape[0] - 1, -1, -1) if reverse else range(x.shape[0])):
+        h = apply_activation((part[t] + h @ r.T).astype(np.float32, copy=False), act)
+        out[t] = h
+    return out, h
+
+
+def _rnn_kernel(call: KernelCall, x, w, r, b, h_in):
+    name = "RNN"
+    if x is None or np.asarray(x).ndim != 2:
+        raise OpError(f"{name}: input must be 2-D [batch, input], got {list(np.shape(x))}")
+    w, r, b, h0 = _rnn_operands(name, x, w, r, b, h_in, np.shape(x)[0])
+    out, h = _run_rnn(np.asarray(x, np.float32)[None], w, r, b, h0,
+                      call.opts.fused_activation_function)
+    call.state[VARIABLE_UPDATES] = {4: h}
+    return out[0]
+
+
+def _uni_rnn_kernel(call: KernelCall, x, w, r, b, h_in):
+    name = "UNIDIRECTIONAL_SEQUENCE_RNN"
+    if x is None or np.asarray(x).ndim != 3:
+        raise OpError(f"{name}: input must be 3-D, got {list(np.shape(x))}")
+    time_major = bool(call.opts.time_major)
+    xt = _swap_time_batch(np.asarray(x), time_major)
+    w, r, b, h0 = _rnn_operands(name, x, w, r, b, h_in, xt.shape[1])
+    out, h = _run_rnn(xt.astype(np.float32), w, r, b, h0, call.opts.fused_activation_function)
+    call.state[VARIABLE_UPDATES] = {4: h}
+    return _swap_time_batch(out, time_major)
+
+
+def _bidi_rnn_kernel(call: KernelCall, *inputs):
+    name = "BIDIRECTIONAL_SEQUENCE_RNN"
+    opts = call.opts
+    x = inputs[0]
+    if x is None or np.asarray(x).ndim != 3:
+        raise OpError(f"{name}: input must be 3-D, got {list(np.shape(x))}")
+    time_major = bool(opts.time_major)
+    xt = _swap_time_batch(np.asarray(x), time_major)
+    batch = xt.shape[1]
+    aux_in, fw_aux_w, bw_aux_w = (_get(inputs, i) for i in (9, 10, 11))
+    if (fw_aux_w is None) != (bw_aux_w is None):
+        raise OpError(f"{name}: aux weights (operands 10, 11) must be given for both directions "
+                      "or for neither")
+    if fw_aux_w is not None and aux_in is None:
+        raise OpError(f"{name}: aux weights given but no aux input (operand 9)")
+    aux_t = None if aux_in is None else _swap_time_batch(np.asarray(aux_in, np.float32), time_major)
+    cross_linked = aux_t is None or fw_aux_w is not None
+    # LiteRT quirk, reproduced: batch-major, an aux input without aux weights is *not* used as
+    # the backward input (only the time-major path reads it); the backward cell reads `input`.
+    bw_x = xt if (cross_linked or not time_major) else aux_t
+    real_aux = aux_t if cross_linked else None
+    fw_w, fw_r, fw_b, fw_h0 = _rnn_operands(name, x, *inputs[1:5], batch)
+    bw_w, bw_r, bw_b, bw_h0 = _rnn_operands(name, bw_x, *inputs[5:9], batch)
+    act = opts.fused_activation_function
+    fw_out, fw_h = _run_rnn(xt.astype(np.float32), fw_w, fw_r, fw_b, fw_h0, act,
+                            aux=real_aux, aux_w=_f32(fw_aux_w))
+    bw_out, bw_h = _run_rnn(bw_x.astype(np.float32), bw_w, bw_r, bw_b, bw_h0, act, reverse=True,
+                            aux=real_aux, aux_w=_f32(bw_aux_w))
+    call.state[VARIABLE_UPDATES] = {4: fw_h, 8: bw_h}
+    if opts.merge_outputs:
+        return _swap_time_batch(np.concatenate([fw_out, bw_out], axis=-1), time_major)
+    return _swap_time_batch(fw_out, time_major), _swap_time_batch(bw_out, time_major)
+
+
+OPS: tuple = (
+    OpDef(
+        "UNIDIRECTIONAL_SEQUENCE_RNN", _uni_rnn_kernel,
+        OptionsSpec("SequenceRNNOptions", {
+            "time_major": False, "fused_activation_function": Activation.NONE,
+            "asymmetric_quantize_inputs": False,
+        }),
+        version=_hybrid_version(1), max_version=3,
+        runtime_versions=("1.14.0", "1.14.0", "2.3.0"),
+    ),
+    OpDef(
+        "BIDIRECTIONAL_SEQUENCE_RNN", _bidi_rnn_kernel,
+        OptionsSpec("BidirectionalSequenceRNNOptions", {
+            "time_major": False, "fused_activation_function": Activation.NONE,
+            "merge_outputs": False, "asymmetric_quantize_inputs": False,
+        }),
+        version=_hybrid_version(1), max_version=3,
+        runtime_versions=("1.14.0", "1.14.0", "2.3.0"),
+    ),
+    OpDef(
+        "RNN", _rnn_kernel,
+        OptionsSpec("RNNOptions", {
+            "fused_activation_function": Activation.NONE, "asymmetric_quantize_inputs": False,
+        }),
+        version=_hybrid_version(1), max_version=3,
+        runtime_versions=("1.5.0", "1.14.0", "2.3.0"),
+    ),
+)
