@@ -97,6 +97,27 @@ def _int8_weights(sg: Subgraph, w: Tensor, axis: int) -> Tensor:
         affine.scale, affine.zero_point, quantized_dimension=axis))
 
 
+def _weight_sites(model: Model, min_elements: int, denylist, report: WeightReport,
+                  lstm: bool = False):
+    """(subgraph, op, weight operand, quantized dimension, weights) of every op whose float
+    weights a weight mode rewrites; skipped ops go into ``report`` with the reason. Fused
+    LSTMs (``lstm``) are handled on the way. Each subgraph is tidied (unused tensors,
+    versions) once its ops were rewritten."""
+    for sg in model.subgraphs:
+        for op in list(sg.operators):
+            if lstm and op.op_type in LSTM_WEIGHTS:
+                _hybrid_lstm(sg, op, min_elements, denylist, report)
+                continue
+            reason = _hybrid_refusal(op, min_elements, denylist)
+            if reason is None:
+                index, axis = HYBRID_WEIGHTS[op.op_type]
+                yield sg, op, index, axis, op.inputs[index]
+            elif op.op_type in HYBRID_WEIGHTS:
+                report.skipped.append((op.op_type, op.outputs[0].name if op.outputs else "", reason))
+        sg.remove_unused_tensors()
+        _refresh_versions(sg)
+
+
 def quantize_dynamic_range(model: Model, *, min_elements: int = MIN_WEIGHT_ELEMENTS,
                            denylist: frozenset[str] = frozenset()) -> WeightReport:
     """int8 per-channel weights for the ops with hybrid kernels; activations stay float.
@@ -104,27 +125,14 @@ def quantize_dynamic_range(model: Model, *, min_elements: int = MIN_WEIGHT_ELEME
     ``denylist`` holds op types or output tensor names to leave float.
     """
     report = WeightReport()
-    for sg in model.subgraphs:
-        quantized: dict[int, Tensor] = {}   # id(float weights) -> int8 copy, shared by users
-        for op in list(sg.operators):
-            if op.op_type in LSTM_WEIGHTS:
-                _hybrid_lstm(sg, op, min_elements, denylist, report)
-                continue
-            reason = _hybrid_refusal(op, min_elements, denylist)
-            if reason is not None:
-                if op.op_type in HYBRID_WEIGHTS:
-                    report.skipped.append((op.op_type, op.outputs[0].name if op.outputs else "", reason))
-                continue
-            index, axis = HYBRID_WEIGHTS[op.op_type]
-            w = op.inputs[index]
-            if id(w) not in quantized:
-                quantized[id(w)] = _int8_weights(sg, w, axis)
-            op.set_input(index, quantized[id(w)])
-            if op.op_type == "FULLY_CONNECTED":
-                op.options["asymmetric_quantize_inputs"] = True
-            report.quantized.append((op.op_type, w.name))
-        sg.remove_unused_tensors()
-        _refresh_versions(sg)
+    quantized: dict[int, Tensor] = {}   # id(float weights) -> int8 copy, shared by users
+    for sg, op, index, axis, w in _weight_sites(model, min_elements, denylist, report, lstm=True):
+        if id(w) not in quantized:
+            quantized[id(w)] = _int8_weights(sg, w, axis)
+        op.set_input(index, quantized[id(w)])
+        if op.op_type == "FULLY_CONNECTED":
+            op.options["asymmetric_quantize_inputs"] = True
+        report.quantized.append((op.op_type, w.name))
     return report
 
 
@@ -173,24 +181,14 @@ def quantize_weight_only(model: Model, *, min_elements: int = MIN_WEIGHT_ELEMENT
     """Per-channel int8 weights behind DEQUANTIZE for the ops of `HYBRID_WEIGHTS`; the ops
     themselves stay float."""
     report = WeightReport()
-    for sg in model.subgraphs:
-        restored: dict[int, Tensor] = {}
-        for op in list(sg.operators):
-            reason = _hybrid_refusal(op, min_elements, denylist)
-            if reason is not None:
-                if op.op_type in HYBRID_WEIGHTS:
-                    report.skipped.append((op.op_type, op.outputs[0].name if op.outputs else "", reason))
-                continue
-            index, axis = HYBRID_WEIGHTS[op.op_type]
-            w = op.inputs[index]
-            if id(w) not in restored:
-                q = _int8_weights(sg, w, axis)
-                q.name = f"{w.name}_int8"
-                out = sg.add_tensor(w.name, DType.FLOAT32, w.shape, shape_signature=w.shape_signature)
-                sg.add_operator("DEQUANTIZE", [q], [out], index=sg.operators.index(op))
-                restored[id(w)] = out
-            op.set_input(index, restored[id(w)])
-            report.quantized.append((op.op_type, w.name))
-        sg.remove_unused_tensors()
-        _refresh_versions(sg)
+    restored: dict[int, Tensor] = {}   # id(float weights) -> their DEQUANTIZE output
+    for sg, op, index, axis, w in _weight_sites(model, min_elements, denylist, report):
+        if id(w) not in restored:
+            q = _int8_weights(sg, w, axis)
+            q.name = f"{w.name}_int8"
+            out = sg.add_tensor(w.name, DType.FLOAT32, w.shape, shape_signature=w.shape_signature)
+            sg.add_operator("DEQUANTIZE", [q], [out], index=sg.operators.index(op))
+            restored[id(w)] = out
+        op.set_input(index, restored[id(w)])
+        report.quantized.append((op.op_type, w.name))
     return report
