@@ -27,7 +27,7 @@ from .hotpath import clip
 from .record import UNLISTED, KernelCall, OpDef, OptionsSpec, input_dtype, output_dtype
 from .windowed import (
     _add_bias, _finish, _float_operand, _keep_plan, _nhwc, _padded_windows, _Plan, _plan_hit, _tap,
-    window_geometry,
+    transpose_conv_geometry, window_geometry,
 )
 
 #: The fused activations LiteRT's FULLY_CONNECTED accepts at all.
@@ -480,20 +480,9 @@ def _tconv_kernel(call: KernelCall, output_shape, w, x, bias=None):
     opts = call.opts
     x = _float_operand(call, _nhwc(call, x), "input")
     w = _float_operand(call, _nhwc(call, w, "weights"), "weights")
-    shape = [int(d) for d in np.asarray(output_shape).reshape(-1)]
-    if len(shape) != 4:
-        raise OpError(f"TRANSPOSE_CONV: output_shape must hold 4 dims, got {shape}")
+    (oh, ow), (pt, pl) = transpose_conv_geometry(opts, output_shape, x.shape, w.shape)
     n, h, wd, cin = x.shape
-    cout, kh, kw, wcin = w.shape
-    if wcin != cin or shape[3] != cout or shape[0] != n:
-        raise OpError(f"TRANSPOSE_CONV: input {list(x.shape)}, weights {list(w.shape)} and "
-                      f"output_shape {shape} disagree")
-    oh, ow = shape[1], shape[2]
-    # LiteRT pads as if the output were the input of the forward convolution.
-    (fh, fw), ((pt, _), (pl, _)) = window_geometry(opts, (oh, ow), (kh, kw))
-    if (fh, fw) != (h, wd):
-        raise OpError(f"TRANSPOSE_CONV: output_shape {shape} with {kh}x{kw} weights and strides "
-                      f"{opts.stride_h}x{opts.stride_w} needs an input of {fh}x{fw}, got {h}x{wd}")
+    cout, kh, kw, _ = w.shape
     sh, sw = opts.stride_h, opts.stride_w
     cols = x.reshape(-1, cin) @ w.transpose(1, 2, 0, 3).reshape(kh * kw * cout, cin).T
     cols = cols.reshape(n, h, wd, kh, kw, cout)

@@ -93,6 +93,26 @@ def window_geometry(opts, shape_hw: Sequence[int], kernel_hw: Sequence[int],
     return tuple(outs), tuple(pads)
 
 
+def transpose_conv_geometry(opts, output_shape, x_shape, w_shape):
+    """Checked TRANSPOSE_CONV geometry: ((oh, ow), (pad_top, pad_left)). LiteRT pads as if
+    the output were the input of the forward convolution; the input must be that
+    convolution's output size."""
+    shape = [int(d) for d in np.asarray(output_shape).reshape(-1)]
+    if len(shape) != 4:
+        raise OpError(f"TRANSPOSE_CONV: output_shape must hold 4 dims, got {shape}")
+    n, h, wd, cin = x_shape
+    cout, kh, kw, wcin = w_shape
+    if wcin != cin or shape[3] != cout or shape[0] != n:
+        raise OpError(f"TRANSPOSE_CONV: input {list(x_shape)}, weights {list(w_shape)} and "
+                      f"output_shape {shape} disagree")
+    oh, ow = shape[1], shape[2]
+    (fh, fw), ((pt, _), (pl, _)) = window_geometry(opts, (oh, ow), (kh, kw))
+    if (fh, fw) != (h, wd):
+        raise OpError(f"TRANSPOSE_CONV: output_shape {shape} with {kh}x{kw} weights and strides "
+                      f"{opts.stride_h}x{opts.stride_w} needs an input of {fh}x{fw}, got {h}x{wd}")
+    return (oh, ow), (pt, pl)
+
+
 def _pad_hw(x: np.ndarray, pads, value=0.0) -> np.ndarray:
     """Pad the H and W axes of an NHWC array; a no-op when nothing is to be padded."""
     (t, b), (l, r) = pads

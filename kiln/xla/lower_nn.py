@@ -13,9 +13,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from ..errors import OpError
-from ..ops.elementwise import activation_range
 from ..ops.image import _bilinear_axis, _nearest_axis
-from ..ops.windowed import out_size, pad_before_after, window_geometry
+from ..ops.windowed import out_size, pad_before_after, transpose_conv_geometry, window_geometry
 from ..schema import Activation, Padding
 from .table import fused_range, is_float, register_lowering
 
@@ -158,20 +157,7 @@ def conv_transpose(x, w, rhs_spec: str, strides, dilations, pads_before, out_spa
 def _transpose_conv(call, output_shape, w, x, bias=None):
     opts = call.opts
     x, w = _float(call, _nhwc(call, x), "input"), _float(call, _nhwc(call, w, "weights"), "weights")
-    shape = [int(d) for d in np.asarray(output_shape).reshape(-1)]
-    if len(shape) != 4:
-        raise OpError(f"TRANSPOSE_CONV: output_shape must hold 4 dims, got {shape}")
-    n, h, wd, cin = x.shape
-    cout, kh, kw, wcin = w.shape
-    if wcin != cin or shape[3] != cout or shape[0] != n:
-        raise OpError(f"TRANSPOSE_CONV: input {list(x.shape)}, weights {list(w.shape)} and output_shape "
-                      f"{shape} disagree")
-    oh, ow = shape[1], shape[2]
-    # LiteRT pads as if the output were the input of the forward convolution.
-    (fh, fw), ((pt, _), (pl, _)) = window_geometry(opts, (oh, ow), (kh, kw))
-    if (fh, fw) != (h, wd):
-        raise OpError(f"TRANSPOSE_CONV: output_shape {shape} with {kh}x{kw} weights and strides "
-                      f"{opts.stride_h}x{opts.stride_w} needs an input of {fh}x{fw}, got {h}x{wd}")
+    (oh, ow), (pt, pl) = transpose_conv_geometry(opts, output_shape, x.shape, w.shape)
     y = conv_transpose(x, w, "OHWI", (opts.stride_h, opts.stride_w), (1, 1), (pt, pl), (oh, ow))
     return _finish(call, y, bias, opts.fused_activation_function)
 
