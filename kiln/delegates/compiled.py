@@ -32,7 +32,7 @@ from ..ops.hotpath import clip
 from ..ops.windowed import window_geometry
 from ..ops.record import KernelCall
 from ..ops.tables import OpTable
-from ..runtime.delegate import Delegate, DelegateKernel, NodeInfo, Partition
+from ..runtime.delegate import DelegateKernel, NodeInfo, Partition, ReportingDelegate
 from ..schema import Activation, DType
 
 F32 = np.dtype(np.float32)
@@ -585,7 +585,7 @@ class ChainKernel(DelegateKernel):
         return [slots[s] for s in plan.out_slots]
 
 
-class CompiledDelegate(Delegate):
+class CompiledDelegate(ReportingDelegate):
     """Claims float32 nodes at known versions; runs each partition as a compiled chain.
 
     Args:
@@ -603,21 +603,11 @@ class CompiledDelegate(Delegate):
         if unknown:
             raise UnsupportedError(f"the compiled delegate has no lowering for {sorted(unknown)}; "
                                    f"it runs {sorted(COMPILED_LOWERINGS)}")
+        super().__init__()
         self.ops = chosen
-        self.claimed: list[tuple[int, str, int]] = []
-        self.rejected: dict[tuple[int, str, int], str] = {}
-        self.kernels: list[ChainKernel] = []
 
-    def claims(self, node: NodeInfo) -> bool:
-        reason = why_not(node, self.ops)
-        key = (node.index, node.name, node.version)
-        if reason is None:
-            self.claimed.append(key)
-            return True
-        self.rejected[key] = reason
-        return False
+    def why_not(self, node: NodeInfo) -> str | None:
+        return why_not(node, self.ops)
 
-    def prepare(self, partition: Partition) -> ChainKernel:
-        kernel = ChainKernel(self, partition)
-        self.kernels.append(kernel)
-        return kernel
+    def make_kernel(self, partition: Partition) -> ChainKernel:
+        return ChainKernel(self, partition)

@@ -61,3 +61,35 @@ class Delegate:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
+
+
+class ReportingDelegate(Delegate):
+    """A delegate that says why: subclasses give `why_not` (None to claim a node, else the
+    reason) and `make_kernel`. After an interpreter prepares, ``claimed`` lists (node index,
+    op name, version) of the nodes taken, ``rejected`` maps refused ones to the reason, and
+    ``kernels`` holds the prepared partitions."""
+
+    def __init__(self):
+        self.claimed: list[tuple[int, str, int]] = []
+        self.rejected: dict[tuple[int, str, int], str] = {}
+        self.kernels: list[DelegateKernel] = []
+
+    def why_not(self, node: NodeInfo) -> str | None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def make_kernel(self, partition: Partition) -> DelegateKernel:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def claims(self, node: NodeInfo) -> bool:
+        reason = self.why_not(node)
+        key = (node.index, node.name, node.version)
+        if reason is None:
+            self.claimed.append(key)
+            return True
+        self.rejected[key] = reason
+        return False
+
+    def prepare(self, partition: Partition) -> DelegateKernel:
+        kernel = self.make_kernel(partition)
+        self.kernels.append(kernel)
+        return kernel

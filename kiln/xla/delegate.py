@@ -16,7 +16,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ..errors import OpError, UnsupportedError
-from ..runtime.delegate import Delegate, DelegateKernel, NodeInfo, Partition
+from ..runtime.delegate import DelegateKernel, NodeInfo, Partition, ReportingDelegate
 from ._jax import require_jax, x64
 from .table import lowered_ops
 from .graph import param_tensors, prepare_nodes, run_nodes, static_tensors, why_not_lowered
@@ -143,7 +143,7 @@ class XlaPartitionKernel(DelegateKernel):
         return [np.asarray(o) for o in outs]
 
 
-class XlaDelegate(Delegate):
+class XlaDelegate(ReportingDelegate):
     """Claims every node with an XLA lowering; runs each partition as one compiled function.
 
     Args:
@@ -163,6 +163,7 @@ class XlaDelegate(Delegate):
     def __init__(self, device=None, dtype_policy: str | None = None, cache_size: int = 8,
                  ops: Iterable[str] | None = None):
         require_jax()
+        super().__init__()
         known = set(lowered_ops())
         self.ops = frozenset(known if ops is None else ops)
         if self.ops - known:
@@ -181,9 +182,6 @@ class XlaDelegate(Delegate):
 
             self.float_dtype = jnp.bfloat16
         self.cache_size = cache_size
-        self.claimed: list[tuple[int, str, int]] = []
-        self.rejected: dict[tuple[int, str, int], str] = {}
-        self.kernels: list[XlaPartitionKernel] = []
         self._static: dict[int, set[int]] = {}
 
     def _static_set(self, op) -> set[int]:
@@ -193,22 +191,13 @@ class XlaDelegate(Delegate):
             self._static[key] = static_tensors(sg) if sg is not None else set()
         return self._static[key]
 
-    def claims(self, node: NodeInfo) -> bool:
+    def why_not(self, node: NodeInfo) -> str | None:
         if node.op.op_type != "CUSTOM" and node.name not in self.ops and node.name in lowered_ops():
-            reason = f"{node.name} is left out of this delegate's ops"
-        else:
-            reason = why_not_lowered(node.op, node.registration, self._static_set(node.op))
-        key = (node.index, node.name, node.version)
-        if reason is None:
-            self.claimed.append(key)
-            return True
-        self.rejected[key] = reason
-        return False
+            return f"{node.name} is left out of this delegate's ops"
+        return why_not_lowered(node.op, node.registration, self._static_set(node.op))
 
-    def prepare(self, partition: Partition) -> XlaPartitionKernel:
-        kernel = XlaPartitionKernel(self, partition)
-        self.kernels.append(kernel)
-        return kernel
+    def make_kernel(self, partition: Partition) -> XlaPartitionKernel:
+        return XlaPartitionKernel(self, partition)
 
     @property
     def compile_seconds(self) -> float:
