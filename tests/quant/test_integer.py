@@ -1,0 +1,177 @@
+"""kiln.quant.integer against LiteRT's reference kernels (BUILTIN_REF), bit for bit, on
+one-op int8 models with quantized inputs, weights and outputs."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from kiln import ops
+from kiln.format import write_model
+from kiln.ir import Model, Operator, QuantParams
+from kiln.ops.windowed import window_geometry
+from kiln.quant import integer
+from kiln.schema import Activation, DType, Padding
+
+RNG = np.random.default_rng(11)
+ACTS = [Activation.NONE, Activation.RELU, Activation.RELU6]
+
+
+class Q:
+    """An operand: its integer values and QuantParams; ``const`` puts it in the model."""
+
+    def __init__(self, value, qp: QuantParams | None, const: bool = False):
+        self.value, self.qp, self.const = np.asarray(value), qp, const
+
+
+def qp(scale, zero_point=0, axis=0) -> QuantParams:
+    scale = np.atleast_1d(np.asarray(scale, np.float32))
+    return QuantParams(scale, np.broadcast_to(np.asarray(zero_point, np.int64), scale.shape), quantized_dimension=axis)
+
+
+def int8(*shape, low=-128, high=127) -> np.ndarray:
+    return RNG.integers(low, high + 1, shape).astype(np.int8)
+
+
+def run_ref(op_type, operands, out_shape, out_qp, options=None, out_dtype=np.int8) -> np.ndarray:
+    """Build a one-op model and run it in LiteRT with its reference kernels."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    model = Model()
+    sg = model.add_subgraph("main")
+    ins, feeds = [], []
+    for k, o in enumerate(operands):
+        if o is None:
+            ins.append(None)
+        elif o.const:
+            ins.append(sg.add_constant(f"c{k}", o.value, quantization=o.qp))
+        else:
+            t = sg.add_tensor(f"x{k}", DType.from_numpy(o.value.dtype), o.value.shape, quantization=o.qp)
+            sg.inputs.append(t)
+            ins.append(t)
+            feeds.append(o.value)
+    out = sg.add_tensor("y", DType.from_numpy(np.dtype(out_dtype)), tuple(out_shape), quantization=out_qp)
+    sg.outputs.append(out)
+    op = Operator(op_type, options=options or {})
+    sg.add_operator(op, ins, [out])
+    op.version = ops.require(op_type).version(op)
+    interp = Interpreter(model_content=write_model(model),
+                         experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+    interp.allocate_tensors()
+    for d, x in zip(interp.get_input_details(), feeds):
+        interp.set_tensor(d["index"], x)
+    interp.invoke()
+    return interp.get_tensor(interp.get_output_details()[0]["index"])
+
+
+# --- FULLY_CONNECTED -------------------------------------------------------------------
+
+@pytest.mark.parametrize("per_channel", [True, False])
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("x_zp,out_zp", [(0, 0), (-128, 127), (17, -5)])
+def test_fully_connected(per_channel, act, x_zp, out_zp):
+    x = int8(7, 48)
+    w = int8(12, 48, low=-127)
+    w_qp = qp(RNG.uniform(0.002, 0.02, 12) if per_channel else 0.0113)
+    x_qp, out_qp = qp(0.031, x_zp), qp(0.09, out_zp)
+    bias = RNG.integers(-20000, 20000, 12).astype(np.int32)
+    b_qp = qp(x_qp.scale[0] * w_qp.scale)
+    got = integer.fully_connected(x, x_qp, w, w_qp, bias, out_qp, activation=act)
+    ref = run_ref("FULLY_CONNECTED", [Q(x, x_qp), Q(w, w_qp, True), Q(bias, b_qp, True)], (7, 12), out_qp,
+                  {"fused_activation_function": act})
+    np.testing.assert_array_equal(got, ref)
+
+
+def test_fully_connected_keep_num_dims_no_bias_and_saturation():
+    x = int8(2, 3, 32)
+    w = int8(5, 32, low=-127)
+    x_qp, w_qp, out_qp = qp(0.05, 3), qp(0.02), qp(0.01, -2)     # a small output scale: many saturate
+    got = integer.fully_connected(x, x_qp, w, w_qp, None, out_qp, keep_num_dims=True)
+    ref = run_ref("FULLY_CONNECTED", [Q(x, x_qp), Q(w, w_qp, True), None], (2, 3, 5), out_qp,
+                  {"keep_num_dims": True})
+    np.testing.assert_array_equal(got, ref)
+    assert got.shape == (2, 3, 5) and (got == 127).any() and (got == -128).any()
+
+
+# --- CONV_2D / DEPTHWISE_CONV_2D -------------------------------------------------------
+
+def _conv_case(op_type, x, w, x_qp, w_qp, out_qp, *, padding, stride, dilation, act, multiplier=1):
+    out_c = w.shape[0] if op_type == "CONV_2D" else w.shape[3]
+    bias = RNG.integers(-3000, 3000, out_c).astype(np.int32)
+    b_qp = qp(np.float32(x_qp.scale[0]) * np.broadcast_to(w_qp.scale, (out_c,)))
+    opts = dict(padding=padding, stride_h=stride[0], stride_w=stride[1], dilation_h_factor=dilation[0],
+                dilation_w_factor=dilation[1], fused_activation_function=act)
+    if op_type == "DEPTHWISE_CONV_2D":
+        opts["depth_multiplier"] = multiplier
+    (oh, ow), pads = window_geometry(SimpleNamespace(**opts), x.shape[1:3], w.shape[1:3], dilation)
+    geometry = dict(out_hw=(oh, ow), pads=pads, strides=stride, dilation=dilation, activation=act)
+    if op_type == "CONV_2D":
+        got = integer.conv2d(x, x_qp, w, w_qp, bias, out_qp, **geometry)
+    else:
+        got = integer.depthwise_conv2d(x, x_qp, w, w_qp, bias, out_qp, multiplier=multiplier, **geometry)
+    ref = run_ref(op_type, [Q(x, x_qp), Q(w, w_qp, True), Q(bias, b_qp, True)], (x.shape[0], oh, ow, out_c),
+                  out_qp, opts)
+    np.testing.assert_array_equal(got, ref)
+    return got
+
+
+GEOMETRIES = [(Padding.VALID, (1, 1), (1, 1)), (Padding.SAME, (1, 1), (1, 1)), (Padding.SAME, (2, 2), (1, 1)),
+              (Padding.VALID, (2, 1), (1, 1)), (Padding.SAME, (1, 1), (2, 2)), (Padding.VALID, (1, 2), (2, 1))]
+
+
+@pytest.mark.parametrize("padding,stride,dilation", GEOMETRIES)
+@pytest.mark.parametrize("act", ACTS)
+def test_conv2d(padding, stride, dilation, act):
+    x = int8(2, 9, 8, 6)
+    w = int8(5, 3, 3, 6, low=-127)
+    _conv_case("CONV_2D", x, w, qp(0.04, -7), qp(RNG.uniform(0.005, 0.03, 5), axis=0), qp(0.12, 9),
+               padding=padding, stride=stride, dilation=dilation, act=act)
+
+
+@pytest.mark.parametrize("x_zp,out_zp,out_scale", [(-128, -128, 0.5), (127, 127, 0.05), (0, 0, 0.02)])
+def test_conv2d_zero_point_extremes_and_saturation(x_zp, out_zp, out_scale):
+    x = int8(1, 6, 6, 4)
+    w = int8(3, 2, 2, 4, low=-127)
+    got = _conv_case("CONV_2D", x, w, qp(0.05, x_zp), qp([0.01, 0.02, 0.004], axis=0), qp(out_scale, out_zp),
+                     padding=Padding.SAME, stride=(1, 1), dilation=(1, 1), act=Activation.NONE)
+    assert len(np.unique(got)) > 3
+
+
+@pytest.mark.parametrize("padding,stride,dilation", GEOMETRIES)
+@pytest.mark.parametrize("multiplier", [1, 3])
+def test_depthwise_conv2d(padding, stride, dilation, multiplier):
+    x = int8(2, 8, 9, 4)
+    w = int8(1, 3, 3, 4 * multiplier, low=-127)
+    _conv_case("DEPTHWISE_CONV_2D", x, w, qp(0.03, 5), qp(RNG.uniform(0.005, 0.03, 4 * multiplier), axis=3),
+               qp(0.07, -3), padding=padding, stride=stride, dilation=dilation, act=Activation.RELU6,
+               multiplier=multiplier)
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_depthwise_conv2d_per_tensor_filter(act):
+    x = int8(1, 7, 7, 8)
+    _conv_case("DEPTHWISE_CONV_2D", x, int8(1, 5, 5, 8, low=-127), qp(0.02, -100), qp(0.011, axis=3),
+               qp(0.03, 20), padding=Padding.SAME, stride=(2, 2), dilation=(1, 1), act=act)
+
+
+def test_rounding_modes_are_the_measured_ones(monkeypatch):
+    """BUILTIN_REF's FULLY_CONNECTED rounds once, its CONV_2D / DEPTHWISE_CONV_2D twice: on
+    enough outputs the other rounding is caught (guards the finding in integer's docstring)."""
+    from kiln.quant import arith
+
+    x, w = int8(128, 64), int8(96, 64, low=-127)
+    x_qp, w_qp, out_qp = qp(0.03, 3), qp(RNG.uniform(0.005, 0.02, 96)), qp(0.5, -1)
+    fc_ref = run_ref("FULLY_CONNECTED", [Q(x, x_qp), Q(w, w_qp, True), None], (128, 96), out_qp)
+    xc, wc = int8(4, 16, 16, 8), int8(6, 3, 3, 8, low=-127)
+    wc_qp = qp(RNG.uniform(0.005, 0.02, 6))
+    conv = lambda: _conv_case("CONV_2D", xc, wc, x_qp, wc_qp, qp(0.2, 1), padding=Padding.VALID,  # noqa: E731
+                              stride=(1, 1), dilation=(1, 1), act=Activation.NONE)
+    conv()
+    np.testing.assert_array_equal(integer.fully_connected(x, x_qp, w, w_qp, None, out_qp), fc_ref)
+    monkeypatch.setattr(integer, "multiply_by_quantized_multiplier", arith.multiply_by_quantized_multiplier_double_rounding)
+    assert (integer.fully_connected(x, x_qp, w, w_qp, None, out_qp) != fc_ref).any()
+    monkeypatch.setattr(integer, "multiply_by_quantized_multiplier_double_rounding", arith.multiply_by_quantized_multiplier)
+    with pytest.raises(AssertionError):
+        conv()
