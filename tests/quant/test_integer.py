@@ -175,3 +175,34 @@ def test_rounding_modes_are_the_measured_ones(monkeypatch):
     monkeypatch.setattr(integer, "multiply_by_quantized_multiplier_double_rounding", arith.multiply_by_quantized_multiplier)
     with pytest.raises(AssertionError):
         conv()
+
+
+# --- pools -----------------------------------------------------------------------------
+
+POOLS = [(Padding.VALID, (2, 2), (2, 2)), (Padding.SAME, (3, 3), (1, 1)), (Padding.SAME, (3, 2), (2, 3)),
+         (Padding.VALID, (3, 3), (2, 1))]
+
+
+@pytest.mark.parametrize("op_type", ["AVERAGE_POOL_2D", "MAX_POOL_2D"])
+@pytest.mark.parametrize("padding,filter_hw,stride", POOLS)
+@pytest.mark.parametrize("act", ACTS)
+def test_pools(op_type, padding, filter_hw, stride, act):
+    x = int8(2, 7, 8, 3)
+    x[0, :3] = -128          # a corner of extremes: sums that round at ±half
+    x[1, :, :2] = 127
+    x_qp = qp(0.05, 4 if act == Activation.NONE else -20)
+    opts = dict(padding=padding, stride_h=stride[0], stride_w=stride[1], filter_height=filter_hw[0],
+                filter_width=filter_hw[1], fused_activation_function=act)
+    out_hw, pads = window_geometry(SimpleNamespace(**opts), x.shape[1:3], filter_hw)
+    fn = integer.average_pool2d if op_type == "AVERAGE_POOL_2D" else integer.max_pool2d
+    got = fn(x, filter_hw=filter_hw, out_hw=out_hw, pads=pads, strides=stride, activation=act, out_qp=x_qp)
+    np.testing.assert_array_equal(got, run_ref(op_type, [Q(x, x_qp)], (2,) + out_hw + (3,), x_qp, opts))
+
+
+def test_average_pool_rounds_half_away_from_zero():
+    x = np.array([1, 2, -1, -2, 0, 1, 0, -1], np.int8).reshape(1, 2, 4, 1)   # 2x1 windows: sums 1, 3, -1, -3
+    x_qp = qp(0.1)
+    opts = dict(padding=Padding.VALID, stride_h=1, stride_w=1, filter_height=2, filter_width=1)
+    got = integer.average_pool2d(x, filter_hw=(2, 1), out_hw=(1, 4), pads=((0, 0), (0, 0)), strides=(1, 1))
+    np.testing.assert_array_equal(got, run_ref("AVERAGE_POOL_2D", [Q(x, x_qp)], (1, 1, 4, 1), x_qp, opts))
+    np.testing.assert_array_equal(got.ravel(), [1, 2, -1, -2])
