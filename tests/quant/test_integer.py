@@ -12,7 +12,7 @@ from kiln import ops
 from kiln.format import write_model
 from kiln.ir import Model, Operator, QuantParams
 from kiln.ops.windowed import window_geometry
-from kiln.quant import integer
+from kiln.quant import integer, integer_elementwise
 from kiln.schema import Activation, DType, Padding
 
 RNG = np.random.default_rng(11)
@@ -206,3 +206,42 @@ def test_average_pool_rounds_half_away_from_zero():
     got = integer.average_pool2d(x, filter_hw=(2, 1), out_hw=(1, 4), pads=((0, 0), (0, 0)), strides=(1, 1))
     np.testing.assert_array_equal(got, run_ref("AVERAGE_POOL_2D", [Q(x, x_qp)], (1, 1, 4, 1), x_qp, opts))
     np.testing.assert_array_equal(got.ravel(), [1, 2, -1, -2])
+
+
+# --- ADD / SUB / MUL -------------------------------------------------------------------
+
+BINARY_SHAPES = [((3, 4, 5), (3, 4, 5)), ((2, 3, 4), (4,)), ((2, 1, 4), (1, 3, 1)), ((5,), ())]
+BINARY_PARAMS = [((0.05, 3), (0.05, 3), (0.1, -2)),          # equal input scales
+                 ((0.02, -128), (0.3, 127), (0.25, 10)),       # very different, extreme zero points
+                 ((0.1, 0), (0.01, -5), (0.004, 0))]           # small output scale: saturates
+
+
+@pytest.mark.parametrize("op_type", ["ADD", "SUB", "MUL"])
+@pytest.mark.parametrize("shapes", BINARY_SHAPES)
+@pytest.mark.parametrize("params", BINARY_PARAMS)
+def test_binary(op_type, shapes, params):
+    (a_qp, b_qp, out_qp) = [qp(*p) for p in params]
+    a, b = int8(*shapes[0]), int8(*shapes[1])
+    fn = {"ADD": integer_elementwise.add, "SUB": integer_elementwise.sub, "MUL": integer_elementwise.mul}[op_type]
+    got = fn(a, a_qp, b, b_qp, out_qp)
+    ref = run_ref(op_type, [Q(a, a_qp), Q(b, b_qp)], np.broadcast_shapes(a.shape, b.shape), out_qp,
+                  {"fused_activation_function": Activation.NONE})
+    np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("op_type", ["ADD", "SUB", "MUL"])
+@pytest.mark.parametrize("act", ACTS)
+def test_binary_activations(op_type, act):
+    a_qp, b_qp, out_qp = qp(0.04, -10), qp(0.03, 7), qp(0.03, -40)
+    a, b = int8(6, 40), int8(6, 40)
+    fn = getattr(integer_elementwise, op_type.lower())
+    got = fn(a, a_qp, b, b_qp, out_qp, activation=act)
+    ref = run_ref(op_type, [Q(a, a_qp), Q(b, b_qp)], a.shape, out_qp, {"fused_activation_function": act})
+    np.testing.assert_array_equal(got, ref)
+
+
+def test_mul_multiplier_is_formed_in_float32():
+    a_qp, b_qp, out_qp = qp(0.1), qp(0.01, -5), qp(0.004)     # double-precision multiplier: 43 of 5000 differ
+    a, b = int8(50, 100), int8(50, 100)
+    got = integer_elementwise.mul(a, a_qp, b, b_qp, out_qp)
+    np.testing.assert_array_equal(got, run_ref("MUL", [Q(a, a_qp), Q(b, b_qp)], a.shape, out_qp))
