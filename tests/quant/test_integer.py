@@ -245,3 +245,34 @@ def test_mul_multiplier_is_formed_in_float32():
     a, b = int8(50, 100), int8(50, 100)
     got = integer_elementwise.mul(a, a_qp, b, b_qp, out_qp)
     np.testing.assert_array_equal(got, run_ref("MUL", [Q(a, a_qp), Q(b, b_qp)], a.shape, out_qp))
+
+
+# --- MEAN / CONCATENATION --------------------------------------------------------------
+
+MEANS = [((8, 5, 6, 16), [1, 2], True), ((8, 5, 6, 16), [2, 1], False), ((4, 9, 10), [-1], False),
+         ((4, 9, 10), [0, 2], True), ((3, 40, 7), [1], True), ((2, 3, 4, 5), [0, 1, 2, 3], False)]
+
+
+@pytest.mark.parametrize("shape,axes,keep", MEANS)
+@pytest.mark.parametrize("params", [((0.05, 3), (0.03, -2)), ((0.05, 3), (0.05, 3)), ((0.05, -128), (0.011, 127)),
+                                    ((0.002, 0), (0.4, 0))])
+def test_mean(shape, axes, keep, params):
+    x = int8(*shape)
+    x_qp, out_qp = qp(*params[0]), qp(*params[1])
+    got = integer.mean(x, x_qp, axes, out_qp, keep_dims=keep)
+    ref = run_ref("MEAN", [Q(x, x_qp), Q(np.array(axes, np.int32), None, True)], got.shape, out_qp, {"keep_dims": keep})
+    np.testing.assert_array_equal(got, ref)
+
+
+def test_concatenation_and_what_litert_refuses():
+    a, b, c = int8(2, 3, 4), int8(2, 1, 4), int8(2, 5, 4)
+    q = qp(0.07, -9)
+    got = integer.concatenation([a, b, c], [q, q, q], q, axis=1)
+    np.testing.assert_array_equal(got, run_ref("CONCATENATION", [Q(a, q), Q(b, q), Q(c, q)], (2, 9, 4), q, {"axis": 1}))
+    for qs, act in [([q, qp(0.07, -8), q], Activation.NONE), ([q, qp(0.08, -9), q], Activation.NONE),
+                    ([q, q, q], Activation.RELU)]:
+        with pytest.raises(RuntimeError):
+            run_ref("CONCATENATION", [Q(a, qs[0]), Q(b, qs[1]), Q(c, qs[2])], (2, 9, 4), q,
+                    {"axis": 1, "fused_activation_function": act})
+        with pytest.raises(integer.IntegerKernelError):
+            integer.concatenation([a, b, c], qs, q, axis=1, activation=act)
