@@ -12,7 +12,7 @@ from kiln import ops
 from kiln.format import write_model
 from kiln.ir import Model, Operator, QuantParams
 from kiln.ops.windowed import window_geometry
-from kiln.quant import integer, integer_elementwise
+from kiln.quant import integer, integer_activations, integer_elementwise
 from kiln.schema import Activation, DType, Padding
 
 RNG = np.random.default_rng(11)
@@ -276,3 +276,32 @@ def test_concatenation_and_what_litert_refuses():
                     {"axis": 1, "fused_activation_function": act})
         with pytest.raises(integer.IntegerKernelError):
             integer.concatenation([a, b, c], qs, q, axis=1, activation=act)
+
+
+# --- SOFTMAX / LOGISTIC / TANH ---------------------------------------------------------
+
+LEVELS = np.arange(-128, 128, dtype=np.int8).reshape(16, 16)
+
+
+@pytest.mark.parametrize("op_type,out_qp", [("LOGISTIC", qp(1 / 256, -128)), ("TANH", qp(1 / 128, 0))])
+@pytest.mark.parametrize("x_qp", [qp(0.05, 3), qp(0.1, -128), qp(0.0123, 0), qp(0.0021, 127), qp(0.47, -30)])
+def test_logistic_tanh_every_level(op_type, out_qp, x_qp):
+    fn = integer_activations.logistic if op_type == "LOGISTIC" else integer_activations.tanh
+    np.testing.assert_array_equal(fn(LEVELS, x_qp, out_qp), run_ref(op_type, [Q(LEVELS, x_qp)], LEVELS.shape, out_qp))
+
+
+@pytest.mark.parametrize("x_qp", [qp(0.09, -3), qp(0.3, 100), qp(0.007, -128), qp(0.021, 10)])
+@pytest.mark.parametrize("beta", [1.0, 0.5, 2.0])
+def test_softmax(x_qp, beta):
+    x = int8(12, 37)
+    x[0] = 5                        # a flat row: 1/37 each
+    x[1, :3] = 127                  # ties at the maximum
+    out_qp = qp(1 / 256, -128)
+    got = integer_activations.softmax(x, x_qp, out_qp, beta=beta)
+    np.testing.assert_array_equal(got, run_ref("SOFTMAX", [Q(x, x_qp)], x.shape, out_qp, {"beta": beta}))
+
+
+def test_softmax_over_the_last_axis_of_4d():
+    x, x_qp, out_qp = int8(2, 3, 4, 10), qp(0.1, 0), qp(1 / 256, -128)
+    got = integer_activations.softmax(x, x_qp, out_qp)
+    np.testing.assert_array_equal(got, run_ref("SOFTMAX", [Q(x, x_qp)], x.shape, out_qp, {"beta": 1.0}))
