@@ -1,5 +1,8 @@
-"""LiteRT's int8 activation kernels (SOFTMAX, LOGISTIC, TANH, ...) as pure functions,
-bit-exact with its reference kernels (``BUILTIN_REF``)."""
+"""LiteRT's int8 activation kernels (SOFTMAX, LOGISTIC, TANH, RELU, ...) as pure
+functions, bit-exact with its reference kernels (``BUILTIN_REF``).
+
+Measured on LiteRT 2.3: the requantizing ones (RELU family, LEAKY_RELU) rescale with two
+roundings (`arith.multiply_by_quantized_multiplier_double_rounding`)."""
 
 from __future__ import annotations
 
@@ -7,8 +10,10 @@ import numpy as np
 
 from kiln.ir import QuantParams
 
-from .arith import round_half_away
-from .integer import dtype_range
+from kiln.schema import Activation
+
+from .arith import multiply_by_quantized_multiplier_double_rounding as rescale, quantize_multiplier, round_half_away
+from .integer import IntegerKernelError, activation_range, dtype_range
 
 F32 = np.float32
 
@@ -57,3 +62,28 @@ def softmax(x_q, x_qp: QuantParams, out_qp: QuantParams, *, beta: float = 1.0, o
     out = round_half_away(scaled) + int(out_qp.zero_point[0])
     return np.clip(out, *dtype_range(out_dtype)).astype(out_dtype)
 
+
+
+_RELU_FAMILY = {"RELU": Activation.RELU, "RELU6": Activation.RELU6, "RELU_N1_TO_1": Activation.RELU_N1_TO_1}
+
+
+def relu(x_q, x_qp: QuantParams, out_qp: QuantParams, *, op_type: str = "RELU", out_dtype=np.int8) -> np.ndarray:
+    """int8 RELU / RELU6 / RELU_N1_TO_1: rescaled by ``s_x / s_y``, then clamped to the
+    activation's range in the output's integer domain."""
+    if op_type not in _RELU_FAMILY:
+        raise IntegerKernelError(f"relu: op_type must be one of {sorted(_RELU_FAMILY)}, got {op_type!r}")
+    m, shift = quantize_multiplier(float(x_qp.scale[0]) / float(out_qp.scale[0]))
+    out = rescale(np.asarray(x_q, np.int64) - int(x_qp.zero_point[0]), m, shift).astype(np.int64)
+    lo, hi = activation_range(_RELU_FAMILY[op_type], out_qp, out_dtype)
+    return np.clip(out + int(out_qp.zero_point[0]), lo, hi).astype(out_dtype)
+
+
+def leaky_relu(x_q, x_qp: QuantParams, out_qp: QuantParams, *, alpha: float, out_dtype=np.int8) -> np.ndarray:
+    """int8 LEAKY_RELU: non-negative inputs rescaled by ``s_x / s_y``, negative ones by
+    ``s_x · alpha / s_y`` (formed in float32, as LiteRT's Prepare does)."""
+    centered = np.asarray(x_q, np.int64) - int(x_qp.zero_point[0])
+    m_id, s_id = quantize_multiplier(float(x_qp.scale[0]) / float(out_qp.scale[0]))
+    real_alpha = np.float32(np.float32(x_qp.scale[0]) * np.float32(alpha)) / np.float32(out_qp.scale[0])
+    m_a, s_a = quantize_multiplier(float(np.float32(real_alpha)))
+    out = np.where(centered >= 0, rescale(centered, m_id, s_id), rescale(centered, m_a, s_a)).astype(np.int64)
+    return np.clip(out + int(out_qp.zero_point[0]), *dtype_range(out_dtype)).astype(out_dtype)

@@ -305,3 +305,20 @@ def test_softmax_over_the_last_axis_of_4d():
     x, x_qp, out_qp = int8(2, 3, 4, 10), qp(0.1, 0), qp(1 / 256, -128)
     got = integer_activations.softmax(x, x_qp, out_qp)
     np.testing.assert_array_equal(got, run_ref("SOFTMAX", [Q(x, x_qp)], x.shape, out_qp, {"beta": 1.0}))
+
+
+# --- RELU family / LEAKY_RELU ----------------------------------------------------------
+
+@pytest.mark.parametrize("op_type", ["RELU", "RELU6", "RELU_N1_TO_1"])
+@pytest.mark.parametrize("x_qp,out_qp", [(qp(0.05, 3), qp(0.04, -128)), (qp(0.1, -128), qp(0.1, -128)),
+                                         (qp(0.0123, 0), qp(0.03, 12)), (qp(0.3, 127), qp(0.02, -5))])
+def test_relu_family_every_level(op_type, x_qp, out_qp):
+    got = integer_activations.relu(LEVELS, x_qp, out_qp, op_type=op_type)
+    np.testing.assert_array_equal(got, run_ref(op_type, [Q(LEVELS, x_qp)], LEVELS.shape, out_qp))
+
+
+@pytest.mark.parametrize("alpha", [0.2, 0.01, 1.5])
+@pytest.mark.parametrize("x_qp,out_qp", [(qp(0.05, 3), qp(0.04, -20)), (qp(0.1, -128), qp(0.2, 0)), (qp(0.02, 60), qp(0.013, 127))])
+def test_leaky_relu_every_level(alpha, x_qp, out_qp):
+    got = integer_activations.leaky_relu(LEVELS, x_qp, out_qp, alpha=alpha)
+    np.testing.assert_array_equal(got, run_ref("LEAKY_RELU", [Q(LEVELS, x_qp)], LEVELS.shape, out_qp, {"alpha": alpha}))
