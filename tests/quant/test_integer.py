@@ -322,3 +322,19 @@ def test_relu_family_every_level(op_type, x_qp, out_qp):
 def test_leaky_relu_every_level(alpha, x_qp, out_qp):
     got = integer_activations.leaky_relu(LEVELS, x_qp, out_qp, alpha=alpha)
     np.testing.assert_array_equal(got, run_ref("LEAKY_RELU", [Q(LEVELS, x_qp)], LEVELS.shape, out_qp, {"alpha": alpha}))
+
+
+# --- BATCH_MATMUL ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("adj_x,adj_y", [(False, False), (False, True), (True, False), (True, True)])
+@pytest.mark.parametrize("shapes", [((2, 3, 20, 30), (1, 30, 24)), ((5, 8, 16), (5, 16, 4)), ((6, 7), (7, 9))])
+def test_batch_matmul(adj_x, adj_y, shapes):
+    a, b = int8(*shapes[0]), int8(*shapes[1])
+    if adj_x:
+        a = np.swapaxes(a, -1, -2).copy()
+    if adj_y:
+        b = np.swapaxes(b, -1, -2).copy()
+    a_qp, b_qp, out_qp = qp(0.03, 5), qp(0.02, -3), qp(1.1, -7)
+    got = integer.batch_matmul(a, a_qp, b, b_qp, out_qp, adj_x=adj_x, adj_y=adj_y)
+    ref = run_ref("BATCH_MATMUL", [Q(a, a_qp), Q(b, b_qp)], got.shape, out_qp, {"adj_x": adj_x, "adj_y": adj_y})
+    np.testing.assert_array_equal(got, ref)
