@@ -338,3 +338,12 @@ def test_batch_matmul(adj_x, adj_y, shapes):
     got = integer.batch_matmul(a, a_qp, b, b_qp, out_qp, adj_x=adj_x, adj_y=adj_y)
     ref = run_ref("BATCH_MATMUL", [Q(a, a_qp), Q(b, b_qp)], got.shape, out_qp, {"adj_x": adj_x, "adj_y": adj_y})
     np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("approximate", [False, True])
+@pytest.mark.parametrize("x_qp,out_qp", [(qp(0.05, 3), qp(0.04, -100)), (qp(0.1, -128), qp(0.1, -20)),
+                                         (qp(0.0123, 0), qp(0.01, -128))])
+def test_gelu_every_level(approximate, x_qp, out_qp):
+    got = integer_activations.gelu(LEVELS, x_qp, out_qp, approximate=approximate)
+    ref = run_ref("GELU", [Q(LEVELS, x_qp)], LEVELS.shape, out_qp, {"approximate": approximate})
+    np.testing.assert_array_equal(got, ref)
