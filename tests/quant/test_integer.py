@@ -347,3 +347,45 @@ def test_gelu_every_level(approximate, x_qp, out_qp):
     got = integer_activations.gelu(LEVELS, x_qp, out_qp, approximate=approximate)
     ref = run_ref("GELU", [Q(LEVELS, x_qp)], LEVELS.shape, out_qp, {"approximate": approximate})
     np.testing.assert_array_equal(got, ref)
+
+
+# --- 16x8: int16 activations, int8 weights, int64 bias ---------------------------------
+
+def int16(*shape) -> np.ndarray:
+    return RNG.integers(-32768, 32768, shape).astype(np.int16)
+
+
+@pytest.mark.parametrize("per_channel", [True, False])
+@pytest.mark.parametrize("act", [Activation.NONE, Activation.RELU])
+def test_fully_connected_16x8(per_channel, act):
+    x, w = int16(64, 48), int8(32, 48, low=-127)
+    x_qp, w_qp = qp(3e-4), qp(RNG.uniform(0.002, 0.02, 32) if per_channel else 0.01)
+    out_qp = qp(3e-4 * 0.01 * 1000)
+    bias = RNG.integers(-2 ** 20, 2 ** 20, 32).astype(np.int64)
+    got = integer.fully_connected(x, x_qp, w, w_qp, bias, out_qp, activation=act, out_dtype=np.int16)
+    ref = run_ref("FULLY_CONNECTED", [Q(x, x_qp), Q(w, w_qp, True), Q(bias, qp(np.float32(3e-4) * w_qp.scale), True)],
+                  (64, 32), out_qp, {"fused_activation_function": act}, out_dtype=np.int16)
+    np.testing.assert_array_equal(got, ref)
+    assert (np.abs(got) < 32767).mean() > 0.9
+
+
+@pytest.mark.parametrize("op_type", ["CONV_2D", "DEPTHWISE_CONV_2D"])
+@pytest.mark.parametrize("padding,stride,dilation", GEOMETRIES[:3])
+def test_convolutions_16x8(op_type, padding, stride, dilation):
+    x = int16(2, 8, 8, 6)
+    w = int8(5, 3, 3, 6, low=-127) if op_type == "CONV_2D" else int8(1, 3, 3, 12, low=-127)
+    out_c = w.shape[0] if op_type == "CONV_2D" else 12
+    x_qp, out_qp = qp(3e-4), qp(3e-4 * 0.01 * 100)
+    w_qp = qp(RNG.uniform(0.002, 0.02, out_c), axis=0 if op_type == "CONV_2D" else 3)
+    bias = RNG.integers(-2 ** 20, 2 ** 20, out_c).astype(np.int64)
+    opts = dict(padding=padding, stride_h=stride[0], stride_w=stride[1], dilation_h_factor=dilation[0],
+                dilation_w_factor=dilation[1])
+    if op_type == "DEPTHWISE_CONV_2D":
+        opts["depth_multiplier"] = 2
+    out_hw, pads = window_geometry(SimpleNamespace(**opts), x.shape[1:3], w.shape[1:3], dilation)
+    geometry = dict(out_hw=out_hw, pads=pads, strides=stride, dilation=dilation, out_dtype=np.int16)
+    got = integer.conv2d(x, x_qp, w, w_qp, bias, out_qp, **geometry) if op_type == "CONV_2D" else \
+        integer.depthwise_conv2d(x, x_qp, w, w_qp, bias, out_qp, multiplier=2, **geometry)
+    ref = run_ref(op_type, [Q(x, x_qp), Q(w, w_qp, True), Q(bias, qp(np.float32(3e-4) * w_qp.scale), True)],
+                  (2,) + out_hw + (out_c,), out_qp, opts, out_dtype=np.int16)
+    np.testing.assert_array_equal(got, ref)
