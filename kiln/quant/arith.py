@@ -1,10 +1,11 @@
 """LiteRT's fixed-point arithmetic, vectorised over NumPy arrays.
 
 Integer kernels rescale an int32 accumulator by a real multiplier ``m`` held as a 31-bit
-fixed-point mantissa and a power-of-two shift (`quantize_multiplier`). LiteRT 2.3's
-reference kernels (``BUILTIN_REF``) and XNNPACK round once (`multiply_by_quantized_multiplier`,
-TFLITE_SINGLE_ROUNDING); its optimised kernels round twice (`..._double_rounding`), which
-differs by one LSB on a few outputs. kiln's integer kernels use single rounding.
+fixed-point mantissa and a power-of-two shift (`quantize_multiplier`). Which rounding a
+LiteRT 2.3 kernel uses is measured per op (see kiln.quant.integer*): its reference
+FULLY_CONNECTED and XNNPACK round once (`multiply_by_quantized_multiplier`), its reference
+CONV_2D, DEPTHWISE_CONV_2D, ADD, MUL, MEAN, ... and QUANTIZE round twice
+(`..._double_rounding`); the two differ by one LSB on a few outputs.
 """
 
 from __future__ import annotations
