@@ -1,6 +1,6 @@
-"""LiteRT's int8 integer kernels for the weighted and windowed ops, as pure functions.
+"""LiteRT's int8 (and 16x8) kernels for the weighted, windowed and reducing ops, as pure functions.
 
-Each function takes int8 tensors with their `QuantParams` and returns what LiteRT 2.3's
+Each function takes integer tensors with their `QuantParams` and returns what LiteRT 2.3's
 reference kernels (``BUILTIN_REF``) compute, bit for bit: integer accumulation with the
 zero points subtracted, a requantization, the output zero point, and the fused
 activation's clamp.

@@ -170,9 +170,10 @@ def test_rounding_modes_are_the_measured_ones(monkeypatch):
                               stride=(1, 1), dilation=(1, 1), act=Activation.NONE)
     conv()
     np.testing.assert_array_equal(integer.fully_connected(x, x_qp, w, w_qp, None, out_qp), fc_ref)
-    monkeypatch.setattr(integer, "multiply_by_quantized_multiplier", arith.multiply_by_quantized_multiplier_double_rounding)
+    once, twice = arith.multiply_by_quantized_multiplier, arith.multiply_by_quantized_multiplier_double_rounding
+    monkeypatch.setattr(integer, "multiply_by_quantized_multiplier", twice)
     assert (integer.fully_connected(x, x_qp, w, w_qp, None, out_qp) != fc_ref).any()
-    monkeypatch.setattr(integer, "multiply_by_quantized_multiplier_double_rounding", arith.multiply_by_quantized_multiplier)
+    monkeypatch.setattr(integer, "multiply_by_quantized_multiplier_double_rounding", once)
     with pytest.raises(AssertionError):
         conv()
 
@@ -318,7 +319,8 @@ def test_relu_family_every_level(op_type, x_qp, out_qp):
 
 
 @pytest.mark.parametrize("alpha", [0.2, 0.01, 1.5])
-@pytest.mark.parametrize("x_qp,out_qp", [(qp(0.05, 3), qp(0.04, -20)), (qp(0.1, -128), qp(0.2, 0)), (qp(0.02, 60), qp(0.013, 127))])
+@pytest.mark.parametrize("x_qp,out_qp", [(qp(0.05, 3), qp(0.04, -20)), (qp(0.1, -128), qp(0.2, 0)),
+                                         (qp(0.02, 60), qp(0.013, 127))])
 def test_leaky_relu_every_level(alpha, x_qp, out_qp):
     got = integer_activations.leaky_relu(LEVELS, x_qp, out_qp, alpha=alpha)
     np.testing.assert_array_equal(got, run_ref("LEAKY_RELU", [Q(LEVELS, x_qp)], LEVELS.shape, out_qp, {"alpha": alpha}))
