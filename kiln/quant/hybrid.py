@@ -91,7 +91,7 @@ def quantize_batches_asymmetric(x: np.ndarray):
     return q.reshape(x.shape), scale, offset
 
 
-def _windows(xc: np.ndarray, kh: int, kw: int, out_hw, strides, dilation) -> np.ndarray:
+def tap_windows(xc: np.ndarray, kh: int, kw: int, out_hw, strides, dilation) -> np.ndarray:
     """[n, oh, ow, kh, kw, c] view of the (already padded) input under each filter tap."""
     n, _, _, c = xc.shape
     (oh, ow), (sh, sw), (dh, dw) = out_hw, strides, dilation
@@ -114,7 +114,7 @@ def conv2d_per_channel(x: np.ndarray, w: np.ndarray, w_scale: np.ndarray, bias, 
     """Hybrid CONV_2D with per-channel int8 weights [out_c, kh, kw, in_c] (one group),
     before its activation: ``(acc · channel_scale) · input_scale + bias``."""
     q, scale, offset = quantize_batches_asymmetric(np.asarray(x, F32))
-    cols = _windows(_centered_padded(q, offset, pads), w.shape[1], w.shape[2], out_hw, strides, dilation)
+    cols = tap_windows(_centered_padded(q, offset, pads), w.shape[1], w.shape[2], out_hw, strides, dilation)
     n = x.shape[0]
     acc = _int_matmul(cols.reshape(-1, cols[0, 0, 0].size), w.reshape(w.shape[0], -1).T)
     acc = acc.reshape(n, out_hw[0], out_hw[1], w.shape[0]).astype(F32)
@@ -130,7 +130,7 @@ def depthwise_per_channel(x: np.ndarray, w: np.ndarray, w_scale: np.ndarray, bia
     """Hybrid DEPTHWISE_CONV_2D with per-channel int8 weights [1, kh, kw, c·m], before its
     activation: ``acc · (channel_scale · input_scale) + bias``."""
     q, scale, offset = quantize_batches_asymmetric(np.asarray(x, F32))
-    cols = _windows(_centered_padded(q, offset, pads), w.shape[1], w.shape[2], out_hw, strides, dilation)
+    cols = tap_windows(_centered_padded(q, offset, pads), w.shape[1], w.shape[2], out_hw, strides, dilation)
     cols = np.repeat(cols, multiplier, axis=-1) if multiplier > 1 else cols
     acc = np.einsum("nyxhwc,hwc->nyxc", cols.astype(np.int64), w[0].astype(np.int64))
     factor = (np.asarray(w_scale, F32)[None, :] * scale[:, None]).astype(F32)

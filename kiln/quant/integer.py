@@ -24,6 +24,7 @@ from kiln.errors import KilnError
 from kiln.ir import QuantParams
 from kiln.schema import Activation
 
+from .hybrid import tap_windows
 from .arith import (multiply_by_quantized_multiplier, multiply_by_quantized_multiplier_double_rounding,
                     multiply_by_quantized_multiplier_int64, quantize_multiplier, quantize_multipliers)
 
@@ -139,16 +140,6 @@ def batch_matmul(a_q, a_qp: QuantParams, b_q, b_qp: QuantParams, out_qp: QuantPa
     return _requantize(acc, m, s, out_qp, Activation.NONE, out_dtype, double_rounding=True)
 
 
-def _windows(xc: np.ndarray, kh: int, kw: int, out_hw, strides, dilation) -> np.ndarray:
-    """[n, oh, ow, kh, kw, c] view of the (already padded) input under each window tap."""
-    n, _, _, c = xc.shape
-    (oh, ow), (sh, sw), (dh, dw) = out_hw, strides, dilation
-    s = xc.strides
-    return np.lib.stride_tricks.as_strided(
-        xc, (n, oh, ow, kh, kw, c), (s[0], s[1] * sh, s[2] * sw, s[1] * dh, s[2] * dw, s[3]),
-        writeable=False)
-
-
 def _centered_padded(x_q: np.ndarray, zero_point: int, pads) -> np.ndarray:
     """x_q − zero point, padded with zeros: the reference kernels skip taps outside the
     input, which is the same as a padded value equal to the zero point."""
@@ -165,7 +156,7 @@ def conv2d(x_q, x_qp: QuantParams, w_q, w_qp: QuantParams, bias_q, out_qp: Quant
     if x_q.shape[3] != in_c:
         raise IntegerKernelError(f"CONV_2D: input has {x_q.shape[3]} channels, the filter {in_c} "
                                  "(grouped convolution has no integer kernel here)")
-    cols = _windows(_centered_padded(x_q, int(x_qp.zero_point[0]), pads), kh, kw, out_hw, strides, dilation)
+    cols = tap_windows(_centered_padded(x_q, int(x_qp.zero_point[0]), pads), kh, kw, out_hw, strides, dilation)
     acc = _int_matmul(cols.reshape(-1, kh * kw * in_c), w_q.reshape(out_c, -1).T) + _bias(bias_q, out_c)
     m, s = _channel_multipliers(x_qp, w_qp, out_qp, out_c)
     out = _requantize_conv(acc, m, s, out_qp, activation, x_q.dtype, out_dtype)
@@ -182,7 +173,7 @@ def depthwise_conv2d(x_q, x_qp: QuantParams, w_q, w_qp: QuantParams, bias_q, out
     if out_c != x_q.shape[3] * multiplier:
         raise IntegerKernelError(f"DEPTHWISE_CONV_2D: {x_q.shape[3]} input channels × multiplier "
                                  f"{multiplier} != {out_c} filter channels")
-    cols = _windows(_centered_padded(x_q, int(x_qp.zero_point[0]), pads), kh, kw, out_hw, strides, dilation)
+    cols = tap_windows(_centered_padded(x_q, int(x_qp.zero_point[0]), pads), kh, kw, out_hw, strides, dilation)
     if multiplier > 1:
         cols = np.repeat(cols, multiplier, axis=-1)
     acc = np.einsum("nyxhwc,hwc->nyxc", cols, w_q[0].astype(np.int64)) + _bias(bias_q, out_c)
@@ -198,7 +189,7 @@ def max_pool2d(x_q, *, filter_hw, out_hw, pads, strides, activation=Activation.N
     (t, b), (l, r) = pads
     low = np.iinfo(np.int64).min
     padded = np.pad(x_q.astype(np.int64), ((0, 0), (t, b), (l, r), (0, 0)), constant_values=low)
-    out = _windows(padded, filter_hw[0], filter_hw[1], out_hw, strides, (1, 1)).max(axis=(3, 4))
+    out = tap_windows(padded, filter_hw[0], filter_hw[1], out_hw, strides, (1, 1)).max(axis=(3, 4))
     lo, hi = _pool_range(activation, out_qp, out_dtype)
     return np.clip(out, lo, hi).astype(out_dtype)
 
@@ -218,9 +209,9 @@ def average_pool2d(x_q, *, filter_hw, out_hw, pads, strides, activation=Activati
     x_q = np.asarray(x_q)
     (t, b), (l, r) = pads
     widths = ((0, 0), (t, b), (l, r), (0, 0))
-    sums = _windows(np.pad(x_q.astype(np.int64), widths), *filter_hw, out_hw, strides, (1, 1)).sum(axis=(3, 4))
+    sums = tap_windows(np.pad(x_q.astype(np.int64), widths), *filter_hw, out_hw, strides, (1, 1)).sum(axis=(3, 4))
     inside = np.pad(np.ones((1,) + x_q.shape[1:3] + (1,), np.int64), widths)
-    counts = _windows(inside, *filter_hw, out_hw, strides, (1, 1)).sum(axis=(3, 4))
+    counts = tap_windows(inside, *filter_hw, out_hw, strides, (1, 1)).sum(axis=(3, 4))
     half = counts // 2
     out = np.where(sums > 0, _c_div(sums + half, counts), _c_div(sums - half, counts))
     lo, hi = _pool_range(activation, out_qp, out_dtype)
