@@ -66,11 +66,13 @@ class TFLiteConverter:
     Attributes:
       allow_custom_ops: TF ops without a builtin become CUSTOM ops (custom code = TF op type,
         attributes in a FlexBuffer) instead of failing the conversion.
-      optimizations: set of `Optimize` values (quantization; not implemented yet).
+      optimizations: set of `Optimize` values; any of them asks for quantization.
       representative_dataset: calibration data for integer quantization.
       target_spec: `TargetSpec` (supported_ops, supported_types).
       inference_input_type / inference_output_type: float32 unless integer-quantized.
       experimental_enable_resource_variables: keep assigned variables as resource variables.
+      denylist: op types ("SOFTMAX") or output tensor names to keep float when quantizing —
+        kiln's extension; TF takes them only through its debugger's options.
       report: the `ConversionReport` of the last ``convert()``.
     """
 
@@ -85,6 +87,7 @@ class TFLiteConverter:
         self.inference_input_type = None
         self.inference_output_type = None
         self.experimental_enable_resource_variables = True
+        self.denylist: list[str] = []
         #: Check the IR's invariants (use-def links, order) after every pass (slower; for debugging).
         self.experimental_verify_passes = False
         self.report: ConversionReport | None = None
@@ -178,7 +181,15 @@ class TFLiteConverter:
             supported_types=frozenset(types),
             inference_input_type=_dtype_name(self.inference_input_type),
             inference_output_type=_dtype_name(self.inference_output_type),
-            representative_dataset=self.representative_dataset)
+            representative_dataset=self.representative_dataset, denylist=_denylist(self.denylist))
+
+
+def _denylist(value) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str) or not all(isinstance(name, str) for name in value):
+        raise ConversionError(f"denylist must be a list of op types or tensor names (strings), got {value!r}")
+    return tuple(value)
 
 
 # -- function discovery --------------------------------------------------------------------------

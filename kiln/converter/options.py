@@ -55,6 +55,8 @@ class ConversionOptions:
       supported_types: dtype names ("float16", "int8", ...) the target supports besides float32.
       inference_input_type / inference_output_type: dtype names of the model's inputs / outputs.
       representative_dataset: calibration samples for integer quantization (a callable).
+      denylist: op types or output tensor names kept float by quantization (kiln's extension;
+        `QuantizationDebugger.suggest_denylist` finds one).
 
     Raises:
       ConversionError: inconsistent options (as TF's converter reports them).
@@ -71,6 +73,7 @@ class ConversionOptions:
     inference_input_type: str = "float32"
     inference_output_type: str = "float32"
     representative_dataset: Callable | None = None
+    denylist: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.representative_dataset is not None and not callable(self.representative_dataset):
@@ -89,6 +92,10 @@ class ConversionOptions:
                 f"The inference_input_type and inference_output_type must be tf.float32 unless the model is "
                 f"integer-quantized (got {self.inference_input_type} / {self.inference_output_type}); set "
                 "optimizations={Optimize.DEFAULT} and a representative_dataset")
+        if self.denylist and not self.optimizations:
+            raise ConversionError(
+                f"denylist {list(self.denylist)} keeps ops float during quantization, but no quantization was "
+                "asked for; set optimizations=[Optimize.DEFAULT] (and a representative_dataset for integer modes)")
 
     def _integer_io(self) -> set[str]:
         return {self.inference_input_type, self.inference_output_type} - {"float32"}

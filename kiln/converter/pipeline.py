@@ -153,7 +153,7 @@ def quantize_stage(options: ConversionOptions) -> Stage:
     def quantize(conv: Conversion) -> None:
         from ..quant.api import quantize_model
 
-        done = quantize_model(conv.model, **plan)
+        done = quantize_model(conv.model, **plan, denylist=options.denylist)
         conv.report.quantization = {"mode": done.mode, "quantized": len(done.quantized),
                                     "kept_float": [f"{op} '{name}': {why}" for op, name, why in done.kept_float]}
 

@@ -3,6 +3,7 @@ converter's quantize stage, which calls `quantize_model` on its IR)."""
 
 from __future__ import annotations
 
+import difflib
 import os
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -10,6 +11,7 @@ from typing import Iterable
 from ..errors import KilnError
 from ..format import read_model, write_model
 from ..ir import Model
+from ..schema import BUILTIN_CODES
 from .int16 import quantize_int16x8
 from .static import quantize_int4_weights, quantize_int8
 from .weights import MIN_WEIGHT_ELEMENTS, quantize_dynamic_range, quantize_float16, quantize_weight_only
@@ -42,13 +44,41 @@ def _check_mode(mode: str) -> None:
         raise KilnError(f"quantize: unknown mode {mode!r}; choose one of {', '.join(MODES)}")
 
 
+def check_denylist(model: Model, denylist: Iterable[str], mode: str) -> frozenset[str]:
+    """The denylist as a set, every entry an op type or an op's output tensor name of ``model``
+    (a builtin op type the model lacks is allowed: one denylist may serve several models).
+
+    A name that matches nothing would silently quantize what the user meant to keep float, so
+    it is an error naming the closest candidates.
+    """
+    if isinstance(denylist, str):
+        raise KilnError(f"quantize: denylist must be a list of op types or tensor names, got the string "
+                        f"{denylist!r}; write [{denylist!r}]")
+    names = frozenset(denylist)
+    if not names:
+        return names
+    if mode == "float16":
+        raise KilnError("quantize: mode 'float16' keeps every op float already; it takes no denylist")
+    known = {op.op_type for sg in model.subgraphs for op in sg.operators}
+    known |= {t.name for sg in model.subgraphs for op in sg.operators for t in op.outputs if t is not None}
+    for name in sorted(names):
+        if not isinstance(name, str):
+            raise KilnError(f"quantize: denylist entries are op types or tensor names (strings), got {name!r}")
+        if name not in known and name not in BUILTIN_CODES:
+            close = difflib.get_close_matches(name, sorted(known), n=3)
+            hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+            raise KilnError(f"quantize: denylist entry {name!r} is neither an op type nor an op's output tensor "
+                            f"in the model{hint}")
+    return names
+
+
 def quantize_model(model: Model, mode: str = "dynamic", *, representative_dataset=None,
                    denylist: Iterable[str] = (), min_elements: int = MIN_WEIGHT_ELEMENTS,
                    integer_only: bool = False, inference_input_type: str = "float32",
                    inference_output_type: str = "float32", progress: bool = True) -> QuantizationReport:
     """Quantize an IR model in place (see `quantize` for the modes)."""
     _check_mode(mode)
-    denied = frozenset(denylist)
+    denied = check_denylist(model, denylist, mode)
     if mode == "dynamic":
         done = quantize_dynamic_range(model, min_elements=min_elements, denylist=denied)
         return QuantizationReport(mode, done.quantized, done.skipped)
