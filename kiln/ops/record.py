@@ -55,7 +55,7 @@ class Runtime(Protocol):
 
     def call_subgraph(self, index: int, inputs: Sequence[np.ndarray]) -> list[np.ndarray]: ...
 
-    variables: dict  # resource id -> current value (VAR_HANDLE / READ / ASSIGN_VARIABLE)
+    variables: dict  # resource id -> current value (a mapping: kiln/runtime/variables.py)
     call_once_done: set  # init subgraphs CALL_ONCE has run
 
     def resource_id(self, container: str, shared_name: str) -> int: ...

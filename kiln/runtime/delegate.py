@@ -41,12 +41,21 @@ class Partition:
     order; ``outputs``: tensors produced inside and read after it (or subgraph outputs);
     ``state_inputs``: positions in ``inputs`` of state its nodes update (their records'
     ``state_operands``, e.g. LSTM states in variable tensors).
+
+    ``runtime``: the interpreter's side a delegate that claims resource-variable ops needs
+    (kiln.ops.record.Runtime): ``runtime.variables``, the interpreter's one store of resource
+    variables (kiln/runtime/variables.py: a kernel reads the values its nodes read before
+    writing them with ``held(rid)`` and stores the ones they write with ``hold(rid, value)``,
+    which may stay in device memory), ``runtime.resource_id(container, shared_name)`` (what
+    VAR_HANDLE gives) and ``runtime.call_once(index)`` (CALL_ONCE: runs an init subgraph once
+    per interpreter).
     """
 
     nodes: list[NodeInfo]
     inputs: list[Tensor]
     outputs: list[Tensor]
     state_inputs: list[int] = field(default_factory=list)
+    runtime: object = None
 
 
 class DelegateKernel:

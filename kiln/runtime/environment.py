@@ -24,6 +24,7 @@ from .custom import Context, Node, TensorView, decode_builtin_options
 from .delegate import Delegate, NodeInfo, Partition
 from .node_errors import in_node
 from .resolver import Registration
+from .variables import ResourceVariables
 
 if TYPE_CHECKING:  # pragma: no cover
     from .interpreter import Interpreter
@@ -256,7 +257,8 @@ class _SubgraphEnv:
                      op_names=tuple(op.name for op in ops), delegate=delegate.name)
         step.state_ins = tuple(step.ins[k] for k in state_inputs)
         try:
-            step.delegate_kernel = delegate.prepare(Partition(nodes, inputs, outputs, state_inputs))
+            step.delegate_kernel = delegate.prepare(Partition(nodes, inputs, outputs, state_inputs,
+                                                              runtime=self.interp._runtime))
         except KilnError:
             raise
         except Exception as exc:  # a delegate's own failure, reported with where it happened
@@ -380,7 +382,7 @@ class _SubgraphEnv:
         interp = self.interp
         saved = {k: list(env.values) for k, env in interp._envs.items()}
         rt = interp._runtime
-        saved_vars, saved_once = dict(rt.variables), set(rt.call_once_done)
+        saved_vars, saved_once = rt.variables.snapshot(), set(rt.call_once_done)
         try:
             self.run()
         except KilnError:
@@ -388,8 +390,7 @@ class _SubgraphEnv:
         finally:
             for k, values in saved.items():
                 interp._envs[k].values[:] = values
-            rt.variables.clear()
-            rt.variables.update(saved_vars)
+            rt.variables.restore(saved_vars)
             rt.call_once_done.clear()
             rt.call_once_done.update(saved_once)
         self.shapes_stale = False
@@ -462,13 +463,18 @@ class _Runtime:
 
     def __init__(self, interp: "Interpreter"):
         self._interp = interp
-        self.variables: dict[int, np.ndarray] = {}
+        self.variables = ResourceVariables()
         self.call_once_done: set[int] = set()
-        self._resource_ids: dict[tuple[str, str], int] = {}
 
     def resource_id(self, container: str, shared_name: str) -> int:
         """The id of resource variable (container, shared_name), the same for every subgraph."""
-        return self._resource_ids.setdefault((container, shared_name), len(self._resource_ids))
+        return self.variables.resource_id(container, shared_name)
+
+    def call_once(self, index: int) -> None:
+        """Run init subgraph ``index`` unless this interpreter already has (CALL_ONCE)."""
+        if index not in self.call_once_done:
+            self.call_once_done.add(index)
+            self.call_subgraph(index, [])
 
     def reset(self) -> None:
         self.variables.clear()
