@@ -16,10 +16,12 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ..errors import OpError, UnsupportedError
+from ..schema import DType
 from ..runtime.delegate import DelegateKernel, NodeInfo, Partition, ReportingDelegate
 from ._jax import require_jax, x64
 from .table import lowered_ops
-from .graph import RESOURCE_OPS, param_tensors, prepare_nodes, run_nodes, static_tensors, why_not_lowered
+from .graph import param_tensors, prepare_nodes, run_nodes, static_tensors, why_not_lowered
+from .partition_vars import PartitionVariables, why_not as why_not_vars
 
 _POLICIES = {None: None, "float32": None, "bfloat16": "bfloat16"}
 
@@ -61,8 +63,12 @@ class XlaPartitionKernel(DelegateKernel):
         self.nodes = prepare_nodes([info.op for info in partition.nodes],
                                    lambda op: f"XLA delegate, node {index_of[id(op)]} ({op.name})")
         static = delegate._static_set(partition.nodes[0].op)
+        # Resource handles entering the partition are static too: READ / ASSIGN resolve them.
+        static = static | {id(t) for t in partition.inputs if t.dtype == DType.RESOURCE}
         self.static_inputs = [k for k, t in enumerate(partition.inputs) if id(t) in static]
         self.dynamic_inputs = [k for k, t in enumerate(partition.inputs) if id(t) not in static]
+        #: Resource variables the partition reads and writes (kiln/xla/partition_vars.py), or None.
+        self.variables = PartitionVariables.of(partition, self.nodes, self.label)
         self.param_tensors = param_tensors(self.nodes)
         # Variable tensors whose final state a node leaves (sequence-LSTM states): written
         # back into the interpreter's buffers for them, as LiteRT's kernels do.
@@ -93,14 +99,23 @@ class XlaPartitionKernel(DelegateKernel):
             return jnp.asarray(data, dtype=float_dtype)
         return data
 
-    def _trace_fn(self, static_values: dict[int, np.ndarray]):
-        """The partition as a function of its dynamic inputs (weights and statics closed over)."""
+    def _trace_fn(self, static_values: dict[int, np.ndarray], plan=None):
+        """The partition as a function of its dynamic inputs (weights and statics closed over),
+        then of the variables ``plan`` reads; it returns the ones ``plan`` writes last."""
         partition, nodes = self.partition, self.nodes
         inputs, params, dynamic = partition.inputs, self.param_tensors, self.dynamic_inputs
         float_dtype = self.delegate.float_dtype
         state_inputs, weights = self.state_inputs, self.weights
+        variables = self.variables
 
-        def fn(*dynamic_values):
+        def fn(*args):
+            if plan is None:
+                return body(*args)
+            with variables.tracing(plan, args[len(dynamic):]) as store:
+                outs, states = body(*args[:len(dynamic)])
+            return outs, states, variables.written(store, plan)
+
+        def body(*dynamic_values):
             env = {id(t): v for t, v in zip(params, weights)}
             for k, value in static_values.items():
                 env[id(inputs[k])] = value
@@ -119,7 +134,7 @@ class XlaPartitionKernel(DelegateKernel):
 
         return fn
 
-    def _compile(self, static_values: dict[int, np.ndarray], dynamic_values: Sequence):
+    def _compile(self, static_values: dict[int, np.ndarray], dynamic_values: Sequence, plan=None):
         """Trace, lower and compile once for these input shapes: calling the executable skips
         jax.jit's per-call cache lookup."""
         jax = require_jax()
@@ -127,7 +142,7 @@ class XlaPartitionKernel(DelegateKernel):
 
         where = SingleDeviceSharding(self.delegate.device)
         specs = [jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype, sharding=where) for x in dynamic_values]
-        lowered = jax.jit(self._trace_fn(static_values)).lower(*specs)
+        lowered = jax.jit(self._trace_fn(static_values, plan)).lower(*specs)
         try:
             return lowered.compile(self.delegate.compiler_options or None)
         except Exception as exc:  # XLA's own errors (an unknown compiler option, say)
@@ -141,12 +156,19 @@ class XlaPartitionKernel(DelegateKernel):
         if self.static_inputs:
             static_values = {k: np.asarray(inputs[k]) for k in self.static_inputs}
             key += tuple((v.shape, v.dtype.str, v.tobytes()) for v in static_values.values())
+        plan = None
+        if self.variables is not None:
+            self.variables.before()  # CALL_ONCE inits, through the interpreter
+            plan = self.variables.plan(inputs)
+            var_values = self.variables.values(plan)
+            key += (plan.reads, plan.writes) + self.variables.key(var_values)
+            dynamic_values = dynamic_values + var_values
         with x64():
             run = self.cache.get(key)
             fresh = run is None
             if fresh:
                 start = time.perf_counter()
-                run = self._compile(static_values if self.static_inputs else {}, dynamic_values)
+                run = self._compile(static_values if self.static_inputs else {}, dynamic_values, plan)
                 self.cache[key] = run
                 self.compiles += 1
                 while len(self.cache) > self.delegate.cache_size:
@@ -156,14 +178,16 @@ class XlaPartitionKernel(DelegateKernel):
             # On the default device NumPy inputs go straight in (the call transfers them, much
             # faster than a device_put of its own); elsewhere they are put there first.
             if self.delegate.device_is_default:
-                outs, states = run(*dynamic_values)
+                outs, states, *written = run(*dynamic_values)
             else:
                 put = require_jax().device_put
-                outs, states = run(*[put(x, self.delegate.device) for x in dynamic_values])
+                outs, states, *written = run(*[put(x, self.delegate.device) for x in dynamic_values])
             if fresh:
                 require_jax().block_until_ready(outs)
                 if self.compile_seconds is None:
                     self.compile_seconds = time.perf_counter() - start
+        if plan is not None:
+            self.variables.after(plan, written[0])
         for k, value in zip(self.state_inputs, states):
             buffer = inputs[k]
             if not (isinstance(buffer, np.ndarray) and buffer.flags.writeable):
@@ -232,9 +256,9 @@ class XlaDelegate(ReportingDelegate):
         return self._static[key]
 
     def why_not(self, node: NodeInfo) -> str | None:
-        if node.name in RESOURCE_OPS:
-            return (f"{node.name}: resource variables live in the interpreter's store, which the delegate's "
-                    "partitions cannot reach (to_jax lowers them as carried state)")
+        reason = why_not_vars(node.op)  # CALL_ONCE's inits run before the partition
+        if reason is not None:
+            return reason
         if node.op.op_type != "CUSTOM" and node.name not in self.ops and node.name in lowered_ops():
             return f"{node.name} is left out of this delegate's ops"
         return why_not_lowered(node.op, node.registration, self._static_set(node.op))

@@ -9,8 +9,8 @@ program order, as the reference kernels do. CALL_ONCE runs its init subgraph the
 the store meets it; `initial_state()` of a stateful function runs them all, so the state a
 user carries between calls already holds every variable and later CALL_ONCEs do nothing.
 
-XlaDelegate does not claim these ops: its partitions cannot reach the interpreter's variable
-store (shared with the nodes and signatures the reference kernels run).
+XlaDelegate's partitions trace the same lowerings with a store backed by the interpreter's
+variables instead (kiln/xla/partition_vars.py).
 """
 
 from __future__ import annotations
@@ -35,21 +35,58 @@ def variable_name(container: str, shared_name: str) -> str:
 
 
 class VariableStore:
-    """Variable values by name while a function traces, and the CALL_ONCE inits already run."""
+    """Variable values by name while a function traces, and the CALL_ONCE inits already run.
+
+    The lowerings below ask the store in use for everything (``handle``, ``read``,
+    ``assign``, ``call_once``), so XlaDelegate's partitions trace with a store of their own
+    (kiln/xla/partition_vars.py) backed by the interpreter's variables.
+    """
 
     def __init__(self, values: dict | None = None, inits_done: set | None = None):
         self.names: list[str] = []
         self.values: dict = dict(values or {})
         self.inits_done: set = set(inits_done or ())
 
-    def handle(self, name: str) -> int:
+    def _index(self, name: str) -> int:
         if name not in self.names:
             self.names.append(name)
         return self.names.index(name)
 
+    def _name_of(self, call, handle) -> str:
+        if not isinstance(handle, np.ndarray) or handle.size != 1:
+            raise OpError(f"{call.op.name}: the variable handle must come from a VAR_HANDLE of this subgraph")
+        index = int(handle.reshape(()))
+        if not 0 <= index < len(self.names):
+            raise OpError(f"{call.op.name}: unknown resource handle {index}")
+        return self.names[index]
+
+    def handle(self, call) -> np.ndarray:
+        return np.array(self._index(variable_name(call.opts.container or "", call.opts.shared_name or "")),
+                        np.int32)
+
+    def read(self, call, handle):
+        name = self._name_of(call, handle)
+        if name not in self.values:
+            raise OpError(f"READ_VARIABLE of {name!r} before any ASSIGN_VARIABLE set it (start from the "
+                          "function's initial_state())")
+        import jax.numpy as jnp
+
+        return jnp.asarray(self.values[name])  # a run-time value, never folded as a constant
+
+    def assign(self, call, handle, value) -> None:
+        import jax.numpy as jnp
+
+        self.values[self._name_of(call, handle)] = jnp.asarray(value)
+
+    def call_once(self, call) -> None:
+        index = int(call.opts.init_subgraph_index)
+        if index not in self.inits_done:
+            self.inits_done.add(index)
+            _traced(call.op, index, call.label)([])
+
 
 @contextmanager
-def using(store: VariableStore):
+def using(store):
     token = _STORE.set(store)
     try:
         yield store
@@ -57,52 +94,29 @@ def using(store: VariableStore):
         _STORE.reset(token)
 
 
-def _store(call) -> VariableStore:
+def _store(call):
     store = _STORE.get()
     if store is None:
-        raise OpError(f"{call.op.name}: resource variables are only lowered inside to_jax's function")
+        raise OpError(f"{call.op.name}: resource variables are only lowered inside to_jax's function "
+                      "or an XlaDelegate partition")
     return store
 
 
-def _name_of(call, store, handle) -> str:
-    if not isinstance(handle, np.ndarray) or handle.size != 1:
-        raise OpError(f"{call.op.name}: the variable handle must come from a VAR_HANDLE of this subgraph")
-    index = int(handle.reshape(()))
-    if not 0 <= index < len(store.names):
-        raise OpError(f"{call.op.name}: unknown resource handle {index}")
-    return store.names[index]
-
-
 def _var_handle(call):
-    store = _store(call)
-    return np.array(store.handle(variable_name(call.opts.container or "", call.opts.shared_name or "")), np.int32)
+    return _store(call).handle(call)
 
 
 def _read_variable(call, handle):
-    store = _store(call)
-    name = _name_of(call, store, handle)
-    if name not in store.values:
-        raise OpError(f"READ_VARIABLE of {name!r} before any ASSIGN_VARIABLE set it (start from the "
-                      "function's initial_state())")
-    import jax.numpy as jnp
-
-    return jnp.asarray(store.values[name])  # a run-time value, never folded as a constant
+    return _store(call).read(call, handle)
 
 
 def _assign_variable(call, handle, value):
-    import jax.numpy as jnp
-
-    store = _store(call)
-    store.values[_name_of(call, store, handle)] = jnp.asarray(value)
+    _store(call).assign(call, handle, value)
     return ()
 
 
 def _call_once(call):
-    store = _store(call)
-    index = int(call.opts.init_subgraph_index)
-    if index not in store.inits_done:
-        store.inits_done.add(index)
-        _traced(call.op, index, call.label)([])
+    _store(call).call_once(call)
     return ()
 
 
