@@ -28,7 +28,6 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import DType
-from .lower_vars import using
 
 VARIABLE_OPS = frozenset({"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE"})
 
@@ -169,6 +168,8 @@ class PartitionVariables:
     @contextmanager
     def tracing(self, plan: Plan, values: Sequence):
         """Trace the partition's nodes with variable reads and writes going through ``plan``."""
+        from .lower_vars import using  # imports JAX: kiln.xla itself must import without it
+
         store = _TraceStore(self.runtime, plan, values)
         with using(store):
             yield store

@@ -14,17 +14,14 @@ from tests.converter import zoo  # noqa: E402
 from tests.converter.test_zoo import assert_matches, litert, run_signature  # noqa: E402
 
 #: Why a node may stay on the reference kernels (a phrase of the delegate's reason): XLA's
-#: static shapes; the delegate leaves resource variables to the interpreter.
+#: static shapes.
 ALLOWED_REASONS = {
     "only known at run time": "XLA compiles static shapes (TF's TensorList reads with run-time sizes)",
     "a size of -1": "a slice to the end from a run-time begin has no static shape",
     "may change shape between trips": "XLA's while loop carries one shape (TensorLists with a free batch)",
 }
-#: Ops that stay on the reference kernels, and why.
-NOT_LOWERED = {
-    **{op: "resource variables live in the interpreter's store (to_jax carries them as state)"
-       for op in ("CALL_ONCE", "VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE")},
-}
+#: Ops that stay on the reference kernels, and why (none now: resource variables are claimed).
+NOT_LOWERED: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module", params=list(zoo.BUILDERS))

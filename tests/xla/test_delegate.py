@@ -24,10 +24,7 @@ from tests.runtime.test_zoo import ATOL, E2E_RTOL, RTOL  # noqa: E402
 from tests.runtime.zoo import ZOO, sample_inputs  # noqa: E402
 
 #: Zoo models and the ops in them that stay on the reference kernels, with why.
-NOT_LOWERED = {
-    "variables": {op: "resource variables live in the interpreter's store (to_jax carries them as state)"
-                  for op in ("CALL_ONCE", "VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE")},
-}
+NOT_LOWERED: dict[str, dict[str, str]] = {}
 MODELS = list(ZOO)
 
 
