@@ -130,6 +130,10 @@ def _init_check(op, opts):
 
 
 register_lowering("VAR_HANDLE", _var_handle)
-register_lowering("READ_VARIABLE", _read_variable)
-register_lowering("ASSIGN_VARIABLE", _assign_variable)
+def _moves_codes(op, opts):
+    return None  # the value moves as stored: quantized codes too (the reference kernels' on_codes)
+
+
+register_lowering("READ_VARIABLE", _read_variable, quantized=_moves_codes)
+register_lowering("ASSIGN_VARIABLE", _assign_variable, quantized=_moves_codes)
 register_lowering("CALL_ONCE", _call_once, check=_init_check)

@@ -15,7 +15,7 @@ import kiln  # noqa: E402
 from kiln import ops  # noqa: E402
 from kiln.errors import KilnError  # noqa: E402
 from kiln.format import read_model, write_model  # noqa: E402
-from kiln.ir import Model  # noqa: E402
+from kiln.ir import Model, QuantParams  # noqa: E402
 from kiln.schema import DType  # noqa: E402
 from kiln.xla import XlaDelegate  # noqa: E402
 from kiln.xla.graph import RESOURCE_OPS  # noqa: E402
@@ -298,6 +298,36 @@ def test_call_once_after_a_variable_op_stays_with_the_reference_kernels():
         assert_close(feed(ours, [x])[0], feed(ref, [x])[0], what=f"invoke {k}")
     assert [name for (_, name, _) in delegate.rejected] == ["CALL_ONCE"]
     assert "order" in next(iter(delegate.rejected.values()))
+
+
+def test_int8_variable_moves_its_codes():
+    """ASSIGN_VARIABLE version 2 (int8 values): the codes go in and out unchanged, then an int8
+    ADD (claimed as well) rescales them, bit-exact with kiln's reference kernels."""
+    q = QuantParams(np.array([0.05], np.float32), np.array([3], np.int64))
+    model = Model()
+    sg = model.add_subgraph("main")
+    x = sg.add_tensor("x", DType.INT8, (4,), quantization=q)
+    sg.inputs.append(x)
+    init = _add_init(model, "v", np.zeros(4, np.int8))
+    model.subgraphs[init].tensors[-1].quantization = q
+    sg.add_operator("CALL_ONCE", [], [], options={"init_subgraph_index": init})
+    h = sg.add_tensor("h", DType.RESOURCE, ())
+    sg.add_operator("VAR_HANDLE", [], [h], options={"container": "", "shared_name": "v"})
+    old = sg.add_tensor("old", DType.INT8, (4,), quantization=q)
+    sg.add_operator("READ_VARIABLE", [h], [old])
+    y = sg.add_tensor("y", DType.INT8, (4,), quantization=QuantParams(np.array([0.1], np.float32),
+                                                                      np.array([-2], np.int64)))
+    sg.add_operator("ADD", [old, x], [y])
+    sg.add_operator("ASSIGN_VARIABLE", [h, x], [])
+    sg.outputs.append(y)
+    data = _versions(model)
+    ours, delegate = _xla(data)
+    ref = _reference(data)  # (LiteRT registers no ASSIGN_VARIABLE version 2)
+    rng = np.random.default_rng(11)
+    for _ in range(3):
+        x = rng.integers(-128, 128, 4).astype(np.int8)
+        np.testing.assert_array_equal(feed(ours, [x])[0], feed(ref, [x])[0])
+    assert not delegate.rejected, delegate.rejected
 
 
 def test_bfloat16_policy_keeps_variables_in_their_type(zoo):
