@@ -22,7 +22,7 @@ from kiln.xla.graph import RESOURCE_OPS  # noqa: E402
 from kiln.xla.table import lowered_ops  # noqa: E402
 from tests.harness import assert_close, feed  # noqa: E402
 from tests.runtime.conftest import litert  # noqa: E402
-from tests.runtime.zoo import ZOO  # noqa: E402
+from tests.runtime.zoo import ZOO, cached_model  # noqa: E402
 
 REF = kiln.OpResolverType.BUILTIN_REF
 
@@ -98,6 +98,30 @@ def test_zoo_variables_through_invoke_match_the_reference(zoo):
         _assert_fully_claimed(delegate, ours)
 
 
+def _build_stateful_lstm() -> bytes:
+    """A Keras stateful LSTM (tf_keras, TF's converter): its states are resource variables
+    that a CALL_ONCE initialises, read before a WHILE over the steps and assigned after it."""
+    from tests.runtime import zoo as runtime_zoo
+
+    tf = runtime_zoo._quiet_tf()
+    import tf_keras
+
+    tf_keras.utils.set_random_seed(1)
+    inp = tf_keras.Input((5, 3), batch_size=2)
+    model = tf_keras.Model(inp, tf_keras.layers.LSTM(4, stateful=True)(inp))
+    return tf.lite.TFLiteConverter.from_keras_model(model).convert()
+
+
+def test_keras_stateful_lstm_fully_claimed_keeps_its_state():
+    data = cached_model("stateful_lstm", _build_stateful_lstm).read_bytes()
+    ours, delegate = _xla(data)
+    rounds = _run_rounds([ours, _reference(data), litert(data)], n_inputs=(2, 5, 3), rounds=3, seed=9)
+    for r, (actual, reference, expected) in enumerate(rounds):
+        assert_close(actual, expected, rtol=1e-5, atol=1e-6, what=f"round {r}")
+        assert_close(actual, reference, rtol=1e-5, atol=1e-6, what=f"round {r}")
+    _assert_fully_claimed(delegate, ours)
+
+
 # -- models built with kiln's IR -------------------------------------------------------------
 
 def _versions(model: Model) -> bytes:
@@ -160,7 +184,7 @@ def _same_op():
 
 def _run_rounds(interps, n_inputs=(2, 3), rounds=3, seed=0):
     """Invoke every interpreter on the same inputs, ``rounds`` times, then after
-    reset_all_variables once more; returns {round: [outputs per interpreter]}."""
+    reset_all_variables once more; returns per round [output per interpreter]."""
     rng = np.random.default_rng(seed)
     results = []
     for r in range(rounds + 1):
