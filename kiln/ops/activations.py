@@ -20,7 +20,7 @@ from numpy.polynomial import chebyshev
 from ..errors import OpError
 from ..schema import Activation, DType
 from .elementwise import reject_quantized
-from . import integer
+from . import integer, integer_more
 from .record import UNLISTED, KernelCall, OpDef, OptionsSpec, input_dtype, output_dtype
 
 
@@ -248,9 +248,9 @@ OPS: tuple[OpDef, ...] = (
           _leaky_relu_version, 2,
           runtime_versions=("1.13.1", "2.3.0"), quantized=integer.LEAKY_RELU),
     OpDef("PRELU", _prelu,
-          runtime_versions=("1.8.0",)),
+          runtime_versions=("1.8.0",), quantized=integer_more.PRELU),
     OpDef("ELU", _float_kernel(_elu),
-          runtime_versions=("1.14.0",)),
+          runtime_versions=("1.14.0",), quantized=integer_more.ELU),
     OpDef("GELU", _float_kernel(_gelu), OptionsSpec("GeluOptions", {"approximate": False}),
           _gelu_version, 3,
           runtime_versions=("2.9.0", "2.9.0", UNLISTED), quantized=integer.GELU),
@@ -263,7 +263,7 @@ OPS: tuple[OpDef, ...] = (
     OpDef("L2_NORMALIZATION", _l2_normalization,
           OptionsSpec("L2NormOptions", {"fused_activation_function": Activation.NONE}),
           _l2_version, 2,
-          runtime_versions=("1.5.0", "1.14.0")),
+          runtime_versions=("1.5.0", "1.14.0"), quantized=integer_more.L2_NORMALIZATION),
 )
 
 __all__ = ["OPS", "erfc"]

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import Activation, DType
-from . import integer_arith
+from . import integer_arith, integer_more
 from .record import UNLISTED, KernelCall, OpDef, OptionsSpec, input_dtype, on_codes, output_dtype
 
 # -- helpers shared with activations.py and reduce.py ---------------------------------------
@@ -566,7 +566,7 @@ OPS: tuple[OpDef, ...] = (
     OpDef("RSQRT", _unary_float("RSQRT"), None, _by_type({_I16: 3, _I8: 2}), 3,
           runtime_versions=("1.10.0", "2.5.0", "2.15.0"), quantized=integer_arith.RSQRT),
     OpDef("SQRT", _unary_float("SQRT"), None, _by_type({(_I8, _I16): 2}), 2,
-          runtime_versions=("1.10.0", UNLISTED)),
+          runtime_versions=("1.10.0", UNLISTED), quantized=integer_more.SQRT),
     OpDef("EXP", _unary_float("EXP"), _table("ExpOptions"), _by_type({(_I8, _I16): 2}), 2,
           runtime_versions=("1.7.0", "2.12.0"), quantized=integer_arith.EXP),
     OpDef("LOG", _unary_float("LOG"), None, _by_type({(_I8, _I16): 2}), 2,

@@ -14,6 +14,7 @@ import numpy as np
 from ..errors import OpError
 from ..schema import DType
 from .elementwise import is_quantized, reject_quantized
+from . import integer_more
 from .record import KernelCall, OpDef, OptionsSpec, input_dtype, input_rank, on_codes
 
 _F32 = np.float32
@@ -109,6 +110,7 @@ RESIZE_BILINEAR = OpDef(
     }),
     version=_resize_bilinear_version,
     max_version=4,
+    quantized=integer_more.RESIZE_BILINEAR,
     runtime_versions=("1.7.0", "1.14.0", "2.2.0", "2.5.0"),
 )
 
@@ -321,6 +323,7 @@ def _batch_to_space_kernel(call: KernelCall, x, block_shape, crops):
 SPACE_TO_BATCH_ND = OpDef(
     name="SPACE_TO_BATCH_ND",
     kernel=_space_to_batch_kernel,
+    quantized=on_codes(_space_to_batch_kernel),
     options=None,
     version=_batch_space_version,
     max_version=4,

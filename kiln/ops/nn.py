@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import Activation, DType, Padding
-from . import integer
+from . import integer, integer_more
 from .elementwise import reject_quantized
 from .record import UNLISTED, KernelCall, OpDef, OptionsSpec, input_dtype, output_dtype
 from .windowed import (
@@ -113,7 +113,7 @@ def _fc_kernel(call: KernelCall, x, w, bias=None):
 
 FULLY_CONNECTED = OpDef(
     name="FULLY_CONNECTED",
-    quantized=integer.FULLY_CONNECTED,
+    quantized={**integer.FULLY_CONNECTED, **integer_more.FULLY_CONNECTED},
     kernel=_fc_kernel,
     options=OptionsSpec("FullyConnectedOptions", {
         "fused_activation_function": Activation.NONE,
@@ -223,7 +223,7 @@ _CONV_OPTIONS = {
 
 CONV_2D = OpDef(
     name="CONV_2D",
-    quantized=integer.CONV_2D,
+    quantized={**integer.CONV_2D, **integer_more.CONV_2D},
     kernel=_conv_kernel,
     options=OptionsSpec("Conv2DOptions", _CONV_OPTIONS),
     version=_conv_version,
@@ -318,7 +318,7 @@ def _dw_kernel(call: KernelCall, x, w, bias=None):
 
 DEPTHWISE_CONV_2D = OpDef(
     name="DEPTHWISE_CONV_2D",
-    quantized=integer.DEPTHWISE_CONV_2D,
+    quantized={**integer.DEPTHWISE_CONV_2D, **integer_more.DEPTHWISE_CONV_2D},
     kernel=_dw_kernel,
     options=OptionsSpec("DepthwiseConv2DOptions", {
         "padding": Padding.SAME,

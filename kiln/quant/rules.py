@@ -31,6 +31,9 @@ class Rule:
     fixed: tuple[float, int] | None = None
     #: Operand positions that are activations (the rest are left alone: shapes, axes...).
     activations: tuple[int, ...] = (0,)
+    #: Activation positions whose constant operand TF quantizes like a weight: int8, symmetric
+    #: per tensor (PRELU's alpha; LiteRT's int16 PRELU also reads an int8 alpha).
+    symmetric: tuple[int, ...] = ()
 
 
 def _weights(w: int, axis: int, bias: int, x: int = 0) -> Rule:
@@ -55,7 +58,8 @@ RULES: dict[str, Rule] = {
     "LEAKY_RELU": Rule("own"),
     "HARD_SWISH": Rule("own"),
     "GELU": Rule("own"),
-    "PRELU": Rule("own", activations=(0, 1)),
+    "PRELU": Rule("own", activations=(0, 1), symmetric=(1,)),
+    "ELU": Rule("own"),   # TF 2.21 keeps ELU float (even integer-only); LiteRT has an int8 LUT kernel
     "EXP": Rule("own"),
     "LOG": Rule("own"),
     "ABS": Rule("own"),
@@ -78,6 +82,8 @@ RULES: dict[str, Rule] = {
     "RESIZE_NEAREST_NEIGHBOR": Rule("same"),
     "DEPTH_TO_SPACE": Rule("same"),
     "SPACE_TO_DEPTH": Rule("same"),
+    "SPACE_TO_BATCH_ND": Rule("same"),
+    "BATCH_TO_SPACE_ND": Rule("same"),
     "REDUCE_MAX": Rule("same"),
     "REDUCE_MIN": Rule("same"),
     # Both inputs at the output's parameters: clipping them to the output's range leaves the

@@ -274,6 +274,10 @@ class _Rewriter:
             t = op.inputs[i]
             if rule.kind in ("same", "requantize"):
                 need = out_qp
+            elif t.is_constant and i in rule.symmetric:
+                q, affine = params.symmetric_weights(t.data, None)
+                op.set_input(i, self.sg.add_constant(f"{t.name}_int8", q, dtype=DType.INT8, quantization=_qp(affine)))
+                continue
             elif t.is_constant:
                 need = _qp(self.scheme.activation(float(t.data.min()), float(t.data.max())))
             else:
