@@ -12,7 +12,7 @@ from ..errors import OpError
 from ..quant import integer_more as more
 from ..quant.integer import IntegerKernelError
 from .integer_arith import fused_activation, out_params, params
-from .record import INT8, UINT8, KernelCall
+from .record import INT8, INT16, UINT8, KernelCall
 
 
 def _run(call: KernelCall, fn, *args, **kwargs):
@@ -92,7 +92,7 @@ def _depthwise_uint8(call: KernelCall, x, w, bias=None):
 
 # -- the records' ``quantized`` entries ----------------------------------------------------------
 
-PRELU = {INT8: _prelu, UINT8: _prelu}
+PRELU = {INT8: _prelu, UINT8: _prelu, INT16: _prelu}   # 16x8: int16 input and output, int8 alpha
 L2_NORMALIZATION = {INT8: _l2_normalization}
 SQRT = {INT8: _sqrt}
 ELU = {INT8: _elu}

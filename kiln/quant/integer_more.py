@@ -34,7 +34,8 @@ def prelu(x_q, x_qp: QuantParams, alpha_q, alpha_qp: QuantParams, out_qp: QuantP
           out_dtype=np.int8) -> np.ndarray:
     """PRELU (reference Prelu / BroadcastPrelu4DSlow): two multipliers, ``s_x / s_y`` where
     ``x − zp_x ≥ 0`` and ``s_x · s_α / s_y`` applied to ``(x − zp_x)(α − zp_α)`` elsewhere,
-    both formed in float32; alpha broadcasts into the input's shape."""
+    both formed in float32; alpha broadcasts into the input's shape. 16x8 PRELU is the same
+    with int16 input and output and an int8 alpha."""
     x = np.asarray(x_q, np.int64) - _zp(x_qp)
     alpha = np.broadcast_to(np.asarray(alpha_q, np.int64) - _zp(alpha_qp), x.shape)
     s_x, s_a, s_y = F32(x_qp.scale[0]), F32(alpha_qp.scale[0]), F32(out_qp.scale[0])

@@ -119,6 +119,14 @@ def test_space_batch_kernels_pad_with_the_zero_point():
     same("BATCH_TO_SPACE_ND", [In(codes(4, 3, 4, 3), q), Const(block), Const(pads)], [(np.int8, (1, 4, 5, 3), q)])
 
 
+def test_prelu_16x8_kernel():
+    """int16 input and output with an int8 alpha (what LiteRT's int16 PRELU reads)."""
+    for _ in range(6):
+        x_q, a_q, y_q = qp(scale(1e-5, 1e-3)), qp(scale(0.001, 0.05)), qp(scale(1e-5, 1e-3))
+        same("PRELU", [In(codes(2, 4, 3, 5, dtype=np.int16), x_q), Const(codes(1, 1, 5), a_q)],
+             [(np.int16, (2, 4, 3, 5), y_q)])
+
+
 # --- kernels: uint8 weighted ops (TF1 quantization-aware models) ---------------------------------
 
 def _uint8_bias(x_q, w_q, channels):
