@@ -408,8 +408,10 @@ def test_kernel_for_picks_the_records_kernels():
     assert record.kernel_for(_node("FULLY_CONNECTED", [(I8, Q), (I8, Q)], [(I8, Q)])) is record.quantized[INT8]
     assert record.kernel_for(_node("FULLY_CONNECTED", [(F32, None), (I8, Q)], [(F32, None)])) \
         is record.quantized[HYBRID]
-    with pytest.raises(OpError, match=r"FULLY_CONNECTED has no kernel for uint8 operands \(UINT8, UINT8\) -> UINT8"):
-        record.kernel_for(_node("FULLY_CONNECTED", [(U8, Q), (U8, Q)], [(U8, Q)]))
+    assert record.kernel_for(_node("FULLY_CONNECTED", [(U8, Q), (U8, Q)], [(U8, Q)])) is record.quantized[UINT8]
+    batch_matmul = ops.require("BATCH_MATMUL")
+    with pytest.raises(OpError, match=r"BATCH_MATMUL has no kernel for uint8 operands \(UINT8, UINT8\) -> UINT8"):
+        batch_matmul.kernel_for(_node("BATCH_MATMUL", [(U8, Q), (U8, Q)], [(U8, Q)]))
 
 
 def test_a_node_without_a_kernel_is_refused_at_prepare():
