@@ -11,6 +11,7 @@ import numpy as np
 from ..errors import OpError
 from ..quant import integer_more as more
 from ..quant.integer import IntegerKernelError
+from ..schema import Activation
 from .integer_arith import fused_activation, out_params, params
 from .record import INT8, INT16, UINT8, KernelCall
 
@@ -34,6 +35,9 @@ def _prelu(call: KernelCall, x, alpha):
 
 
 def _l2_normalization(call: KernelCall, x):
+    if Activation(call.opts.fused_activation_function) != Activation.NONE:
+        raise OpError(f"{call.op.name}: fused activation {Activation(call.opts.fused_activation_function).name} is "
+                      "not supported (LiteRT's L2_NORMALIZATION takes NONE only)")
     out_q = out_params(call)
     if np.float32(out_q.scale[0]) != np.float32(1 / 128) or int(out_q.zero_point[0]) != 0:
         raise OpError(f"{call.op.name}: int8 output must have scale 1/128 and zero point 0 (LiteRT's Prepare), got "

@@ -66,7 +66,7 @@ def inv_sqrt_multiplier(acc) -> tuple[np.ndarray, np.ndarray]:
     while np.any(big := acc >= (1 << 29)):
         acc = np.where(big, acc // 4, acc)
         shift += big
-    leading_zeros = 32 - np.floor(np.log2(acc)).astype(np.int64) - 1   # acc < 2^29: exact
+    leading_zeros = 32 - np.frexp(acc.astype(np.float64))[1]   # 32 − bit length (exact below 2^53)
     pairs = (leading_zeros - 1) // 2 - 1
     shift -= pairs
     acc = acc << (2 * pairs)
