@@ -10,6 +10,8 @@ bit-exact with BUILTIN_REF on both."""
 from __future__ import annotations
 
 import functools
+import os
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -318,3 +320,21 @@ def test_kiln_runtime_bit_exact_on_both_models(name):
                 np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
             else:
                 np.testing.assert_array_equal(got, want)
+
+
+def test_tf1_quantization_aware_uint8_model(tmp_path):
+    """A uint8 model from TF's legacy quantization-aware path runs bit-exact in kiln."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("tensorflow")
+    path = tmp_path / "uint8.tflite"
+    root = Path(__file__).resolve().parents[2]
+    subprocess.run([sys.executable, "-m", "tests.quant.uint8_qat_model", str(path)], check=True, cwd=root,
+                   env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, timeout=300)
+    model = path.read_bytes()
+    assert [(op, dtype) for op, _, dtype in _ops(model)] == [
+        ("CONV_2D", "UINT8"), ("DEPTHWISE_CONV_2D", "UINT8"), ("RESHAPE", "UINT8"), ("FULLY_CONNECTED", "UINT8")]
+    for seed in range(6):
+        x = np.random.default_rng(seed).integers(0, 256, (1, 8, 8, 3)).astype(np.uint8)
+        np.testing.assert_array_equal(_run(kiln.Interpreter(model_content=model), [x])[0], _litert(model, x))
