@@ -227,6 +227,16 @@ def _unary(fn, **fixed):
     return kernel
 
 
+def _int16_unary(fn):
+    """A 16x8 activation with Q0.15 output (LOGISTIC, TANH): int16 in, int16 out, zero points 0."""
+    def kernel(call: KernelCall, x):
+        if call.out_dtypes[0] != np.int16:
+            raise OpError(f"{call.op.name}: int16 input needs an int16 output, got {np.dtype(call.out_dtypes[0])}")
+        int16_zero_points(call, 0, -1)
+        return fn(x, params(call, 0, "input"), out_params(call))
+    return kernel
+
+
 def _softmax(call: KernelCall, x):
     if x.ndim == 0:
         raise OpError(f"{call.op.name}: input must have at least one dimension")
@@ -272,8 +282,8 @@ MEAN = {INT8: _mean, INT16: _mean}
 CONCATENATION = {INT8: _concatenation, INT16: _concatenation}
 PACK = {INT8: _pack, INT16: _pack}
 SOFTMAX = {INT8: _softmax, INT16: _softmax}
-LOGISTIC = {INT8: _unary(act.logistic)}
-TANH = {INT8: _unary(act.tanh)}
+LOGISTIC = {INT8: _unary(act.logistic), INT16: _int16_unary(act.logistic_int16)}
+TANH = {INT8: _unary(act.tanh), INT16: _int16_unary(act.tanh_int16)}
 RELU = {INT8: _relu("RELU"), UINT8: _relu("RELU")}
 RELU6 = {INT8: _relu("RELU6"), UINT8: _relu("RELU6")}
 RELU_N1_TO_1 = {INT8: _relu("RELU_N1_TO_1"), UINT8: _relu("RELU_N1_TO_1")}

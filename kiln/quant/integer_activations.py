@@ -320,3 +320,103 @@ def softmax_int16(x_q, x_qp: QuantParams, out_qp: QuantParams, *, beta: float = 
     right_shift = 31 - headroom_plus_one
     out = (exps * reciprocal + (np.int64(1) << (right_shift - 1))) >> right_shift
     return np.clip(out, 0, 32767).astype(np.int16)
+
+
+# -- 16x8 LOGISTIC / TANH --------------------------------------------------------------------
+
+#: LiteRT's fixed ``sigmoid_table_uint16``: sigmoid(i / 24) for i in 0..255 in unsigned 0.16,
+#: shared by its int16 LOGISTIC and TANH (tanh(x) = 2·sigmoid(2x) − 1). The entries are tuned
+#: values, not a rounding of the formula (44 of 256 differ by one from round(65536·sigmoid(i/24))),
+#: so the table is data; tests/quant/test_16x8_kernels.py checks every entry through LiteRT.
+SIGMOID_TABLE_U16 = np.array([
+    32768, 33451, 34133, 34813, 35493, 36169, 36843, 37513, 38180, 38841, 39498, 40149, 40794, 41432, 42064, 42688,
+    43304, 43912, 44511, 45102, 45683, 46255, 46817, 47369, 47911, 48443, 48964, 49475, 49975, 50464, 50942, 51409,
+    51865, 52311, 52745, 53169, 53581, 53983, 54374, 54755, 55125, 55485, 55834, 56174, 56503, 56823, 57133, 57433,
+    57724, 58007, 58280, 58544, 58800, 59048, 59288, 59519, 59743, 59959, 60168, 60370, 60565, 60753, 60935, 61110,
+    61279, 61441, 61599, 61750, 61896, 62036, 62172, 62302, 62428, 62549, 62666, 62778, 62886, 62990, 63090, 63186,
+    63279, 63368, 63454, 63536, 63615, 63691, 63765, 63835, 63903, 63968, 64030, 64090, 64148, 64204, 64257, 64308,
+    64357, 64405, 64450, 64494, 64536, 64576, 64614, 64652, 64687, 64721, 64754, 64786, 64816, 64845, 64873, 64900,
+    64926, 64950, 64974, 64997, 65019, 65039, 65060, 65079, 65097, 65115, 65132, 65149, 65164, 65179, 65194, 65208,
+    65221, 65234, 65246, 65258, 65269, 65280, 65291, 65301, 65310, 65319, 65328, 65337, 65345, 65352, 65360, 65367,
+    65374, 65381, 65387, 65393, 65399, 65404, 65410, 65415, 65420, 65425, 65429, 65433, 65438, 65442, 65445, 65449,
+    65453, 65456, 65459, 65462, 65465, 65468, 65471, 65474, 65476, 65479, 65481, 65483, 65485, 65488, 65489, 65491,
+    65493, 65495, 65497, 65498, 65500, 65501, 65503, 65504, 65505, 65507, 65508, 65509, 65510, 65511, 65512, 65513,
+    65514, 65515, 65516, 65517, 65517, 65518, 65519, 65520, 65520, 65521, 65522, 65522, 65523, 65523, 65524, 65524,
+    65525, 65525, 65526, 65526, 65526, 65527, 65527, 65528, 65528, 65528, 65529, 65529, 65529, 65529, 65530, 65530,
+    65530, 65530, 65531, 65531, 65531, 65531, 65531, 65532, 65532, 65532, 65532, 65532, 65532, 65533, 65533, 65533,
+    65533, 65533, 65533, 65533, 65533, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65535,
+], np.int64)
+SIGMOID_TABLE_U16.flags.writeable = False
+
+
+def _checked_log2(scale: float) -> tuple[int, bool]:
+    """LiteRT's CheckedLog2 in float32: (rounded log2, whether it is within 1e-3 of it)."""
+    log2 = F32(np.log(F32(scale))) * (F32(1) / F32(np.log(F32(2))))
+    rounded = F32(round_half_away(log2))
+    return int(rounded), bool(abs(F32(log2 - rounded)) < F32(1e-3))
+
+
+def _int16_lut_params(x_qp: QuantParams, out_qp: QuantParams, op: str, pot_shifts: tuple[int, ...],
+                      exact_output: bool) -> tuple[int, int]:
+    """(input multiplier, right shift) taking int16 input codes onto the table's Q3.12 × 3/4
+    scale (LiteRT's Sigmoid/TanhPrepare). A power-of-two input scale whose shift
+    ``12 + log2(s_x)`` is in ``pot_shifts`` multiplies by ``3 << shift``; any other scale by
+    ``s_x · 4096 · 3`` doubled until above 16383.5 (at most 31 times) and truncated. The
+    output must be Q0.15: exactly 1/32768 for LOGISTIC, log2 within 1e-3 of −15 for TANH."""
+    if int(x_qp.zero_point[0]) != 0 or int(out_qp.zero_point[0]) != 0:
+        raise IntegerKernelError(f"{op}: int16 input and output zero points must be 0, got "
+                                 f"{int(x_qp.zero_point[0])} and {int(out_qp.zero_point[0])}")
+    out_log2, out_pot = _checked_log2(float(out_qp.scale[0]))
+    if not out_pot or out_log2 != -15 or (exact_output and F32(out_qp.scale[0]) != F32(1 / 32768)):
+        raise IntegerKernelError(f"{op}: int16 output scale must be 1/32768, got {float(out_qp.scale[0])}")
+    log2, pot = _checked_log2(float(x_qp.scale[0]))
+    shift = 12 + log2
+    if pot and shift in pot_shifts:
+        return 3 << shift, 0
+    multiplier, shift = float(F32(x_qp.scale[0])) * 4096.0 * 3.0, 0
+    while multiplier <= 32767.0 / 2.0 and shift <= 30:
+        shift += 1
+        multiplier *= 2.0
+    return int(multiplier), shift
+
+
+def _wrap32_array(x: np.ndarray) -> np.ndarray:
+    return ((x + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+
+
+def _int16_table_input(x_q, multiplier: int, shift: int) -> np.ndarray:
+    """The input on the table's scale, in LiteRT's int32 arithmetic (wrapping as its int32 does)."""
+    x = np.asarray(x_q, np.int64)
+    rounding = (1 << (shift - 1)) if shift > 0 else 0
+    return _wrap32_array(_wrap32_array(x * multiplier) + rounding) >> shift
+
+
+def logistic_int16(x_q, x_qp: QuantParams, out_qp: QuantParams) -> np.ndarray:
+    """16x8 LOGISTIC (reference_integer_ops::Logistic for int16): |x| on the table's scale
+    indexes the 256-entry sigmoid table with its high bits and interpolates with its low 9,
+    mirrored for negative inputs, output Q0.15. LiteRT's reference path is this table
+    whatever the input scale (not the float LUTPopulate its int8 kernel uses)."""
+    multiplier, shift = _int16_lut_params(x_qp, out_qp, "LOGISTIC", (0,), True)
+    data = _int16_table_input(x_q, multiplier, shift)
+    magnitude = np.abs(data)
+    high = magnitude >> 9
+    index = np.minimum(high, 254)
+    lo, hi = SIGMOID_TABLE_U16[index], SIGMOID_TABLE_U16[index + 1]
+    result = np.where(high >= 255, 0x7FFF << 10, (lo << 9) + (magnitude & 0x1FF) * (hi - lo))
+    result = np.where(data >= 0, result + (1 << 9), (1 << 25) - result + (1 << 9) - 1)
+    return (result >> 10).astype(np.int16)
+
+
+def tanh_int16(x_q, x_qp: QuantParams, out_qp: QuantParams) -> np.ndarray:
+    """16x8 TANH (reference_integer_ops::Tanh for int16): the sigmoid table read at twice the
+    input (8 low bits interpolate), ``2·sigmoid − 1``, output Q0.15; input scales 2^-12 and
+    2^-11 take the power-of-two path."""
+    multiplier, shift = _int16_lut_params(x_qp, out_qp, "TANH", (0, 1), False)
+    data = _int16_table_input(x_q, multiplier, shift)
+    magnitude = np.abs(data)
+    high = magnitude >> 8
+    index = np.minimum(high, 254)
+    lo, hi = SIGMOID_TABLE_U16[index], SIGMOID_TABLE_U16[index + 1]
+    result = np.where(high >= 255, 0xFFFF << 8, (lo << 8) + (magnitude & 0xFF) * (hi - lo))
+    result = np.where(data >= 0, result - (1 << 23) + (1 << 7), -result + (1 << 23) + (1 << 7) - 1)
+    return (result >> 8).astype(np.int16)

@@ -1,0 +1,70 @@
+"""kiln's 16x8 kernels that LiteRT computes with fixed tables or shifts (LOGISTIC, TANH, ...),
+run by kiln's Interpreter on one-op models against BUILTIN_REF over every int16 input code."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.quant import integer_activations as act
+from tests.quant.test_dispatch import In, check, one_op, qp, reference
+
+EVERY_INT16 = np.arange(-32768, 32768, dtype=np.int16).reshape(256, 256)
+EVERY_INT8 = np.arange(-128, 128, dtype=np.int8).reshape(16, 16)
+Q15 = qp(1 / 32768)
+
+#: Input scales: the two power-of-two paths (2^-12, 2^-11), TF's 16x8 calibration scales
+#: (max|x| / 32767 for |x| ≤ 4 and ≤ 9.5), non-power-of-two ones small and large, and one
+#: that saturates almost everywhere.
+INT16_SCALES = [2.0 ** -12, 2.0 ** -11, 2.0 ** -10, 4.0 / 32767, 9.5 / 32767, 0.000123, 3.1e-6, 0.0021]
+
+
+@pytest.mark.parametrize("op_type", ["LOGISTIC", "TANH"])
+@pytest.mark.parametrize("x_scale", INT16_SCALES)
+def test_logistic_tanh_16x8_every_input(op_type, x_scale):
+    y = check(op_type, [In(EVERY_INT16, qp(x_scale))], [(np.int16, EVERY_INT16.shape, Q15)])
+    real = EVERY_INT16.astype(np.float64) * np.float32(x_scale)
+    want = 1 / (1 + np.exp(-real)) if op_type == "LOGISTIC" else np.tanh(real)
+    assert np.abs(y / 32768 - want).max() < 2e-4     # the table's accuracy, not only LiteRT's bits
+
+
+def test_sigmoid_table_is_litert_s():
+    """kiln's copy of LiteRT's sigmoid table, entry by entry, read back through LiteRT's TANH:
+    where the input on the table's scale is a multiple of 256 (no interpolation) the output
+    is entry − 32768 (entry 32768 − output below zero). Scale 2^-12 (3·x) and six scales
+    whose multiplier is 16385..16400 with shift 13 (≈ 2·x) reach 239 of the 255 entries read
+    as a lower end; the exhaustive tests above use every entry."""
+    seen = {}
+    x = EVERY_INT16.astype(np.int64).reshape(-1)
+    for scale in [2.0 ** -12] + [m / (12288 * 8192) for m in (16385.5, 16388.5, 16391.5, 16394.5, 16397.5, 16400.5)]:
+        model, feeds = one_op("TANH", [In(EVERY_INT16, qp(scale))], [(np.int16, EVERY_INT16.shape, Q15)])
+        out = reference(model, feeds)[0].astype(np.int64).reshape(-1)
+        multiplier, shift = act._int16_lut_params(qp(scale), Q15, "TANH", (0, 1), False)
+        data = act._int16_table_input(x, multiplier, shift)
+        exact = (data % 256 == 0) & ((np.abs(data) >> 8) < 255)
+        for d, y in zip(data[exact], out[exact]):
+            seen[int(abs(d) >> 8)] = int(y) + 32768 if d >= 0 else 32768 - int(y)
+    assert len(seen) >= 239
+    for k, v in seen.items():
+        assert act.SIGMOID_TABLE_U16[k] == v, k
+
+
+@pytest.mark.parametrize("op_type,y_q", [("LOGISTIC", qp(1 / 256, -128)), ("TANH", qp(1 / 128))])
+@pytest.mark.parametrize("x_q", [qp(0.05, 3), qp(0.0123, -20), qp(0.17, 0)])
+def test_logistic_tanh_int8_every_input(op_type, y_q, x_q):
+    check(op_type, [In(EVERY_INT8, x_q)], [(np.int8, EVERY_INT8.shape, y_q)])
+
+
+@pytest.mark.parametrize("op_type", ["LOGISTIC", "TANH"])
+def test_16x8_refusals_match_litert(op_type):
+    """Zero points other than 0 and an output scale other than 1/32768 are refused by both."""
+    for x_q, y_q in [(qp(0.001, 3), Q15), (qp(0.001), qp(1 / 16384))]:
+        model, feeds = one_op(op_type, [In(EVERY_INT16[:2], x_q)], [(np.int16, (2, 256), y_q)])
+        with pytest.raises(Exception):
+            reference(model, feeds)
+        with pytest.raises(kiln.KilnError, match=op_type):
+            interp = kiln.Interpreter(model_content=model)
+            interp.allocate_tensors()
+            interp.set_tensor(interp.get_input_details()[0]["index"], feeds[0])
+            interp.invoke()
