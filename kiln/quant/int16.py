@@ -31,10 +31,11 @@ INT16_OPS = frozenset({
     "LOGISTIC", "SOFTMAX", "TANH",
     "UNIDIRECTIONAL_SEQUENCE_LSTM",   # as TF's int8 LSTM, between int16 <-> int8 QUANTIZEs
 })
-#: Measured without an int16 kernel in LiteRT 2.3 (so kept float): SQUARED_DIFFERENCE,
-#: HARD_SWISH, RELU_N1_TO_1, DEPTH_TO_SPACE, SPACE_TO_DEPTH; SUM runs but TF does not quantize
-#: it to int16 and its reference kernel is wrong even in int8 (measured); LOG_SOFTMAX and
-#: L2_NORMALIZATION have no int16 output range.
+#: Measured without an int16 kernel in LiteRT 2.3 (so kept float; rechecked one op at a time
+#: with BUILTIN_REF): SQUARED_DIFFERENCE ("SquaredDifference only supports FLOAT32 and INT32"),
+#: HARD_SWISH, RELU_N1_TO_1, LOG_SOFTMAX ("Only float32, uint8 and int8 are supported"),
+#: DEPTH_TO_SPACE, SPACE_TO_DEPTH, L2_NORMALIZATION (type checks in Prepare); SUM runs but TF
+#: does not quantize it to int16 and its reference kernel is wrong even in int8 (measured).
 
 #: LiteRT's int16 LOGISTIC / TANH / SOFTMAX produce Q0.15 (op_resolver checks, tfl_ops.td).
 FIXED_INT16 = {"LOGISTIC": (1 / 32768, 0), "SOFTMAX": (1 / 32768, 0), "TANH": (1 / 32768, 0)}

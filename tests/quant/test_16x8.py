@@ -217,3 +217,82 @@ def test_requantizing_rules_cover_every_input(mode):
     step = 0.05 if mode == "int8" else 1e-3
     for x in data[:3]:
         assert np.abs(_run(q, x) - _run(float_model, x, ref=False)).max() < step
+
+
+def _dense_model(activation):
+    x = keras.Input((6,), batch_size=1)
+    h = keras.layers.Dense(8, activation=activation)(x)
+    m = keras.Model(x, keras.layers.Dense(3, activation=activation)(h))
+    zoo.randomize(m)
+    return m
+
+
+def _tanh_cnn():
+    x = keras.Input((8, 8, 3), batch_size=1)
+    h = keras.layers.Conv2D(4, 3, activation="tanh")(x)
+    h = keras.layers.Activation("sigmoid")(keras.layers.DepthwiseConv2D(3)(h))
+    m = keras.Model(x, keras.layers.Dense(5, activation="softmax")(keras.layers.Flatten()(h)))
+    zoo.randomize(m)
+    return m
+
+
+def _reference_run(model: bytes, x: np.ndarray) -> np.ndarray:
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    interp = Interpreter(model_content=model, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+    interp.allocate_tensors()
+    interp.set_tensor(interp.get_input_details()[0]["index"], x)
+    interp.invoke()
+    return interp.get_tensor(interp.get_output_details()[0]["index"])
+
+
+def _kiln_run(model: bytes, x: np.ndarray) -> np.ndarray:
+    interp = kiln.Interpreter(model_content=model)
+    interp.allocate_tensors()
+    interp.set_tensor(interp.get_input_details()[0]["index"], x)
+    interp.invoke()
+    return interp.get_tensor(interp.get_output_details()[0]["index"])
+
+
+_FIXED_Q15 = {"LOGISTIC", "TANH", "SOFTMAX"}
+
+
+@pytest.mark.parametrize("build", [lambda: _dense_model("sigmoid"), lambda: _dense_model("tanh"), _tanh_cnn],
+                         ids=["dense_sigmoid", "dense_tanh", "cnn_tanh_sigmoid_softmax"])
+def test_logistic_tanh_softmax_in_16x8_as_tf_and_bit_exact_in_kilns_runtime(build):
+    """LOGISTIC / TANH / SOFTMAX quantize to int16 with output 1/32768, 0 in kiln's 16x8 as in
+    TF's; the other activation scales equal TF's within 2 float32 ulps (the float kernels
+    calibration runs differ in the last bit: measured 1 ulp on the CNN); versions are
+    op_version.cc's int16 ones (TF writes int8 ones). kiln's Interpreter equals LiteRT's
+    BUILTIN_REF bit for bit on kiln's and TF's models, float and int16 I/O."""
+    m = build()
+    shape = (1,) + tuple(m.inputs[0].shape[1:])
+    data = _data(shape, 16, 0)
+    float_model = tf.lite.TFLiteConverter.from_keras_model(m).convert()
+    ours = quantize(float_model, "int16x8", representative_dataset=data, progress=False)
+    theirs = _tf_16x8(m, data)
+    mine, tfs = kiln.read_model(ours).main, kiln.read_model(theirs).main
+    assert [op.op_type for op in mine.operators] == [op.op_type for op in tfs.operators]
+    fixed = [op for op in mine.operators if op.op_type in _FIXED_Q15]
+    assert fixed and all(op.version == 3 for op in fixed)
+    for a, b in zip(mine.operators, tfs.operators):
+        if a.op_type in _FIXED_Q15:
+            assert b.version == 2 and a.inputs[0].dtype == b.inputs[0].dtype == DType.INT16
+            for t in (a.outputs[0], b.outputs[0]):
+                assert t.dtype == DType.INT16 and t.quantization.scale[0] == np.float32(1 / 32768)
+                assert t.quantization.zero_point[0] == 0
+        for u, v in zip(a.outputs, b.outputs):
+            if u.dtype == DType.INT16:
+                np.testing.assert_array_max_ulp(u.quantization.scale, v.quantization.scale, maxulp=2)
+    int16_io = quantize(float_model, "int16x8", representative_dataset=data, integer_only=True,
+                        inference_input_type="int16", inference_output_type="int16", progress=False)
+    for model in (ours, theirs, int16_io):
+        for x in _data(shape, 4, 1):
+            if model is int16_io:
+                s = kiln.read_model(int16_io).main.inputs[0].quantization.scale[0]
+                x = np.clip(np.round(x / s), -32768, 32767).astype(np.int16)
+            want = _reference_run(model, x)
+            got = _kiln_run(model, x)
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(got, want)
+
