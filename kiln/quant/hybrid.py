@@ -158,16 +158,29 @@ def transpose_conv_sums(centered: np.ndarray, w: np.ndarray, *, out_hw, pads, st
 
 def transpose_conv(x: np.ndarray, w: np.ndarray, w_scale: np.ndarray, bias, *, out_hw, pads, strides) -> np.ndarray:
     """Hybrid TRANSPOSE_CONV (reference HybridTransposeConv), before its activation: each
-    batch entry quantized asymmetrically, its codes less the zero point scattered times the
-    int8 filter [out_c, kh, kw, in_c] into an integer accumulator, then
-    ``(acc · input_scale) · channel_scale + bias`` in float32. The quantization and the
-    accumulator are LiteRT's; its float rescaling differs by a few ulps (order unknown)."""
+    batch entry quantized asymmetrically; every input code less the zero point, times each
+    int8 filter tap [out_c, kh, kw, in_c], is rescaled on its own —
+    ``float32(acc) · channel_scale · input_scale``, two float32 roundings — and added in
+    float32 to the output it lands on, in LiteRT's scatter order (input row, column, channel),
+    then the bias. Measured: one integer accumulator rescaled once (any product order) misses
+    by a few ulps on most outputs; this order gives LiteRT's bits."""
     q, scale, offset = quantize_batches_asymmetric(np.asarray(x, F32))
-    out_c = w.shape[0]
+    n, h, wd, _ = q.shape
+    out_c, kh, kw, _ = w.shape
+    (oh, ow), (pt, pl), (sh, sw) = out_hw, pads, strides
+    channel_scale = np.broadcast_to(np.asarray(w_scale, F32).reshape(-1), (out_c,))
     centered = q.astype(np.int64) - offset.reshape(-1, 1, 1, 1)
-    acc = transpose_conv_sums(centered, w, out_hw=out_hw, pads=pads, strides=strides).astype(F32)
-    out = (acc * scale.reshape(-1, 1, 1, 1)).astype(F32)
-    out = (out * np.broadcast_to(np.asarray(w_scale, F32), (out_c,))).astype(F32)
+    taps = w.transpose(3, 1, 2, 0).astype(np.int64)                     # [in_c, kh, kw, out_c]
+    batch_scale = scale.reshape(-1, 1, 1, 1, 1)
+    full = np.zeros((n, max((h - 1) * sh + kh, pt + oh), max((wd - 1) * sw + kw, pl + ow), out_c), F32)
+    for iy in range(h):
+        for ix in range(wd):
+            acc = centered[:, iy, ix, :, None, None, None] * taps[None]     # [n, in_c, kh, kw, out_c]
+            terms = ((acc.astype(F32) * channel_scale).astype(F32) * batch_scale).astype(F32)
+            block = full[:, iy * sh:iy * sh + kh, ix * sw:ix * sw + kw]
+            # np.cumsum adds left to right in float32: the block, then channel 0, 1, ...
+            block[...] = np.cumsum(np.concatenate([block[:, None], terms], axis=1), axis=1, dtype=F32)[:, -1]
+    out = full[:, pt:pt + oh, pl:pl + ow]
     if bias is not None:
         out = (out + np.asarray(bias, F32)).astype(F32)
     return out

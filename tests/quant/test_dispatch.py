@@ -207,19 +207,18 @@ def test_convolutions_hybrid(op_type):
 
 
 @pytest.mark.parametrize("per_channel", [True, False])
-@pytest.mark.parametrize("batch,stride", [(1, 1), (2, 2)])
-def test_transpose_conv_hybrid(per_channel, batch, stride):
-    """The same input quantization and integer accumulator as LiteRT's (the outputs agree to
-    a few float32 ulps of the largest output); not bit-exact: the order of LiteRT's float
-    rescaling is not known (measured: none of (acc·s_x)·s_w, (acc·s_w)·s_x, acc·(s_x·s_w),
-    their fused forms, or per-tap float accumulation reproduces it)."""
-    x = RNG.standard_normal((batch, 4, 3, 3)).astype(np.float32)
-    w = codes(2, 3, 3, 3, low=-127)
-    scales = RNG.uniform(0.01, 0.03, 2) if per_channel else 0.02
-    check("TRANSPOSE_CONV", [Const(np.array([batch, 4 * stride, 3 * stride, 2], np.int32)), Const(w, qp(scales)), In(x),
-                             Const(RNG.standard_normal(2).astype(np.float32))],
-          [(np.float32, (batch, 4 * stride, 3 * stride, 2), None)],
-          dict(padding=Padding.SAME, stride_h=stride, stride_w=stride, fused_activation_function=RELU), rtol=1e-6)
+@pytest.mark.parametrize("batch,stride,padding", [(1, 1, Padding.SAME), (2, 2, Padding.SAME), (2, 3, Padding.VALID)])
+def test_transpose_conv_hybrid(per_channel, batch, stride, padding):
+    """Bit-exact with LiteRT's HybridTransposeConv: each tap rescaled and added in float32 in
+    its scatter order (a single rescaled integer accumulator missed by a few ulps)."""
+    x = (3 * RNG.standard_normal((batch, 4, 3, 5))).astype(np.float32)
+    w = codes(3, 3, 3, 5, low=-127)
+    scales = RNG.uniform(0.01, 0.03, 3) if per_channel else 0.02
+    out_hw = (4 * stride, 3 * stride) if padding == Padding.SAME else (3 * stride + 3, 2 * stride + 3)
+    check("TRANSPOSE_CONV", [Const(np.array([batch, *out_hw, 3], np.int32)), Const(w, qp(scales)), In(x),
+                             Const(RNG.standard_normal(3).astype(np.float32))],
+          [(np.float32, (batch, *out_hw, 3), None)],
+          dict(padding=padding, stride_h=stride, stride_w=stride, fused_activation_function=RELU))
 
 
 # --- pooling, reductions, joins ----------------------------------------------------------
