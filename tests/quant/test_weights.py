@@ -179,3 +179,31 @@ def test_weight_only_int8_runs_in_kiln_and_litert_with_dequantized_weights():
     want = _run_litert(ours, x)
     assert_close(got, want, rtol=1e-5, what="kiln vs LiteRT")
     assert np.abs(want - _run_litert(float_model, x)).max() < 0.05 * np.abs(want).max()
+
+
+
+def test_dynamic_range_transpose_convs_bit_exact_in_kilns_runtime():
+    """Two hybrid TRANSPOSE_CONVs (SAME stride 2 with RELU, VALID stride 1; weights over the
+    1024 threshold) from a Keras model: kiln's Interpreter gives LiteRT's BUILTIN_REF bits
+    on a batch of two (float32 in and out: each batch entry quantized on its own)."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    x_in = keras.Input((5, 5, 16))
+    h = keras.layers.Conv2DTranspose(16, 3, strides=2, padding="same", activation="relu")(x_in)
+    m = keras.Model(x_in, keras.layers.Conv2DTranspose(8, 3)(h))
+    zoo.randomize(m)
+    ours = quantize(tf.lite.TFLiteConverter.from_keras_model(m).convert(), "dynamic")
+    assert [(op.op_type, op.inputs[1].dtype.name) for op in kiln.read_model(ours).main.operators
+            if op.op_type == "TRANSPOSE_CONV"] == [("TRANSPOSE_CONV", "INT8")] * 2
+    x = np.random.default_rng(3).uniform(-1, 1, (2, 5, 5, 16)).astype(np.float32)
+    outs = []
+    for interp in (Interpreter(model_content=ours, experimental_op_resolver_type=OpResolverType.BUILTIN_REF),
+                   kiln.Interpreter(model_content=ours)):
+        inp = interp.get_input_details()[0]
+        interp.resize_tensor_input(inp["index"], x.shape)
+        interp.allocate_tensors()
+        interp.set_tensor(inp["index"], x)
+        interp.invoke()
+        outs.append(interp.get_tensor(interp.get_output_details()[0]["index"]))
+    assert outs[0].shape == (2, 12, 12, 8)
+    np.testing.assert_array_equal(outs[1], outs[0])
