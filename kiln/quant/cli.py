@@ -20,7 +20,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("model", help="float .tflite file (kiln's, TensorFlow's or another exporter's)")
     p.add_argument("-o", "--output", help="output path (default: MODEL with _<mode>.tflite)")
     p.add_argument("--mode", choices=("dynamic", "float16", "int8", "int16x8", "int4", "weight_only"),
-                   default="dynamic", help="int4: kiln's extension, int8 with int4 FC / CONV_2D weights")
+                   default="dynamic", help="int4: kiln's extension, int8 with int4 FC / CONV_2D / DEPTHWISE_CONV_2D weights")
     p.add_argument("--data", metavar="FILE.npz|FILE.tfrecord",
                    help="representative dataset for int8 / int16x8 / int4: arrays keyed by input name, "
                         "one sample per row")

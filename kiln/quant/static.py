@@ -56,8 +56,9 @@ class Scheme:
 INT8 = Scheme("int8", DType.INT8, params.activation_int8,
               {k: r.fixed for k, r in RULES.items() if r.fixed is not None}, bias_bits=32)
 #: kiln's extension: int8 activations with int4 weights where LiteRT 2.3 has an int8 x int4
-#: kernel (FULLY_CONNECTED v10, CONV_2D v7; measured: DEPTHWISE_CONV_2D has none).
-INT4_WEIGHTS = dataclasses.replace(INT8, int4_weights=frozenset({"FULLY_CONNECTED", "CONV_2D"}))
+#: kernel (FULLY_CONNECTED v10, CONV_2D v7, DEPTHWISE_CONV_2D v7 — the last only in its
+#: optimized resolvers: BUILTIN_REF registers DEPTHWISE_CONV_2D up to v6; docs/int4_weights.md).
+INT4_WEIGHTS = dataclasses.replace(INT8, int4_weights=frozenset({"FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D"}))
 
 
 @dataclass
@@ -388,5 +389,6 @@ def quantize_int8(model: Model, dataset: Any, **options) -> StaticReport:
 
 
 def quantize_int4_weights(model: Model, dataset: Any, **options) -> StaticReport:
-    """`quantize_int8` with int4 FULLY_CONNECTED / CONV_2D weights (kiln's extension)."""
+    """`quantize_int8` with int4 FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D weights (kiln's
+    extension)."""
     return quantize_static(model, dataset, INT4_WEIGHTS, **options)
