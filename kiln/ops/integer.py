@@ -252,6 +252,8 @@ def _log_softmax(call: KernelCall, x):
 
 
 def _leaky_relu(call: KernelCall, x):
+    if x.dtype == np.int16:
+        int16_zero_points(call, 0, -1)
     return act.leaky_relu(x, params(call, 0, "input"), out_params(call), alpha=float(call.opts.alpha),
                           out_dtype=call.out_dtypes[0])
 
@@ -266,7 +268,13 @@ def _hard_swish(call: KernelCall, x):
 
 
 def _relu(op_type: str):
-    return _unary(act.relu, op_type=op_type)
+    unary = _unary(act.relu, op_type=op_type)
+
+    def kernel(call: KernelCall, x):
+        if x.dtype == np.int16:   # the same rescale and clamp, LiteRT checks zero points 0
+            int16_zero_points(call, 0, -1)
+        return unary(call, x)
+    return kernel
 
 
 # -- the records' ``quantized`` entries ---------------------------------------------------------
@@ -284,10 +292,10 @@ PACK = {INT8: _pack, INT16: _pack}
 SOFTMAX = {INT8: _softmax, INT16: _softmax}
 LOGISTIC = {INT8: _unary(act.logistic), INT16: _int16_unary(act.logistic_int16)}
 TANH = {INT8: _unary(act.tanh), INT16: _int16_unary(act.tanh_int16)}
-RELU = {INT8: _relu("RELU"), UINT8: _relu("RELU")}
-RELU6 = {INT8: _relu("RELU6"), UINT8: _relu("RELU6")}
+RELU = dict.fromkeys((INT8, UINT8, INT16), _relu("RELU"))
+RELU6 = dict.fromkeys((INT8, UINT8, INT16), _relu("RELU6"))
 RELU_N1_TO_1 = {INT8: _relu("RELU_N1_TO_1"), UINT8: _relu("RELU_N1_TO_1")}
-LEAKY_RELU = {INT8: _leaky_relu}
+LEAKY_RELU = {INT8: _leaky_relu, INT16: _leaky_relu}
 GELU = {INT8: _gelu}
 HARD_SWISH = {INT8: _hard_swish}
 LOG_SOFTMAX = {INT8: _log_softmax}

@@ -68,3 +68,10 @@ def test_16x8_refusals_match_litert(op_type):
             interp.allocate_tensors()
             interp.set_tensor(interp.get_input_details()[0]["index"], feeds[0])
             interp.invoke()
+
+
+@pytest.mark.parametrize("op_type,options", [("RELU", None), ("RELU6", None), ("LEAKY_RELU", dict(alpha=0.2)),
+                                             ("LEAKY_RELU", dict(alpha=1.7))])
+@pytest.mark.parametrize("x_scale,y_scale", [(0.0004, 0.0003), (6.0 / 32767, 6.0 / 32767), (0.00021, 0.0009)])
+def test_relu_family_16x8_every_input(op_type, options, x_scale, y_scale):
+    check(op_type, [In(EVERY_INT16, qp(x_scale))], [(np.int16, EVERY_INT16.shape, qp(y_scale))], options)
