@@ -259,6 +259,9 @@ def _leaky_relu(call: KernelCall, x):
 
 
 def _gelu(call: KernelCall, x):
+    if x.dtype == np.int16:
+        int16_zero_points(call, 0, -1)
+        return act.gelu_int16(x, params(call, 0, "input"), out_params(call), approximate=bool(call.opts.approximate))
     return act.gelu(x, params(call, 0, "input"), out_params(call), approximate=bool(call.opts.approximate),
                     out_dtype=call.out_dtypes[0])
 
@@ -296,6 +299,6 @@ RELU = dict.fromkeys((INT8, UINT8, INT16), _relu("RELU"))
 RELU6 = dict.fromkeys((INT8, UINT8, INT16), _relu("RELU6"))
 RELU_N1_TO_1 = {INT8: _relu("RELU_N1_TO_1"), UINT8: _relu("RELU_N1_TO_1")}
 LEAKY_RELU = {INT8: _leaky_relu, INT16: _leaky_relu}
-GELU = {INT8: _gelu}
+GELU = {INT8: _gelu, INT16: _gelu}
 HARD_SWISH = {INT8: _hard_swish}
 LOG_SOFTMAX = {INT8: _log_softmax}

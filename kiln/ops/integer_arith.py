@@ -79,10 +79,25 @@ def _unary(fn):
 
 
 SQUARED_DIFFERENCE = {INT8: _squared_difference}
-RSQRT = {INT8: _unary(integer_activations.rsqrt)}
-EXP = {INT8: _unary(integer_activations.exp)}
-LOG = {INT8: _unary(integer_activations.log)}
-ABS = {INT8: _unary(integer_activations.abs_)}
+def _int16_unary(fn):
+    """A 16x8 table kernel: int16 in and out (zero points 0, checked by ``fn``)."""
+    def kernel(call: KernelCall, x):
+        if call.out_dtypes[0] != np.int16:
+            raise OpError(f"{call.op.name}: int16 input needs an int16 output, got {np.dtype(call.out_dtypes[0])}")
+        return fn(x, params(call, 0, "input"), out_params(call))
+    return kernel
+
+
+def _abs(call: KernelCall, x):
+    if x.dtype == np.int16:
+        int16_zero_points(call, 0, -1)
+    return integer_activations.abs_(x, params(call, 0, "input"), out_params(call), out_dtype=call.out_dtypes[0])
+
+
+RSQRT = {INT8: _unary(integer_activations.rsqrt), INT16: _int16_unary(integer_activations.rsqrt_int16)}
+EXP = {INT8: _unary(integer_activations.exp), INT16: _int16_unary(integer_activations.exp_int16)}
+LOG = {INT8: _unary(integer_activations.log), INT16: _int16_unary(integer_activations.log_int16)}
+ABS = {INT8: _abs, INT16: _abs}
 
 
 def comparison(fn):

@@ -12,7 +12,7 @@ from ..errors import OpError
 from ..quant import integer_more as more
 from ..quant.integer import IntegerKernelError
 from ..schema import Activation
-from .integer_arith import fused_activation, out_params, params
+from .integer_arith import fused_activation, int16_zero_points, out_params, params
 from .record import INT8, INT16, UINT8, KernelCall
 
 
@@ -46,6 +46,8 @@ def _l2_normalization(call: KernelCall, x):
 
 
 def _sqrt(call: KernelCall, x):
+    if x.dtype == np.int16:   # 16x8: LiteRT's elementwise Prepare checks zero points 0
+        int16_zero_points(call, 0, -1)
     return _run(call, more.sqrt, x, params(call, 0, "input"), out_params(call), out_dtype=call.out_dtypes[0])
 
 
@@ -98,7 +100,7 @@ def _depthwise_uint8(call: KernelCall, x, w, bias=None):
 
 PRELU = {INT8: _prelu, UINT8: _prelu, INT16: _prelu}   # 16x8: int16 input and output, int8 alpha
 L2_NORMALIZATION = {INT8: _l2_normalization}
-SQRT = {INT8: _sqrt}
+SQRT = {INT8: _sqrt, INT16: _sqrt}
 ELU = {INT8: _elu}
 RESIZE_BILINEAR = {INT8: _resize_bilinear}
 FULLY_CONNECTED = {UINT8: _fully_connected_uint8}

@@ -47,17 +47,23 @@ def tanh(x_q, x_qp: QuantParams, out_qp: QuantParams, *, out_dtype=np.int8) -> n
     return lookup_table(x_q, x_qp, out_qp, np.tanh, out_dtype)
 
 
-def gelu(x_q, x_qp: QuantParams, out_qp: QuantParams, *, approximate: bool = False, out_dtype=np.int8) -> np.ndarray:
-    """int8 GELU: a float lookup table of ``x/2 · (1 + erf(x/√2))`` (in double) or, with
-    ``approximate``, the float32 tanh form (measured: 0 of 20 480 levels differ)."""
+def _gelu_transform(approximate: bool):
+    """LiteRT's GeluTransform in float32: ``0.5·x · erfc(−x/√2)`` (erfc, not 1 + erf) or the
+    tanh form; erfc and tanh correctly rounded to float32 (as C's erfcf / tanhf)."""
     def exact(v):
-        d = v.astype(np.float64)
-        return (0.5 * d * (1.0 + np.vectorize(math.erf)(d * math.sqrt(0.5)))).astype(F32)
+        arg = (v * F32(-math.sqrt(0.5))).astype(F32)
+        erfc = np.vectorize(math.erfc, otypes=[np.float64])(arg.astype(np.float64)).astype(F32)
+        return ((F32(0.5) * v).astype(F32) * erfc).astype(F32)
 
     def tanh_form(v):
-        inner = F32(math.sqrt(2.0 / math.pi)) * (v + F32(0.044715) * v * v * v)
-        return (F32(0.5) * v * (F32(1) + np.tanh(inner.astype(F32)))).astype(F32)
-    return lookup_table(x_q, x_qp, out_qp, tanh_form if approximate else exact, out_dtype)
+        inner = (F32(math.sqrt(2.0 / math.pi)) * (v + F32(0.044715) * v * v * v)).astype(F32)
+        return (F32(0.5) * v * (F32(1) + np.tanh(inner.astype(np.float64)).astype(F32))).astype(F32)
+    return tanh_form if approximate else exact
+
+
+def gelu(x_q, x_qp: QuantParams, out_qp: QuantParams, *, approximate: bool = False, out_dtype=np.int8) -> np.ndarray:
+    """int8 GELU: a float lookup table of `_gelu_transform` (measured: 0 of 20 480 levels differ)."""
+    return lookup_table(x_q, x_qp, out_qp, _gelu_transform(approximate), out_dtype)
 
 
 def softmax(x_q, x_qp: QuantParams, out_qp: QuantParams, *, beta: float = 1.0, out_dtype=np.int8) -> np.ndarray:
@@ -420,3 +426,89 @@ def tanh_int16(x_q, x_qp: QuantParams, out_qp: QuantParams) -> np.ndarray:
     result = np.where(high >= 255, 0xFFFF << 8, (lo << 8) + (magnitude & 0xFF) * (hi - lo))
     result = np.where(data >= 0, result - (1 << 23) + (1 << 7), -result + (1 << 23) + (1 << 7) - 1)
     return (result >> 8).astype(np.int16)
+
+
+# -- 16x8 lookup-table kernels (EXP, LOG, RSQRT, GELU) --------------------------------------------
+
+def lut16_float(transform, x_qp: QuantParams, out_qp: QuantParams) -> np.ndarray:
+    """LiteRT's LUTPopulate<int16_t> for a float function: LUTPopulateInt16 in float32
+    (`lut16` is its double-precision form), 513 entries."""
+    in_scale, out_scale = F32(x_qp.scale[0]), F32(out_qp.scale[0])
+    in_zp, out_zp = int(x_qp.zero_point[0]), int(out_qp.zero_point[0])
+    input_min, input_max = F32(in_scale * F32(-32768 - in_zp)), F32(in_scale * F32(32767 - in_zp))
+    output_min, output_max = F32(out_scale * F32(-32768 - out_zp)), F32(out_scale * F32(32767 - out_zp))
+    step = F32(F32(input_max - input_min) / F32(512))
+    half_step = F32(step / F32(2))
+    scaling = F32(F32(65536) / F32(output_max - output_min))
+    steps = np.arange(512, dtype=F32)
+    starts = (input_min + (steps * step).astype(F32)).astype(F32)
+    value = transform(starts).astype(F32)
+    midpoint = transform((starts + half_step).astype(F32)).astype(F32)
+    following = transform((input_min + ((steps + F32(1)) * step).astype(F32)).astype(F32)).astype(F32)
+
+    def round32(v):
+        return round_half_away(np.asarray(v, F32)).astype(F32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        sample = round32(value * scaling)
+        interpolated = round32(((following * scaling).astype(F32) + sample) / F32(2))
+        bias = round32((interpolated - round32(midpoint * scaling)).astype(F32) / F32(2))
+        last = round32(transform(np.asarray([input_max], F32)).astype(F32) * scaling)
+    table = np.clip(np.append(sample - bias, last), -32768, 32767)
+    return table.astype(np.int64)
+
+
+def lut16_lookup_int16(values, table: np.ndarray) -> np.ndarray:
+    """`lut16_lookup` with LiteRT's int16 slope (``lut[i + 1] − lut[i]`` wraps in int16)."""
+    values = np.asarray(values, np.int64)
+    index = 256 + (values >> 7)
+    base = table[index]
+    slope = ((table[index + 1] - base + 32768) % 65536) - 32768
+    delta = (slope * (values & 0x7F) + 64) >> 7
+    return (((base + delta + 32768) % 65536) - 32768).astype(np.int16)
+
+
+def _lut16_unary(op: str, x_q, x_qp: QuantParams, out_qp: QuantParams, transform) -> np.ndarray:
+    if int(x_qp.zero_point[0]) != 0 or int(out_qp.zero_point[0]) != 0:
+        raise IntegerKernelError(f"{op}: int16 input and output zero points must be 0, got "
+                                 f"{int(x_qp.zero_point[0])} and {int(out_qp.zero_point[0])}")
+    return lut16_lookup_int16(x_q, lut16_float(transform, x_qp, out_qp))
+
+
+def exp_int16(x_q, x_qp: QuantParams, out_qp: QuantParams) -> np.ndarray:
+    """16x8 EXP: LiteRT's float32 int16 lookup table of ``exp``, interpolated; exp correctly
+    rounded to float32 as C's expf (NumPy's float32 exp misses by an ulp: measured, one
+    table entry off)."""
+    def transform(v):
+        with np.errstate(over="ignore"):
+            return np.exp(v.astype(np.float64)).astype(F32)
+    return _lut16_unary("EXP", x_q, x_qp, out_qp, transform)
+
+
+def log_int16(x_q, x_qp: QuantParams, out_qp: QuantParams) -> np.ndarray:
+    """16x8 LOG: the float32 int16 table of ``log``; inputs ≤ 0 sample the output range's
+    minimum, as LiteRT's table function does."""
+    output_min = F32(F32(-32768 - int(out_qp.zero_point[0])) * F32(out_qp.scale[0]))
+
+    def transform(v):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(v > 0, np.log(np.maximum(v, F32(1e-45)).astype(np.float64)), output_min).astype(F32)
+    return _lut16_unary("LOG", x_q, x_qp, out_qp, transform)
+
+
+def rsqrt_int16(x_q, x_qp: QuantParams, out_qp: QuantParams) -> np.ndarray:
+    """16x8 RSQRT: the float32 int16 table of ``1 / sqrt``; inputs ≤ 0 sample the largest
+    output; a negative input code is refused, as LiteRT refuses it."""
+    if np.any(np.asarray(x_q) < int(x_qp.zero_point[0])):
+        raise IntegerKernelError("RSQRT: Rsqrt is only defined for positive values (an int16 input code is "
+                                 "below the zero point)")
+    top = F32(F32(32767) * F32(out_qp.scale[0]))
+
+    def transform(v):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(v > 0, F32(1) / np.sqrt(np.maximum(v, F32(1e-45))), top).astype(F32)
+    return _lut16_unary("RSQRT", x_q, x_qp, out_qp, transform)
+
+
+def gelu_int16(x_q, x_qp: QuantParams, out_qp: QuantParams, *, approximate: bool = False) -> np.ndarray:
+    """16x8 GELU: the int8 kernel's GELU transforms through the float32 int16 table."""
+    return lut16_lookup_int16(x_q, lut16_float(_gelu_transform(approximate), x_qp, out_qp))

@@ -75,3 +75,39 @@ def test_16x8_refusals_match_litert(op_type):
 @pytest.mark.parametrize("x_scale,y_scale", [(0.0004, 0.0003), (6.0 / 32767, 6.0 / 32767), (0.00021, 0.0009)])
 def test_relu_family_16x8_every_input(op_type, options, x_scale, y_scale):
     check(op_type, [In(EVERY_INT16, qp(x_scale))], [(np.int16, EVERY_INT16.shape, qp(y_scale))], options)
+
+
+POSITIVE_INT16 = np.arange(0, 32768, dtype=np.int16).reshape(128, 256)
+
+
+@pytest.mark.parametrize("op_type,x,x_scale,y_scale,options", [
+    ("EXP", EVERY_INT16, 3.0 / 32767, 20.0 / 32767, None),
+    ("EXP", EVERY_INT16, 0.00017, 0.0004, None),
+    ("EXP", EVERY_INT16, 2.0 ** -12, 2.0 ** -9, None),
+    ("LOG", EVERY_INT16, 0.001, 7.0 / 32767, None),
+    ("LOG", EVERY_INT16, 3.3e-5, 0.0003, None),
+    ("RSQRT", POSITIVE_INT16, 0.001, 32.0 / 32767, None),
+    ("RSQRT", POSITIVE_INT16, 2.0 ** -10, 0.0005, None),
+    ("GELU", EVERY_INT16, 6.0 / 32767, 6.0 / 32767, dict(approximate=False)),
+    ("GELU", EVERY_INT16, 0.00041, 0.00029, dict(approximate=True)),
+    ("GELU", EVERY_INT16, 3.0 / 32767, 3.0 / 32767, dict(approximate=False)),
+    ("GELU", EVERY_INT16, 6.0 / 32767, 6.0 / 32767, dict(approximate=True)),
+    ("ABS", EVERY_INT16, 0.0005, 0.0005, None),
+    ("ABS", EVERY_INT16, 0.0005, 0.0003, None),
+    ("SQRT", POSITIVE_INT16, 0.0002, 1.0 / 32767, None),
+    ("SQRT", POSITIVE_INT16, 0.01, 0.0007, None),
+])
+def test_elementwise_16x8_every_input(op_type, x, x_scale, y_scale, options):
+    check(op_type, [In(x, qp(x_scale))], [(np.int16, x.shape, qp(y_scale))], options)
+
+
+def test_rsqrt_and_sqrt_refuse_negative_inputs_as_litert():
+    for op_type in ("RSQRT", "SQRT"):
+        model, feeds = one_op(op_type, [In(EVERY_INT16[:1], qp(0.001))], [(np.int16, (1, 256), qp(0.001))])
+        with pytest.raises(Exception, match="only defined for"):
+            reference(model, feeds)
+        with pytest.raises(kiln.KilnError, match="defined for"):
+            interp = kiln.Interpreter(model_content=model)
+            interp.allocate_tensors()
+            interp.set_tensor(interp.get_input_details()[0]["index"], feeds[0])
+            interp.invoke()
