@@ -88,6 +88,8 @@ def _transpose_conv_hybrid(call: KernelCall, output_shape, w, x, bias=None):
 
 
 def _batch_matmul(call: KernelCall, a, b):
+    if a.dtype == np.int16:
+        int16_zero_points(call, 0, 1, -1)
     return integer.batch_matmul(a, params(call, 0, "lhs"), b, params(call, 1, "rhs"), out_params(call),
                                 adj_x=bool(call.opts.adj_x), adj_y=bool(call.opts.adj_y),
                                 out_dtype=call.out_dtypes[0])
@@ -286,7 +288,7 @@ FULLY_CONNECTED = {INT8: _fully_connected, INT16: _fully_connected, HYBRID: _ful
 CONV_2D = {INT8: _conv, INT16: _conv, HYBRID: _conv_hybrid_2d}
 DEPTHWISE_CONV_2D = {INT8: _depthwise, INT16: _depthwise, HYBRID: _depthwise_hybrid}
 TRANSPOSE_CONV = {INT8: _transpose_conv, INT16: _transpose_conv, HYBRID: _transpose_conv_hybrid}
-BATCH_MATMUL = {INT8: _batch_matmul}
+BATCH_MATMUL = {INT8: _batch_matmul, INT16: _batch_matmul}
 MAX_POOL_2D = {INT8: _max_pool, UINT8: _max_pool, INT16: _max_pool}
 AVERAGE_POOL_2D = {INT8: _average_pool, UINT8: _average_pool, INT16: _average_pool}
 MEAN = {INT8: _mean, INT16: _mean}

@@ -111,3 +111,16 @@ def test_rsqrt_and_sqrt_refuse_negative_inputs_as_litert():
             interp.allocate_tensors()
             interp.set_tensor(interp.get_input_details()[0]["index"], feeds[0])
             interp.invoke()
+
+
+@pytest.mark.parametrize("adj_x,adj_y", [(False, False), (True, False), (False, True)])
+@pytest.mark.parametrize("rhs_dtype", [np.int16, np.int8])
+def test_batch_matmul_16x8(adj_x, adj_y, rhs_dtype):
+    """int16 x int16 and int16 x int8 (LiteRT's two 16x8 paths), broadcast batch, int16 out."""
+    rng = np.random.default_rng(7)
+    a = rng.integers(-32768, 32768, (2, 1, 5, 33) if not adj_x else (2, 1, 33, 5)).astype(np.int16)
+    info = np.iinfo(rhs_dtype)
+    b = rng.integers(info.min + 1, info.max + 1, (3, 33, 4) if not adj_y else (3, 4, 33)).astype(rhs_dtype)
+    b_scale = 0.0002 if rhs_dtype == np.int16 else 0.03
+    check("BATCH_MATMUL", [In(a, qp(0.0003)), In(b, qp(b_scale))], [(np.int16, (2, 3, 5, 4), qp(0.5))],
+          dict(adj_x=adj_x, adj_y=adj_y))
