@@ -123,6 +123,8 @@ class _Rewriter:
             w_index = rule.weights[0]
             if not (op.inputs[w_index] is not None and op.inputs[w_index].is_constant):
                 return "weights are not constant"
+        if op.op_type == "PRELU" and self.scheme.dtype == DType.INT16 and not op.inputs[1].is_constant:
+            return "16x8 PRELU needs a constant alpha (LiteRT reads alpha as int8)"
         if rule.kind != "same" and rule.kind != "fixed" and \
                 any(id(t) not in self.ranges for t in op.outputs if t is not None):
             return "output was not calibrated"

@@ -296,3 +296,25 @@ def test_logistic_tanh_softmax_in_16x8_as_tf_and_bit_exact_in_kilns_runtime(buil
             assert got.dtype == want.dtype
             np.testing.assert_array_equal(got, want)
 
+
+
+@pytest.mark.parametrize("mode", ["int8", "int16x8"])
+def test_prelu_quantized_runs_bit_exact_in_kilns_runtime(mode):
+    """PRELU (Keras PReLU, shared spatial axes): int8 as TF writes it; in 16x8 (TF keeps it
+    float) kiln quantizes it with int16 activations and an int8 alpha, the type LiteRT's
+    int16 kernel reads (an int16 alpha would be misread silently). kiln's Interpreter equals
+    BUILTIN_REF bit for bit."""
+    x_in = keras.Input((4, 4, 8), batch_size=1)
+    h = keras.layers.PReLU(shared_axes=[1, 2])(keras.layers.Conv2D(8, 1)(x_in))
+    m = keras.Model(x_in, keras.layers.Dense(3)(h))
+    zoo.randomize(m)
+    float_model = tf.lite.TFLiteConverter.from_keras_model(m).convert()
+    data = _data((1, 4, 4, 8), 16, 0)
+    q = quantize(float_model, mode, representative_dataset=data, progress=False)
+    (prelu,) = [op for op in kiln.read_model(q).main.operators if op.op_type == "PRELU"]
+    act = DType.INT8 if mode == "int8" else DType.INT16
+    assert (prelu.inputs[0].dtype, prelu.inputs[1].dtype, prelu.outputs[0].dtype) == (act, DType.INT8, act)
+    for x in _data((1, 4, 4, 8), 3, 1):
+        want = _reference_run(q, x)
+        np.testing.assert_array_equal(_kiln_run(q, x), want)
+        assert np.abs(want - _reference_run(float_model, x)).max() < (0.03 if mode == "int8" else 0.015)

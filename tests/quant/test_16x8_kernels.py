@@ -8,7 +8,7 @@ import pytest
 
 import kiln
 from kiln.quant import integer_activations as act
-from tests.quant.test_dispatch import In, check, one_op, qp, reference
+from tests.quant.test_dispatch import Const, In, check, one_op, qp, reference
 
 EVERY_INT16 = np.arange(-32768, 32768, dtype=np.int16).reshape(256, 256)
 EVERY_INT8 = np.arange(-128, 128, dtype=np.int8).reshape(16, 16)
@@ -124,3 +124,15 @@ def test_batch_matmul_16x8(adj_x, adj_y, rhs_dtype):
     b_scale = 0.0002 if rhs_dtype == np.int16 else 0.03
     check("BATCH_MATMUL", [In(a, qp(0.0003)), In(b, qp(b_scale))], [(np.int16, (2, 3, 5, 4), qp(0.5))],
           dict(adj_x=adj_x, adj_y=adj_y))
+
+
+@pytest.mark.parametrize("x_dtype", [np.int8, np.int16])
+@pytest.mark.parametrize("alpha_shape", [(1, 1, 8), (4, 4, 8)])
+def test_prelu_int8_and_16x8(x_dtype, alpha_shape):
+    """int8 alpha for both input types (LiteRT reads it as int8), broadcast and elementwise."""
+    rng = np.random.default_rng(11)
+    info = np.iinfo(x_dtype)
+    x = rng.integers(info.min, info.max + 1, (1, 4, 4, 8)).astype(x_dtype)
+    alpha = rng.integers(-128, 128, alpha_shape).astype(np.int8)
+    x_q, y_q = (qp(0.02, 5), qp(0.03, -3)) if x_dtype == np.int8 else (qp(0.0004), qp(0.0006))
+    check("PRELU", [In(x, x_q), Const(alpha, qp(0.004, 7))], [(x_dtype, x.shape, y_q)])
