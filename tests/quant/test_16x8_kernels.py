@@ -136,3 +136,15 @@ def test_prelu_int8_and_16x8(x_dtype, alpha_shape):
     alpha = rng.integers(-128, 128, alpha_shape).astype(np.int8)
     x_q, y_q = (qp(0.02, 5), qp(0.03, -3)) if x_dtype == np.int8 else (qp(0.0004), qp(0.0006))
     check("PRELU", [In(x, x_q), Const(alpha, qp(0.004, 7))], [(x_dtype, x.shape, y_q)])
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16])
+@pytest.mark.parametrize("out_hw,options", [((9, 7), {}), ((4, 3), {}), ((9, 7), dict(align_corners=True)),
+                                            ((11, 13), dict(half_pixel_centers=True)),
+                                            ((3, 2), dict(half_pixel_centers=True))])
+def test_resize_bilinear_int8_and_16x8(dtype, out_hw, options):
+    rng = np.random.default_rng(13)
+    info = np.iinfo(dtype)
+    x = rng.integers(info.min, info.max + 1, (2, 5, 6, 3)).astype(dtype)
+    q = qp(0.01, -7) if dtype == np.int8 else qp(0.0003)
+    check("RESIZE_BILINEAR", [In(x, q), Const(np.array(out_hw, np.int32))], [(dtype, (2, *out_hw, 3), q)], options)
