@@ -262,6 +262,10 @@ class _Reader:
         return arr.reshape(shape)
 
     def read_quant(self, fq, shape) -> QuantParams | None:
+        details = fq.DetailsType()
+        if details:   # read as plain affine parameters, such a tensor would compute with no scales at all
+            kind = {1: "custom", 2: "blockwise"}.get(details, f"type {details}")
+            raise self.error(f"{kind} quantization details (QuantizationDetails) are not supported by kiln")
         scale = fq.ScaleAsNumpy() if fq.ScaleLength() else np.zeros(0, np.float32)
         zp = fq.ZeroPointAsNumpy() if fq.ZeroPointLength() else np.zeros(0, np.int64)
         qmin = fq.MinAsNumpy() if fq.MinLength() else None

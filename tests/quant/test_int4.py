@@ -74,3 +74,50 @@ def test_depthwise_int4_weights_run_on_litert_s_optimized_kernel():
         np.testing.assert_array_equal(optimized, _litert(as_int8, x, "BUILTIN_WITHOUT_DEFAULT_DELEGATES"))
         assert np.abs(optimized.astype(int) - ours.astype(int)).max() <= 1
         assert np.abs(_litert(q, x, "AUTO").astype(int) - ours.astype(int)).max() <= 1
+
+
+def _blockwise_int4_fc(block: int = 32) -> bytes:
+    """TF's float FULLY_CONNECTED (2×64 · 64×8) with its weights rewritten as int4 with the
+    schema's BlockwiseQuantization (float16 scales per 32-wide block), as LiteRT's tools write."""
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as S
+
+    w = np.random.default_rng(0).uniform(-1, 1, (64, 8)).astype(np.float32)
+    f = tf.function(lambda x: tf.matmul(x, w), input_signature=[tf.TensorSpec([2, 64], tf.float32)])
+    m = S.ModelT.InitFromPackedBuf(bytearray(tf.lite.TFLiteConverter.from_concrete_functions(
+        [f.get_concrete_function()]).convert()), 0)
+    sg = m.subgraphs[0]
+    wt = sg.tensors[sg.operators[0].inputs[1]]
+    blocks = np.frombuffer(bytes(m.buffers[wt.buffer].data), np.float32).reshape(8, 64 // block, block)
+    scales = (np.abs(blocks).max(-1) / 7).astype(np.float16)
+    q = np.clip(np.round(blocks / scales[..., None].astype(np.float32)), -8, 7).astype(np.int8).reshape(-1)
+    nibbles = (q & 0xF).astype(np.uint8)
+    m.buffers[wt.buffer].data = (nibbles[0::2] | (nibbles[1::2] << 4)).tobytes()
+    wt.type = S.TensorType.INT4
+    scale_buffer = S.BufferT()
+    scale_buffer.data = scales.tobytes()
+    m.buffers.append(scale_buffer)
+    st = S.TensorT()
+    st.shape, st.type, st.buffer, st.name = list(scales.shape), S.TensorType.FLOAT16, len(m.buffers) - 1, b"scales"
+    sg.tensors.append(st)
+    details = S.BlockwiseQuantizationT()
+    details.scales, details.zeroPoints, details.blockSize = len(sg.tensors) - 1, -1, block
+    wt.quantization = S.QuantizationParametersT()
+    wt.quantization.detailsType = S.QuantizationDetails.BlockwiseQuantization
+    wt.quantization.details = details
+    b = flatbuffers.Builder(0)
+    b.Finish(m.Pack(b), file_identifier=b"TFL3")
+    return bytes(b.Output())
+
+
+def test_blockwise_quantized_weights_are_refused_by_name():
+    """kiln reads no QuantizationDetails: a blockwise-quantized tensor is refused when the
+    model is read (it used to load as an unquantized int4 tensor and fail later, "weights of
+    type int8 ... float only"). LiteRT 2.3's optimized FULLY_CONNECTED does run it."""
+    model = _blockwise_int4_fc()
+    x = np.random.default_rng(1).uniform(-1, 1, (2, 64)).astype(np.float32)
+    assert np.abs(_litert(model, x, "BUILTIN_WITHOUT_DEFAULT_DELEGATES")).max() > 0.1
+    with pytest.raises(kiln.KilnError, match="blockwise quantization details .* not supported"):
+        kiln.read_model(model)
+    with pytest.raises(kiln.KilnError, match="blockwise"):
+        kiln.Interpreter(model_content=model)
