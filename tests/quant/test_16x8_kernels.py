@@ -15,9 +15,10 @@ EVERY_INT8 = np.arange(-128, 128, dtype=np.int8).reshape(16, 16)
 Q15 = qp(1 / 32768)
 
 #: Input scales: the two power-of-two paths (2^-12, 2^-11), TF's 16x8 calibration scales
-#: (max|x| / 32767 for |x| ≤ 4 and ≤ 9.5), non-power-of-two ones small and large, and one
-#: that saturates almost everywhere.
-INT16_SCALES = [2.0 ** -12, 2.0 ** -11, 2.0 ** -10, 4.0 / 32767, 9.5 / 32767, 0.000123, 3.1e-6, 0.0021]
+#: (max|x| / 32767 for |x| ≤ 4 and ≤ 9.5), non-power-of-two ones small and large, one that
+#: saturates almost everywhere, one whose multiplier overflows int32 (10: LiteRT's product
+#: wraps) and one past the 31 doublings (1e-9).
+INT16_SCALES = [2.0 ** -12, 2.0 ** -11, 2.0 ** -10, 4.0 / 32767, 9.5 / 32767, 0.000123, 3.1e-6, 0.0021, 10.0, 1e-9]
 
 
 @pytest.mark.parametrize("op_type", ["LOGISTIC", "TANH"])
