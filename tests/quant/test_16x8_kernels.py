@@ -27,7 +27,8 @@ def test_logistic_tanh_16x8_every_input(op_type, x_scale):
     y = check(op_type, [In(EVERY_INT16, qp(x_scale))], [(np.int16, EVERY_INT16.shape, Q15)])
     real = EVERY_INT16.astype(np.float64) * np.float32(x_scale)
     want = 1 / (1 + np.exp(-real)) if op_type == "LOGISTIC" else np.tanh(real)
-    assert np.abs(y / 32768 - want).max() < 2e-4     # the table's accuracy, not only LiteRT's bits
+    if x_scale * 12288 * 32768 < 2 ** 31:   # else LiteRT's int32 product wraps: its bits, not the function
+        assert np.abs(y / 32768 - want).max() < 2e-4     # the table's accuracy, not only LiteRT's bits
 
 
 def test_sigmoid_table_is_litert_s():
