@@ -26,7 +26,8 @@ INT16_SCALES = [2.0 ** -12, 2.0 ** -11, 2.0 ** -10, 4.0 / 32767, 9.5 / 32767, 0.
 def test_logistic_tanh_16x8_every_input(op_type, x_scale):
     y = check(op_type, [In(EVERY_INT16, qp(x_scale))], [(np.int16, EVERY_INT16.shape, Q15)])
     real = EVERY_INT16.astype(np.float64) * np.float32(x_scale)
-    want = 1 / (1 + np.exp(-real)) if op_type == "LOGISTIC" else np.tanh(real)
+    with np.errstate(over="ignore"):
+        want = 1 / (1 + np.exp(-real)) if op_type == "LOGISTIC" else np.tanh(real)
     if x_scale * 12288 * 32768 < 2 ** 31:   # else LiteRT's int32 product wraps: its bits, not the function
         assert np.abs(y / 32768 - want).max() < 2e-4     # the table's accuracy, not only LiteRT's bits
 
