@@ -24,6 +24,7 @@ LAYERS: list[set[str]] = [
     # the model representation; quantization parameters, hybrid kernels, op rules; rewrite rules
     {"kiln.quant.integer"},                            # LiteRT's integer kernels as pure functions (the
     {"kiln.quant.integer_elementwise", "kiln.quant.integer_activations"},  # records' quantized kernels)
+    {"kiln.quant.integer_more"},                       # (the rest: PRELU, L2_NORM, ELU, uint8 weighted ops)
     {"kiln.ops"},                                      # op records: options, shapes, versions, kernels
     {"kiln.format", "kiln.passes", "kiln.fusion"},     # .tflite <-> IR; IR rewrites; composite fusion
     {"kiln.runtime"},                                  # the interpreter
