@@ -3,16 +3,18 @@
 Models (TensorFlow's converter, batch fixed in the file as deployed models have it):
 MobileNetV2 alpha=0.35 on 32x32, the runtime zoo's CNN and transformer block, and an
 LSTM-128x2 (two stacked tf_keras LSTM(128) layers over 32 steps of 32 features), each at
-batch 1 and batch 8. Engines take turns in short rounds, so a busy machine slows them alike;
-the figures are the median and the fastest of the rounds' per-invoke times (set_tensor
-excluded, like bench/runtime_bench.py). Also printed: the first invoke's XLA trace + compile time, and the
-largest output difference from LiteRT.
+batch 1 and batch 8, at equal threads: single-threaded (LiteRT num_threads=1 against the
+delegate's default, single-threaded XLA) and two-threaded (LiteRT num_threads=2 against XLA's
+intra-op pool, which spans every core). Engines take turns in short rounds, so a busy machine
+slows them alike; the figures are the median and the fastest of the rounds' per-invoke times
+(set_tensor excluded, like bench/runtime_bench.py). Also printed: the first invoke's XLA trace
++ compile time, and the largest output difference from LiteRT.
 
 With a GPU jaxlib, the same models also run on the GPU at batch 1/8/64/256 (throughput in
 samples/s against LiteRT on the CPU), in float32 and with dtype_policy="bfloat16" (its error
 against float32 printed); without one the GPU part prints "no GPU".
 
-    python bench/xla_bench.py [--seconds 2] [model ...]
+    python bench/xla_bench.py [--seconds 2] [--batches 1 8] [--threads 1 2] [model ...]
 """
 
 from __future__ import annotations
@@ -137,12 +139,15 @@ def interleaved(engines: dict, seconds: float, best: bool = False) -> dict[str, 
     return result
 
 
-def cpu_row(name: str, batch: int, seconds: float) -> str:
+def cpu_row(name: str, batch: int, seconds: float, threads: int = 1) -> str:
+    """One model at one batch: LiteRT with ``threads`` threads against kiln+XLA, single-threaded
+    (the delegate's CPU default) for 1, on XLA's intra-op pool (every core) otherwise."""
     from ai_edge_litert.interpreter import Interpreter as LiteRT
 
     data = model_bytes(name, batch)
-    delegate = XlaDelegate(device="cpu")
-    engines = {"litert": LiteRT(model_content=data),
+    delegate = XlaDelegate(device="cpu", compiler_options=None if threads == 1 else
+                           {"xla_cpu_multi_thread_eigen": True})
+    engines = {"litert": LiteRT(model_content=data, num_threads=threads),
                "xla": kiln.Interpreter(model_content=data, experimental_delegates=[delegate])}
     inputs = zoo.sample_inputs(engines["litert"].get_input_details(), 0)
     first = {k: _ready(v, inputs) for k, v in engines.items()}
@@ -151,7 +156,7 @@ def cpu_row(name: str, batch: int, seconds: float) -> str:
               for a, b in zip(outs["xla"], outs["litert"]))
     ms = interleaved(engines, seconds, best=True)
     left = len(delegate.rejected)
-    return (f"{name:<18} {batch:>5} {ms['litert']:>12.3f} {ms['xla']:>10.3f} {ms['xla'] / ms['litert']:>8.2f}x "
+    return (f"{name:<18} {batch:>5} {threads:>7} {ms['litert']:>12.3f} {ms['xla']:>10.3f} {ms['xla'] / ms['litert']:>8.2f}x "
             f"{ms['litert_best']:>10.3f} {ms['xla_best']:>10.3f} {ms['xla_best'] / ms['litert_best']:>8.2f}x "
             f"{first['xla'] * 1e3:>14.0f} {delegate.compile_seconds * 1e3:>11.0f} {err:>9.1e} "
             f"{len(delegate.kernels):>5}{'' if not left else f' ({left} nodes on reference kernels)'}")
@@ -198,6 +203,9 @@ def main(argv=None) -> None:
     parser.add_argument("models", nargs="*", default=list(MODELS), help=f"default: all of {list(MODELS)}")
     parser.add_argument("--seconds", type=float, default=2.0, help="measuring time per row (default 2)")
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2],
+                        help="LiteRT's num_threads; 1 pairs it with single-threaded XLA (the delegate's "
+                             "default), more with XLA's intra-op pool over every core (default: 1 2)")
     args = parser.parse_args(argv)
     import jax
 
@@ -206,15 +214,17 @@ def main(argv=None) -> None:
         for batch in args.batches:
             model_bytes(name, batch)
     print(f"CPU: ms per invoke, median and best round; ratio = kiln+XLA / LiteRT (XNNPACK); {os.cpu_count()} CPUs, "
-          f"jax {jax.__version__}")
-    header = (f"{'model':<18} {'batch':>5} {'LiteRT+XNN':>12} {'kiln+XLA':>10} {'ratio':>9} "
+          f"jax {jax.__version__}; threads = LiteRT's num_threads, kiln+XLA single-threaded at 1, "
+          f"on every core ({os.cpu_count()}) otherwise")
+    header = (f"{'model':<18} {'batch':>5} {'threads':>7} {'LiteRT+XNN':>12} {'kiln+XLA':>10} {'ratio':>9} "
               f"{'best LiteRT':>10} {'best XLA':>10} {'ratio':>9} "
               f"{'1st invoke ms':>14} {'compile ms':>11} {'rel err':>9} {'parts':>5}")
     print(header)
     print("-" * len(header))
     for name in args.models:
         for batch in args.batches:
-            print(cpu_row(name, batch, args.seconds), flush=True)
+            for threads in args.threads:
+                print(cpu_row(name, batch, args.seconds, threads), flush=True)
     gpu_section(args.models, args.seconds)
     print(f"({time.perf_counter() - t0:.0f} s)")
 

@@ -9,6 +9,7 @@ the partition's run-time inputs.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import OrderedDict
 from typing import Iterable, Sequence
@@ -25,11 +26,22 @@ from .partition_vars import PartitionVariables, why_not as why_not_vars
 
 _POLICIES = {None: None, "float32": None, "bfloat16": "bfloat16"}
 
-#: XLA options for CPU compiles unless the user says otherwise: with YNNPACK's dot and
-#: convolution fusions off, XLA's own emitters fuse their neighbours and the zoo models run
-#: 1.3-2x faster (bench/xla_bench.py, best rounds: CNN batch 8 0.62 -> 0.30 ms, MobileNetV2
-#: batch 1 1.07 -> 0.70 ms, LSTM-128x2 batch 8 4.0 -> 2.2 ms).
-CPU_COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
+#: XLA options for CPU compiles unless the user says otherwise (bench/xla_bench.py, A/B in one
+#: process): YNNPACK's dot fusions off, so XLA's own emitters fuse their neighbours (CNN batch 1
+#: 1.5x, LSTM-128x2 batch 8 1.8x faster); and XLA single-threaded, as LiteRT runs by default: on
+#: these small graphs the intra-op thread pool costs more in hand-offs between its ~30-100 small
+#: steps than it gains (transformer batch 1 1.5-2x, MobileNetV2 batch 8 1.1-1.2x faster).
+#: Pass ``{"xla_cpu_multi_thread_eigen": True}`` to use every core. These are per-compile
+#: options, not process-wide XLA_FLAGS; an option the user names in XLA_FLAGS is left to it
+#: (a compile option would silently override it).
+CPU_COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": "", "xla_cpu_multi_thread_eigen": False}
+
+
+def cpu_defaults(xla_flags: str | None = None) -> dict:
+    """`CPU_COMPILER_OPTIONS` less those named in XLA_FLAGS (``--name`` or ``--name=value``)."""
+    flags = os.environ.get("XLA_FLAGS", "") if xla_flags is None else xla_flags
+    named = {f[2:].split("=", 1)[0] for f in flags.split() if f.startswith("--")}
+    return {k: v for k, v in CPU_COMPILER_OPTIONS.items() if k not in named}
 
 
 def resolve_device(device):
@@ -210,8 +222,8 @@ class XlaDelegate(ReportingDelegate):
       cache_size: compiled input signatures kept per partition (least recently used dropped).
       ops: restrict the delegate to these op names (default: every op with a lowering).
       compiler_options: XLA options for its compiles, as ``jax.stages.Lowered.compile`` takes
-        them (e.g. ``{"xla_cpu_multi_thread_eigen": False}``); on a CPU they extend
-        `CPU_COMPILER_OPTIONS`.
+        them (e.g. ``{"xla_cpu_multi_thread_eigen": True}``); on a CPU they extend
+        `CPU_COMPILER_OPTIONS` (single-threaded, YNNPACK fusions off; see `cpu_defaults`).
 
     After an interpreter prepares, ``claimed`` lists (node index, op name, version) of the
     nodes the delegate took, ``rejected`` maps each refused node to the reason, and
@@ -244,7 +256,7 @@ class XlaDelegate(ReportingDelegate):
         self.cache_size = cache_size
         if compiler_options is not None and not isinstance(compiler_options, dict):
             raise UnsupportedError(f"XlaDelegate: compiler_options must be a dict, got {compiler_options!r}")
-        defaults = CPU_COMPILER_OPTIONS if self.device.platform == "cpu" else {}
+        defaults = cpu_defaults() if self.device.platform == "cpu" else {}
         self.compiler_options = {**defaults, **(compiler_options or {})}
         self._static: dict[int, set[int]] = {}
 

@@ -146,6 +146,37 @@ def test_compiler_options_reach_xla(zoo):
         feed(bad, inputs)
 
 
+def test_cpu_defaults_leave_options_named_in_xla_flags_to_the_user(zoo, tmp_path):
+    """A compile option would override XLA_FLAGS, so a default the user names there is dropped.
+    XLA reads XLA_FLAGS once per process, hence the subprocesses: with YNNPACK's dot fusion asked
+    for in XLA_FLAGS the compiled module has one; without, the default (off) holds."""
+    defaults = kiln.xla.delegate.cpu_defaults
+    assert defaults("") == kiln.xla.delegate.CPU_COMPILER_OPTIONS
+    assert "xla_cpu_multi_thread_eigen" not in defaults("--xla_cpu_multi_thread_eigen=true --xla_dump_to=/tmp")
+    assert "xla_cpu_multi_thread_eigen" in defaults("--xla_cpu_multi_thread_eigen_x=1")
+    model = tmp_path / "cnn.tflite"  # its dots are large enough for YNNPACK's cost model
+    model.write_bytes(zoo.bytes("cnn"))
+    script = textwrap.dedent(f"""
+        import numpy as np, kiln
+        d = kiln.XlaDelegate()
+        it = kiln.Interpreter(model_path={str(model)!r}, experimental_delegates=[d])
+        it.allocate_tensors()
+        for t in it.get_input_details():
+            it.set_tensor(t["index"], np.zeros(t["shape"], t["dtype"]))
+        it.invoke()
+        print(sorted(d.compiler_options), "__ynn_fusion" in next(iter(d.kernels[0].cache.values())).as_text())
+    """)
+    repo = Path(__file__).resolve().parents[2]
+    seen = {}
+    for flags in ("", "--xla_cpu_experimental_ynn_fusion_type=LIBRARY_FUSION_TYPE_DOT"):
+        env = dict(os.environ, PYTHONPATH=str(repo), XLA_FLAGS=flags, TF_CPP_MIN_LOG_LEVEL="2")
+        proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        seen[flags] = proc.stdout.strip().splitlines()[-1]
+    assert seen[""] == str(sorted(kiln.xla.delegate.CPU_COMPILER_OPTIONS)) + " False"
+    assert seen["--xla_cpu_experimental_ynn_fusion_type=LIBRARY_FUSION_TYPE_DOT"] == "['xla_cpu_multi_thread_eigen'] True"
+
+
 def test_bfloat16_policy_stays_close(zoo):
     data = zoo.bytes("cnn")
     ours, delegate = _xla_interpreter(data, dtype_policy="bfloat16")
