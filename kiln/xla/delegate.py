@@ -25,15 +25,18 @@ from .graph import param_tensors, prepare_nodes, run_nodes, static_tensors, why_
 from .partition_vars import PartitionVariables, why_not as why_not_vars
 
 _POLICIES = {None: None, "float32": None, "bfloat16": "bfloat16"}
+#: NumPy type codes of the 64-bit types JAX narrows outside its 64-bit mode.
+_WIDE = frozenset(np.dtype(t).char for t in (np.int64, np.uint64, np.float64, np.complex128, np.longlong,
+                                              np.ulonglong, np.longdouble, np.clongdouble))
 
-#: XLA options for CPU compiles unless the user says otherwise (bench/xla_bench.py, A/B in one
-#: process): YNNPACK's dot fusions off, so XLA's own emitters fuse their neighbours (CNN batch 1
-#: 1.5x, LSTM-128x2 batch 8 1.8x faster); and XLA single-threaded, as LiteRT runs by default: on
-#: these small graphs the intra-op thread pool costs more in hand-offs between its ~30-100 small
-#: steps than it gains (transformer batch 1 1.5-2x, MobileNetV2 batch 8 1.1-1.2x faster).
-#: Pass ``{"xla_cpu_multi_thread_eigen": True}`` to use every core. These are per-compile
-#: options, not process-wide XLA_FLAGS; an option the user names in XLA_FLAGS is left to it
-#: (a compile option would silently override it).
+#: XLA options for CPU compiles unless the user says otherwise (A/B runs in one process on a
+#: shared 2-core machine; bench/xla_bench.py): YNNPACK's dot fusions off, so XLA's own emitters
+#: fuse their neighbours (CNN batch 1 1.5x, LSTM-128x2 batch 8 1.8x faster); and XLA
+#: single-threaded, as LiteRT's interpreter runs by default: the transformer block runs 1.2-1.6x
+#: faster, the CNN and MobileNetV2 at batch 1 alike, MobileNetV2 and the LSTM at batch 8 5-10%
+#: slower than on the intra-op pool, using less CPU time. ``{"xla_cpu_multi_thread_eigen":
+#: True}`` uses every core. These are per-compile options, not process-wide XLA_FLAGS; an option
+#: the user names in XLA_FLAGS is left to it (a compile option would silently override it).
 CPU_COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": "", "xla_cpu_multi_thread_eigen": False}
 
 
@@ -161,6 +164,14 @@ class XlaPartitionKernel(DelegateKernel):
             raise OpError(f"{self.label}: XLA cannot compile the partition for input shapes "
                           f"{[list(np.shape(x)) for x in dynamic_values]}: {type(exc).__name__}: {exc}") from exc
 
+    def _call(self, run, dynamic_values):
+        # On the default device NumPy inputs go straight in (the call transfers them, much
+        # faster than a device_put of its own); elsewhere they are put there first.
+        if self.delegate.device_is_default:
+            return run(*dynamic_values)
+        put = require_jax().device_put
+        return run(*[put(x, self.delegate.device) for x in dynamic_values])
+
     def invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         dynamic_values = [inputs[k] for k in self.dynamic_inputs]
         key = tuple((x.shape, x.dtype.char) if isinstance(x, np.ndarray) else (np.shape(x), np.asarray(x).dtype.char)
@@ -168,6 +179,9 @@ class XlaPartitionKernel(DelegateKernel):
         if self.static_inputs:
             static_values = {k: np.asarray(inputs[k]) for k in self.static_inputs}
             key += tuple((v.shape, v.dtype.str, v.tobytes()) for v in static_values.values())
+        # The call needs JAX's 64-bit mode only for 64-bit inputs (which it would otherwise
+        # narrow); entering it costs about a quarter of a small executable's call.
+        wide = any(k[1] in _WIDE for k in key[:len(dynamic_values)])
         plan = None
         if self.variables is not None:
             self.variables.before()  # CALL_ONCE inits, through the interpreter
@@ -175,29 +189,28 @@ class XlaPartitionKernel(DelegateKernel):
             var_values = self.variables.values(plan)
             key += (plan.reads, plan.writes) + self.variables.key(var_values)
             dynamic_values = dynamic_values + var_values
-        with x64():
-            run = self.cache.get(key)
-            fresh = run is None
-            if fresh:
-                start = time.perf_counter()
+            wide = wide or any(np.dtype(v.dtype).char in _WIDE for v in var_values)
+        run = self.cache.get(key)
+        fresh = run is None
+        if fresh:
+            start = time.perf_counter()
+            with x64():
                 run = self._compile(static_values if self.static_inputs else {}, dynamic_values, plan)
-                self.cache[key] = run
-                self.compiles += 1
-                while len(self.cache) > self.delegate.cache_size:
-                    self.cache.popitem(last=False)
-            else:
-                self.cache.move_to_end(key)
-            # On the default device NumPy inputs go straight in (the call transfers them, much
-            # faster than a device_put of its own); elsewhere they are put there first.
-            if self.delegate.device_is_default:
-                outs, states, *written = run(*dynamic_values)
-            else:
-                put = require_jax().device_put
-                outs, states, *written = run(*[put(x, self.delegate.device) for x in dynamic_values])
-            if fresh:
-                require_jax().block_until_ready(outs)
-                if self.compile_seconds is None:
-                    self.compile_seconds = time.perf_counter() - start
+            self.cache[key] = run
+            self.compiles += 1
+            while len(self.cache) > self.delegate.cache_size:
+                self.cache.popitem(last=False)
+        else:
+            self.cache.move_to_end(key)
+        if wide:
+            with x64():
+                outs, states, *written = self._call(run, dynamic_values)
+        else:
+            outs, states, *written = self._call(run, dynamic_values)
+        if fresh:
+            require_jax().block_until_ready(outs)
+            if self.compile_seconds is None:
+                self.compile_seconds = time.perf_counter() - start
         if plan is not None:
             self.variables.after(plan, written[0])
         for k, value in zip(self.state_inputs, states):
