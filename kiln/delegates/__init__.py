@@ -1,14 +1,17 @@
 """Delegates that ship with kiln (see kiln.runtime.delegate for the interface).
 
-The compiled delegate is kiln's default delegate: importing this package (``import kiln``
-does) registers it, so every Interpreter applies it unless told otherwise
+The compiled delegate (float32 nodes) and the quantized delegate (integer nodes) are kiln's
+default delegates: importing this package (``import kiln`` does) registers them, so every Interpreter applies it unless told otherwise
 (``experimental_op_resolver_type=OpResolverType.BUILTIN_REF``).
 """
 
 from ..runtime.delegate import register_default_delegate
 from . import lowerings  # noqa: F401 - registers its lowerings in COMPILED_LOWERINGS
 from .compiled import COMPILED_LOWERINGS, SUPPORTED_VERSIONS, ChainKernel, CompiledDelegate, CompiledSupport
+from .quantized import QUANTIZED_LOWERINGS, QuantizedChain, QuantizedDelegate, QuantizedSupport
 
 register_default_delegate(CompiledDelegate)
+register_default_delegate(QuantizedDelegate)   # offered the integer nodes the compiled one refuses
 
-__all__ = ["COMPILED_LOWERINGS", "SUPPORTED_VERSIONS", "ChainKernel", "CompiledDelegate", "CompiledSupport"]
+__all__ = ["COMPILED_LOWERINGS", "QUANTIZED_LOWERINGS", "SUPPORTED_VERSIONS", "ChainKernel", "CompiledDelegate",
+           "CompiledSupport", "QuantizedChain", "QuantizedDelegate", "QuantizedSupport"]

@@ -99,6 +99,15 @@ def _bias(bias_q, channels: int) -> np.ndarray:
     return np.zeros(channels, np.int64) if bias_q is None else np.asarray(bias_q, np.int64).reshape(channels)
 
 
+def fully_connected_multipliers(x_qp: QuantParams, w_qp: QuantParams, out_qp: QuantParams, units: int):
+    """FULLY_CONNECTED's (multiplier, shift): per unit for per-channel weights, else one pair
+    (see `fully_connected`); shared with the compiled delegate's lowering."""
+    if w_qp.per_channel:
+        return _channel_multipliers(x_qp, w_qp, out_qp, units)
+    product = np.float32(np.float32(x_qp.scale[0]) * np.float32(w_qp.scale[0]))
+    return quantize_multiplier(float(product) / float(out_qp.scale[0]))
+
+
 def fully_connected(x_q, x_qp: QuantParams, w_q, w_qp: QuantParams, bias_q, out_qp: QuantParams, *,
                     activation=Activation.NONE, keep_num_dims: bool = False, out_dtype=np.int8) -> np.ndarray:
     """int8 FULLY_CONNECTED: x [..., depth], weights [units, depth] (per tensor or per unit),
@@ -114,11 +123,7 @@ def fully_connected(x_q, x_qp: QuantParams, w_q, w_qp: QuantParams, bias_q, out_
     rows = x_q.reshape(-1, depth).astype(np.int64) - int(x_qp.zero_point[0])
     w = w_q.astype(np.int64) - (0 if w_qp.per_channel else int(w_qp.zero_point[0]))
     acc = int_matmul(rows, w.T) + _bias(bias_q, units)
-    if w_qp.per_channel:
-        m, s = _channel_multipliers(x_qp, w_qp, out_qp, units)
-    else:
-        product = np.float32(np.float32(x_qp.scale[0]) * np.float32(w_qp.scale[0]))
-        m, s = quantize_multiplier(float(product) / float(out_qp.scale[0]))
+    m, s = fully_connected_multipliers(x_qp, w_qp, out_qp, units)
     out = _requantize(acc, m, s, out_qp, activation, out_dtype)
     shape = x_q.shape[:-1] + (units,) if keep_num_dims else (rows.shape[0], units)
     return out.reshape(shape)
@@ -248,6 +253,13 @@ def _c_div(a, b) -> np.ndarray:
     return np.where(a < 0, -q, q)
 
 
+def mean_multiplier(x_qp: QuantParams, out_qp: QuantParams, count: int) -> tuple[int, int]:
+    """MEAN's (multiplier, shift) with ``1 / count`` folded in (see `mean`); count > 0."""
+    m, shift = quantize_multiplier(float(x_qp.scale[0]) / float(out_qp.scale[0]))
+    k = min(count.bit_length() - 1, 32, 31 + shift)
+    return (m << k) // count, shift - k
+
+
 def mean(x_q, x_qp: QuantParams, axes, out_qp: QuantParams, *, keep_dims: bool, out_dtype=np.int8) -> np.ndarray:
     """int8 MEAN (reference QuantizedMeanOrSum), for every axis set — measured: LiteRT 2.3
     takes this one path also for equal in/out params and for the 4-D H,W keep-dims case.
@@ -263,9 +275,7 @@ def mean(x_q, x_qp: QuantParams, axes, out_qp: QuantParams, *, keep_dims: bool, 
     total = x_q.astype(np.int64).sum(axis=tuple(axes), keepdims=keep_dims) - int(x_qp.zero_point[0]) * count
     if count == 0:
         return np.zeros(total.shape, out_dtype)
-    m, shift = quantize_multiplier(float(x_qp.scale[0]) / float(out_qp.scale[0]))
-    k = min(count.bit_length() - 1, 32, 31 + shift)
-    m, shift = (m << k) // count, shift - k
+    m, shift = mean_multiplier(x_qp, out_qp, count)
     out = multiply_by_quantized_multiplier_double_rounding(total, m, shift).astype(np.int64)
     return np.clip(out + int(out_qp.zero_point[0]), *dtype_range(out_dtype)).astype(out_dtype)
 

@@ -1,0 +1,319 @@
+"""The quantized delegate: integer nodes run as per-node prepared NumPy steps, bit-exact.
+
+The compiled delegate (compiled.py) takes float32 nodes; this one, registered after it as a
+default delegate, takes the integer-quantized nodes (int8 / uint8 / int16 activations) of
+the ops in `QUANTIZED_LOWERINGS`. The reference kernels stay pure and re-derive multipliers,
+clamp bounds and layouts on every call; here that work happens once per node and input
+shape:
+
+* weighted, windowed and reducing ops (FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D,
+  BATCH_MATMUL, pooling, MEAN) have lowerings in integer_lowerings.py;
+* elementwise ops whose integer output is a function of the input codes alone (ADD, MUL,
+  the activations, DEQUANTIZE...) become a lookup table: the node's own reference kernel is
+  run once over every code (every pair of codes for binary 8-bit ops), so the table holds
+  the kernel's results by construction;
+* the other claimed ops (RESHAPE, SOFTMAX, CONCATENATION, QUANTIZE...) call their reference
+  kernel inside the chain, so partitions stay long.
+
+A partition is prepared on its first invoke for each set of input shapes by running it
+once: every node's reference kernel runs on the real data (so it raises what the
+interpreter would) and its lowering's output must equal the kernel's bit for bit; a node
+whose lowering disagrees keeps its reference kernel, and the delegate records why in
+``fallbacks`` (the tests require it empty for the model zoo).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+from ..errors import KilnError, UnsupportedError
+from ..ir import Operator
+from ..ops.record import INT8, INT16, UINT8, KernelCall, operand_types
+from ..ops.tables import OpTable
+from ..runtime.delegate import DelegateKernel, NodeInfo, Partition, ReportingDelegate
+from . import integer_lowerings as low
+
+CODE_TYPES = frozenset({INT8, UINT8, INT16})
+
+
+@dataclass
+class QNode:
+    """One node as a lowering sees it on the partition's first run: its arrays, constants, slots."""
+
+    op: Operator
+    opts: object
+    call: KernelCall
+    kernel: Callable
+    label: str
+    ins: list            # the input arrays of the first run (constants included; None: omitted)
+    consts: list         # constant operands (None where the operand is not a constant)
+    in_slots: list[int]  # -1 for constants and omitted operands
+    out_slots: list[int]
+
+
+Lowering = Callable[[QNode], "Callable | None"]
+
+
+@dataclass(frozen=True)
+class QuantizedSupport:
+    """What the quantized delegate knows of one op: operand positions that must be constant
+    (so output shapes follow from input shapes), the operand types it takes, and its lowering
+    (None: the reference kernel runs inside the chain)."""
+
+    const_operands: tuple[int, ...] = ()
+    types: frozenset[str] = CODE_TYPES
+    lower: Lowering | None = None
+
+
+#: The quantized delegate's per-op support: an open table, like COMPILED_LOWERINGS.
+QUANTIZED_LOWERINGS: OpTable[QuantizedSupport] = OpTable("quantized delegate")
+
+
+def why_not(node: NodeInfo, allowed: frozenset[str]) -> str | None:
+    """None if the quantized delegate can run ``node``, else the reason it refuses it."""
+    op, name = node.op, node.name
+    if op.op_type == "CUSTOM" or name not in allowed:
+        return f"{name} is not an op this delegate runs"
+    reg = node.registration
+    record = getattr(reg, "record", None)
+    if record is None or reg.kernel is None or reg.kernel is not record.kernel:
+        return f"{name} is overridden by a Python registration"
+    support = QUANTIZED_LOWERINGS[name]
+    key = operand_types(op)
+    if key not in support.types:
+        return f"{name} with {key or 'float'} operands is not quantized the way this delegate runs"
+    if key not in record.quantized:
+        return f"{name} has no {key} kernel"
+    if not op.outputs or any(t is None for t in op.outputs):
+        return f"{name} omits an output"
+    for k in support.const_operands:
+        if k < len(op.inputs) and op.inputs[k] is not None and not op.inputs[k].is_constant:
+            return f"{name} operand {k} ({op.inputs[k].name!r}) is not a constant"
+    return None
+
+
+# -- lookup tables ------------------------------------------------------------------------------
+
+def _all_codes(dtype) -> np.ndarray | None:
+    """Every code of a 1- or 2-byte integer type, ordered by its unsigned bit pattern."""
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "iu" or dtype.itemsize > 2:
+        return None
+    unsigned = np.dtype(f"u{dtype.itemsize}")
+    return np.arange(1 << (8 * dtype.itemsize), dtype=np.int64).astype(unsigned).view(dtype)
+
+
+def _unsigned(x: np.ndarray) -> np.ndarray:
+    return x.view(f"u{x.dtype.itemsize}")
+
+
+def _per_tensor(op: Operator) -> bool:
+    return all(t is None or t.quantization is None or t.quantization.scale.size <= 1
+               for t in (*op.inputs, *op.outputs))
+
+
+def lower_unary_table(node: QNode) -> Callable | None:
+    """An elementwise unary integer node as a table of its kernel over every input code."""
+    x = node.ins[0]
+    codes = _all_codes(x.dtype)
+    if codes is None or not _per_tensor(node.op) or len(node.op.outputs) != 1:
+        return None
+    try:
+        table = np.asarray(node.kernel(node.call, codes, *node.ins[1:]))
+    except KilnError:
+        return None
+    if table.shape != codes.shape:
+        return None
+    xi, oi = node.in_slots[0], node.out_slots[0]
+
+    def run(slots):
+        slots[oi] = table[_unsigned(slots[xi])]
+
+    return run
+
+
+def lower_binary_table(node: QNode) -> Callable | None:
+    """An elementwise binary node on 8-bit codes as a 256 x 256 table of its kernel."""
+    a, b = node.ins[0], node.ins[1]
+    if a.dtype.itemsize != 1 or b.dtype.itemsize != 1 or len(node.op.inputs) != 2 or not _per_tensor(node.op):
+        return None
+    ca, cb = _all_codes(a.dtype), _all_codes(b.dtype)
+    if ca is None or cb is None:
+        return None
+    try:
+        np.broadcast_shapes(a.shape, b.shape)
+        table = np.asarray(node.kernel(node.call, ca.reshape(256, 1), cb.reshape(1, 256)))
+    except (KilnError, ValueError):
+        return None
+    if table.shape != (256, 256):
+        return None
+    flat = table.reshape(-1)
+    (sa, ka), (sb, kb) = zip(node.in_slots, node.consts)
+    fixed_a = None if ka is None else _unsigned(np.asarray(ka)).astype(np.intp) << 8
+    fixed_b = None if kb is None else _unsigned(np.asarray(kb)).astype(np.intp)
+    oi = node.out_slots[0]
+
+    def run(slots):
+        hi = fixed_a if fixed_a is not None else np.left_shift(_unsigned(slots[sa]), 8, dtype=np.intp)
+        lo = fixed_b if fixed_b is not None else _unsigned(slots[sb])
+        slots[oi] = flat[hi | lo]
+
+    return run
+
+
+# -- the chain ----------------------------------------------------------------------------------
+
+def _reference_step(node: QNode) -> Callable:
+    """The node's reference kernel called from the chain (what the interpreter would run)."""
+    kernel, call = node.kernel, node.call
+    pairs = list(zip(node.in_slots, node.consts))
+    outs = node.out_slots
+
+    def run(slots):
+        result = kernel(call, *[c if c is not None else (slots[s] if s >= 0 else None) for s, c in pairs])
+        if not isinstance(result, (tuple, list)):
+            result = (result,)
+        for oi, value, dtype in zip(outs, result, call.out_dtypes):
+            value = np.asarray(value)
+            slots[oi] = value if value.dtype == dtype else value.astype(dtype)
+
+    return run
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+
+
+class QuantizedChain(DelegateKernel):
+    """A claimed partition: prepared per input-shape signature by one checked run, then a
+    flat list of steps writing into slots."""
+
+    MAX_PLANS = 8
+
+    def __init__(self, delegate: "QuantizedDelegate", partition: Partition):
+        self.delegate = delegate
+        self.nodes = partition.nodes
+        slot: dict[int, int] = {}
+        for t in partition.inputs:
+            slot[id(t)] = len(slot)
+        for info in self.nodes:
+            for t in info.op.outputs:
+                slot[id(t)] = len(slot)
+        self.slot = slot
+        self.n_inputs = len(partition.inputs)
+        self.out_slots = [slot[id(t)] for t in partition.outputs]
+        self.plans: dict[tuple, list] = {}
+
+    def _prepare(self, slots: list) -> list:
+        """Run the partition once on ``slots``, building (and checking) each node's step."""
+        steps = []
+        for info in self.nodes:
+            op = info.op
+            record = info.registration.record
+            label = f"{self.delegate.name} delegate, node {info.index} ({info.name})"
+            in_slots, consts, ins = [], [], []
+            for t in op.inputs:
+                if t is None:
+                    in_slots.append(-1), consts.append(None), ins.append(None)
+                elif t.is_constant:
+                    in_slots.append(-1), consts.append(t.data), ins.append(t.data)
+                else:
+                    s = self.slot[id(t)]
+                    in_slots.append(s), consts.append(None), ins.append(slots[s])
+            out_slots = [self.slot[id(t)] for t in op.outputs]
+            call = KernelCall(record.make_options(op.options), op,
+                              [np.dtype(t.dtype.numpy) for t in op.outputs])
+            node = QNode(op, call.opts, call, record.kernel_for(op), label, ins, consts, in_slots, out_slots)
+            reference = _reference_step(node)
+            reference(slots)                   # the kernel's checks and results, on the real data
+            expected = [slots[s] for s in out_slots]
+            step = reference
+            lower = QUANTIZED_LOWERINGS[op.op_type].lower
+            if lower is not None:
+                step = self._checked(node, lower, slots, expected) or reference
+                for s, value in zip(out_slots, expected):
+                    slots[s] = value
+            steps.append(step)
+        return steps
+
+    def _checked(self, node: QNode, lower: Lowering, slots: list, expected: list):
+        """The node's lowering if it builds and reproduces the reference outputs, else None."""
+        key = (node.op.op_type, node.label)
+        try:
+            step = lower(node)
+            if step is None:
+                return None
+            step(slots)
+        except (KilnError, ValueError, TypeError, IndexError) as exc:
+            self.delegate.fallbacks[key] = f"{type(exc).__name__}: {exc}"
+            return None
+        got = [slots[s] for s in node.out_slots]
+        if not all(_same(g, e) for g, e in zip(got, expected)):
+            self.delegate.fallbacks[key] = "its lowering's output differs from the reference kernel's"
+            return None
+        return step
+
+    def invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        key = tuple([x.shape for x in inputs])
+        slots = [*inputs, *([None] * (len(self.slot) - self.n_inputs))]
+        steps = self.plans.get(key)
+        if steps is None:
+            if len(self.plans) >= self.MAX_PLANS:
+                self.plans.pop(next(iter(self.plans)))
+            self.plans[key] = self._prepare(slots)
+        else:
+            for run in steps:
+                run(slots)
+        return [slots[s] for s in self.out_slots]
+
+
+class QuantizedDelegate(ReportingDelegate):
+    """Claims integer-quantized nodes of the ops in QUANTIZED_LOWERINGS (see module doc).
+
+    Args:
+      ops: restrict the delegate to these op names (default: every op in the table).
+
+    ``claimed`` / ``rejected`` as for the compiled delegate; ``fallbacks`` maps (op name,
+    node label) to why a claimed node runs its reference kernel instead of its lowering.
+    """
+
+    name = "quantized"
+
+    def __init__(self, ops: Iterable[str] | None = None):
+        chosen = frozenset(QUANTIZED_LOWERINGS if ops is None else ops)
+        unknown = chosen - QUANTIZED_LOWERINGS.keys()
+        if unknown:
+            raise UnsupportedError(f"the quantized delegate has no support for {sorted(unknown)}; "
+                                   f"it runs {sorted(QUANTIZED_LOWERINGS)}")
+        super().__init__()
+        self.ops = chosen
+        self.fallbacks: dict[tuple[str, str], str] = {}
+
+    def why_not(self, node: NodeInfo) -> str | None:
+        return why_not(node, self.ops)
+
+    def make_kernel(self, partition: Partition) -> QuantizedChain:
+        return QuantizedChain(self, partition)
+
+
+def _register(names: Iterable[str], lower: Lowering | None = None, const_operands: tuple[int, ...] = (),
+              types: Iterable[str] = CODE_TYPES) -> None:
+    for name in names:
+        QUANTIZED_LOWERINGS.register(name, QuantizedSupport(tuple(const_operands), frozenset(types), lower))
+
+
+_register(["FULLY_CONNECTED"], low.lower_fully_connected, (1, 2))
+_register(["CONV_2D"], low.lower_conv, (1, 2))
+_register(["DEPTHWISE_CONV_2D"], low.lower_depthwise, (1, 2))
+_register(["BATCH_MATMUL"], low.lower_batch_matmul)
+_register(["MAX_POOL_2D"], low.lower_max_pool)
+_register(["AVERAGE_POOL_2D"], low.lower_avg_pool)
+_register(["MEAN"], low.lower_mean, (1,))
+_register(["ADD", "SUB", "MUL", "SQUARED_DIFFERENCE"], lower_binary_table)
+_register(["LOGISTIC", "TANH", "RELU", "RELU6", "RELU_N1_TO_1", "LEAKY_RELU", "GELU", "HARD_SWISH", "DEQUANTIZE",
+           "RSQRT", "EXP", "LOG", "ABS", "QUANTIZE"], lower_unary_table)
+_register(["RESHAPE", "EXPAND_DIMS"], const_operands=(1,))
+_register(["SQUEEZE", "SOFTMAX", "CONCATENATION", "PACK"])
