@@ -236,6 +236,8 @@ class QuantizedChain(DelegateKernel):
                 step = self._checked(node, lower, slots, expected) or reference
                 for s, value in zip(out_slots, expected):
                     slots[s] = value
+                if step is not reference:
+                    self.delegate.lowered.add((info.index, info.name))
             steps.append(step)
         return steps
 
@@ -276,8 +278,9 @@ class QuantizedDelegate(ReportingDelegate):
     Args:
       ops: restrict the delegate to these op names (default: every op in the table).
 
-    ``claimed`` / ``rejected`` as for the compiled delegate; ``fallbacks`` maps (op name,
-    node label) to why a claimed node runs its reference kernel instead of its lowering.
+    ``claimed`` / ``rejected`` as for the compiled delegate; ``lowered`` holds (node index,
+    op name) of the nodes that run a lowering (the others run their reference kernel in the
+    chain); ``fallbacks`` maps (op name, node label) to why a node's lowering was dropped.
     """
 
     name = "quantized"
@@ -291,6 +294,7 @@ class QuantizedDelegate(ReportingDelegate):
         super().__init__()
         self.ops = chosen
         self.fallbacks: dict[tuple[str, str], str] = {}
+        self.lowered: set[tuple[int, str]] = set()
 
     def why_not(self, node: NodeInfo) -> str | None:
         return why_not(node, self.ops)

@@ -1,7 +1,8 @@
 """Whole quantized models — made by kiln (`kiln.quantize`) and by TensorFlow's converter —
 run in kiln's Interpreter and in LiteRT with its reference kernels (BUILTIN_REF).
 
-Integer models (int8 or 16x8 inside; float, int8 or uint8 at the edges) must agree bit for bit.
+Integer models (int8 or 16x8 inside; float, int8 or uint8 at the edges) must agree bit for bit,
+in the default runtime (its quantized delegate) as with kiln's own BUILTIN_REF.
 Hybrid, float16-weight and weight-only models run kiln's hybrid kernels (bit-exact per op,
 tests/quant/test_dispatch.py) between float kernels, whose float32 sums are ordered
 differently from LiteRT's reference loops, so those outputs agree to float rounding."""
@@ -125,3 +126,35 @@ def test_small_models_bit_exact_with_builtin_ref(built, name):
 @pytest.mark.parametrize("name", LARGE)
 def test_large_models_bit_exact_with_builtin_ref(built, name):
     _check(built, name)
+
+
+def _default_path_check(built, name):
+    """The default Interpreter (its quantized delegate running the integer nodes) and kiln's
+    BUILTIN_REF agree bit for bit on every integer model, invoke after invoke on fresh inputs;
+    the delegate lowered the integer nodes and dropped no lowering."""
+    from kiln.delegates import QuantizedDelegate
+
+    models, held_out = built(name)
+    for (maker, mode), model in models.items():
+        if not (mode.startswith("int") or mode == "uint8io"):
+            continue
+        default = kiln.Interpreter(model_content=model)
+        ref = kiln.Interpreter(model_content=model, experimental_op_resolver_type=kiln.OpResolverType.BUILTIN_REF)
+        rng = np.random.default_rng(11)
+        for k in range(3):
+            x = rng.uniform(-1.5, 1.5, held_out[0].shape).astype(np.float32)
+            for got, want in zip(_feed(default, x), _feed(ref, x)):
+                assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), f"{name}, {maker}'s {mode}, run {k}"
+        (delegate,) = [d for d in default._delegates if isinstance(d, QuantizedDelegate)]
+        assert delegate.lowered and delegate.fallbacks == {}, f"{name}, {maker}'s {mode}: {delegate.fallbacks}"
+
+
+@pytest.mark.parametrize("name", SMALL)
+def test_small_models_default_path_is_builtin_ref(built, name):
+    _default_path_check(built, name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", LARGE)
+def test_large_models_default_path_is_builtin_ref(built, name):
+    _default_path_check(built, name)

@@ -1,0 +1,233 @@
+"""The quantized delegate (kiln/delegates/quantized.py), part of kiln's default runtime, gives
+the reference kernels' bits: one-op integer models run invoke after invoke on fresh inputs
+(the delegate checks a lowering against the kernel on the first run only, so later runs test
+the lowering itself) agree with kiln's and LiteRT's BUILTIN_REF, and each node ran its
+lowering, not its reference kernel. The output stage is tested against kiln.quant.arith over
+whole accumulator ranges. (The quantized zoo models: tests/quant/test_runtime_models.py.)"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import ops
+from kiln.delegates import QUANTIZED_LOWERINGS, QuantizedDelegate, QuantizedSupport
+from kiln.delegates.integer_lowerings import Requantizer
+from kiln.quant import arith
+from kiln.schema import Activation, Padding
+from tests.quant.test_dispatch import Const, In, _probe, _run, bias_for, codes, one_op, qp, reference
+
+REF = {"experimental_op_resolver_type": kiln.OpResolverType.BUILTIN_REF}
+NONE, RELU, RELU6 = Activation.NONE, Activation.RELU, Activation.RELU6
+
+
+def _fresh(operands, seed):
+    """The operands with new random codes in the model inputs (constants kept)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for o in operands:
+        if o is None or isinstance(o, Const):
+            out.append(o)
+            continue
+        info = np.iinfo(o.value.dtype)
+        out.append(In(rng.integers(info.min, int(info.max) + 1, o.value.shape).astype(o.value.dtype), o.q))
+    return out
+
+
+def delegated(op_type, operands, outputs, options=None, *, invokes: int = 3, lowered: bool = True):
+    """Run a one-op model in the default Interpreter ``invokes`` times on fresh inputs; every
+    output equals kiln's and LiteRT's BUILTIN_REF bit for bit; the quantized delegate took
+    the node and (``lowered``) ran its lowering without falling back."""
+    model, _ = one_op(op_type, operands, outputs, options)
+    interp, kiln_ref = kiln.Interpreter(model_content=model), kiln.Interpreter(model_content=model, **REF)
+    for seed in range(invokes):
+        feeds = [o.value for o in _fresh(operands, seed) if isinstance(o, In) and not isinstance(o, Const)]
+        got = _run(interp, feeds)
+        for want in (_run(kiln_ref, feeds), reference(model, feeds)):
+            for g, w in zip(got, want):
+                assert g.dtype == w.dtype and g.shape == w.shape, op_type
+                np.testing.assert_array_equal(g, w, err_msg=f"{op_type}, invoke {seed}")
+    (delegate,) = [d for d in interp._delegates if isinstance(d, QuantizedDelegate)]
+    assert [name for _, name, _ in delegate.claimed] == [op_type]
+    assert delegate.fallbacks == {}
+    assert bool(delegate.lowered) == lowered, delegate.lowered
+    return delegate
+
+
+# -- the output stage ---------------------------------------------------------------------------
+
+RESCALINGS = {"single": arith.multiply_by_quantized_multiplier,
+              "double": arith.multiply_by_quantized_multiplier_double_rounding,
+              "int64": arith.multiply_by_quantized_multiplier_int64}
+
+
+@pytest.mark.parametrize("kind", list(RESCALINGS))
+@pytest.mark.parametrize("bound", [300, 1 << 20, (1 << 31) - 1, 1 << 34])
+def test_requantizer_is_the_arith_rescaling(kind, bound):
+    rng = np.random.default_rng(bound % 1000)
+    channels = 6
+    real = np.exp(rng.uniform(np.log(1e-6), np.log(4.0), channels))
+    m, shift = arith.quantize_multipliers(real)
+    m[0], shift[0] = 0, 0                                     # a zero multiplier
+    m[1], shift[1] = 1 << 30, -2                              # x / 8: every rounding tie below
+    m[2], shift[2] = 1 << 30, 1                               # a left shift (multiplier above one)
+    if kind == "int64":
+        shift = np.minimum(shift, 14)
+    acc = rng.integers(-bound, bound + 1, (800, channels))
+    acc[:2] = [[bound], [-bound]]
+    acc[2:6] = [[0], [-1], [1], [-(1 << 30)]]
+    acc[6:406] = np.minimum(np.arange(-200, 200), bound)[:, None]
+    for zp, lo, hi, dtype in ((5, -128, 127, np.int8), (0, -32768, 32767, np.int16), (-3, -20, 90, np.int8)):
+        want = np.clip(RESCALINGS[kind](acc, m, shift).astype(np.int64) + zp, lo, hi).astype(dtype)
+        got = Requantizer(kind, m, shift, zp, lo, hi, dtype, bound)(acc.copy())
+        np.testing.assert_array_equal(got, want)
+        for c in (1, 3):   # one channel: a scalar multiplier
+            scalar = Requantizer(kind, m[c], shift[c], zp, lo, hi, dtype, bound)(acc[:, c].copy())
+            np.testing.assert_array_equal(scalar, want[:, c])
+
+
+# -- weighted ops -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("keep_num_dims,act", [(False, NONE), (True, RELU6)])
+def test_fully_connected_int8(per_channel, keep_num_dims, act):
+    x, w = codes(2, 3, 40), codes(6, 40, low=-127)
+    w_q = qp(np.random.default_rng(1).uniform(0.004, 0.02, 6)) if per_channel else qp(0.01)
+    x_q, y_q = qp(0.03, -9), qp(0.1, 4)
+    shape = (2, 3, 6) if keep_num_dims else (6, 6)
+    delegated("FULLY_CONNECTED", [In(x, x_q), Const(w, w_q), bias_for(x_q, w_q, 6)], [(np.int8, shape, y_q)],
+              dict(fused_activation_function=act, keep_num_dims=keep_num_dims))
+
+
+def test_fully_connected_deep_int8_uses_float64_and_16x8():
+    x, w = codes(3, 700), codes(4, 700, low=-127)   # depth · 255 · 127 > 2^24: float64 sums
+    delegated("FULLY_CONNECTED", [In(x, qp(0.02, 100)), Const(w, qp(0.002)), None], [(np.int8, (3, 4), qp(0.3, -5))])
+    x16 = codes(4, 12, dtype=np.int16)
+    x_q, w_q = qp(0.001), qp(0.01)
+    delegated("FULLY_CONNECTED", [In(x16, x_q), Const(codes(3, 12, low=-127), w_q),
+                                  bias_for(x_q, w_q, 3, dtype=np.int64, high=10 ** 6)], [(np.int16, (4, 3), qp(0.002))])
+
+
+CONV_CASES = [(Padding.SAME, (1, 1), (1, 1), (3, 3)), (Padding.VALID, (2, 1), (1, 1), (3, 3)),
+              (Padding.SAME, (2, 2), (1, 1), (3, 2)), (Padding.SAME, (1, 1), (2, 2), (3, 3)),
+              (Padding.VALID, (1, 1), (1, 1), (1, 1)), (Padding.SAME, (2, 2), (1, 1), (1, 1))]
+
+
+def _conv_opts(padding, stride, dilation, act=RELU6):
+    return dict(padding=padding, stride_h=stride[0], stride_w=stride[1], dilation_h_factor=dilation[0],
+                dilation_w_factor=dilation[1], fused_activation_function=act)
+
+
+@pytest.mark.parametrize("padding,stride,dilation,khw", CONV_CASES)
+@pytest.mark.parametrize("dtype", [np.int8, np.int16])
+def test_conv_2d(padding, stride, dilation, khw, dtype):
+    x, w = codes(2, 7, 6, 4, dtype=dtype), codes(5, *khw, 4, low=-127)
+    w_q = qp(np.random.default_rng(2).uniform(0.005, 0.03, 5))
+    x_q, y_q = (qp(0.05, -3), qp(0.2, 7)) if dtype == np.int8 else (qp(0.0005), qp(0.002))
+    opts = _conv_opts(padding, stride, dilation, RELU6 if dtype == np.int8 else NONE)
+    shape = ops.infer_output_shapes(_probe("CONV_2D", [x, w], opts))[0]
+    bias = bias_for(x_q, w_q, 5, dtype=np.int32 if dtype == np.int8 else np.int64)
+    delegated("CONV_2D", [In(x, x_q), Const(w, w_q), bias], [(dtype, shape, y_q)], opts)
+
+
+@pytest.mark.parametrize("padding,stride,dilation,khw", CONV_CASES[:4])
+@pytest.mark.parametrize("multiplier", [1, 2])
+@pytest.mark.parametrize("dtype", [np.int8, np.int16])
+def test_depthwise_conv_2d(padding, stride, dilation, khw, multiplier, dtype):
+    x, w = codes(2, 7, 6, 4, dtype=dtype), codes(1, *khw, 4 * multiplier, low=-127)
+    w_q = qp(np.random.default_rng(3).uniform(0.005, 0.03, 4 * multiplier), axis=3)
+    x_q, y_q = (qp(0.05, 11), qp(0.1, -7)) if dtype == np.int8 else (qp(0.0005), qp(0.001))
+    opts = dict(_conv_opts(padding, stride, dilation), depth_multiplier=multiplier)
+    shape = ops.infer_output_shapes(_probe("DEPTHWISE_CONV_2D", [x, w], opts))[0]
+    bias = bias_for(x_q, w_q, 4 * multiplier, dtype=np.int32 if dtype == np.int8 else np.int64)
+    delegated("DEPTHWISE_CONV_2D", [In(x, x_q), Const(w, w_q), bias], [(dtype, shape, y_q)], opts)
+
+
+@pytest.mark.parametrize("adj_x,adj_y", [(False, False), (True, False), (False, True)])
+def test_batch_matmul_int8(adj_x, adj_y):
+    a = codes(2, 9, 5) if adj_x else codes(2, 5, 9)
+    b = codes(1, 3, 9) if adj_y else codes(1, 9, 3)
+    delegated("BATCH_MATMUL", [In(a, qp(0.04, 6)), In(b, qp(0.03, -2))], [(np.int8, (2, 5, 3), qp(0.15, 1))],
+              dict(adj_x=adj_x, adj_y=adj_y))
+
+
+# -- pooling, MEAN, tables ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("op_type", ["AVERAGE_POOL_2D", "MAX_POOL_2D"])
+@pytest.mark.parametrize("dtype,padding", [(np.int8, Padding.SAME), (np.int16, Padding.VALID), (np.uint8, Padding.SAME)])
+def test_pools(op_type, dtype, padding):
+    x = codes(2, 7, 6, 3, dtype=dtype)
+    q = qp(0.05, {np.int8: 3, np.int16: 0, np.uint8: 128}[dtype])
+    shape = (2, 4, 3, 3) if padding == Padding.SAME else (2, 3, 3, 3)
+    delegated(op_type, [In(x, q)], [(dtype, shape, q)],
+              dict(padding=padding, stride_h=2, stride_w=2, filter_height=3, filter_width=2,
+                   fused_activation_function=RELU6 if dtype == np.int8 else NONE))
+
+
+@pytest.mark.parametrize("axes,keep,dtype", [([1, 2], True, np.int8), ([1], False, np.int8), ([-1], True, np.int8),
+                                              ([1, 2], True, np.int16)])
+def test_mean(axes, keep, dtype):
+    x = codes(2, 4, 5, 3, dtype=dtype)
+    reduced = {a % 4 for a in axes}
+    out_shape = [1 if i in reduced else d for i, d in enumerate(x.shape)] if keep else \
+        [d for i, d in enumerate(x.shape) if i not in reduced]
+    x_q, y_q = (qp(0.05, -4), qp(0.02, 6)) if dtype == np.int8 else (qp(0.0003), qp(0.0002))
+    delegated("MEAN", [In(x, x_q), Const(np.array(axes, np.int32))], [(dtype, out_shape, y_q)], dict(keep_dims=keep))
+
+
+@pytest.mark.parametrize("op_type", ["ADD", "SUB", "MUL", "SQUARED_DIFFERENCE"])
+@pytest.mark.parametrize("shapes,const_b", [(((3, 4), (3, 4)), False), (((2, 3, 4), (1, 4)), False),
+                                            (((2, 3, 4), (4,)), True)])
+def test_binary_int8_tables(op_type, shapes, const_b):
+    options = {} if op_type == "SQUARED_DIFFERENCE" else dict(fused_activation_function=RELU)
+    b = codes(*shapes[1])
+    b_operand = Const(b, qp(0.09, -6)) if const_b else In(b, qp(0.09, -6))
+    delegated(op_type, [In(codes(*shapes[0]), qp(0.04, 3)), b_operand],
+              [(np.int8, np.broadcast_shapes(*shapes), qp(0.11, -20))], options)
+
+
+def test_binary_16x8_runs_its_kernel_in_the_chain():
+    a, b = codes(6, 20, dtype=np.int16), codes(1, 20, dtype=np.int16)
+    delegated("ADD", [In(a, qp(0.0003)), In(b, qp(0.0001))], [(np.int16, (6, 20), qp(0.0004))], lowered=False)
+
+
+@pytest.mark.parametrize("op_type,options,y_q", [
+    ("LOGISTIC", {}, qp(1 / 256, -128)), ("TANH", {}, qp(1 / 128)), ("RELU6", {}, qp(0.03, -128)),
+    ("LEAKY_RELU", dict(alpha=0.2), qp(0.05, 10)), ("GELU", dict(approximate=True), qp(0.03, -40)),
+    ("HARD_SWISH", {}, qp(0.03, -40)),
+])
+def test_unary_int8_tables(op_type, options, y_q):
+    delegated(op_type, [In(codes(3, 50), qp(0.05, 7))], [(np.int8, (3, 50), y_q)], options)
+
+
+def test_dequantize_table():
+    delegated("DEQUANTIZE", [In(codes(4, 9), qp(0.037, -5))], [(np.float32, (4, 9), None)])
+
+
+# -- the safety net -----------------------------------------------------------------------------
+
+def test_a_lowering_that_disagrees_with_its_kernel_is_dropped():
+    """A wrong lowering never reaches the outputs: the first run compares it with the
+    reference kernel, and the node keeps its kernel, the reason recorded."""
+    def off_by_one(node):
+        xi, oi = node.in_slots[0], node.out_slots[0]
+
+        def run(slots):
+            slots[oi] = np.maximum(slots[xi], 0).astype(np.int8) + np.int8(1)
+        return run
+
+    saved = QUANTIZED_LOWERINGS["RELU"]
+    QUANTIZED_LOWERINGS.register("RELU", QuantizedSupport(saved.const_operands, saved.types, off_by_one),
+                                 override=True)
+    try:
+        model, _ = one_op("RELU", [In(codes(3, 8), qp(0.05, 0))], [(np.int8, (3, 8), qp(0.05, 0))])
+        interp = kiln.Interpreter(model_content=model)
+        for seed in range(2):
+            feeds = [codes(3, 8)]
+            np.testing.assert_array_equal(_run(interp, feeds)[0], reference(model, feeds)[0])
+    finally:
+        QUANTIZED_LOWERINGS.register("RELU", saved, override=True)
+    (delegate,) = [d for d in interp._delegates if isinstance(d, QuantizedDelegate)]
+    assert list(delegate.fallbacks.values()) == ["its lowering's output differs from the reference kernel's"]
+    assert not delegate.lowered
