@@ -31,10 +31,10 @@ import numpy as np
 
 from ..errors import KilnError, UnsupportedError
 from ..ir import Operator
-from ..ops.record import INT8, INT16, UINT8, KernelCall, operand_types
+from ..ops.record import HYBRID, INT8, INT16, UINT8, KernelCall, operand_types
 from ..ops.tables import OpTable
 from ..runtime.delegate import DelegateKernel, NodeInfo, Partition, ReportingDelegate
-from . import integer_lowerings as low
+from . import hybrid_lowerings as hyb, integer_lowerings as low
 
 CODE_TYPES = frozenset({INT8, UINT8, INT16})
 
@@ -52,6 +52,7 @@ class QNode:
     consts: list         # constant operands (None where the operand is not a constant)
     in_slots: list[int]  # -1 for constants and omitted operands
     out_slots: list[int]
+    expected: list       # the reference kernel's outputs on the first run
 
 
 Lowering = Callable[[QNode], "Callable | None"]
@@ -60,12 +61,16 @@ Lowering = Callable[[QNode], "Callable | None"]
 @dataclass(frozen=True)
 class QuantizedSupport:
     """What the quantized delegate knows of one op: operand positions that must be constant
-    (so output shapes follow from input shapes), the operand types it takes, and its lowering
-    (None: the reference kernel runs inside the chain)."""
+    (so output shapes follow from input shapes), the operand types it takes, its lowering
+    (None: the reference kernel runs inside the chain), and whether that lowering reads
+    constant data operands."""
 
     const_operands: tuple[int, ...] = ()
     types: frozenset[str] = CODE_TYPES
     lower: Lowering | None = None
+    #: The lowering takes a constant wherever a data operand may stand; without it a node
+    #: whose operand 0 is a constant keeps its kernel (the lowering reads operand 0's slot).
+    constant_data: bool = False
 
 
 #: The quantized delegate's per-op support: an open table, like COMPILED_LOWERINGS.
@@ -164,6 +169,21 @@ def lower_binary_table(node: QNode) -> Callable | None:
     return run
 
 
+def lower_view(node: QNode) -> Callable | None:
+    """RESHAPE / SQUEEZE / EXPAND_DIMS (shape operands constant): a view of the input codes in
+    the shape the kernel gave on the first run."""
+    x = node.ins[0]
+    shape = node.expected[0].shape
+    if node.expected[0].dtype != x.dtype or int(np.prod(shape)) != x.size:
+        return None
+    xi, oi = node.in_slots[0], node.out_slots[0]
+
+    def run(slots):
+        slots[oi] = slots[xi].reshape(shape)
+
+    return run
+
+
 # -- the chain ----------------------------------------------------------------------------------
 
 def _reference_step(node: QNode) -> Callable:
@@ -226,13 +246,14 @@ class QuantizedChain(DelegateKernel):
             out_slots = [self.slot[id(t)] for t in op.outputs]
             call = KernelCall(record.make_options(op.options), op,
                               [np.dtype(t.dtype.numpy) for t in op.outputs])
-            node = QNode(op, call.opts, call, record.kernel_for(op), label, ins, consts, in_slots, out_slots)
+            node = QNode(op, call.opts, call, record.kernel_for(op), label, ins, consts, in_slots, out_slots, [])
             reference = _reference_step(node)
             reference(slots)                   # the kernel's checks and results, on the real data
-            expected = [slots[s] for s in out_slots]
+            expected = node.expected = [slots[s] for s in out_slots]
             step = reference
-            lower = QUANTIZED_LOWERINGS[op.op_type].lower
-            if lower is not None:
+            support = QUANTIZED_LOWERINGS[op.op_type]
+            lower = support.lower
+            if lower is not None and (support.constant_data or in_slots[0] >= 0):
                 step = self._checked(node, lower, slots, expected) or reference
                 for s, value in zip(out_slots, expected):
                     slots[s] = value
@@ -304,20 +325,31 @@ class QuantizedDelegate(ReportingDelegate):
 
 
 def _register(names: Iterable[str], lower: Lowering | None = None, const_operands: tuple[int, ...] = (),
-              types: Iterable[str] = CODE_TYPES) -> None:
+              types: Iterable[str] = CODE_TYPES, constant_data: bool = False) -> None:
     for name in names:
-        QUANTIZED_LOWERINGS.register(name, QuantizedSupport(tuple(const_operands), frozenset(types), lower))
+        QUANTIZED_LOWERINGS.register(name, QuantizedSupport(tuple(const_operands), frozenset(types), lower,
+                                                            constant_data))
 
 
-_register(["FULLY_CONNECTED"], low.lower_fully_connected, (1, 2))
-_register(["CONV_2D"], low.lower_conv, (1, 2))
-_register(["DEPTHWISE_CONV_2D"], low.lower_depthwise, (1, 2))
-_register(["BATCH_MATMUL"], low.lower_batch_matmul)
+def _by_input(integer: Lowering, hybrid: Lowering) -> Lowering:
+    """One lowering per operand kind: float input 0 is a hybrid node."""
+    def lower(node: QNode):
+        return (hybrid if node.ins[0].dtype == np.float32 else integer)(node)
+    return lower
+
+
+_WEIGHTED = CODE_TYPES | {HYBRID}
+_register(["FULLY_CONNECTED"], _by_input(low.lower_fully_connected, hyb.lower_hybrid_fully_connected), (1, 2),
+          _WEIGHTED)
+_register(["CONV_2D"], _by_input(low.lower_conv, hyb.lower_hybrid_conv), (1, 2), _WEIGHTED)
+_register(["DEPTHWISE_CONV_2D"], _by_input(low.lower_depthwise, hyb.lower_hybrid_depthwise), (1, 2), _WEIGHTED)
+_register(["BATCH_MATMUL"], low.lower_batch_matmul, constant_data=True)
 _register(["MAX_POOL_2D"], low.lower_max_pool)
 _register(["AVERAGE_POOL_2D"], low.lower_avg_pool)
 _register(["MEAN"], low.lower_mean, (1,))
-_register(["ADD", "SUB", "MUL", "SQUARED_DIFFERENCE"], lower_binary_table)
+_register(["ADD", "SUB", "MUL", "SQUARED_DIFFERENCE"], lower_binary_table, constant_data=True)
 _register(["LOGISTIC", "TANH", "RELU", "RELU6", "RELU_N1_TO_1", "LEAKY_RELU", "GELU", "HARD_SWISH", "DEQUANTIZE",
            "RSQRT", "EXP", "LOG", "ABS", "QUANTIZE"], lower_unary_table)
-_register(["RESHAPE", "EXPAND_DIMS"], const_operands=(1,))
-_register(["SQUEEZE", "SOFTMAX", "CONCATENATION", "PACK"])
+_register(["RESHAPE", "EXPAND_DIMS"], lower_view, (1,))
+_register(["SQUEEZE"], lower_view)
+_register(["SOFTMAX", "CONCATENATION", "PACK"])

@@ -30,8 +30,12 @@ def _fresh(operands, seed):
         if o is None or isinstance(o, Const):
             out.append(o)
             continue
-        info = np.iinfo(o.value.dtype)
-        out.append(In(rng.integers(info.min, int(info.max) + 1, o.value.shape).astype(o.value.dtype), o.q))
+        if o.value.dtype.kind == "f":   # hybrid nodes: float input (all zeros on one run)
+            value = rng.standard_normal(o.value.shape) * (seed != 2)
+        else:
+            info = np.iinfo(o.value.dtype)
+            value = rng.integers(info.min, int(info.max) + 1, o.value.shape)
+        out.append(In(value.astype(o.value.dtype), o.q))
     return out
 
 
@@ -152,6 +156,33 @@ def test_batch_matmul_int8(adj_x, adj_y):
               dict(adj_x=adj_x, adj_y=adj_y))
 
 
+@pytest.mark.parametrize("asymmetric", [False, True])
+@pytest.mark.parametrize("per_channel,keep_num_dims", [(True, False), (False, True)])
+def test_fully_connected_hybrid(asymmetric, per_channel, keep_num_dims):
+    w = codes(4, 10, low=-127)
+    w_q = qp(np.random.default_rng(4).uniform(0.01, 0.03, 4)) if per_channel else qp(0.02)
+    delegated("FULLY_CONNECTED", [In(np.zeros((2, 3, 10), np.float32)), Const(w, w_q),
+                                  Const(np.random.default_rng(5).standard_normal(4).astype(np.float32))],
+              [(np.float32, (2, 3, 4) if keep_num_dims else (6, 4), None)],
+              dict(asymmetric_quantize_inputs=asymmetric, fused_activation_function=RELU, keep_num_dims=keep_num_dims))
+
+
+@pytest.mark.parametrize("op_type", ["CONV_2D", "DEPTHWISE_CONV_2D"])
+@pytest.mark.parametrize("padding,stride,dilation,khw", CONV_CASES)
+def test_convolutions_hybrid(op_type, padding, stride, dilation, khw):
+    depthwise = op_type == "DEPTHWISE_CONV_2D"
+    x = np.zeros((2, 6, 5, 3), np.float32)
+    w = codes(1, *khw, 6, low=-127) if depthwise else codes(4, *khw, 3, low=-127)
+    channels = 6 if depthwise else 4
+    opts = _conv_opts(padding, stride, dilation, RELU)
+    if depthwise:
+        opts["depth_multiplier"] = 2
+    shape = ops.infer_output_shapes(_probe(op_type, [x, w], opts))[0]
+    delegated(op_type, [In(x), Const(w, qp(np.random.default_rng(6).uniform(0.01, 0.03, channels), axis=3 if depthwise else 0)),
+                        Const(np.random.default_rng(7).standard_normal(channels).astype(np.float32))],
+              [(np.float32, shape, None)], opts)
+
+
 # -- pooling, MEAN, tables ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("op_type", ["AVERAGE_POOL_2D", "MAX_POOL_2D"])
@@ -218,8 +249,7 @@ def test_a_lowering_that_disagrees_with_its_kernel_is_dropped():
         return run
 
     saved = QUANTIZED_LOWERINGS["RELU"]
-    QUANTIZED_LOWERINGS.register("RELU", QuantizedSupport(saved.const_operands, saved.types, off_by_one),
-                                 override=True)
+    QUANTIZED_LOWERINGS.register("RELU", QuantizedSupport(saved.const_operands, saved.types, off_by_one), override=True)
     try:
         model, _ = one_op("RELU", [In(codes(3, 8), qp(0.05, 0))], [(np.int8, (3, 8), qp(0.05, 0))])
         interp = kiln.Interpreter(model_content=model)
