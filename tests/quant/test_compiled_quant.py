@@ -178,7 +178,8 @@ def test_convolutions_hybrid(op_type, padding, stride, dilation, khw):
     if depthwise:
         opts["depth_multiplier"] = 2
     shape = ops.infer_output_shapes(_probe(op_type, [x, w], opts))[0]
-    delegated(op_type, [In(x), Const(w, qp(np.random.default_rng(6).uniform(0.01, 0.03, channels), axis=3 if depthwise else 0)),
+    w_q = qp(np.random.default_rng(6).uniform(0.01, 0.03, channels), axis=3 if depthwise else 0)
+    delegated(op_type, [In(x), Const(w, w_q),
                         Const(np.random.default_rng(7).standard_normal(channels).astype(np.float32))],
               [(np.float32, shape, None)], opts)
 
@@ -186,7 +187,8 @@ def test_convolutions_hybrid(op_type, padding, stride, dilation, khw):
 # -- pooling, MEAN, tables ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("op_type", ["AVERAGE_POOL_2D", "MAX_POOL_2D"])
-@pytest.mark.parametrize("dtype,padding", [(np.int8, Padding.SAME), (np.int16, Padding.VALID), (np.uint8, Padding.SAME)])
+@pytest.mark.parametrize("dtype,padding", [(np.int8, Padding.SAME), (np.int16, Padding.VALID),
+                                           (np.uint8, Padding.SAME)])
 def test_pools(op_type, dtype, padding):
     x = codes(2, 7, 6, 3, dtype=dtype)
     q = qp(0.05, {np.int8: 3, np.int16: 0, np.uint8: 128}[dtype])
@@ -261,3 +263,21 @@ def test_a_lowering_that_disagrees_with_its_kernel_is_dropped():
     (delegate,) = [d for d in interp._delegates if isinstance(d, QuantizedDelegate)]
     assert list(delegate.fallbacks.values()) == ["its lowering's output differs from the reference kernel's"]
     assert not delegate.lowered
+
+
+def test_a_new_input_shape_gets_its_own_plan():
+    """Resizing the input prepares the partition again for the new shape (the old plan kept)."""
+    x, w = codes(1, 6, 5, 3), codes(4, 3, 3, 3, low=-127)
+    x_q, w_q = qp(0.05, -3), qp(np.random.default_rng(8).uniform(0.005, 0.03, 4))
+    opts = _conv_opts(Padding.SAME, (1, 1), (1, 1))
+    model, _ = one_op("CONV_2D", [In(x, x_q), Const(w, w_q), bias_for(x_q, w_q, 4)],
+                      [(np.int8, (1, 6, 5, 4), qp(0.2, 7))], opts)
+    interp, ref = kiln.Interpreter(model_content=model), kiln.Interpreter(model_content=model, **REF)
+    for batch in (1, 3, 1):
+        for it in (interp, ref):
+            it.resize_tensor_input(it.get_input_details()[0]["index"], [batch, 6, 5, 3])
+        feeds = [codes(batch, 6, 5, 3)]
+        np.testing.assert_array_equal(_run(interp, feeds)[0], _run(ref, feeds)[0])
+    (delegate,) = [d for d in interp._delegates if isinstance(d, QuantizedDelegate)]
+    (kernel,) = delegate.kernels
+    assert sorted(kernel.plans) == [((1, 6, 5, 3),), ((3, 6, 5, 3),)] and delegate.lowered and not delegate.fallbacks
