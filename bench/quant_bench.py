@@ -4,7 +4,9 @@ For each model and mode, TF's float conversion is quantized by kiln (`kiln.quant
 and, from the same Keras model, by TF's converter; both run in LiteRT on the same held-out
 inputs. Printed: size ÷ float size, and max / mean absolute error against the float model,
 for kiln and TF; then, on kiln's and on TF's quantized model, the latency of kiln's interpreter
-and of LiteRT side by side (interleaved, median of 30) and whether kiln's output is bit-identical
+and of LiteRT side by side (interleaved, median of 30; "before": kiln with its compiled delegate
+alone, integer and hybrid nodes on their reference kernels, the anchor of what the quantized
+delegate gains) and whether kiln's output is bit-identical
 to LiteRT's reference kernels ("-" where kiln's runtime cannot run the model). Modes: dynamic
 range, float16, int8 (full integer, float I/O), int16x8 (TF with float fallback), int4 (kiln's
 int4-weight extension; no TF column). The LSTM models (T=12, batch 1) run the integer modes only;
@@ -77,22 +79,26 @@ def _litert(model: bytes, x: np.ndarray) -> np.ndarray:
 
 
 def _runtime_side_by_side(model: bytes, x: np.ndarray, runs: int = 30):
-    """(kiln ms, LiteRT ms, kiln == BUILTIN_REF) on ``model``: median invoke times of kiln's
-    interpreter and LiteRT's default one (XNNPACK), interleaved; None when kiln cannot run it,
-    exactness None when BUILTIN_REF cannot."""
+    """(kiln ms, LiteRT ms, kiln == BUILTIN_REF, before ms) on ``model``: median invoke times
+    of kiln's default interpreter (its delegates), LiteRT's default one (XNNPACK) and kiln with
+    the compiled delegate alone (the default before the quantized delegate), interleaved; None
+    when kiln cannot run it, exactness None when BUILTIN_REF cannot."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     import kiln
+    from kiln.delegates import CompiledDelegate
 
-    interps = {"kiln": kiln.Interpreter(model_content=model), "litert": Interpreter(model_content=model)}
+    interps = {"kiln": kiln.Interpreter(model_content=model), "litert": Interpreter(model_content=model),
+               "before": kiln.Interpreter(model_content=model, experimental_delegates=[CompiledDelegate()],
+                                          experimental_op_resolver_type=kiln.OpResolverType.BUILTIN_REF)}
     try:
         interps["ref"] = Interpreter(model_content=model, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
     except ValueError as exc:   # int4 DEPTHWISE_CONV_2D (v7): only LiteRT's optimized resolvers have it
         print(f"  BUILTIN_REF cannot run it: {str(exc).splitlines()[0]}")
-    for interp in interps.values():
-        interp.allocate_tensors()
-        interp.set_tensor(interp.get_input_details()[0]["index"], x)
-    try:
+    try:   # kiln refuses a node it has no kernel for at allocate_tensors, as LiteRT's Prepare
+        for interp in interps.values():
+            interp.allocate_tensors()
+            interp.set_tensor(interp.get_input_details()[0]["index"], x)
         interps["kiln"].invoke()
     except kiln.KilnError as exc:
         print(f"  kiln cannot run it: {exc}")
@@ -102,21 +108,22 @@ def _runtime_side_by_side(model: bytes, x: np.ndarray, runs: int = 30):
         interps["ref"].invoke()
         outputs = [interps[k].get_tensor(interps[k].get_output_details()[0]["index"]) for k in ("kiln", "ref")]
         exact = bool(np.array_equal(*outputs))
-    times = {"kiln": [], "litert": []}
+    times = {"kiln": [], "litert": [], "before": []}
     for _ in range(runs):
         for name in times:
             start = time.perf_counter()
             interps[name].invoke()
             times[name].append(time.perf_counter() - start)
-    return 1e3 * float(np.median(times["kiln"])), 1e3 * float(np.median(times["litert"])), exact
+    return (1e3 * float(np.median(times["kiln"])), 1e3 * float(np.median(times["litert"])), exact,
+            1e3 * float(np.median(times["before"])))
 
 
 def _shown(side) -> str:
     if side is None:
-        return f"{'-':>8} {'-':>8} {'-':>6} {'-':>4}"
-    kiln_ms, litert_ms, exact = side
+        return f"{'-':>8} {'-':>8} {'-':>6} {'-':>4} {'-':>6}"
+    kiln_ms, litert_ms, exact, before_ms = side
     shown = "-" if exact is None else "yes" if exact else "no"
-    return f"{kiln_ms:>8.2f} {litert_ms:>8.2f} {kiln_ms / litert_ms:>5.1f}x {shown:>4}"
+    return f"{kiln_ms:>8.2f} {litert_ms:>8.2f} {kiln_ms / litert_ms:>5.1f}x {shown:>4} {before_ms / litert_ms:>5.1f}x"
 
 
 def _tf_quantized(keras_model, mode: str, data):
@@ -156,7 +163,7 @@ def main(names: list[str]) -> int:
     from kiln.quant import quantize
 
     names = names or ["cnn", "mlp", "mobilenet", "transformer", "lstm_tfk", "lstm_k3", "bilstm_k3"]
-    runtime = f"{'kiln ms':>8} {'LiteRT':>8} {'ratio':>6} {'=ref':>4}"
+    runtime = f"{'kiln ms':>8} {'LiteRT':>8} {'ratio':>6} {'=ref':>4} {'before':>6}"
     header = (f"{'model':<12} {'mode':<8} {'kiln size':>9} {'tf size':>8} {'kiln max err':>12} {'tf max err':>10} "
               f"{'kiln mean':>10} {'tf mean':>9} {'kiln s':>7} | {runtime} | {runtime}")
     groups = ("runtime on kiln's model", "runtime on TF's model")
@@ -192,9 +199,12 @@ def main(names: list[str]) -> int:
                   f"{mine[0]:>12.2e} {tf_max:>10} {mine[1]:>10.2e} {tf_mean:>9} {seconds:>7.2f} "
                   f"| {sides[0]} | {sides[1]}")
     print("\nsize = bytes / float model bytes; errors = |LiteRT(quantized) - LiteRT(float)| on 32 held-out inputs.")
-    print("kiln ms / LiteRT: median invoke of kiln's NumPy interpreter and of LiteRT (default resolver,")
-    print("XNNPACK) on the same quantized model, interleaved; =ref: kiln's output equals LiteRT's reference")
-    print("kernels (BUILTIN_REF) bit for bit (float and hybrid models differ by float rounding: 'no').")
+    print("kiln ms / LiteRT: median invoke of kiln's NumPy interpreter (default: its compiled and quantized")
+    print("delegates) and of LiteRT (default resolver, XNNPACK) on the same quantized model, interleaved;")
+    print("ratio = kiln / LiteRT; before = kiln with the compiled delegate only (the default before the quantized")
+    print("delegate: integer and hybrid nodes on their reference kernels) / LiteRT, timed in the same run;")
+    print("=ref: kiln's output equals LiteRT's reference kernels (BUILTIN_REF) bit for bit (float and hybrid")
+    print("models differ by float rounding: 'no').")
     return 0
 
 
