@@ -1,7 +1,8 @@
 """Delegates that ship with kiln (see kiln.runtime.delegate for the interface).
 
-The compiled delegate (float32 nodes) and the quantized delegate (integer nodes) are kiln's
-default delegates: importing this package (``import kiln`` does) registers them, so every Interpreter applies it unless told otherwise
+The compiled delegate (float32 nodes) and the quantized delegate (integer and hybrid nodes)
+are kiln's default delegates: importing this package (``import kiln`` does) registers them, so
+every Interpreter applies them unless told otherwise
 (``experimental_op_resolver_type=OpResolverType.BUILTIN_REF``).
 """
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from ..ops.windowed import window_geometry, window_views
-from ..quant import integer
+from ..quant import integer, integer_more
 from ..quant.arith import INT32_MAX, INT32_MIN
 from ..schema import Activation
 
@@ -28,6 +28,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 I64 = np.dtype(np.int64)
 F32_EXACT, F64_EXACT = 1 << 24, 1 << 53
+#: Activation types the weighted lowerings take (uint8: the legacy kernels of kiln.quant.integer_more).
+CODES = (np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.uint8))
 #: Element budget of one im2col matrix (bigger convolutions run in chunks of output rows).
 IM2COL_BUDGET = 1 << 22
 
@@ -149,7 +151,7 @@ def _activation(node: "QNode") -> Activation:
 def lower_fully_connected(node: "QNode") -> Callable | None:
     """int8 / 16x8 FULLY_CONNECTED with constant 2-D weights: one exact float GEMM."""
     x, w = node.ins[0], node.consts[1]
-    if w is None or w.ndim != 2 or x.dtype not in (np.int8, np.int16) or x.size % max(w.shape[1], 1):
+    if w is None or w.ndim != 2 or x.dtype not in CODES or x.size % max(w.shape[1], 1):
         return None
     x_qp, w_qp, out_qp = _in_qp(node, 0), _in_qp(node, 1), _out_qp(node)
     units, depth = w.shape
@@ -160,7 +162,12 @@ def lower_fully_connected(node: "QNode") -> Callable | None:
     ft = _exact_float(acc_bound)
     if ft is None:
         return None
-    m, s = integer.fully_connected_multipliers(x_qp, w_qp, out_qp, units)
+    if x.dtype == np.uint8:   # legacy uint8 (kiln.quant.integer_more): per-tensor weights only
+        if w_qp.per_channel:
+            return None
+        m, s = integer_more._uint8_multiplier(x_qp, w_qp, out_qp)
+    else:
+        m, s = integer.fully_connected_multipliers(x_qp, w_qp, out_qp, units)
     out_dtype = node.call.out_dtypes[0]
     lo, hi = integer.activation_range(_activation(node), out_qp, out_dtype)
     bound = acc_bound + (0 if bias is None else int(np.abs(bias).max(initial=0)))
@@ -237,11 +244,24 @@ def _conv_geometry(node: "QNode", khw):
 def _conv_requantizer(node: "QNode", channels: int, bound: int) -> Requantizer:
     """The convolutions' output stage (`integer._requantize_conv`)."""
     x_qp, w_qp, out_qp = _in_qp(node, 0), _in_qp(node, 1), _out_qp(node)
-    m, s = integer._channel_multipliers(x_qp, w_qp, out_qp, channels)
+    if node.ins[0].dtype == np.uint8:
+        m, s = integer_more._uint8_multiplier(x_qp, w_qp, out_qp)
+    else:
+        m, s = integer._channel_multipliers(x_qp, w_qp, out_qp, channels)
     out_dtype = node.call.out_dtypes[0]
     lo, hi = integer.activation_range(_activation(node), out_qp, out_dtype)
     kind = "int64" if node.ins[0].dtype == np.int16 else "double"
     return Requantizer(kind, m, s, out_qp.zero_point[0], lo, hi, out_dtype, bound)
+
+
+def _centred_weights(node: "QNode", w) -> np.ndarray | None:
+    """int64 filter less its zero point: uint8 filters have one (per tensor; None if per
+    channel), int8 ones are symmetric (their kernels ignore the zero point)."""
+    w = w.astype(I64)
+    if node.ins[0].dtype != np.uint8:
+        return w
+    w_qp = _in_qp(node, 1)
+    return None if w_qp.per_channel else w - int(w_qp.zero_point[0])
 
 
 class _Padded:
@@ -262,13 +282,16 @@ class _Padded:
 def lower_conv(node: "QNode") -> Callable | None:
     """int8 / 16x8 CONV_2D (one group) with constant weights: im2col and one exact GEMM."""
     x, w = node.ins[0], node.consts[1]
-    if w is None or x.ndim != 4 or w.ndim != 4 or x.dtype not in (np.int8, np.int16) or x.shape[3] != w.shape[3]:
+    if w is None or x.ndim != 4 or w.ndim != 4 or x.dtype not in CODES or x.shape[3] != w.shape[3]:
+        return None
+    w = _centred_weights(node, w)
+    if w is None:
         return None
     cout, kh, kw, cin = w.shape
     zx = int(_in_qp(node, 0).zero_point[0])
     depth = kh * kw * cin
     bias = _bias(node, cout)
-    acc_bound = depth * _centred_max(x.dtype, zx) * int(np.abs(w.astype(I64)).max(initial=0))
+    acc_bound = depth * _centred_max(x.dtype, zx) * int(np.abs(w).max(initial=0))
     ft = _exact_float(acc_bound)
     if ft is None:
         return None
@@ -313,7 +336,10 @@ def lower_depthwise(node: "QNode") -> Callable | None:
     """int8 / 16x8 DEPTHWISE_CONV_2D with constant weights: every tap's products in one
     buffer, summed exactly in float (channel multipliers by broadcasting)."""
     x, w = node.ins[0], node.consts[1]
-    if w is None or x.ndim != 4 or w.ndim != 4 or w.shape[0] != 1 or x.dtype not in (np.int8, np.int16):
+    if w is None or x.ndim != 4 or w.ndim != 4 or w.shape[0] != 1 or x.dtype not in CODES:
+        return None
+    w = _centred_weights(node, w)
+    if w is None:
         return None
     _, kh, kw, cout = w.shape
     n, _, _, cin = x.shape
@@ -323,7 +349,7 @@ def lower_depthwise(node: "QNode") -> Callable | None:
     k = kh * kw
     zx = int(_in_qp(node, 0).zero_point[0])
     bias = _bias(node, cout)
-    acc_bound = k * _centred_max(x.dtype, zx) * int(np.abs(w.astype(I64)).max(initial=0))
+    acc_bound = k * _centred_max(x.dtype, zx) * int(np.abs(w).max(initial=0))
     ft = _exact_float(acc_bound)
     if ft is None:
         return None

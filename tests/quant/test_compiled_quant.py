@@ -148,6 +148,38 @@ def test_depthwise_conv_2d(padding, stride, dilation, khw, multiplier, dtype):
     delegated("DEPTHWISE_CONV_2D", [In(x, x_q), Const(w, w_q), bias], [(dtype, shape, y_q)], opts)
 
 
+def _uint8_case(rng):
+    """Per-tensor uint8 parameters as TF1's quantization-aware models have them (weight zero points too)."""
+    x_q = qp(rng.uniform(0.005, 0.05), int(rng.integers(0, 256)))
+    w_q = qp(rng.uniform(0.002, 0.02), int(rng.integers(90, 170)))
+    return x_q, w_q, qp(rng.uniform(0.05, 0.5), int(rng.integers(0, 256)))
+
+
+def _uint8_bias(x_q, w_q, channels, rng):
+    return Const(rng.integers(-4000, 4000, channels).astype(np.int32), qp(np.float32(x_q.scale[0]) * w_q.scale[0]))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_weighted_uint8(seed):
+    """The legacy uint8 FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D (kiln.quant.integer_more)."""
+    rng = np.random.default_rng(seed)
+    x_q, w_q, y_q = _uint8_case(rng)
+    delegated("FULLY_CONNECTED", [In(codes(2, 3, 24, dtype=np.uint8), x_q), Const(codes(7, 24, dtype=np.uint8), w_q),
+                                  _uint8_bias(x_q, w_q, 7, rng)], [(np.uint8, (6, 7), y_q)],
+              dict(fused_activation_function=RELU))
+    for padding, stride, khw in ((Padding.SAME, (1, 1), (3, 3)), (Padding.VALID, (2, 2), (3, 3)),
+                                 (Padding.VALID, (1, 1), (1, 1))):
+        opts = _conv_opts(padding, stride, (1, 1))
+        x, w = codes(2, 9, 8, 4, dtype=np.uint8), codes(6, *khw, 4, dtype=np.uint8)
+        shape = ops.infer_output_shapes(_probe("CONV_2D", [x, w], opts))[0]
+        delegated("CONV_2D", [In(x, x_q), Const(w, w_q), _uint8_bias(x_q, w_q, 6, rng)], [(np.uint8, shape, y_q)], opts)
+        opts = dict(opts, depth_multiplier=2)
+        w = codes(1, *khw, 8, dtype=np.uint8)
+        shape = ops.infer_output_shapes(_probe("DEPTHWISE_CONV_2D", [x, w], opts))[0]
+        delegated("DEPTHWISE_CONV_2D", [In(x, x_q), Const(w, w_q), _uint8_bias(x_q, w_q, 8, rng)],
+                  [(np.uint8, shape, y_q)], opts)
+
+
 @pytest.mark.parametrize("adj_x,adj_y", [(False, False), (True, False), (False, True)])
 def test_batch_matmul_int8(adj_x, adj_y):
     a = codes(2, 9, 5) if adj_x else codes(2, 5, 9)
