@@ -191,15 +191,16 @@ def lower_fully_connected(node: "QNode") -> Callable | None:
 # -- BATCH_MATMUL -------------------------------------------------------------------------------
 
 def lower_batch_matmul(node: "QNode") -> Callable | None:
-    """int8 BATCH_MATMUL: centred operands as exact float matmuls, two roundings."""
+    """int8 / 16x8 BATCH_MATMUL: centred operands as exact float matmuls; int8 rounds twice,
+    int16 takes the int64-accumulator rescaling (`integer.batch_matmul`)."""
     a, b = node.ins[0], node.ins[1]
-    if a.dtype != np.int8 or b.dtype != np.int8 or a.ndim < 2 or b.ndim < 2:
+    if a.dtype not in (np.int8, np.int16) or b.dtype not in (np.int8, np.int16) or a.ndim < 2 or b.ndim < 2:
         return None
     a_qp, b_qp, out_qp = _in_qp(node, 0), _in_qp(node, 1), _out_qp(node)
     za, zb = int(a_qp.zero_point[0]), int(b_qp.zero_point[0])
     adj_x, adj_y = bool(node.opts.adj_x), bool(node.opts.adj_y)
     depth = a.shape[-2] if adj_x else a.shape[-1]
-    bound = depth * _centred_max(np.int8, za) * _centred_max(np.int8, zb)
+    bound = depth * _centred_max(a.dtype, za) * _centred_max(b.dtype, zb)
     ft = _exact_float(bound)
     if ft is None:
         return None
@@ -207,7 +208,8 @@ def lower_batch_matmul(node: "QNode") -> Callable | None:
     m, s = integer.quantize_multiplier(float(product) / float(out_qp.scale[0]))
     out_dtype = node.call.out_dtypes[0]
     lo, hi = integer.activation_range(Activation.NONE, out_qp, out_dtype)
-    requant = Requantizer("double", m, s, out_qp.zero_point[0], lo, hi, out_dtype, bound)
+    kind = "int64" if a.dtype == np.int16 else "double"
+    requant = Requantizer(kind, m, s, out_qp.zero_point[0], lo, hi, out_dtype, bound)
     (sa, ca), (sb, cb) = zip(node.in_slots[:2], node.consts[:2])
     fixed_a = None if ca is None else _centred(ca, za, ft)
     fixed_b = None if cb is None else _centred(cb, zb, ft)
