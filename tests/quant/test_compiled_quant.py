@@ -217,8 +217,8 @@ def test_convolutions_hybrid(op_type, padding, stride, dilation, khw):
 
 
 def test_batch_matmul_16x8():
-    delegated("BATCH_MATMUL", [In(codes(2, 4, 7, dtype=np.int16), qp(0.0004)), In(codes(7, 3, dtype=np.int16), qp(0.0003))],
-              [(np.int16, (2, 4, 3), qp(0.002))])
+    a, b = codes(2, 4, 7, dtype=np.int16), codes(7, 3, dtype=np.int16)
+    delegated("BATCH_MATMUL", [In(a, qp(0.0004)), In(b, qp(0.0003))], [(np.int16, (2, 4, 3), qp(0.002))])
 
 
 # -- pooling, MEAN, tables ----------------------------------------------------------------------
