@@ -25,6 +25,9 @@ import numpy as np
 from .errors import KilnError
 
 DELEGATES = ("none", "compiled", "xla")
+DELEGATE_HELP = ("none: the reference kernels alone, one profile row per op (default); compiled: the Interpreter's "
+                 "default delegates (the compiled one for float32 nodes, the quantized one for integer and hybrid "
+                 "nodes); xla: the XLA delegate, then the default ones")
 
 
 # -- shared helpers --------------------------------------------------------------------------
@@ -36,7 +39,7 @@ def _load(path: str):
 
 
 def _make_interpreter(model, delegate: str):
-    """"compiled": the Interpreter's default (its compiled delegate); "none": the reference
+    """"compiled": the Interpreter's default delegates (compiled and quantized); "none": the reference
     kernels alone (BUILTIN_REF); "xla": the XLA delegate first, the default delegate after it."""
     from .runtime import Interpreter, OpResolverType
 
@@ -372,8 +375,7 @@ def build_parser(with_convert: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--show", type=int, default=8, help="values to print per output (default 8)")
     p.add_argument("--delegate", choices=DELEGATES, default="none",
-                   help="none: the reference kernels alone, one profile row per op (default); compiled: the "
-                        "Interpreter's default, its compiled delegate; xla: the XLA delegate, then the default one")
+                   help=DELEGATE_HELP)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("benchmark", help="latency statistics over warm runs and a per-op profile")
@@ -382,8 +384,7 @@ def build_parser(with_convert: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=5, help="untimed runs first (default 5)")
     p.add_argument("--signature", metavar="KEY", help="benchmark a signature runner instead of invoke()")
     p.add_argument("--delegate", choices=DELEGATES, default="none",
-                   help="none: the reference kernels alone, one profile row per op (default); compiled: the "
-                        "Interpreter's default, its compiled delegate; xla: the XLA delegate, then the default one")
+                   help=DELEGATE_HELP)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-profile", dest="profile", action="store_false", help="skip the per-op profile")
     p.set_defaults(func=cmd_benchmark)
