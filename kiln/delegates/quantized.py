@@ -34,7 +34,7 @@ from ..ir import Operator
 from ..ops.record import HYBRID, INT8, INT16, UINT8, KernelCall, operand_types
 from ..ops.tables import OpTable
 from ..runtime.delegate import DelegateKernel, NodeInfo, Partition, ReportingDelegate
-from . import hybrid_lowerings as hyb, integer_lowerings as low
+from . import hybrid_lowerings as hyb, integer_lowerings as low, more_lowerings as more
 
 CODE_TYPES = frozenset({INT8, UINT8, INT16})
 
@@ -338,6 +338,13 @@ def _by_input(integer: Lowering, hybrid: Lowering) -> Lowering:
     return lower
 
 
+def _by_width(eight_bit: Lowering, int16: Lowering) -> Lowering:
+    """One lowering for 8-bit operands, another for int16 ones."""
+    def lower(node: QNode):
+        return (int16 if node.ins[0].dtype == np.int16 else eight_bit)(node)
+    return lower
+
+
 _WEIGHTED = CODE_TYPES | {HYBRID}
 _register(["FULLY_CONNECTED"], _by_input(low.lower_fully_connected, hyb.lower_hybrid_fully_connected), (1, 2),
           _WEIGHTED)
@@ -347,9 +354,13 @@ _register(["BATCH_MATMUL"], low.lower_batch_matmul, constant_data=True)
 _register(["MAX_POOL_2D"], low.lower_max_pool)
 _register(["AVERAGE_POOL_2D"], low.lower_avg_pool)
 _register(["MEAN"], low.lower_mean, (1,))
-_register(["ADD", "SUB", "MUL", "SQUARED_DIFFERENCE"], lower_binary_table, constant_data=True)
+_register(["ADD", "SUB", "MUL", "SQUARED_DIFFERENCE"], _by_width(lower_binary_table, more.lower_binary_int16),
+          constant_data=True)
 _register(["LOGISTIC", "TANH", "RELU", "RELU6", "RELU_N1_TO_1", "LEAKY_RELU", "GELU", "HARD_SWISH", "DEQUANTIZE",
-           "RSQRT", "EXP", "LOG", "ABS", "QUANTIZE"], lower_unary_table)
+           "RSQRT", "EXP", "LOG", "ABS"], lower_unary_table)
+_register(["QUANTIZE"], _by_input(lower_unary_table, more.lower_quantize_float))
 _register(["RESHAPE", "EXPAND_DIMS"], lower_view, (1,))
 _register(["SQUEEZE"], lower_view)
-_register(["SOFTMAX", "CONCATENATION", "PACK"])
+_register(["SOFTMAX"], more.lower_softmax)
+_register(["CONCATENATION"], more.lower_concatenation, constant_data=True)
+_register(["PACK"], more.lower_pack, constant_data=True)

@@ -66,6 +66,12 @@ def gelu(x_q, x_qp: QuantParams, out_qp: QuantParams, *, approximate: bool = Fal
     return lookup_table(x_q, x_qp, out_qp, _gelu_transform(approximate), out_dtype)
 
 
+def softmax_exp_table(x_qp: QuantParams, beta: float) -> np.ndarray:
+    """int8 SOFTMAX's float32 ``exp(−β·s_x·d)`` for the 256 distances ``d`` to the row maximum."""
+    distances = np.arange(256).astype(F32)
+    return np.exp((F32(-F32(x_qp.scale[0]) * F32(beta)) * distances).astype(F32)).astype(F32)
+
+
 def softmax(x_q, x_qp: QuantParams, out_qp: QuantParams, *, beta: float = 1.0, out_dtype=np.int8) -> np.ndarray:
     """int8 SOFTMAX over the last axis.
 
@@ -74,9 +80,7 @@ def softmax(x_q, x_qp: QuantParams, out_qp: QuantParams, *, beta: float = 1.0, o
     ``d`` to the row maximum from a float32 table, summed in float32 left to right,
     multiplied by ``1 / (sum · s_y)`` and rounded half away (0 of 19 000 outputs differ)."""
     x = np.asarray(x_q, np.int64)
-    distances = np.arange(256)
-    table = np.exp((F32(-F32(x_qp.scale[0]) * F32(beta)) * distances.astype(F32)).astype(F32)).astype(F32)
-    exps = table[x.max(axis=-1, keepdims=True) - x]
+    exps = softmax_exp_table(x_qp, beta)[x.max(axis=-1, keepdims=True) - x]
     total = np.zeros(x.shape[:-1] + (1,), F32)
     for j in range(x.shape[-1]):
         total = (total + exps[..., j:j + 1]).astype(F32)
@@ -310,15 +314,20 @@ _EXP_LUT = lut16(np.exp, 10.0 / 65535, 32767, 2.0 / 65535, 0)
 _ONE_OVER_ONE_PLUS_X_LUT = lut16(lambda v: 1.0 / (1.0 + v), 1.0 / 65535, -32768, 2.0 / 65535, 0)
 
 
+def softmax_int16_exps(differences, x_qp: QuantParams, beta: float) -> np.ndarray:
+    """16x8 SOFTMAX's exp (Q0.15, from the int16 table) of input differences ``x − max`` (<= 0)."""
+    real = float(F32(F32(x_qp.scale[0]) * F32(beta))) / (10.0 / 65535.0)
+    m, shift = quantize_multiplier(real)
+    scaled = rescale(np.asarray(differences, np.int64), m, shift).astype(np.int64)
+    return lut16_lookup(np.clip(scaled + 32767, -32768, 32767), _EXP_LUT)
+
+
 def softmax_int16(x_q, x_qp: QuantParams, out_qp: QuantParams, *, beta: float = 1.0) -> np.ndarray:
     """16x8 SOFTMAX (reference SoftmaxInt16) over the last axis: the distance to the row
     maximum rescaled onto [-10, 0], exp from an int16 table, the sum's reciprocal from a
     1/(1+x) table after normalising by its leading zeros, output in Q0.15."""
     x = np.asarray(x_q, np.int64)
-    real = float(F32(F32(x_qp.scale[0]) * F32(beta))) / (10.0 / 65535.0)
-    m, shift = quantize_multiplier(real)
-    scaled = rescale(x - x.max(axis=-1, keepdims=True), m, shift).astype(np.int64)
-    exps = lut16_lookup(np.clip(scaled + 32767, -32768, 32767), _EXP_LUT)
+    exps = softmax_int16_exps(x - x.max(axis=-1, keepdims=True), x_qp, beta)
     total = exps.sum(axis=-1, keepdims=True)
     headroom_plus_one = 32 - np.vectorize(lambda v: int(v).bit_length(), otypes=[np.int64])(total & 0xFFFFFFFF)
     shifted = ((total << (headroom_plus_one - 1)) + (1 << 13)) >> 14

@@ -27,16 +27,20 @@ def _zp(q: QuantParams) -> int:
     return int(q.zero_point[0])
 
 
+def add_sub_multipliers(a_qp: QuantParams, b_qp: QuantParams, out_qp: QuantParams, dtype):
+    """ADD / SUB's ((m_a, shift_a), (m_b, shift_b), (m_y, shift_y), lift) for inputs of ``dtype``
+    (shared with the quantized delegate's int16 lowering)."""
+    s_a, s_b, s_y = float(a_qp.scale[0]), float(b_qp.scale[0]), float(out_qp.scale[0])
+    twice_max = 2.0 * max(s_a, s_b)
+    lift = LEFT_SHIFT_16BIT if np.dtype(dtype) == np.int16 else LEFT_SHIFT_8BIT
+    return (quantize_multiplier(s_a / twice_max), quantize_multiplier(s_b / twice_max),
+            quantize_multiplier(twice_max / ((1 << lift) * s_y)), lift)
+
+
 def _add_sub(a_q, a_qp, b_q, b_qp, out_qp, activation, out_dtype, sign: int) -> np.ndarray:
     """Both inputs, lifted by 2^20, rescaled to the scale ``2 · max(s_a, s_b)`` (multipliers
     below one), summed, rescaled to the output scale (multipliers from double scales)."""
-    s_a, s_b, s_y = float(a_qp.scale[0]), float(b_qp.scale[0]), float(out_qp.scale[0])
-    twice_max = 2.0 * max(s_a, s_b)
-    m_a, sh_a = quantize_multiplier(s_a / twice_max)
-    m_b, sh_b = quantize_multiplier(s_b / twice_max)
-    lift = LEFT_SHIFT_16BIT if np.asarray(a_q).dtype == np.int16 else LEFT_SHIFT_8BIT
-    m_y, sh_y = quantize_multiplier(twice_max / ((1 << lift) * s_y))
-    lift = LEFT_SHIFT_16BIT if np.asarray(a_q).dtype == np.int16 else LEFT_SHIFT_8BIT
+    (m_a, sh_a), (m_b, sh_b), (m_y, sh_y), lift = add_sub_multipliers(a_qp, b_qp, out_qp, np.asarray(a_q).dtype)
     a = (np.asarray(a_q, np.int64) - _zp(a_qp)) << lift
     b = (np.asarray(b_q, np.int64) - _zp(b_qp)) << lift
     total = rescale(a, m_a, sh_a).astype(np.int64) \
@@ -58,12 +62,17 @@ def sub(a_q, a_qp: QuantParams, b_q, b_qp: QuantParams, out_qp: QuantParams, *,
     return _add_sub(a_q, a_qp, b_q, b_qp, out_qp, activation, out_dtype, -1)
 
 
+def mul_multiplier(a_qp: QuantParams, b_qp: QuantParams, out_qp: QuantParams) -> tuple[int, int]:
+    """MUL's (multiplier, shift) of ``s_a·s_b / s_y``, formed in float32."""
+    real = np.float32(np.float32(a_qp.scale[0]) * np.float32(b_qp.scale[0])) / np.float32(out_qp.scale[0])
+    return quantize_multiplier(float(np.float32(real)))
+
+
 def mul(a_q, a_qp: QuantParams, b_q, b_qp: QuantParams, out_qp: QuantParams, *,
         activation=Activation.NONE, out_dtype=np.int8) -> np.ndarray:
     """int8 MUL: ``(a − zp_a)(b − zp_b)`` rescaled by ``s_a·s_b / s_y``, that multiplier
     formed in float32 (measured: the double-precision one differs on saturating cases)."""
-    real = np.float32(np.float32(a_qp.scale[0]) * np.float32(b_qp.scale[0])) / np.float32(out_qp.scale[0])
-    m, shift = quantize_multiplier(float(np.float32(real)))
+    m, shift = mul_multiplier(a_qp, b_qp, out_qp)
     product = (np.asarray(a_q, np.int64) - _zp(a_qp)) * (np.asarray(b_q, np.int64) - _zp(b_qp))
     out = rescale(product, m, shift).astype(np.int64) + _zp(out_qp)
     lo, hi = activation_range(activation, out_qp, out_dtype)

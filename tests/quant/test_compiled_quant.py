@@ -257,9 +257,10 @@ def test_binary_int8_tables(op_type, shapes, const_b):
               [(np.int8, np.broadcast_shapes(*shapes), qp(0.11, -20))], options)
 
 
-def test_binary_16x8_runs_its_kernel_in_the_chain():
+def test_binary_16x8_is_lowered():
+    """(16x8 ADD / SUB / MUL sweeps: tests/quant/test_compiled_quant_more.py.)"""
     a, b = codes(6, 20, dtype=np.int16), codes(1, 20, dtype=np.int16)
-    delegated("ADD", [In(a, qp(0.0003)), In(b, qp(0.0001))], [(np.int16, (6, 20), qp(0.0004))], lowered=False)
+    delegated("ADD", [In(a, qp(0.0003)), In(b, qp(0.0001))], [(np.int16, (6, 20), qp(0.0004))])
 
 
 @pytest.mark.parametrize("op_type,options,y_q", [

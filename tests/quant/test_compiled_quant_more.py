@@ -1,0 +1,138 @@
+"""The quantized delegate's SOFTMAX, CONCATENATION / PACK, 16x8 ADD / SUB / MUL, QUANTIZE from
+float and TRANSPOSE_CONV lowerings (kiln/delegates/more_lowerings.py, transpose_lowerings.py):
+one-op models run invoke after invoke on fresh inputs (the delegate checks a lowering against
+its kernel on the first run only, so the later runs test the lowering itself) agree with kiln's
+and LiteRT's BUILTIN_REF bit for bit, and the node ran its lowering. Where LiteRT's reference
+cannot be the judge (inputs it refuses), the lowering is compared with the pure kernel."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import ops
+from kiln.delegates import QuantizedDelegate
+from kiln.format import write_model
+from kiln.ir import Model, Operator
+from kiln.schema import Activation, DType, Padding
+from tests.quant.test_compiled_quant import REF, delegated
+from tests.quant.test_dispatch import Const, In, _run, bias_for, codes, one_op, qp, reference
+
+NONE, RELU, RELU6 = Activation.NONE, Activation.RELU, Activation.RELU6
+
+
+# -- SOFTMAX ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", [(3, 10), (2, 4, 7), (5, 1), (1, 2, 6, 33)])
+@pytest.mark.parametrize("scale,beta", [(0.05, 1.0), (0.3, 1.0), (0.01, 2.5), (0.12, 0.7)])
+def test_softmax_int8(shape, scale, beta):
+    delegated("SOFTMAX", [In(codes(*shape), qp(scale, 9))], [(np.int8, shape, qp(1 / 256, -128))],
+              dict(beta=beta), invokes=4)
+
+
+@pytest.mark.parametrize("shape", [(3, 10), (2, 4, 50), (4, 1)])
+@pytest.mark.parametrize("scale,beta", [(0.0004, 1.0), (0.002, 1.0), (0.0001, 3.0)])
+def test_softmax_int16(shape, scale, beta):
+    delegated("SOFTMAX", [In(codes(*shape, dtype=np.int16), qp(scale))], [(np.int16, shape, qp(1 / 32768))],
+              dict(beta=beta), invokes=4)
+
+
+def test_softmax_int8_rows_of_equal_codes_and_extremes():
+    """Rows of one repeated code, and rows holding both -128 and 127 (distances 0 and 255)."""
+    x = np.array([[5] * 8, [-128] * 8, [127, -128] * 4, [127] + [-128] * 7], np.int8)
+    model, _ = one_op("SOFTMAX", [In(x, qp(0.08, -3))], [(np.int8, x.shape, qp(1 / 256, -128))], dict(beta=1.0))
+    interp = kiln.Interpreter(model_content=model)
+    for feed in (codes(*x.shape), x, x[::-1].copy()):
+        np.testing.assert_array_equal(_run(interp, [feed])[0], reference(model, [feed])[0])
+    (delegate,) = [d for d in interp._delegates if isinstance(d, QuantizedDelegate)]
+    assert delegate.lowered and not delegate.fallbacks
+
+
+# -- CONCATENATION / PACK -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_concatenation(dtype, axis):
+    q = qp(0.05, 3 if dtype == np.int8 else 0)
+    shapes = [(2, 3, 4), (2, 3, 4), (2, 3, 4)]
+    grow = axis % 3
+    shapes = [tuple(d + k if i == grow else d for i, d in enumerate(s)) for k, s in enumerate(shapes)]
+    out_shape = list(shapes[0])
+    out_shape[grow] = sum(s[grow] for s in shapes)
+    operands = [In(codes(*shapes[0], dtype=dtype), q), Const(codes(*shapes[1], dtype=dtype), q),
+                In(codes(*shapes[2], dtype=dtype), q)]
+    delegated("CONCATENATION", operands, [(dtype, tuple(out_shape), q)], dict(axis=axis))
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16])
+@pytest.mark.parametrize("axis", [0, 2, -1])
+def test_pack(dtype, axis):
+    q = qp(0.02, -7 if dtype == np.int8 else 0)
+    xs = [codes(3, 5, dtype=dtype) for _ in range(3)]
+    out_shape = np.stack(xs, axis=axis).shape
+    delegated("PACK", [In(xs[0], q), In(xs[1], q), Const(xs[2], q)], [(dtype, out_shape, q)],
+              dict(axis=axis, values_count=3))
+
+
+# -- 16x8 ADD / SUB / MUL -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("op_type", ["ADD", "SUB", "MUL"])
+@pytest.mark.parametrize("shapes,const_b", [(((6, 20), (6, 20)), False), (((2, 3, 8), (1, 8)), False),
+                                            (((2, 3, 8), (8,)), True)])
+@pytest.mark.parametrize("scales", [(0.0003, 0.0001, 0.0004), (0.001, 0.001, 0.0005), (0.0002, 0.0007, 0.00002)])
+def test_binary_16x8(op_type, shapes, const_b, scales):
+    b = codes(*shapes[1], dtype=np.int16)
+    b_operand = Const(b, qp(scales[1])) if const_b else In(b, qp(scales[1]))
+    out_scale = scales[2] * (300 if op_type == "MUL" else 1)
+    delegated(op_type, [In(codes(*shapes[0], dtype=np.int16), qp(scales[0])), b_operand],
+              [(np.int16, np.broadcast_shapes(*shapes), qp(out_scale))],
+              dict(fused_activation_function=RELU if scales[0] == 0.001 else NONE))
+
+
+# -- QUANTIZE from float ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype,zero_point", [(np.int8, -5), (np.uint8, 128), (np.int16, 0)])
+def test_quantize_from_float(dtype, zero_point):
+    """Values far beyond the range, ties (k + 0.5 steps) and signed zeros agree with BUILTIN_REF;
+    quotients beyond int32 (undefined behaviour in LiteRT's reference) with kiln's kernel."""
+    q = qp(0.0371 if dtype != np.int16 else 0.0003, zero_point)
+    model, _ = one_op("QUANTIZE", [In(np.zeros((4, 64), np.float32))], [(dtype, (4, 64), q)])
+    interp, kiln_ref = kiln.Interpreter(model_content=model), kiln.Interpreter(model_content=model, **REF)
+    rng = np.random.default_rng(11)
+    scale = np.float32(q.scale[0])
+    ties = ((np.arange(-128, 128) + 0.5) * scale).astype(np.float32).reshape(4, 64)
+    far = (rng.uniform(-2e9, 2e9, (4, 64)) * scale).astype(np.float32)
+    for feed in (rng.standard_normal((4, 64)).astype(np.float32) * 3, ties, far, np.full((4, 64), -0.0, np.float32)):
+        got = _run(interp, [feed])[0]
+        np.testing.assert_array_equal(got, reference(model, [feed])[0])
+    beyond = np.array([np.inf, -np.inf, 1e30, -1e30] * 64, np.float32).reshape(4, 64)
+    np.testing.assert_array_equal(_run(interp, [beyond])[0], _run(kiln_ref, [beyond])[0])
+    (delegate,) = [d for d in interp._delegates if isinstance(d, QuantizedDelegate)]
+    assert delegate.lowered and not delegate.fallbacks
+
+
+def test_lowered_ops_run_in_one_chain_with_the_reference():
+    """A SOFTMAX after a 16x8 ADD in one partition: both lowered, the output BUILTIN_REF's."""
+    model = Model()
+    sg = model.add_subgraph("main")
+    a = sg.add_tensor("a", DType.INT16, (3, 12), quantization=qp(0.0004))
+    b = sg.add_tensor("b", DType.INT16, (3, 12), quantization=qp(0.0002))
+    s = sg.add_tensor("s", DType.INT16, (3, 12), quantization=qp(0.0005))
+    y = sg.add_tensor("y", DType.INT16, (3, 12), quantization=qp(1 / 32768))
+    sg.inputs.extend([a, b])
+    sg.outputs.append(y)
+    for op_type, options, ins, out in (("ADD", dict(fused_activation_function=NONE), [a, b], s),
+                                       ("SOFTMAX", dict(beta=1.0), [s], y)):
+        op = Operator(op_type, options=options)
+        sg.add_operator(op, ins, [out])
+        op.version = ops.require(op_type).version(op)
+    data = write_model(model)
+    interp, ref = kiln.Interpreter(model_content=data), kiln.Interpreter(model_content=data, **REF)
+    for _ in range(3):
+        feeds = [codes(3, 12, dtype=np.int16), codes(3, 12, dtype=np.int16)]
+        got = _run(interp, feeds)[0]
+        np.testing.assert_array_equal(got, _run(ref, feeds)[0])
+        np.testing.assert_array_equal(got, reference(data, feeds)[0])
+    (delegate,) = [d for d in interp._delegates if isinstance(d, QuantizedDelegate)]
+    assert sorted(name for _, name in delegate.lowered) == ["ADD", "SOFTMAX"] and not delegate.fallbacks
