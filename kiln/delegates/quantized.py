@@ -34,7 +34,7 @@ from ..ir import Operator
 from ..ops.record import HYBRID, INT8, INT16, UINT8, KernelCall, operand_types
 from ..ops.tables import OpTable
 from ..runtime.delegate import DelegateKernel, NodeInfo, Partition, ReportingDelegate
-from . import hybrid_lowerings as hyb, integer_lowerings as low, more_lowerings as more
+from . import hybrid_lowerings as hyb, integer_lowerings as low, more_lowerings as more, transpose_lowerings as tconv
 
 CODE_TYPES = frozenset({INT8, UINT8, INT16})
 
@@ -331,11 +331,16 @@ def _register(names: Iterable[str], lower: Lowering | None = None, const_operand
                                                             constant_data))
 
 
-def _by_input(integer: Lowering, hybrid: Lowering) -> Lowering:
-    """One lowering per operand kind: float input 0 is a hybrid node."""
+def _by_operand(k: int, integer: Lowering, hybrid: Lowering) -> Lowering:
+    """One lowering per operand kind: a float input ``k`` is a hybrid node."""
     def lower(node: QNode):
-        return (hybrid if node.ins[0].dtype == np.float32 else integer)(node)
+        x = node.ins[k] if k < len(node.ins) else None
+        return (hybrid if x is not None and x.dtype == np.float32 else integer)(node)
     return lower
+
+
+def _by_input(integer: Lowering, hybrid: Lowering) -> Lowering:
+    return _by_operand(0, integer, hybrid)
 
 
 def _by_width(eight_bit: Lowering, int16: Lowering) -> Lowering:
@@ -350,6 +355,8 @@ _register(["FULLY_CONNECTED"], _by_input(low.lower_fully_connected, hyb.lower_hy
           _WEIGHTED)
 _register(["CONV_2D"], _by_input(low.lower_conv, hyb.lower_hybrid_conv), (1, 2), _WEIGHTED)
 _register(["DEPTHWISE_CONV_2D"], _by_input(low.lower_depthwise, hyb.lower_hybrid_depthwise), (1, 2), _WEIGHTED)
+_register(["TRANSPOSE_CONV"], _by_operand(2, tconv.lower_transpose_conv, tconv.lower_hybrid_transpose_conv), (0, 1, 3),
+          _WEIGHTED, constant_data=True)
 _register(["BATCH_MATMUL"], low.lower_batch_matmul, constant_data=True)
 _register(["MAX_POOL_2D"], low.lower_max_pool)
 _register(["AVERAGE_POOL_2D"], low.lower_avg_pool)

@@ -136,3 +136,50 @@ def test_lowered_ops_run_in_one_chain_with_the_reference():
         np.testing.assert_array_equal(got, reference(data, feeds)[0])
     (delegate,) = [d for d in interp._delegates if isinstance(d, QuantizedDelegate)]
     assert sorted(name for _, name in delegate.lowered) == ["ADD", "SOFTMAX"] and not delegate.fallbacks
+
+
+# -- TRANSPOSE_CONV -----------------------------------------------------------------------------
+
+TCONV_CASES = [(Padding.SAME, (2, 2), (8, 10), (3, 3)), (Padding.VALID, (2, 1), (9, 7), (3, 3)),
+               (Padding.SAME, (1, 1), (4, 5), (3, 2)), (Padding.VALID, (3, 3), (11, 8), (2, 2)),
+               (Padding.SAME, (2, 2), (7, 9), (4, 4))]
+
+
+def _tconv_input_hw(padding, stride, out_hw, khw):
+    return tuple(-(-o // s) if padding == Padding.SAME else (o - k) // s + 1
+                 for o, s, k in zip(out_hw, stride, khw))
+
+
+@pytest.mark.parametrize("padding,stride,out_hw,khw", TCONV_CASES)
+@pytest.mark.parametrize("dtype,act", [(np.int8, NONE), (np.int8, RELU6), (np.int16, NONE)])
+def test_transpose_conv(padding, stride, out_hw, khw, dtype, act):
+    w = codes(6, *khw, 4, low=-127)
+    x = codes(2, *_tconv_input_hw(padding, stride, out_hw, khw), 4, dtype=dtype)
+    w_q = qp(np.random.default_rng(12).uniform(0.005, 0.02, 6))
+    x_q, y_q = (qp(0.04, 5), qp(0.3, -11)) if dtype == np.int8 else (qp(0.0004), qp(0.003))
+    bias = bias_for(x_q, w_q, 6, dtype=np.int32 if dtype == np.int8 else np.int64)
+    delegated("TRANSPOSE_CONV", [Const(np.array([2, *out_hw, 6], np.int32)), Const(w, w_q), In(x, x_q), bias],
+              [(dtype, (2, *out_hw, 6), y_q)],
+              dict(padding=padding, stride_h=stride[0], stride_w=stride[1], fused_activation_function=act))
+
+
+def test_transpose_conv_without_bias():
+    w, x = codes(3, 3, 3, 5, low=-127), codes(1, 4, 4, 5)
+    delegated("TRANSPOSE_CONV", [Const(np.array([1, 8, 8, 3], np.int32)), Const(w, qp(0.01)), In(x, qp(0.05, -2)),
+                                 None],
+              [(np.int8, (1, 8, 8, 3), qp(0.2, 3))], dict(padding=Padding.SAME, stride_h=2, stride_w=2))
+
+
+@pytest.mark.parametrize("per_channel", [True, False])
+@pytest.mark.parametrize("padding,stride,out_hw,khw", TCONV_CASES)
+def test_transpose_conv_hybrid(per_channel, padding, stride, out_hw, khw):
+    """Bit-exact with LiteRT's HybridTransposeConv (every tap rescaled and added in float32 in
+    its scatter order); fresh float inputs on every invoke."""
+    w = codes(3, *khw, 5, low=-127)
+    scales = np.random.default_rng(13).uniform(0.01, 0.03, 3) if per_channel else 0.02
+    x = np.zeros((2, *_tconv_input_hw(padding, stride, out_hw, khw), 5), np.float32)
+    delegated("TRANSPOSE_CONV", [Const(np.array([2, *out_hw, 3], np.int32)), Const(w, qp(scales)), In(x),
+                                 Const(np.random.default_rng(14).standard_normal(3).astype(np.float32))],
+              [(np.float32, (2, *out_hw, 3), None)],
+              dict(padding=padding, stride_h=stride[0], stride_w=stride[1], fused_activation_function=RELU),
+              invokes=4)
