@@ -226,3 +226,23 @@ def lower_quantize_float(node: "QNode") -> Callable | None:
         slots[oi] = out.astype(out_dtype)
 
     return run
+
+
+# -- TRANSPOSE ----------------------------------------------------------------------------------
+
+def lower_transpose(node: "QNode") -> Callable | None:
+    """TRANSPOSE of codes with the permutation of the plan (constant or keying the plan): a
+    contiguous copy of the permuted view."""
+    x, expected = node.ins[0], node.expected[0]
+    perm = node.ins[1]
+    if perm is None or expected.dtype != x.dtype:
+        return None
+    perm = [int(p) % max(x.ndim, 1) for p in np.ravel(perm)]
+    if sorted(perm) != list(range(x.ndim)):
+        return None
+    xi, oi = node.in_slots[0], node.out_slots[0]
+
+    def run(slots):
+        slots[oi] = np.ascontiguousarray(slots[xi].transpose(perm))
+
+    return run

@@ -65,6 +65,8 @@ class QuantizedSupport:
     (None: the reference kernel runs inside the chain), and whether that lowering reads
     constant data operands."""
 
+    #: Operand positions that must be constants or run-time shape tensors (`_shape_like`,
+    #: whose values key the plan), so output shapes follow from the plan key.
     const_operands: tuple[int, ...] = ()
     types: frozenset[str] = CODE_TYPES
     lower: Lowering | None = None
@@ -95,9 +97,16 @@ def why_not(node: NodeInfo, allowed: frozenset[str]) -> str | None:
     if not op.outputs or any(t is None for t in op.outputs):
         return f"{name} omits an output"
     for k in support.const_operands:
-        if k < len(op.inputs) and op.inputs[k] is not None and not op.inputs[k].is_constant:
-            return f"{name} operand {k} ({op.inputs[k].name!r}) is not a constant"
+        t = op.inputs[k] if k < len(op.inputs) else None
+        if t is not None and not t.is_constant and not _shape_like(t):
+            return f"{name} operand {k} ({t.name!r}) is neither a constant nor an int32 / int64 shape tensor"
     return None
+
+
+def _shape_like(t) -> bool:
+    """An unquantized int32 / int64 tensor: a shape, axis or permutation computed at run
+    time (SHAPE → STRIDED_SLICE → PACK); its value joins the partition's plan key."""
+    return np.dtype(t.dtype.numpy) in (np.int32, np.int64) and (t.quantization is None or t.quantization.scale.size == 0)
 
 
 # -- lookup tables ------------------------------------------------------------------------------
@@ -129,13 +138,43 @@ def lower_unary_table(node: QNode) -> Callable | None:
     try:
         table = np.asarray(node.kernel(node.call, codes, *node.ins[1:]))
     except KilnError:
-        return None
+        return _table_from_zero_point(node, codes)
     if table.shape != codes.shape:
         return None
     xi, oi = node.in_slots[0], node.out_slots[0]
 
     def run(slots):
         slots[oi] = table[_unsigned(slots[xi])]
+
+    return run
+
+
+def _table_from_zero_point(node: QNode, codes: np.ndarray) -> Callable | None:
+    """A kernel that refuses codes below the zero point (int16 RSQRT: LiteRT refuses negative
+    inputs) as a table over the codes it takes; an input holding a refused code runs the
+    kernel, which raises what the interpreter would."""
+    q = node.op.inputs[0].quantization
+    if q is None or q.scale.size != 1:
+        return None
+    low = int(q.zero_point[0])
+    valid = codes[codes >= low]
+    try:
+        values = np.asarray(node.kernel(node.call, valid, *node.ins[1:]))
+    except KilnError:
+        return None
+    if values.shape != valid.shape:
+        return None
+    table = np.zeros(codes.shape, values.dtype)
+    table[_unsigned(valid)] = values
+    reference = _reference_step(node)
+    xi, oi = node.in_slots[0], node.out_slots[0]
+
+    def run(slots):
+        x = slots[xi]
+        if x.size and x.min() < low:
+            reference(slots)
+        else:
+            slots[oi] = table[_unsigned(x)]
 
     return run
 
@@ -224,6 +263,9 @@ class QuantizedChain(DelegateKernel):
                 slot[id(t)] = len(slot)
         self.slot = slot
         self.n_inputs = len(partition.inputs)
+        #: partition inputs whose values key a plan (run-time shape tensors: never quantized
+        #: data, and never produced inside a partition, whose nodes all write quantized or float outputs)
+        self.keyed = [k for k, t in enumerate(partition.inputs) if _shape_like(t)]
         self.out_slots = [slot[id(t)] for t in partition.outputs]
         self.plans: dict[tuple, list] = {}
 
@@ -281,6 +323,8 @@ class QuantizedChain(DelegateKernel):
 
     def invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         key = tuple([x.shape for x in inputs])
+        if self.keyed:
+            key += tuple([np.asarray(inputs[k]).tobytes() for k in self.keyed])
         slots = [*inputs, *([None] * (len(self.slot) - self.n_inputs))]
         steps = self.plans.get(key)
         if steps is None:
@@ -368,6 +412,7 @@ _register(["LOGISTIC", "TANH", "RELU", "RELU6", "RELU_N1_TO_1", "LEAKY_RELU", "G
 _register(["QUANTIZE"], _by_input(lower_unary_table, more.lower_quantize_float))
 _register(["RESHAPE", "EXPAND_DIMS"], lower_view, (1,))
 _register(["SQUEEZE"], lower_view)
+_register(["TRANSPOSE"], more.lower_transpose, (1,))
 _register(["SOFTMAX"], more.lower_softmax)
 _register(["CONCATENATION"], more.lower_concatenation, constant_data=True)
 _register(["PACK"], more.lower_pack, constant_data=True)

@@ -37,7 +37,7 @@ def _geometry(node: "QNode"):
     """(x, filter, (oh, ow), (pt, pl), (sh, sw), full buffer's (H, W)) or None."""
     if len(node.ins) < 3:
         return None
-    shape, w, x = node.consts[0], node.consts[1], node.ins[2]
+    shape, w, x = node.ins[0], node.consts[1], node.ins[2]     # a run-time output_shape keys the plan
     if shape is None or w is None or x is None or node.in_slots[2] < 0 or x.ndim != 4 or w.ndim != 4:
         return None
     (oh, ow), (pt, pl) = transpose_conv_geometry(node.opts, shape, x.shape, w.shape)

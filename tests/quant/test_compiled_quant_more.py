@@ -183,3 +183,73 @@ def test_transpose_conv_hybrid(per_channel, padding, stride, out_hw, khw):
               [(np.float32, (2, *out_hw, 3), None)],
               dict(padding=padding, stride_h=stride[0], stride_w=stride[1], fused_activation_function=RELU),
               invokes=4)
+
+
+# -- int16 tables over a kernel's domain --------------------------------------------------------
+
+def test_rsqrt_16x8_table_and_its_refusal():
+    """int16 RSQRT refuses codes below the zero point: the table covers the codes it takes
+    (all 32768 of them checked against BUILTIN_REF), and a refused code still raises."""
+    x_q, y_q = qp(0.0005), qp(0.01)
+    model, _ = one_op("RSQRT", [In(np.zeros((4, 8192), np.int16), x_q)], [(np.int16, (4, 8192), y_q)])
+    interp, kiln_ref = kiln.Interpreter(model_content=model), kiln.Interpreter(model_content=model, **REF)
+    every = np.arange(32768, dtype=np.int16).reshape(4, 8192)
+    for feed in (codes(4, 8192, dtype=np.int16, low=0), every, every[::-1].copy()):
+        got = _run(interp, [feed])[0]
+        np.testing.assert_array_equal(got, reference(model, [feed])[0])
+        np.testing.assert_array_equal(got, _run(kiln_ref, [feed])[0])
+    (delegate,) = [d for d in interp._delegates if isinstance(d, QuantizedDelegate)]
+    assert delegate.lowered and not delegate.fallbacks
+    negative = every.copy()
+    negative[2, 5] = -1
+    with pytest.raises(kiln.KilnError, match="positive"):
+        _run(interp, [negative])
+
+
+# -- run-time shape operands --------------------------------------------------------------------
+
+def _ref_and_lowered(model, feeds_list):
+    interp, kiln_ref = kiln.Interpreter(model_content=model), kiln.Interpreter(model_content=model, **REF)
+    for feeds in feeds_list:
+        got = _run(interp, feeds)
+        for want in (_run(kiln_ref, feeds), reference(model, feeds)):
+            for g, w in zip(got, want):
+                assert g.dtype == w.dtype and g.shape == w.shape
+                np.testing.assert_array_equal(g, w)
+    (delegate,) = [d for d in interp._delegates if isinstance(d, QuantizedDelegate)]
+    assert delegate.lowered and not delegate.fallbacks
+    return delegate
+
+
+def test_transpose_conv_with_a_run_time_output_shape():
+    """An output_shape tensor computed at run time (Keras' SHAPE → STRIDED_SLICE → PACK) is a
+    partition input; its value keys the plan."""
+    w, x_q, w_q = codes(3, 3, 3, 4, low=-127), qp(0.05, 2), qp(0.01)
+    shape = np.array([1, 8, 8, 3], np.int32)
+    model, _ = one_op("TRANSPOSE_CONV", [In(shape), Const(w, w_q), In(codes(1, 4, 4, 4), x_q), None],
+                      [(np.int8, (1, 8, 8, 3), qp(0.2, -1))], dict(padding=Padding.SAME, stride_h=2, stride_w=2))
+    delegate = _ref_and_lowered(model, [[shape, codes(1, 4, 4, 4)] for _ in range(3)])
+    (kernel,) = delegate.kernels
+    assert list(kernel.plans) == [((4,), (1, 4, 4, 4), shape.tobytes())]
+
+
+def test_reshape_and_transpose_with_run_time_shapes():
+    """A RESHAPE whose shape input changes between invokes (same input shape) gets a plan per
+    shape value; a TRANSPOSE with a run-time permutation likewise."""
+    q = qp(0.05, 4)
+    model, _ = one_op("RESHAPE", [In(codes(2, 6), q), In(np.array([3, 4], np.int32))], [(np.int8, (3, 4), q)])
+    feeds = [[codes(2, 6), np.array(s, np.int32)] for s in ([3, 4], [4, 3], [3, 4], [12, 1])]
+    delegate = _ref_and_lowered(model, feeds)
+    assert len(delegate.kernels[0].plans) == 3
+    model, _ = one_op("TRANSPOSE", [In(codes(2, 3, 5, dtype=np.int16), qp(0.001)), In(np.array([2, 0, 1], np.int32))],
+                      [(np.int16, (5, 2, 3), qp(0.001))])
+    feeds = [[codes(2, 3, 5, dtype=np.int16), np.array(p, np.int32)] for p in ([2, 0, 1], [1, 2, 0], [2, 0, 1])]
+    delegate = _ref_and_lowered(model, feeds)
+    assert len(delegate.kernels[0].plans) == 2
+
+
+@pytest.mark.parametrize("perm", [(1, 0), (0, 2, 1, 3), (3, 1, 2, 0)])
+def test_transpose_int8(perm):
+    x = codes(*(2, 3, 4, 5)[:len(perm)])
+    delegated("TRANSPOSE", [In(x, qp(0.02, -3)), Const(np.array(perm, np.int32))],
+              [(np.int8, np.transpose(x, perm).shape, qp(0.02, -3))])
