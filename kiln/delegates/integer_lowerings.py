@@ -467,7 +467,7 @@ def lower_avg_pool(node: "QNode") -> Callable | None:
 
 def lower_mean(node: "QNode") -> Callable | None:
     """int8 / int16 MEAN over constant axes: an int64 sum, MEAN's folded multiplier, two roundings."""
-    x, axes = node.ins[0], node.consts[1]
+    x, axes = node.ins[0], node.ins[1]      # constant, or a run-time axes tensor keying the plan
     if axes is None or x.ndim == 0 or x.dtype not in (np.int8, np.int16):
         return None
     axes = tuple(sorted({int(a) % x.ndim for a in np.ravel(axes)}))

@@ -7,13 +7,18 @@ clamp bounds and layouts on every call; here that work happens once per node and
 shape:
 
 * weighted, windowed and reducing ops (FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D,
-  BATCH_MATMUL, pooling, MEAN) have lowerings in integer_lowerings.py;
-* elementwise ops whose integer output is a function of the input codes alone (ADD, MUL,
-  the activations, DEQUANTIZE...) become a lookup table: the node's own reference kernel is
-  run once over every code (every pair of codes for binary 8-bit ops), so the table holds
-  the kernel's results by construction;
-* the other claimed ops (RESHAPE, SOFTMAX, CONCATENATION, QUANTIZE...) call their reference
-  kernel inside the chain, so partitions stay long.
+  BATCH_MATMUL, pooling, MEAN) have lowerings in integer_lowerings.py (hybrid ones in
+  hybrid_lowerings.py), TRANSPOSE_CONV in transpose_lowerings.py;
+* elementwise ops whose integer output is a function of the input codes alone (8-bit ADD,
+  MUL, the activations, DEQUANTIZE, int16 table activations...) become a lookup table: the
+  node's own reference kernel is run once over every code (every pair of codes for binary
+  8-bit ops), so the table holds the kernel's results by construction;
+* SOFTMAX, CONCATENATION / PACK, TRANSPOSE, the 16x8 ADD / SUB / MUL and QUANTIZE from float
+  have lowerings in more_lowerings.py; RESHAPE / SQUEEZE / EXPAND_DIMS are views.
+
+Shape operands (RESHAPE's shape, TRANSPOSE_CONV's output_shape, MEAN's axes...) are constants
+or unquantized int32 / int64 tensors computed at run time; the values of the latter join the
+key of a partition's plan, so a plan's output shapes are fixed.
 
 A partition is prepared on its first invoke for each set of input shapes by running it
 once: every node's reference kernel runs on the real data (so it raises what the
@@ -62,17 +67,18 @@ Lowering = Callable[[QNode], "Callable | None"]
 class QuantizedSupport:
     """What the quantized delegate knows of one op: operand positions that must be constant
     (so output shapes follow from input shapes), the operand types it takes, its lowering
-    (None: the reference kernel runs inside the chain), and whether that lowering reads
-    constant data operands."""
+    (None: the reference kernel runs inside the chain), whether that lowering reads
+    constant data operands, and which of the constant operands may be run-time shapes."""
 
-    #: Operand positions that must be constants or run-time shape tensors (`_shape_like`,
-    #: whose values key the plan), so output shapes follow from the plan key.
     const_operands: tuple[int, ...] = ()
     types: frozenset[str] = CODE_TYPES
     lower: Lowering | None = None
     #: The lowering takes a constant wherever a data operand may stand; without it a node
     #: whose operand 0 is a constant keeps its kernel (the lowering reads operand 0's slot).
     constant_data: bool = False
+    #: Those of ``const_operands`` that may instead be run-time shape tensors (`_shape_like`,
+    #: whose values key the plan; the lowering reads them from ``QNode.ins``).
+    shape_operands: tuple[int, ...] = ()
 
 
 #: The quantized delegate's per-op support: an open table, like COMPILED_LOWERINGS.
@@ -98,15 +104,19 @@ def why_not(node: NodeInfo, allowed: frozenset[str]) -> str | None:
         return f"{name} omits an output"
     for k in support.const_operands:
         t = op.inputs[k] if k < len(op.inputs) else None
-        if t is not None and not t.is_constant and not _shape_like(t):
+        if t is None or t.is_constant or (k in support.shape_operands and _shape_like(t)):
+            continue
+        if k in support.shape_operands:
             return f"{name} operand {k} ({t.name!r}) is neither a constant nor an int32 / int64 shape tensor"
+        return f"{name} operand {k} ({t.name!r}) is not a constant"
     return None
 
 
 def _shape_like(t) -> bool:
     """An unquantized int32 / int64 tensor: a shape, axis or permutation computed at run
     time (SHAPE → STRIDED_SLICE → PACK); its value joins the partition's plan key."""
-    return np.dtype(t.dtype.numpy) in (np.int32, np.int64) and (t.quantization is None or t.quantization.scale.size == 0)
+    return np.dtype(t.dtype.numpy) in (np.int32, np.int64) \
+        and (t.quantization is None or t.quantization.scale.size == 0)
 
 
 # -- lookup tables ------------------------------------------------------------------------------
@@ -369,10 +379,11 @@ class QuantizedDelegate(ReportingDelegate):
 
 
 def _register(names: Iterable[str], lower: Lowering | None = None, const_operands: tuple[int, ...] = (),
-              types: Iterable[str] = CODE_TYPES, constant_data: bool = False) -> None:
+              types: Iterable[str] = CODE_TYPES, constant_data: bool = False,
+              shape_operands: tuple[int, ...] = ()) -> None:
     for name in names:
         QUANTIZED_LOWERINGS.register(name, QuantizedSupport(tuple(const_operands), frozenset(types), lower,
-                                                            constant_data))
+                                                            constant_data, tuple(shape_operands)))
 
 
 def _by_operand(k: int, integer: Lowering, hybrid: Lowering) -> Lowering:
@@ -400,19 +411,19 @@ _register(["FULLY_CONNECTED"], _by_input(low.lower_fully_connected, hyb.lower_hy
 _register(["CONV_2D"], _by_input(low.lower_conv, hyb.lower_hybrid_conv), (1, 2), _WEIGHTED)
 _register(["DEPTHWISE_CONV_2D"], _by_input(low.lower_depthwise, hyb.lower_hybrid_depthwise), (1, 2), _WEIGHTED)
 _register(["TRANSPOSE_CONV"], _by_operand(2, tconv.lower_transpose_conv, tconv.lower_hybrid_transpose_conv), (0, 1, 3),
-          _WEIGHTED, constant_data=True)
+          _WEIGHTED, constant_data=True, shape_operands=(0,))
 _register(["BATCH_MATMUL"], low.lower_batch_matmul, constant_data=True)
 _register(["MAX_POOL_2D"], low.lower_max_pool)
 _register(["AVERAGE_POOL_2D"], low.lower_avg_pool)
-_register(["MEAN"], low.lower_mean, (1,))
+_register(["MEAN"], low.lower_mean, (1,), shape_operands=(1,))
 _register(["ADD", "SUB", "MUL", "SQUARED_DIFFERENCE"], _by_width(lower_binary_table, more.lower_binary_int16),
           constant_data=True)
 _register(["LOGISTIC", "TANH", "RELU", "RELU6", "RELU_N1_TO_1", "LEAKY_RELU", "GELU", "HARD_SWISH", "DEQUANTIZE",
            "RSQRT", "EXP", "LOG", "ABS"], lower_unary_table)
 _register(["QUANTIZE"], _by_input(lower_unary_table, more.lower_quantize_float))
-_register(["RESHAPE", "EXPAND_DIMS"], lower_view, (1,))
+_register(["RESHAPE", "EXPAND_DIMS"], lower_view, (1,), shape_operands=(1,))
 _register(["SQUEEZE"], lower_view)
-_register(["TRANSPOSE"], more.lower_transpose, (1,))
+_register(["TRANSPOSE"], more.lower_transpose, (1,), shape_operands=(1,))
 _register(["SOFTMAX"], more.lower_softmax)
 _register(["CONCATENATION"], more.lower_concatenation, constant_data=True)
 _register(["PACK"], more.lower_pack, constant_data=True)

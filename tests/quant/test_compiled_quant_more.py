@@ -253,3 +253,18 @@ def test_transpose_int8(perm):
     x = codes(*(2, 3, 4, 5)[:len(perm)])
     delegated("TRANSPOSE", [In(x, qp(0.02, -3)), Const(np.array(perm, np.int32))],
               [(np.int8, np.transpose(x, perm).shape, qp(0.02, -3))])
+
+
+def test_mean_with_run_time_axes_and_a_bias_that_must_be_constant():
+    """MEAN's axes may be a run-time tensor (keying the plan); a FULLY_CONNECTED bias may not
+    (only the ops' shape operands may)."""
+    model, _ = one_op("MEAN", [In(codes(2, 4, 5, 3), qp(0.05, -4)), In(np.array([1, 2], np.int32))],
+                      [(np.int8, (2, 1, 1, 3), qp(0.02, 6))], dict(keep_dims=True))
+    _ref_and_lowered(model, [[codes(2, 4, 5, 3), np.array([1, 2], np.int32)] for _ in range(3)])
+    x_q, w_q = qp(0.03, -9), qp(0.01)
+    model, _ = one_op("FULLY_CONNECTED", [In(codes(2, 8), x_q), Const(codes(3, 8, low=-127), w_q),
+                                          In(np.zeros(3, np.int32))], [(np.int8, (2, 3), qp(0.1, 4))])
+    interp = kiln.Interpreter(model_content=model)
+    interp.allocate_tensors()
+    (delegate,) = [d for d in interp._delegates if isinstance(d, QuantizedDelegate)]
+    assert not delegate.claimed and "is not a constant" in " ".join(delegate.rejected.values())
