@@ -268,3 +268,43 @@ def test_mean_with_run_time_axes_and_a_bias_that_must_be_constant():
     interp.allocate_tensors()
     (delegate,) = [d for d in interp._delegates if isinstance(d, QuantizedDelegate)]
     assert not delegate.claimed and "is not a constant" in " ".join(delegate.rejected.values())
+
+
+# -- parameter sweeps against kiln's reference kernels -------------------------------------------
+
+def _against_kiln_kernel(op_type, operands, outputs, options, feeds_list):
+    """The default Interpreter vs kiln's BUILTIN_REF (the pure kernels) on every feed; the node lowered."""
+    model, _ = one_op(op_type, operands, outputs, options)
+    interp, kiln_ref = kiln.Interpreter(model_content=model), kiln.Interpreter(model_content=model, **REF)
+    for feeds in feeds_list:
+        for g, w in zip(_run(interp, feeds), _run(kiln_ref, feeds)):
+            assert g.dtype == w.dtype and g.shape == w.shape
+            np.testing.assert_array_equal(g, w, err_msg=op_type)
+    (delegate,) = [d for d in interp._delegates if isinstance(d, QuantizedDelegate)]
+    assert delegate.lowered and not delegate.fallbacks, (op_type, delegate.fallbacks)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_softmax_parameter_sweep(seed):
+    """Random input scales (1e-3 .. 1), zero points, betas and row lengths (1 .. 300)."""
+    rng = np.random.default_rng(100 + seed)
+    for _ in range(5):
+        scale, beta = float(np.exp(rng.uniform(np.log(1e-3), 0))), float(rng.uniform(0.2, 4))
+        cols = int(rng.integers(1, 300))
+        x_q = qp(scale, int(rng.integers(-128, 128)))
+        _against_kiln_kernel("SOFTMAX", [In(codes(3, cols), x_q)], [(np.int8, (3, cols), qp(1 / 256, -128))],
+                             dict(beta=beta), [[codes(3, cols)] for _ in range(3)])
+        _against_kiln_kernel("SOFTMAX", [In(codes(3, cols, dtype=np.int16), qp(scale / 300))],
+                             [(np.int16, (3, cols), qp(1 / 32768))], dict(beta=beta),
+                             [[codes(3, cols, dtype=np.int16)] for _ in range(3)])
+
+
+@pytest.mark.parametrize("op_type", ["ADD", "SUB", "MUL"])
+def test_binary_16x8_parameter_sweep(op_type):
+    """Random scales over four decades for the inputs and the output (saturating ones included)."""
+    rng = np.random.default_rng({"ADD": 1, "SUB": 2, "MUL": 3}[op_type])
+    for _ in range(12):
+        sa, sb, sy = (float(np.exp(rng.uniform(np.log(1e-5), np.log(1e-1)))) for _ in range(3))
+        feeds = [[codes(4, 16, dtype=np.int16), codes(1, 16, dtype=np.int16)] for _ in range(3)]
+        _against_kiln_kernel(op_type, [In(feeds[0][0], qp(sa)), In(feeds[0][1], qp(sb))],
+                             [(np.int16, (4, 16), qp(sy))], dict(fused_activation_function=NONE), feeds)
