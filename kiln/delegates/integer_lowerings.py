@@ -61,6 +61,7 @@ class Requantizer:
         if np.any(m < 0) or np.any(m > INT32_MAX):
             raise ValueError(f"multiplier {m} out of range")
         self.kind, self.zp, self.lo, self.hi, self.dtype = kind, int(zero_point), int(lo), int(hi), np.dtype(dtype)
+        self.lo64, self.hi64 = np.int64(lo), np.int64(hi)
         bound = int(bound)
         if kind == "single":
             total = 31 - shift
@@ -80,6 +81,8 @@ class Requantizer:
             self.m = m
             self.right = right if np.any(right > 0) else None
             self.half = (np.left_shift(np.int64(1), right) >> 1)
+            # (x + half − [x < 0]) >> e, plus zp, is (x + half + (zp << e) − [x < 0]) >> e
+            self.half_zp = self.half + np.left_shift(np.int64(self.zp), right)
             self.neg_step = None if np.all(right > 0) else (right > 0).astype(I64)
         else:
             raise ValueError(f"unknown rescaling {kind!r}")
@@ -91,27 +94,29 @@ class Requantizer:
             if self.left is not None:
                 np.left_shift(p, self.left, out=p)
             if self.saturate:
-                np.clip(p, INT32_MIN, INT32_MAX, out=p)
+                np.clip(p, np.int64(INT32_MIN), np.int64(INT32_MAX), out=p)
             np.multiply(p, self.m, out=p)
             np.add(p, 1 << 30, out=p)
             np.right_shift(p, 31, out=p)
             if self.right is not None:
                 negative = p < 0
-                np.add(p, self.half, out=p)
+                np.add(p, self.half_zp, out=p)        # the zero point added before the shift, scaled
                 if self.neg_step is None:
                     np.subtract(p, negative, out=p)
                 else:
                     np.subtract(p, negative * self.neg_step, out=p)
                 np.right_shift(p, self.right, out=p)
+            elif self.zp:
+                np.add(p, self.zp, out=p)
         else:
             np.multiply(p, self.m, out=p)
             np.add(p, self.add, out=p)
             np.right_shift(p, self.shr, out=p)
             if self.wrap:
                 p = p.astype(np.int32).astype(I64)
-        if self.zp:
-            np.add(p, self.zp, out=p)
-        np.clip(p, self.lo, self.hi, out=p)
+            if self.zp:
+                np.add(p, self.zp, out=p)
+        np.clip(p, self.lo64, self.hi64, out=p)     # NumPy scalar bounds: less wrapper work than ints
         return p.astype(self.dtype)
 
 
