@@ -84,6 +84,16 @@ class Requantizer:
             # (x + half − [x < 0]) >> e, plus zp, is (x + half + (zp << e) − [x < 0]) >> e
             self.half_zp = self.half + np.left_shift(np.int64(self.zp), right)
             self.neg_step = None if np.all(right > 0) else (right > 0).astype(I64)
+            # After the high multiply the value fits int32; the rest runs in int32 (half the
+            # memory traffic) where nothing after it can leave int32 either.
+            stage_in = min(bound << int(left.max(initial=0)), 1 << 31)
+            after = _largest(stage_in, m, np.int64(31)) + int(np.max(np.abs(self.half_zp), initial=0)) + 1
+            self.narrow = after < (1 << 31) and max(abs(self.lo), abs(self.hi)) < (1 << 31)
+            if self.narrow:
+                i32 = np.dtype(np.int32)
+                self.half_zp, self.right = self.half_zp.astype(i32), None if self.right is None else right.astype(i32)
+                self.neg_step = None if self.neg_step is None else self.neg_step.astype(i32)
+                self.lo64, self.hi64 = np.int32(lo), np.int32(hi)
         else:
             raise ValueError(f"unknown rescaling {kind!r}")
 
@@ -98,6 +108,8 @@ class Requantizer:
             np.multiply(p, self.m, out=p)
             np.add(p, 1 << 30, out=p)
             np.right_shift(p, 31, out=p)
+            if self.narrow:
+                p = p.astype(np.int32)
             if self.right is not None:
                 negative = p < 0
                 np.add(p, self.half_zp, out=p)        # the zero point added before the shift, scaled

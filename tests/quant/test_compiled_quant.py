@@ -15,6 +15,7 @@ from kiln import ops
 from kiln.delegates import QUANTIZED_LOWERINGS, QuantizedDelegate, QuantizedSupport
 from kiln.delegates.integer_lowerings import Requantizer
 from kiln.quant import arith
+from kiln.quant.arith import INT32_MAX, INT32_MIN
 from kiln.schema import Activation, Padding
 from tests.quant.test_dispatch import Const, In, _probe, _run, bias_for, codes, one_op, qp, reference
 
@@ -89,6 +90,19 @@ def test_requantizer_is_the_arith_rescaling(kind, bound):
         for c in (1, 3):   # one channel: a scalar multiplier
             scalar = Requantizer(kind, m[c], shift[c], zp, lo, hi, dtype, bound)(acc[:, c].copy())
             np.testing.assert_array_equal(scalar, want[:, c])
+    if kind == "double" and bound < 1 << 31:   # the int32 second stage is taken for common bounds
+        assert Requantizer(kind, m, shift, 5, -128, 127, np.int8, bound).narrow
+
+
+def test_requantizer_keeps_int64_where_int32_could_overflow():
+    """A multiplier near 2^31 on a saturating accumulator: the value after the high multiply
+    reaches ±2^31 − 1, so the second stage stays in int64 (and still equals arith's)."""
+    m, shift = np.array([(1 << 31) - 1, (1 << 31) - 2]), np.array([-1, 0])
+    acc = np.array([[1 << 34, 1 << 34], [-(1 << 34), -(1 << 34)], [(1 << 31) - 1, -(1 << 31)], [3, -3]])
+    rq = Requantizer("double", m, shift, 0, INT32_MIN, INT32_MAX, np.int64, 1 << 34)
+    assert not rq.narrow
+    want = arith.multiply_by_quantized_multiplier_double_rounding(acc, m, shift).astype(np.int64)
+    np.testing.assert_array_equal(rq(acc.copy()), want)
 
 
 # -- weighted ops -------------------------------------------------------------------------------
