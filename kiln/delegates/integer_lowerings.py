@@ -52,7 +52,9 @@ class Requantizer:
     The double rounding in two shifts: gemmlowp's SaturatingRoundingDoublingHighMul of a
     non-negative multiplier is ``(x·m + 2^30) >> 31`` for either sign of ``x·m`` (its nudge
     ``1 − 2^30`` and truncating division of negatives come to the same floor), and
-    RoundingDivideByPOT by ``e ≥ 1`` is ``(x + 2^(e−1) − [x < 0]) >> e``.
+    RoundingDivideByPOT by ``e ≥ 1`` is ``(x + 2^(e−1) − [x < 0]) >> e``; the output zero point
+    joins it as ``zp << e``, and where the bound keeps every value after the high multiply
+    within int32 (``narrow``) that second stage runs in int32.
     """
 
     def __init__(self, kind: str, multiplier, shift, zero_point: int, lo: int, hi: int, dtype, bound: int):
