@@ -24,6 +24,7 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import Activation, DType
+from . import integer_lstm
 from .record import KernelCall, OpDef, OptionsSpec, apply_activation, input_dtype, output_dtype, with_state
 
 _GATES = ("i", "f", "c", "o")  # input, forget, cell (candidate), output — LiteRT's operand order
@@ -579,6 +580,7 @@ OPS: tuple = (
         version=_uni_lstm_version, max_version=4,
         runtime_versions=("1.13.1", "1.14.0", "2.3.0", "2.12.0"),
         state_operands=(_UNI.output_state, _UNI.cell_state),
+        quantized=integer_lstm.UNIDIRECTIONAL_SEQUENCE_LSTM,
     ),
     OpDef(
         "LSTM", _lstm_kernel,

@@ -1,0 +1,268 @@
+"""The full-integer UNIDIRECTIONAL_SEQUENCE_LSTM, bit-exact with LiteRT's 8x8->16 kernel.
+
+LiteRT (kernels/unidirectional_sequence_lstm.cc Prepare, lstm_eval.cc EvalInteger8x8_16)
+runs an LSTM whose input is int8 this way: int8 input, output state and weights; int32
+biases; an int16 cell state whose scale is a power of two ``2^cell_scale``; gates in Q3.12
+(the four float "intermediates" give their scales only with layer norm); the fifth
+intermediate holds the hidden state's (= the output's) parameters. Per step and gate::
+
+    gate = sat16(sat16(rescale(W_x·x + b − zp_x·ΣW_x)) + rescale(W_h·h − zp_h·ΣW_h))
+
+with ``rescale`` LiteRT's MultiplyByQuantizedMultiplier by ``s_w·s_x / 2^-12`` (float32
+arithmetic, then QuantizeMultiplier), sigmoid / tanh by gemmlowp's int16 fixed point
+(kiln.quant.fixedpoint16), then ``c = wrap16(f·c >> 15) ⊕ wrap16(i·g >> (30 + cell_scale))``
+(rounding shifts, saturating add, optional clip) and ``h = sat8(rescale(o·tanh(c)) + zp)``
+with ``tanh`` taking the cell at ``15 + cell_scale`` integer bits.
+
+Quirk reproduced on purpose: for a cell scale below 2^-15 LiteRT's ApplyTanh does nothing
+and the hidden state is computed from the buffer it would have written — the input gate of
+the same step. TF 2.21 writes such scales; kiln matches LiteRT's result on them.
+
+The step is written once over an array namespace ``xp`` (NumPy here, jax.numpy in the XLA
+lowering): integers are int64 throughout, as LiteRT's int32 arithmetic never overflows
+there on these operand ranges.
+
+Not implemented (refused): CIFG, peephole, projection and layer-norm LSTMs (kiln's and TF's
+Keras LSTMs have none of them) and int16 activations (LiteRT's Prepare sets its integer
+parameters up only for int8 inputs).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import OpError
+from .arith import quantize_multiplier
+from .fixedpoint16 import logistic_table, tanh_table
+
+NAME = "UNIDIRECTIONAL_SEQUENCE_LSTM"
+INPUT_WEIGHTS, RECURRENT_WEIGHTS, BIASES = (1, 2, 3, 4), (5, 6, 7, 8), (12, 13, 14, 15)
+PEEPHOLES, PROJECTION, LAYER_NORM = (9, 10, 11), (16, 17), (20, 21, 22, 23)
+OUTPUT_STATE, CELL_STATE = 18, 19
+_GATE_NAMES = ("input", "forget", "cell", "output")
+_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What LiteRT's Prepare precomputes, as NumPy constants (gate order i, f, c, o)."""
+
+    w_x: np.ndarray          # [4, n_cell, n_input] int64
+    w_h: np.ndarray          # [4, n_cell, n_output] int64
+    bias_x: np.ndarray       # [4, n_cell]: bias − zp_x·ΣW_x
+    bias_h: np.ndarray       # [4, n_cell]: −zp_h·ΣW_h
+    mult_x: np.ndarray       # [4, 1] multipliers and shifts of the input and recurrent parts
+    shift_x: np.ndarray
+    mult_h: np.ndarray
+    shift_h: np.ndarray
+    hidden_mult: int
+    hidden_shift: int
+    hidden_zp: int
+    cell_shift: int          # 30 + cell_scale: the i·g product's shift into the cell scale
+    cell_clip: int           # 0: none
+    sigmoid: np.ndarray      # gemmlowp tables, indexed by raw + 32768
+    tanh_gate: np.ndarray
+    tanh_cell: np.ndarray | None   # None: LiteRT's skipped tanh (the input gate is used)
+
+    @property
+    def n_cell(self) -> int:
+        return self.w_x.shape[1]
+
+    @property
+    def n_output(self) -> int:
+        return self.w_h.shape[2]
+
+
+def _scale(t) -> float:
+    return float(np.float32(t.quantization.scale[0]))
+
+
+def _zero_point(t) -> int:
+    return int(t.quantization.zero_point[0])
+
+
+def _has_params(t) -> bool:
+    return t is not None and t.quantization is not None and t.quantization.scale.size > 0
+
+
+def _checked_log2(scale: float) -> int | None:
+    """LiteRT's CheckedLog2: the exponent of a power-of-two scale, else None."""
+    log = math.log(scale) / math.log(2.0)
+    rounded = round(log)
+    return int(rounded) if abs(log - rounded) < 1e-3 else None
+
+
+def check_operands(op, inputs) -> None:
+    """Refuse what LiteRT's integer Prepare refuses or kiln does not implement, by operand."""
+    def tensor(i):
+        return op.inputs[i] if i < len(op.inputs) else None
+
+    def present(i):
+        return i < len(inputs) and inputs[i] is not None
+
+    x = inputs[0]
+    if x is None or np.asarray(x).dtype != np.int8:
+        raise OpError(f"{NAME}: integer LSTM input must be int8, got "
+                      f"{None if x is None else np.asarray(x).dtype} (LiteRT prepares its integer kernel "
+                      "for int8 activations only)")
+    if np.ndim(x) != 3:
+        raise OpError(f"{NAME}: input must have rank 3, got shape {list(np.shape(x))}")
+    if not present(INPUT_WEIGHTS[0]):
+        raise OpError(f"{NAME}: CIFG integer LSTM (no input gate): not implemented yet")
+    for group, what in ((PEEPHOLES, "peephole"), (PROJECTION, "projection"), (LAYER_NORM, "layer-norm")):
+        if any(present(i) for i in group):
+            raise OpError(f"{NAME}: {what} integer LSTM: not implemented yet (operands {list(group)})")
+    for g, (w, r, b) in enumerate(zip(INPUT_WEIGHTS, RECURRENT_WEIGHTS, BIASES)):
+        for i, kind, dtype in ((w, "input_to_", np.int8), (r, "recurrent_to_", np.int8), (b, "bias of ", np.int32)):
+            what = f"operand {i} ({kind}{_GATE_NAMES[g]})"
+            if not present(i):
+                raise OpError(f"{NAME}: {what} is missing")
+            if np.asarray(inputs[i]).dtype != dtype:
+                raise OpError(f"{NAME}: {what} must be {np.dtype(dtype)}, got {np.asarray(inputs[i]).dtype}")
+            if dtype == np.int8 and not _has_params(tensor(i)):
+                raise OpError(f"{NAME}: {what} has no quantization parameters")
+    for i, dtype, what in ((OUTPUT_STATE, np.int8, "output state"), (CELL_STATE, np.int16, "cell state")):
+        t = tensor(i)
+        if not present(i) or t is None:
+            raise OpError(f"{NAME}: the {what} operand {i} (a variable tensor) is missing")
+        if np.asarray(inputs[i]).dtype != dtype or not _has_params(t):
+            raise OpError(f"{NAME}: the {what} operand {i} must be quantized {np.dtype(dtype)}, got "
+                          f"{np.asarray(inputs[i]).dtype}")
+    if len(op.intermediates) != 5:
+        raise OpError(f"{NAME}: the integer kernel needs 5 intermediate tensors, the node has "
+                      f"{len(op.intermediates)}")
+    if not _has_params(op.intermediates[4]):
+        raise OpError(f"{NAME}: intermediate 4 (the hidden state) has no quantization parameters")
+    if not _has_params(op.outputs[0]):
+        raise OpError(f"{NAME}: output 0 has no quantization parameters")
+    if _checked_log2(_scale(op.inputs[CELL_STATE])) is None:
+        raise OpError(f"{NAME}: the cell state's scale {_scale(op.inputs[CELL_STATE])} is not a power of two")
+
+
+def prepare(op, inputs, cell_clip: float = 0.0) -> Prepared:
+    """LiteRT's PopulateQuantizedLstmParams8x8_16 and PopulatePrecomputedZPTimesWeightsWithBias
+    on operands `check_operands` accepted."""
+    x_t, h_t, c_t = op.inputs[0], op.inputs[OUTPUT_STATE], op.inputs[CELL_STATE]
+    x_scale, h_scale = np.float32(_scale(x_t)), np.float32(_scale(h_t))
+    gate_scale = np.float32(2.0 ** -12)          # Q3.12, no layer norm
+    w_x = np.stack([np.asarray(inputs[i], np.int64) for i in INPUT_WEIGHTS])
+    w_h = np.stack([np.asarray(inputs[i], np.int64) for i in RECURRENT_WEIGHTS])
+    n_cell, n_input = w_x.shape[1:]
+    if w_h.shape[1] != n_cell or any(np.shape(inputs[i]) != (n_cell,) for i in BIASES):
+        raise OpError(f"{NAME}: gate weights and biases disagree on the cell count: weights "
+                      f"{[list(np.shape(inputs[i])) for i in INPUT_WEIGHTS + RECURRENT_WEIGHTS]}, biases "
+                      f"{[list(np.shape(inputs[i])) for i in BIASES]}")
+    if np.shape(inputs[0])[-1] != n_input:
+        raise OpError(f"{NAME}: input has {np.shape(inputs[0])[-1]} features, the weights take {n_input}")
+    bias = np.stack([np.asarray(inputs[i], np.int64) for i in BIASES])
+
+    def multipliers(indices, state_scale):
+        pairs = [quantize_multiplier(float(np.float32(np.float32(_scale(op.inputs[i]) * state_scale) / gate_scale)))
+                 for i in indices]
+        return (np.asarray([m for m, _ in pairs], np.int64)[:, None],
+                np.asarray([s for _, s in pairs], np.int64)[:, None])
+
+    mult_x, shift_x = multipliers(INPUT_WEIGHTS, x_scale)
+    mult_h, shift_h = multipliers(RECURRENT_WEIGHTS, h_scale)
+    hidden = op.intermediates[4]
+    hidden_scale = float(np.float32(2.0 ** -15 / float(np.float32(_scale(hidden))) * 2.0 ** -15))
+    hidden_mult, hidden_shift = quantize_multiplier(hidden_scale)
+    cell_scale = _checked_log2(_scale(c_t))
+    tanh_bits = 15 + cell_scale
+    clip = 0
+    if cell_clip > 0:
+        clip = int(min(max(np.float32(cell_clip) / np.float32(_scale(c_t)), -32768.0), 32767.0))
+    return Prepared(
+        w_x=w_x, w_h=w_h,
+        bias_x=bias - _zero_point(x_t) * w_x.sum(axis=2),
+        bias_h=-_zero_point(h_t) * w_h.sum(axis=2),
+        mult_x=mult_x, shift_x=shift_x, mult_h=mult_h, shift_h=shift_h,
+        hidden_mult=hidden_mult, hidden_shift=hidden_shift, hidden_zp=_zero_point(hidden),
+        cell_shift=30 + cell_scale, cell_clip=clip,
+        sigmoid=logistic_table(3), tanh_gate=tanh_table(3),
+        tanh_cell=tanh_table(tanh_bits) if 0 <= tanh_bits <= 6 else None,
+    )
+
+
+# -- the arithmetic, over an array namespace (numpy or jax.numpy) ------------------------------
+
+def _high_mul(xp, a, b):
+    """gemmlowp's SaturatingRoundingDoublingHighMul on int32 values held in int64."""
+    product = a * b
+    total = product + xp.where(product >= 0, 1 << 30, 1 - (1 << 30))
+    high = xp.where(total >= 0, total >> 31, -((-total) >> 31))
+    return xp.where((a == _INT32_MIN) & (b == _INT32_MIN), _INT32_MAX, high)
+
+
+def _divide_by_pot(xp, x, exponent):
+    mask = (xp.ones_like(exponent) << exponent) - 1
+    threshold = (mask >> 1) + (x < 0)
+    return (x >> exponent) + ((x & mask) > threshold)
+
+
+def rescale(xp, x, multiplier, shift):
+    """LiteRT's MultiplyByQuantizedMultiplier (two roundings, as its build computes it)."""
+    left = xp.maximum(shift, 0)
+    right = xp.maximum(-shift, 0)
+    scaled = xp.clip(x << left, _INT32_MIN, _INT32_MAX)
+    return _divide_by_pot(xp, _high_mul(xp, scaled, multiplier), right)
+
+
+def _wrap16(x):
+    return ((x + (1 << 15)) & 0xFFFF) - (1 << 15)
+
+
+def _lookup(xp, table, x):
+    return xp.take(table, x + (1 << 15)).astype(x.dtype)
+
+
+def input_part(xp, p: Prepared, x):
+    """The gates' input contributions for every step at once: x [..., n_input] int64 ->
+    [..., 4, n_cell], already rescaled and saturated to int16 (LiteRT adds the recurrent
+    part to this saturated value)."""
+    acc = xp.einsum("...i,gci->...gc", x, p.w_x) + p.bias_x
+    return xp.clip(rescale(xp, acc, p.mult_x, p.shift_x), -(1 << 15), (1 << 15) - 1)
+
+
+def step(xp, p: Prepared, pre, h, c):
+    """One time step for a batch: ``pre`` [B, 4, n_cell] from `input_part`, ``h`` [B, n_output]
+    and ``c`` [B, n_cell] int64 codes; returns the new (h, c)."""
+    acc = xp.einsum("bo,gco->bgc", h, p.w_h) + p.bias_h
+    gates = xp.clip(pre + rescale(xp, acc, p.mult_h, p.shift_h), -(1 << 15), (1 << 15) - 1)
+    i = _lookup(xp, p.sigmoid, gates[:, 0])
+    f = _lookup(xp, p.sigmoid, gates[:, 1])
+    g = _lookup(xp, p.tanh_gate, gates[:, 2])
+    o = _lookup(xp, p.sigmoid, gates[:, 3])
+    c = _wrap16(_divide_by_pot(xp, f * c, xp.asarray(15, c.dtype)))
+    c = xp.clip(c + _wrap16(_divide_by_pot(xp, i * g, xp.asarray(p.cell_shift, c.dtype))), -(1 << 15), (1 << 15) - 1)
+    if p.cell_clip > 0:
+        c = xp.clip(c, -p.cell_clip, p.cell_clip)
+    t = i if p.tanh_cell is None else _lookup(xp, p.tanh_cell, c)
+    h = rescale(xp, o * t, xp.asarray(p.hidden_mult, c.dtype), xp.asarray(p.hidden_shift, c.dtype))
+    return xp.clip(h + p.hidden_zp, -128, 127), c
+
+
+def run(p: Prepared, x: np.ndarray, h: np.ndarray, c: np.ndarray, time_major: bool):
+    """The whole sequence in NumPy: x int8 [T, B, I] (time-major) or [B, T, I]; h, c the
+    states' codes (any shape with batch x n_output / n_cell elements). Returns (output int8
+    in x's layout, final h int8, final c int16), the states in their operands' shapes."""
+    xt = np.asarray(x, np.int64)
+    if not time_major:
+        xt = xt.transpose(1, 0, 2)
+    T, B, _ = xt.shape
+    if h.size != B * p.n_output or c.size != B * p.n_cell:
+        raise OpError(f"{NAME}: states have {h.size} and {c.size} elements, expected batch {B} x "
+                      f"{p.n_output} and {B} x {p.n_cell}")
+    hs = np.asarray(h, np.int64).reshape(B, p.n_output)
+    cs = np.asarray(c, np.int64).reshape(B, p.n_cell)
+    pre = input_part(np, p, xt)
+    out = np.empty((T, B, p.n_output), np.int8)
+    for t in range(T):
+        hs, cs = step(np, p, pre[t], hs, cs)
+        out[t] = hs
+    if not time_major:
+        out = out.transpose(1, 0, 2)
+    return out, hs.astype(np.int8).reshape(np.shape(h)), cs.astype(np.int16).reshape(np.shape(c))
