@@ -110,6 +110,10 @@ class _SubgraphEnv:
         if t.data is not None:
             return np.array(t.data, dtype=t.dtype.numpy, copy=True).reshape(t.shape)
         self.check_allocation(self.pos[id(t)], t.shape, t.dtype.numpy)
+        q = t.quantization
+        if t.dtype == DType.INT8 and q is not None and q.zero_point.size:
+            # LiteRT's ResetVariableTensor: an int8 variable starts at its zero point (0.0).
+            return np.full(t.shape, q.zero_point[0], dtype=np.int8)
         return np.zeros(t.shape, dtype=t.dtype.numpy)
 
     def reset_variables(self) -> None:
