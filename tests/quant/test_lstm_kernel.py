@@ -1,0 +1,202 @@
+"""kiln's integer UNIDIRECTIONAL_SEQUENCE_LSTM kernel (kiln.quant.integer_lstm) against LiteRT's
+BUILTIN_REF: the LSTM's int8 output and its variable state tensors (int8 hidden, int16 cell)
+bit for bit, invoke after invoke, on kiln's int8 and 16x8 LSTMs (Keras 3, tf_keras,
+Bidirectional split in two, stacked) and on TF's own int8 tf_keras LSTMs; batch > 1 and a
+resized batch; bad operands refused by node."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import ops
+from kiln.errors import OpError
+from kiln.quant import quantize
+
+keras = pytest.importorskip("keras")
+tf = pytest.importorskip("tensorflow")
+tf_keras = pytest.importorskip("tf_keras")
+
+T, FEATURES = 6, 5
+LSTM = "UNIDIRECTIONAL_SEQUENCE_LSTM"
+
+
+def _data(count, seed, batch=1):
+    rng = np.random.default_rng(seed)
+    return [rng.uniform(-1, 1, (batch, T, FEATURES)).astype(np.float32) for _ in range(count)]
+
+
+def _k3(layers_fn, seed, batch_size=1):
+    keras.utils.set_random_seed(seed)
+    x = keras.Input((T, FEATURES), batch_size=batch_size)
+    return kiln.TFLiteConverter.from_keras_model(keras.Model(x, layers_fn(keras.layers)(x))).convert()
+
+
+def _int8(float_model, mode="int8", seed=0):
+    return quantize(float_model, mode, representative_dataset=_data(16, seed), progress=False)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """name -> quantized model, built once."""
+    k3 = _k3(lambda L: lambda x: L.Dense(3)(L.LSTM(8)(x)), 0)
+    tf_keras.utils.set_random_seed(1)
+    tfk = tf_keras.Sequential([tf_keras.layers.InputLayer((T, FEATURES), batch_size=1),
+                               tf_keras.layers.LSTM(8, return_sequences=True), tf_keras.layers.Dense(3)])
+    out = tmp_path_factory.mktemp("tf_lstm")
+    root = Path(__file__).resolve().parents[2]
+    subprocess.run([sys.executable, "-m", "tests.quant.tf_int8_lstm_model", str(out)], check=True, cwd=root,
+                   env={**os.environ, "PYTHONPATH": str(root), "TF_CPP_MIN_LOG_LEVEL": "2"},
+                   capture_output=True, timeout=300)
+    return {
+        "k3_int8": _int8(k3),
+        "k3_16x8": _int8(k3, "int16x8"),
+        "tf_keras_int8": _int8(tf.lite.TFLiteConverter.from_keras_model(tfk).convert()),
+        "bidirectional": _int8(_k3(lambda L: lambda x: L.Dense(3)(
+            L.Bidirectional(L.LSTM(6, return_sequences=True))(x)), 2)),
+        "stacked": _int8(_k3(lambda L: lambda x: L.LSTM(6)(L.LSTM(8, return_sequences=True)(x)), 3)),
+        "free_batch": _int8(_k3(lambda L: lambda x: L.Dense(3)(L.LSTM(8)(x)), 4, batch_size=None)),
+        # TF's converter: 16 samples give a cell scale of 2^-16 (LiteRT's skipped-tanh quirk)
+        "tf_int8_calib16": (out / "calib16.tflite").read_bytes(),
+        "tf_int8_calib64": (out / "calib64.tflite").read_bytes(),
+    }
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch):
+    """Counts the integer kernel's runs (the delegates must leave LSTM nodes to it)."""
+    table = ops.get(LSTM).quantized
+    calls = []
+    kernel = table["int8"]
+
+    def counted(*args):
+        calls.append(1)
+        return kernel(*args)
+
+    monkeypatch.setitem(table, "int8", counted)
+    return calls
+
+
+def _lstms(model: bytes):
+    return [op for op in kiln.read_model(model).main.operators if op.op_type == LSTM]
+
+
+def _watched(model: bytes) -> list[str]:
+    """Names of every LSTM's output and state tensors."""
+    return [t.name for op in _lstms(model) for t in (op.outputs[0], op.inputs[18], op.inputs[19])]
+
+
+def _interpreters(model: bytes, batch: int | None = None):
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    ref = Interpreter(model_content=model, experimental_op_resolver_type=OpResolverType.BUILTIN_REF,
+                      experimental_preserve_all_tensors=True)
+    ours = kiln.Interpreter(model_content=model, experimental_preserve_all_tensors=True)
+    for interp in (ref, ours):
+        if batch is not None:
+            interp.resize_tensor_input(interp.get_input_details()[0]["index"], [batch, T, FEATURES])
+        interp.allocate_tensors()
+    return ref, ours
+
+
+def _index(interp, name: str) -> int:
+    return next(d["index"] for d in interp.get_tensor_details() if d["name"] == name)
+
+
+def _check_bit_exact(model: bytes, inputs, interpreters=None) -> int:
+    """Invoke both runtimes on each input in turn (states carried between invokes); the
+    outputs, every LSTM's int8 output and its state tensors agree bit for bit. Returns how
+    many LSTM states were compared."""
+    ref, ours = interpreters or _interpreters(model)
+    names = _watched(model)
+    for k, x in enumerate(inputs):
+        for interp in (ref, ours):
+            interp.set_tensor(interp.get_input_details()[0]["index"], x)
+            interp.invoke()
+        for name in names:
+            want, got = ref.get_tensor(_index(ref, name)), ours.get_tensor(_index(ours, name))
+            assert got.dtype == want.dtype and want.dtype in (np.int8, np.int16), name
+            np.testing.assert_array_equal(got, want, err_msg=f"{name}, invoke {k}")
+        for d_ref, d_ours in zip(ref.get_output_details(), ours.get_output_details()):
+            np.testing.assert_array_equal(ours.get_tensor(d_ours["index"]), ref.get_tensor(d_ref["index"]))
+    return len(names)
+
+
+@pytest.mark.parametrize("name, n_lstms", [
+    ("k3_int8", 1), ("k3_16x8", 1), ("tf_keras_int8", 1), ("bidirectional", 2), ("stacked", 2),
+    ("tf_int8_calib16", 1), ("tf_int8_calib64", 1),
+])
+def test_integer_lstm_bit_exact_with_builtin_ref(models, kernel_calls, name, n_lstms):
+    model = models[name]
+    lstms = _lstms(model)
+    assert len(lstms) == n_lstms
+    assert all(op.inputs[0].dtype.name == "INT8" and op.inputs[19].dtype.name == "INT16" for op in lstms)
+    inputs = [x * 1.5 for x in _data(4, 7)]      # past the calibrated range too
+    assert _check_bit_exact(model, inputs) == 3 * n_lstms
+    assert len(kernel_calls) == n_lstms * len(inputs)
+
+
+def test_tf_cell_scale_below_2_pow_minus_15_is_litert_quirk(models):
+    """TF's 16-sample model has the cell scale 2^-16: LiteRT's tanh is skipped there, kiln
+    reproduces it (the bit-exact test above); the 64-sample model's is 2^-15."""
+    scales = [_lstms(models[k])[0].inputs[19].quantization.scale[0] for k in ("tf_int8_calib16", "tf_int8_calib64")]
+    assert scales[0] == 2.0 ** -16 and scales[1] >= 2.0 ** -15
+
+
+@pytest.mark.parametrize("batches", [(2,), (3, 1)])
+def test_batch_and_resized_batch(models, kernel_calls, batches):
+    model = models["free_batch"]
+    ref, ours = _interpreters(model, batches[0])
+    for k, batch in enumerate(batches):
+        if k:
+            for interp in (ref, ours):
+                interp.resize_tensor_input(interp.get_input_details()[0]["index"], [batch, T, FEATURES])
+                interp.allocate_tensors()
+        _check_bit_exact(model, _data(3, 10 + k, batch), (ref, ours))
+    assert len(kernel_calls) >= 3 * len(batches)   # (a free batch: kiln may also run it to infer shapes)
+
+
+def _broken(model: bytes, change) -> bytes:
+    m = kiln.read_model(model)
+    op = next(op for op in m.main.operators if op.op_type == LSTM)
+    change(op)
+    return kiln.write_model(m)
+
+
+def _invoke(model: bytes):
+    interp = kiln.Interpreter(model_content=model)
+    interp.allocate_tensors()
+    d = interp.get_input_details()[0]
+    interp.set_tensor(d["index"], np.zeros(d["shape"], d["dtype"]))
+    interp.invoke()
+
+
+def _drop_intermediates(op):
+    op.intermediates = []
+
+
+def _int8_bias(op):
+    b = op.inputs[13]
+    op.set_input(13, op.subgraph.add_constant(b.name + "_int8", b.data.astype(np.int8), quantization=b.quantization))
+
+
+def _cell_state_scale(op):
+    op.inputs[19].quantization.scale[0] = np.float32(3e-5)
+
+
+@pytest.mark.parametrize("change, message", [
+    (_drop_intermediates, "5 intermediate tensors"),
+    (_int8_bias, r"operand 13 \(bias of forget\) must be int32, got int8"),
+    (_cell_state_scale, "not a power of two"),
+])
+def test_bad_operands_are_refused_by_node(models, change, message):
+    bad = _broken(models["k3_int8"], change)
+    with pytest.raises(OpError, match=message) as info:
+        _invoke(bad)
+    assert LSTM in str(info.value)
