@@ -95,6 +95,11 @@ def _checked_log2(scale: float) -> int | None:
     return int(rounded) if abs(log - rounded) < 1e-3 else None
 
 
+def _dtype(a) -> np.dtype:
+    """An operand's dtype (a NumPy array or a JAX tracer)."""
+    return np.dtype(a.dtype) if hasattr(a, "dtype") else np.asarray(a).dtype
+
+
 def check_operands(op, inputs) -> None:
     """Refuse what LiteRT's integer Prepare refuses or kiln does not implement, by operand."""
     def tensor(i):
@@ -104,9 +109,9 @@ def check_operands(op, inputs) -> None:
         return i < len(inputs) and inputs[i] is not None
 
     x = inputs[0]
-    if x is None or np.asarray(x).dtype != np.int8:
+    if x is None or _dtype(x) != np.int8:
         raise OpError(f"{NAME}: integer LSTM input must be int8, got "
-                      f"{None if x is None else np.asarray(x).dtype} (LiteRT prepares its integer kernel "
+                      f"{None if x is None else _dtype(x)} (LiteRT prepares its integer kernel "
                       "for int8 activations only)")
     if np.ndim(x) != 3:
         raise OpError(f"{NAME}: input must have rank 3, got shape {list(np.shape(x))}")
@@ -120,17 +125,17 @@ def check_operands(op, inputs) -> None:
             what = f"operand {i} ({kind}{_GATE_NAMES[g]})"
             if not present(i):
                 raise OpError(f"{NAME}: {what} is missing")
-            if np.asarray(inputs[i]).dtype != dtype:
-                raise OpError(f"{NAME}: {what} must be {np.dtype(dtype)}, got {np.asarray(inputs[i]).dtype}")
+            if _dtype(inputs[i]) != dtype:
+                raise OpError(f"{NAME}: {what} must be {np.dtype(dtype)}, got {_dtype(inputs[i])}")
             if dtype == np.int8 and not _has_params(tensor(i)):
                 raise OpError(f"{NAME}: {what} has no quantization parameters")
     for i, dtype, what in ((OUTPUT_STATE, np.int8, "output state"), (CELL_STATE, np.int16, "cell state")):
         t = tensor(i)
         if not present(i) or t is None:
             raise OpError(f"{NAME}: the {what} operand {i} (a variable tensor) is missing")
-        if np.asarray(inputs[i]).dtype != dtype or not _has_params(t):
+        if _dtype(inputs[i]) != dtype or not _has_params(t):
             raise OpError(f"{NAME}: the {what} operand {i} must be quantized {np.dtype(dtype)}, got "
-                          f"{np.asarray(inputs[i]).dtype}")
+                          f"{_dtype(inputs[i])}")
     if len(op.intermediates) != 5:
         raise OpError(f"{NAME}: the integer kernel needs 5 intermediate tensors, the node has "
                       f"{len(op.intermediates)}")

@@ -86,6 +86,25 @@ def register_lowering(op_name: str, fn: Callable, *, static: tuple[int, ...] | s
     return fn
 
 
+def add_quantized_lowering(op_name: str, fn: Callable, check: Callable) -> None:
+    """Give ``op_name``, whose float lowering is registered, a lowering for its nodes with a
+    quantized input 0 (``fn``, same contract; ``check`` as ``Lowering.quantized``), kept in its
+    own module; nodes with float input 0 still run the float lowering."""
+    from ..ops.elementwise import is_quantized
+
+    base = _TABLE.get(op_name)
+    if base is None or base.quantized is not None:
+        raise LoweringError(f"add_quantized_lowering: {op_name} needs a registered float lowering without "
+                            "a quantized one")
+    float_fn = base.fn
+
+    def dispatch(call, *inputs):
+        first = call.op.inputs[0] if call.op.inputs else None
+        return (fn if first is not None and is_quantized(first) else float_fn)(call, *inputs)
+
+    _TABLE[op_name] = Lowering(op_name, dispatch, base.static, base.check, check)
+
+
 def lowering(op_name: str, *, static: tuple[int, ...] | str = ()):
     """Decorator form of `register_lowering`."""
     def wrap(fn):
@@ -101,6 +120,7 @@ def _load_builtins() -> None:
         require_jax()
         from . import (lower_control, lower_math, lower_nn, lower_quant, lower_rnn,  # noqa: F401 - they register
                        lower_seq, lower_shape, lower_vars)
+        from . import lower_quant_lstm  # noqa: F401 - after lower_rnn: adds to its LSTM lowering
         _BUILTINS_LOADED = True
 
 

@@ -1,0 +1,83 @@
+"""The full-integer UNIDIRECTIONAL_SEQUENCE_LSTM through XlaDelegate (kiln/xla/lower_quant_lstm.py,
+one lax.scan): claimed, and bit for bit with LiteRT's BUILTIN_REF and kiln's reference kernel
+— outputs and the variable state tensors, invoke after invoke — on kiln's int8 Keras 3 LSTMs
+(batch 1 and a resized free batch) and TF's own int8 tf_keras LSTM (cell scale 2^-16: the
+skipped-tanh quirk)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+keras = pytest.importorskip("keras")
+
+import kiln  # noqa: E402
+from kiln.quant import quantize  # noqa: E402
+from kiln.xla import XlaDelegate  # noqa: E402
+from tests.harness import feed  # noqa: E402
+
+T, FEATURES = 6, 5
+LSTM = "UNIDIRECTIONAL_SEQUENCE_LSTM"
+
+
+def _data(count, seed, batch=1):
+    rng = np.random.default_rng(seed)
+    return [rng.uniform(-1.5, 1.5, (batch, T, FEATURES)).astype(np.float32) for _ in range(count)]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    keras.utils.set_random_seed(0)
+    x = keras.Input((T, FEATURES), batch_size=None)
+    L = keras.layers
+    m = keras.Model(x, L.Dense(3)(L.LSTM(6)(L.LSTM(8, return_sequences=True)(x))))
+    float_model = kiln.TFLiteConverter.from_keras_model(m).convert()
+    out = tmp_path_factory.mktemp("tf_lstm")
+    root = Path(__file__).resolve().parents[2]
+    subprocess.run([sys.executable, "-m", "tests.quant.tf_int8_lstm_model", str(out)], check=True, cwd=root,
+                   env={**os.environ, "PYTHONPATH": str(root), "TF_CPP_MIN_LOG_LEVEL": "2"},
+                   capture_output=True, timeout=300)
+    calibration = [d[:1] for d in _data(16, 1)]
+    return {"kiln_stacked": quantize(float_model, "int8", representative_dataset=calibration, progress=False),
+            "tf_calib16": (out / "calib16.tflite").read_bytes()}
+
+
+def _states(model: bytes) -> list[str]:
+    ops = kiln.read_model(model).main.operators
+    return [op.inputs[k].name for op in ops if op.op_type == LSTM for k in (18, 19)]
+
+
+def _read(interp, names):
+    details = {d["name"]: d["index"] for d in interp.get_tensor_details()}
+    return [interp.get_tensor(details[n]) for n in names]
+
+
+@pytest.mark.parametrize("name, batches", [("kiln_stacked", (1,)), ("kiln_stacked", (3, 2)), ("tf_calib16", (1,))])
+def test_integer_lstm_lowering_is_bit_exact(models, name, batches):
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    model = models[name]
+    delegate = XlaDelegate()
+    xla = kiln.Interpreter(model_content=model, experimental_delegates=[delegate])
+    kernel = kiln.Interpreter(model_content=model, experimental_op_resolver_type=kiln.OpResolverType.BUILTIN_REF)
+    ref = Interpreter(model_content=model, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+    states = _states(model)
+    for k, batch in enumerate(batches):
+        for interp in (ref, xla, kernel):
+            interp.resize_tensor_input(interp.get_input_details()[0]["index"], [batch, T, FEATURES])
+            interp.allocate_tensors()
+        for x in _data(3, 5 + k, batch):
+            want = feed(ref, [x], allocate=False)
+            for interp in (xla, kernel):
+                np.testing.assert_array_equal(feed(interp, [x], allocate=False)[0], want[0])
+            for a, b in zip(_read(xla, states), _read(kernel, states)):
+                assert a.dtype == b.dtype and a.dtype in (np.int8, np.int16)
+                np.testing.assert_array_equal(a, b)
+    lstms = sum(op.op_type == LSTM for op in kiln.read_model(model).main.operators)
+    assert sum(op == LSTM for _, op, _ in delegate.claimed) == lstms, delegate.rejected
