@@ -200,3 +200,67 @@ def test_bad_operands_are_refused_by_node(models, change, message):
     with pytest.raises(OpError, match=message) as info:
         _invoke(bad)
     assert LSTM in str(info.value)
+
+
+# -- one-op integer LSTMs built directly: layouts and parameters Keras models do not reach ----------
+
+def _qp(scale, zero_point=0):
+    from kiln.ir import QuantParams
+
+    return QuantParams(np.asarray([scale], np.float32), np.asarray([zero_point], np.int64))
+
+
+def one_lstm(seed, *, time_major=False, batch=2, steps=4, n_input=5, n_cell=7, x_zp=-3, h_zp=9,
+             cell_power=1, cell_clip=0.0) -> tuple[bytes, tuple]:
+    """An int8 UNIDIRECTIONAL_SEQUENCE_LSTM alone: random int8 weights and int32 biases, variable
+    states, TF's five intermediates. Returns the model and the input shape."""
+    from kiln.ir import Model, Operator
+    from kiln.schema import DType
+
+    rng = np.random.default_rng(seed)
+    x_scale, h_scale = 0.02, 0.008
+    model = Model()
+    sg = model.add_subgraph("main")
+    shape = (steps, batch, n_input) if time_major else (batch, steps, n_input)
+    x = sg.add_tensor("x", DType.INT8, shape, quantization=_qp(x_scale, x_zp))
+    sg.inputs.append(x)
+    ins = [x]
+    for k in range(8):
+        cols = n_input if k < 4 else n_cell
+        scale = float(rng.uniform(0.002, 0.02))
+        ins.append(sg.add_constant(f"w{k}", rng.integers(-127, 128, (n_cell, cols)).astype(np.int8),
+                                   quantization=_qp(scale)))
+    ins += [None] * 3
+    for k in range(4):
+        w_scale = float(ins[1 + k].quantization.scale[0])
+        ins.append(sg.add_constant(f"b{k}", rng.integers(-3000, 3000, n_cell).astype(np.int32),
+                                   quantization=_qp(x_scale * w_scale)))
+    ins += [None] * 2
+    ins.append(sg.add_tensor("h", DType.INT8, (batch, n_cell), quantization=_qp(h_scale, h_zp), is_variable=True))
+    ins.append(sg.add_tensor("c", DType.INT16, (batch, n_cell), quantization=_qp(2.0 ** cell_power / 32768),
+                             is_variable=True))
+    ins += [None] * 4
+    y = sg.add_tensor("y", DType.INT8, shape[:2] + (n_cell,), quantization=_qp(h_scale, h_zp))
+    sg.outputs.append(y)
+    op = Operator(LSTM, options={"fused_activation_function": 4, "cell_clip": cell_clip, "proj_clip": 0.0,
+                                 "time_major": time_major})
+    sg.add_operator(op, ins, [y])
+    op.intermediates = [sg.add_tensor(f"i{k}", DType.FLOAT32, (0,)) for k in range(4)]
+    op.intermediates.append(sg.add_tensor("hidden", DType.INT8, (0,), quantization=_qp(h_scale, h_zp)))
+    op.version = ops.require(LSTM).version(op)
+    return kiln.write_model(model), shape
+
+
+@pytest.mark.parametrize("case", [
+    dict(time_major=True), dict(time_major=False, batch=1), dict(time_major=True, batch=3, x_zp=0, h_zp=-128),
+    dict(cell_power=-1), dict(cell_power=0), dict(cell_power=4), dict(cell_power=6),
+    dict(cell_clip=0.3), dict(cell_clip=0.2, cell_power=2), dict(n_input=1, n_cell=1, steps=1),
+])
+def test_one_op_lstms_bit_exact(kernel_calls, case):
+    """Time-major and batch-major, batches, zero points, every cell scale LiteRT computes
+    (2^-16, the skipped-tanh quirk, to 2^-9) and cell clipping."""
+    model, shape = one_lstm(sum(map(ord, repr(case))), **case)
+    rng = np.random.default_rng(1)
+    inputs = [rng.integers(-128, 128, shape).astype(np.int8) for _ in range(3)]
+    _check_bit_exact(model, inputs)
+    assert len(kernel_calls) == 3
