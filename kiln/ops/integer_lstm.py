@@ -17,7 +17,7 @@ def _uni_lstm_int8(call: KernelCall, *inputs):
     if opts.cell_clip < 0 or opts.proj_clip < 0:
         raise OpError(f"{integer_lstm.NAME}: cell_clip and proj_clip must be >= 0, got {opts.cell_clip} "
                       f"and {opts.proj_clip}")
-    p = integer_lstm.prepare(op, inputs, cell_clip=float(opts.cell_clip))
+    p = integer_lstm.prepare(op, inputs, cell_clip=float(opts.cell_clip), proj_clip=float(opts.proj_clip))
     out, h, c = integer_lstm.run(p, np.asarray(inputs[0]), np.asarray(inputs[integer_lstm.OUTPUT_STATE]),
                                  np.asarray(inputs[integer_lstm.CELL_STATE]), bool(opts.time_major))
     return with_state(call, [out], (h, c))

@@ -22,15 +22,17 @@ The step is written once over an array namespace ``xp`` (NumPy here, jax.numpy i
 lowering): integers are int64 throughout, as LiteRT's int32 arithmetic never overflows
 there on these operand ranges.
 
-Not implemented (refused): CIFG, peephole, projection and layer-norm LSTMs (kiln's and TF's
-Keras LSTMs have none of them) and int16 activations (LiteRT's Prepare sets its integer
-parameters up only for int8 inputs).
+CIFG (i = 1 − f), peephole (int16 weights; i and f see the old cell, o the new one) and
+projection (LiteRT subtracts the hidden zero point before it) LSTMs are computed as LiteRT
+does. Not implemented (refused): layer-norm LSTMs, int16 activations (LiteRT's Prepare sets
+its integer parameters up only for int8 inputs) and CIFG with a cell scale below 2^-15 (LiteRT
+then reads a buffer it never wrote).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -48,13 +50,15 @@ _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 
 @dataclass(frozen=True)
 class Prepared:
-    """What LiteRT's Prepare precomputes, as NumPy constants (gate order i, f, c, o)."""
+    """What LiteRT's Prepare precomputes, as NumPy constants. Gate arrays are stacked along a
+    first axis in ``gates`` order ("i" absent for CIFG)."""
 
-    w_x: np.ndarray          # [4, n_cell, n_input] int64
-    w_h: np.ndarray          # [4, n_cell, n_output] int64
-    bias_x: np.ndarray       # [4, n_cell]: bias − zp_x·ΣW_x
-    bias_h: np.ndarray       # [4, n_cell]: −zp_h·ΣW_h
-    mult_x: np.ndarray       # [4, 1] multipliers and shifts of the input and recurrent parts
+    gates: str               # "ifco", or "fco" (CIFG: i = 1 - f)
+    w_x: np.ndarray          # [G, n_cell, n_input] int64
+    w_h: np.ndarray          # [G, n_cell, n_output] int64
+    bias_x: np.ndarray       # [G, n_cell]: bias − zp_x·ΣW_x
+    bias_h: np.ndarray       # [G, n_cell]: −zp_h·ΣW_h
+    mult_x: np.ndarray       # [G, 1] multipliers and shifts of the input and recurrent parts
     shift_x: np.ndarray
     mult_h: np.ndarray
     shift_h: np.ndarray
@@ -66,6 +70,12 @@ class Prepared:
     sigmoid: np.ndarray      # gemmlowp tables, indexed by raw + 32768
     tanh_gate: np.ndarray
     tanh_cell: np.ndarray | None   # None: LiteRT's skipped tanh (the input gate is used)
+    #: peephole: gate -> (int16 weights [n_cell], multiplier, shift)
+    peephole: dict = field(default_factory=dict)
+    #: projection: (int8 weights [n_output, n_cell], bias + hidden_zp·ΣW, multiplier, shift)
+    projection: tuple | None = None
+    output_zp: int = 0       # the output state's zero point (projection output)
+    proj_clip: int = 0
 
     @property
     def n_cell(self) -> int:
@@ -108,6 +118,12 @@ def check_operands(op, inputs) -> None:
     def present(i):
         return i < len(inputs) and inputs[i] is not None
 
+    def typed(i, what, dtype, params=True):
+        if _dtype(inputs[i]) != dtype:
+            raise OpError(f"{NAME}: operand {i} ({what}) must be {np.dtype(dtype)}, got {_dtype(inputs[i])}")
+        if params and not _has_params(tensor(i)):
+            raise OpError(f"{NAME}: operand {i} ({what}) has no quantization parameters")
+
     x = inputs[0]
     if x is None or _dtype(x) != np.int8:
         raise OpError(f"{NAME}: integer LSTM input must be int8, got "
@@ -115,20 +131,31 @@ def check_operands(op, inputs) -> None:
                       "for int8 activations only)")
     if np.ndim(x) != 3:
         raise OpError(f"{NAME}: input must have rank 3, got shape {list(np.shape(x))}")
-    if not present(INPUT_WEIGHTS[0]):
-        raise OpError(f"{NAME}: CIFG integer LSTM (no input gate): not implemented yet")
-    for group, what in ((PEEPHOLES, "peephole"), (PROJECTION, "projection"), (LAYER_NORM, "layer-norm")):
-        if any(present(i) for i in group):
-            raise OpError(f"{NAME}: {what} integer LSTM: not implemented yet (operands {list(group)})")
+    if any(present(i) for i in LAYER_NORM):
+        raise OpError(f"{NAME}: layer-norm integer LSTM: not implemented yet (operands {list(LAYER_NORM)})")
+    cifg = not present(INPUT_WEIGHTS[0])
+    if cifg and (present(RECURRENT_WEIGHTS[0]) or present(BIASES[0]) or present(PEEPHOLES[0])):
+        raise OpError(f"{NAME}: a CIFG LSTM (no input_to_input weights, operand 1) must have no input gate "
+                      "recurrent weights, bias or peephole (operands 5, 12, 9)")
     for g, (w, r, b) in enumerate(zip(INPUT_WEIGHTS, RECURRENT_WEIGHTS, BIASES)):
+        if cifg and g == 0:
+            continue
         for i, kind, dtype in ((w, "input_to_", np.int8), (r, "recurrent_to_", np.int8), (b, "bias of ", np.int32)):
-            what = f"operand {i} ({kind}{_GATE_NAMES[g]})"
+            what = f"{kind}{_GATE_NAMES[g]}"
             if not present(i):
-                raise OpError(f"{NAME}: {what} is missing")
-            if _dtype(inputs[i]) != dtype:
-                raise OpError(f"{NAME}: {what} must be {np.dtype(dtype)}, got {_dtype(inputs[i])}")
-            if dtype == np.int8 and not _has_params(tensor(i)):
-                raise OpError(f"{NAME}: {what} has no quantization parameters")
+                raise OpError(f"{NAME}: operand {i} ({what}) is missing")
+            typed(i, what, dtype, params=dtype == np.int8)
+    peepholes = [i for i in PEEPHOLES if present(i)]
+    if peepholes and len(peepholes) != (2 if cifg else 3):
+        raise OpError(f"{NAME}: peephole weights (operands 9-11) must be given for every gate or none")
+    for i in peepholes:
+        typed(i, "peephole weights", np.int16)
+    if present(PROJECTION[1]) and not present(PROJECTION[0]):
+        raise OpError(f"{NAME}: projection bias (operand 17) without projection weights (operand 16)")
+    if present(PROJECTION[0]):
+        typed(PROJECTION[0], "projection weights", np.int8)
+        if present(PROJECTION[1]):
+            typed(PROJECTION[1], "projection bias", np.int32, params=False)
     for i, dtype, what in ((OUTPUT_STATE, np.int8, "output state"), (CELL_STATE, np.int16, "cell state")):
         t = tensor(i)
         if not present(i) or t is None:
@@ -143,26 +170,40 @@ def check_operands(op, inputs) -> None:
         raise OpError(f"{NAME}: intermediate 4 (the hidden state) has no quantization parameters")
     if not _has_params(op.outputs[0]):
         raise OpError(f"{NAME}: output 0 has no quantization parameters")
-    if _checked_log2(_scale(op.inputs[CELL_STATE])) is None:
+    cell_scale = _checked_log2(_scale(op.inputs[CELL_STATE]))
+    if cell_scale is None:
         raise OpError(f"{NAME}: the cell state's scale {_scale(op.inputs[CELL_STATE])} is not a power of two")
+    if cifg and not 0 <= 15 + cell_scale <= 6:
+        raise OpError(f"{NAME}: CIFG LSTM with cell scale 2^{cell_scale}: LiteRT's hidden state then reads "
+                      "a buffer it never wrote (not reproducible)")
 
 
-def prepare(op, inputs, cell_clip: float = 0.0) -> Prepared:
+def prepare(op, inputs, cell_clip: float = 0.0, proj_clip: float = 0.0) -> Prepared:
     """LiteRT's PopulateQuantizedLstmParams8x8_16 and PopulatePrecomputedZPTimesWeightsWithBias
     on operands `check_operands` accepted."""
     x_t, h_t, c_t = op.inputs[0], op.inputs[OUTPUT_STATE], op.inputs[CELL_STATE]
     x_scale, h_scale = np.float32(_scale(x_t)), np.float32(_scale(h_t))
     gate_scale = np.float32(2.0 ** -12)          # Q3.12, no layer norm
-    w_x = np.stack([np.asarray(inputs[i], np.int64) for i in INPUT_WEIGHTS])
-    w_h = np.stack([np.asarray(inputs[i], np.int64) for i in RECURRENT_WEIGHTS])
+    present = [g for g in range(4) if inputs[INPUT_WEIGHTS[g]] is not None]
+    gates = "".join("ifco"[g] for g in present)
+    w_x = np.stack([np.asarray(inputs[INPUT_WEIGHTS[g]], np.int64) for g in present])
+    w_h = np.stack([np.asarray(inputs[RECURRENT_WEIGHTS[g]], np.int64) for g in present])
     n_cell, n_input = w_x.shape[1:]
-    if w_h.shape[1] != n_cell or any(np.shape(inputs[i]) != (n_cell,) for i in BIASES):
-        raise OpError(f"{NAME}: gate weights and biases disagree on the cell count: weights "
-                      f"{[list(np.shape(inputs[i])) for i in INPUT_WEIGHTS + RECURRENT_WEIGHTS]}, biases "
-                      f"{[list(np.shape(inputs[i])) for i in BIASES]}")
+    n_output = w_h.shape[2]
+    projection_w = inputs[PROJECTION[0]] if len(inputs) > PROJECTION[0] else None
+    sizes_ok = (w_h.shape[1] == n_cell and all(np.shape(inputs[BIASES[g]]) == (n_cell,) for g in present)
+                and (n_output == n_cell if projection_w is None else np.shape(projection_w) == (n_output, n_cell)))
+    if not sizes_ok:
+        raise OpError(f"{NAME}: gate weights, biases and projection disagree on the cell and output sizes: "
+                      f"weights {[list(a.shape) for a in (*w_x, *w_h)][:2]}, biases "
+                      f"{[list(np.shape(inputs[BIASES[g]])) for g in present]}")
+    if projection_w is not None and n_output != n_cell and any(
+            len(inputs) > i and inputs[i] is not None for i in PEEPHOLES):
+        raise OpError(f"{NAME}: peephole with a projection to {n_output} != {n_cell} cells: LiteRT's integer "
+                      "peephole then walks the cell state in rows of n_output (not reproduced)")
     if np.shape(inputs[0])[-1] != n_input:
         raise OpError(f"{NAME}: input has {np.shape(inputs[0])[-1]} features, the weights take {n_input}")
-    bias = np.stack([np.asarray(inputs[i], np.int64) for i in BIASES])
+    bias = np.stack([np.asarray(inputs[BIASES[g]], np.int64) for g in present])
 
     def multipliers(indices, state_scale):
         pairs = [quantize_multiplier(float(np.float32(np.float32(_scale(op.inputs[i]) * state_scale) / gate_scale)))
@@ -170,26 +211,44 @@ def prepare(op, inputs, cell_clip: float = 0.0) -> Prepared:
         return (np.asarray([m for m, _ in pairs], np.int64)[:, None],
                 np.asarray([s for _, s in pairs], np.int64)[:, None])
 
-    mult_x, shift_x = multipliers(INPUT_WEIGHTS, x_scale)
-    mult_h, shift_h = multipliers(RECURRENT_WEIGHTS, h_scale)
+    mult_x, shift_x = multipliers([INPUT_WEIGHTS[g] for g in present], x_scale)
+    mult_h, shift_h = multipliers([RECURRENT_WEIGHTS[g] for g in present], h_scale)
     hidden = op.intermediates[4]
-    hidden_scale = float(np.float32(2.0 ** -15 / float(np.float32(_scale(hidden))) * 2.0 ** -15))
-    hidden_mult, hidden_shift = quantize_multiplier(hidden_scale)
+    hidden_scale = np.float32(_scale(hidden))
+    hidden_mult, hidden_shift = quantize_multiplier(float(np.float32(2.0 ** -15 / float(hidden_scale) * 2.0 ** -15)))
     cell_scale = _checked_log2(_scale(c_t))
     tanh_bits = 15 + cell_scale
-    clip = 0
-    if cell_clip > 0:
-        clip = int(min(max(np.float32(cell_clip) / np.float32(_scale(c_t)), -32768.0), 32767.0))
+    peephole = {}
+    for g, i in zip("ifo", PEEPHOLES):
+        if len(inputs) > i and inputs[i] is not None:
+            m, s = quantize_multiplier(float(np.float32(2.0 ** cell_scale * _scale(op.inputs[i]) / float(gate_scale))))
+            peephole[g] = (np.asarray(inputs[i], np.int64), m, s)
+    projection = None
+    if projection_w is not None:
+        w = np.asarray(projection_w, np.int64)
+        b = inputs[PROJECTION[1]] if len(inputs) > PROJECTION[1] else None
+        b = np.zeros(n_output, np.int64) if b is None else np.asarray(b, np.int64)
+        scale = np.float32(np.float32(_scale(op.inputs[PROJECTION[0]]) * hidden_scale) / h_scale)
+        projection = (w, b + _zero_point(hidden) * w.sum(axis=1), *quantize_multiplier(float(scale)))
     return Prepared(
-        w_x=w_x, w_h=w_h,
+        gates=gates, w_x=w_x, w_h=w_h,
         bias_x=bias - _zero_point(x_t) * w_x.sum(axis=2),
         bias_h=-_zero_point(h_t) * w_h.sum(axis=2),
         mult_x=mult_x, shift_x=shift_x, mult_h=mult_h, shift_h=shift_h,
         hidden_mult=hidden_mult, hidden_shift=hidden_shift, hidden_zp=_zero_point(hidden),
-        cell_shift=30 + cell_scale, cell_clip=clip,
+        cell_shift=30 + cell_scale, cell_clip=_quantized_clip(cell_clip, _scale(c_t), 32767),
         sigmoid=logistic_table(3), tanh_gate=tanh_table(3),
         tanh_cell=tanh_table(tanh_bits) if 0 <= tanh_bits <= 6 else None,
+        peephole=peephole, projection=projection, output_zp=_zero_point(h_t),
+        proj_clip=_quantized_clip(proj_clip, _scale(op.outputs[0]), 127),
     )
+
+
+def _quantized_clip(clip: float, scale: float, limit: int) -> int:
+    """LiteRT's quantized_cell_clip / quantized_proj_clip: float32 division, clamped, truncated."""
+    if clip <= 0:
+        return 0
+    return int(min(max(np.float32(clip) / np.float32(scale), -limit - 1.0), float(limit)))
 
 
 # -- the arithmetic, over an array namespace (numpy or jax.numpy) ------------------------------
@@ -233,21 +292,38 @@ def input_part(xp, p: Prepared, x):
 
 
 def step(xp, p: Prepared, pre, h, c):
-    """One time step for a batch: ``pre`` [B, 4, n_cell] from `input_part`, ``h`` [B, n_output]
+    """One time step for a batch: ``pre`` [B, G, n_cell] from `input_part`, ``h`` [B, n_output]
     and ``c`` [B, n_cell] int64 codes; returns the new (h, c)."""
     acc = xp.einsum("bo,gco->bgc", h, p.w_h) + p.bias_h
     gates = xp.clip(pre + rescale(xp, acc, p.mult_h, p.shift_h), -(1 << 15), (1 << 15) - 1)
-    i = _lookup(xp, p.sigmoid, gates[:, 0])
-    f = _lookup(xp, p.sigmoid, gates[:, 1])
-    g = _lookup(xp, p.tanh_gate, gates[:, 2])
-    o = _lookup(xp, p.sigmoid, gates[:, 3])
+
+    def gate(name, table, cell):
+        z = gates[:, p.gates.index(name)]
+        if name in p.peephole:      # LiteRT: i and f see the old cell, o the new one
+            w, m, s = p.peephole[name]
+            z = xp.clip(z + rescale(xp, w * cell, xp.asarray(m, z.dtype), xp.asarray(s, z.dtype)),
+                        -(1 << 15), (1 << 15) - 1)
+        return _lookup(xp, table, z)
+
+    f = gate("f", p.sigmoid, c)
+    g = gate("c", p.tanh_gate, c)
+    i = (32767 - f) if "i" not in p.gates else gate("i", p.sigmoid, c)
     c = _wrap16(_divide_by_pot(xp, f * c, xp.asarray(15, c.dtype)))
     c = xp.clip(c + _wrap16(_divide_by_pot(xp, i * g, xp.asarray(p.cell_shift, c.dtype))), -(1 << 15), (1 << 15) - 1)
     if p.cell_clip > 0:
         c = xp.clip(c, -p.cell_clip, p.cell_clip)
+    o = gate("o", p.sigmoid, c)
     t = i if p.tanh_cell is None else _lookup(xp, p.tanh_cell, c)
-    h = rescale(xp, o * t, xp.asarray(p.hidden_mult, c.dtype), xp.asarray(p.hidden_shift, c.dtype))
-    return xp.clip(h + p.hidden_zp, -128, 127), c
+    hidden = rescale(xp, o * t, xp.asarray(p.hidden_mult, c.dtype), xp.asarray(p.hidden_shift, c.dtype))
+    if p.projection is None:
+        return xp.clip(hidden + p.hidden_zp, -128, 127), c
+    w, bias, m, s = p.projection     # LiteRT subtracts the hidden zero point here (b/246629213)
+    hidden = xp.clip(hidden - p.hidden_zp, -128, 127)
+    out = rescale(xp, xp.einsum("bc,oc->bo", hidden, w) + bias, xp.asarray(m, c.dtype), xp.asarray(s, c.dtype))
+    out = xp.clip(out + p.output_zp, -128, 127)
+    if p.proj_clip > 0:
+        out = xp.clip(out, -p.proj_clip, p.proj_clip)
+    return out, c
 
 
 def run(p: Prepared, x: np.ndarray, h: np.ndarray, c: np.ndarray, time_major: bool):

@@ -29,7 +29,7 @@ def _uni_lstm_int8(call, *inputs):
     il.check_operands(op, inputs)
     if opts.cell_clip < 0 or opts.proj_clip < 0:
         raise OpError(f"{il.NAME}: cell_clip and proj_clip must be >= 0, got {opts.cell_clip} and {opts.proj_clip}")
-    p = il.prepare(op, inputs, cell_clip=float(opts.cell_clip))
+    p = il.prepare(op, inputs, cell_clip=float(opts.cell_clip), proj_clip=float(opts.proj_clip))
     time_major = bool(opts.time_major)
     x, h_in, c_in = inputs[0], inputs[il.OUTPUT_STATE], inputs[il.CELL_STATE]
     batch = np.shape(x)[1 if time_major else 0]

@@ -190,6 +190,18 @@ def _cell_state_scale(op):
     op.inputs[19].quantization.scale[0] = np.float32(3e-5)
 
 
+def _peephole_projection():
+    """LiteRT's integer peephole walks the cell state in rows of n_output: refused when that is
+    not n_cell."""
+    return one_lstm(0, peephole=True, n_output=4)[0]
+
+
+def test_peephole_with_a_narrower_projection_is_refused():
+    with pytest.raises(OpError, match="peephole with a projection to 4 != 7 cells") as info:
+        _invoke(_peephole_projection())
+    assert LSTM in str(info.value)
+
+
 @pytest.mark.parametrize("change, message", [
     (_drop_intermediates, "5 intermediate tensors"),
     (_int8_bias, r"operand 13 \(bias of forget\) must be int32, got int8"),
@@ -211,42 +223,57 @@ def _qp(scale, zero_point=0):
 
 
 def one_lstm(seed, *, time_major=False, batch=2, steps=4, n_input=5, n_cell=7, x_zp=-3, h_zp=9,
-             cell_power=1, cell_clip=0.0) -> tuple[bytes, tuple]:
-    """An int8 UNIDIRECTIONAL_SEQUENCE_LSTM alone: random int8 weights and int32 biases, variable
-    states, TF's five intermediates. Returns the model and the input shape."""
+             cell_power=1, cell_clip=0.0, cifg=False, peephole=False, n_output=None, proj_clip=0.0,
+             proj_bias=True) -> tuple[bytes, tuple]:
+    """An int8 UNIDIRECTIONAL_SEQUENCE_LSTM alone: random int8 weights, int32 biases, int16
+    peepholes, an int8 projection to ``n_output`` (None: none), variable states, TF's five
+    intermediates. Returns the model and the input shape."""
     from kiln.ir import Model, Operator
     from kiln.schema import DType
 
     rng = np.random.default_rng(seed)
-    x_scale, h_scale = 0.02, 0.008
+    x_scale, h_scale, hidden_scale = 0.02, 0.008, 0.007
+    projected = n_output is not None
+    n_out = n_output if projected else n_cell
     model = Model()
     sg = model.add_subgraph("main")
     shape = (steps, batch, n_input) if time_major else (batch, steps, n_input)
     x = sg.add_tensor("x", DType.INT8, shape, quantization=_qp(x_scale, x_zp))
     sg.inputs.append(x)
+
+    def const(name, value, scale):
+        return sg.add_constant(name, value, quantization=None if scale is None else _qp(scale))
+
     ins = [x]
     for k in range(8):
-        cols = n_input if k < 4 else n_cell
-        scale = float(rng.uniform(0.002, 0.02))
-        ins.append(sg.add_constant(f"w{k}", rng.integers(-127, 128, (n_cell, cols)).astype(np.int8),
-                                   quantization=_qp(scale)))
-    ins += [None] * 3
+        cols = n_input if k < 4 else n_out
+        w = const(f"w{k}", rng.integers(-127, 128, (n_cell, cols)).astype(np.int8), float(rng.uniform(0.002, 0.02)))
+        ins.append(None if cifg and k in (0, 4) else w)
+    for k in range(3):
+        w = const(f"p{k}", rng.integers(-20000, 20000, n_cell).astype(np.int16), float(rng.uniform(1e-5, 1e-4)))
+        ins.append(w if peephole and not (cifg and k == 0) else None)
     for k in range(4):
-        w_scale = float(ins[1 + k].quantization.scale[0])
-        ins.append(sg.add_constant(f"b{k}", rng.integers(-3000, 3000, n_cell).astype(np.int32),
-                                   quantization=_qp(x_scale * w_scale)))
-    ins += [None] * 2
-    ins.append(sg.add_tensor("h", DType.INT8, (batch, n_cell), quantization=_qp(h_scale, h_zp), is_variable=True))
+        w_scale = 0.01 if ins[1 + k] is None else float(ins[1 + k].quantization.scale[0])
+        b = const(f"b{k}", rng.integers(-3000, 3000, n_cell).astype(np.int32), x_scale * w_scale)
+        ins.append(None if cifg and k == 0 else b)
+    if projected:
+        ins.append(const("pw", rng.integers(-127, 128, (n_output, n_cell)).astype(np.int8), 0.01))
+        ins.append(const("pb", rng.integers(-500, 500, n_output).astype(np.int32), None) if proj_bias else None)
+    else:
+        ins += [None, None]
+    ins.append(sg.add_tensor("h", DType.INT8, (batch, n_out), quantization=_qp(h_scale, h_zp), is_variable=True))
     ins.append(sg.add_tensor("c", DType.INT16, (batch, n_cell), quantization=_qp(2.0 ** cell_power / 32768),
                              is_variable=True))
     ins += [None] * 4
-    y = sg.add_tensor("y", DType.INT8, shape[:2] + (n_cell,), quantization=_qp(h_scale, h_zp))
+    y = sg.add_tensor("y", DType.INT8, shape[:2] + (n_out,), quantization=_qp(h_scale, h_zp))
     sg.outputs.append(y)
-    op = Operator(LSTM, options={"fused_activation_function": 4, "cell_clip": cell_clip, "proj_clip": 0.0,
+    op = Operator(LSTM, options={"fused_activation_function": 4, "cell_clip": cell_clip, "proj_clip": proj_clip,
                                  "time_major": time_major})
     sg.add_operator(op, ins, [y])
     op.intermediates = [sg.add_tensor(f"i{k}", DType.FLOAT32, (0,)) for k in range(4)]
-    op.intermediates.append(sg.add_tensor("hidden", DType.INT8, (0,), quantization=_qp(h_scale, h_zp)))
+    hidden_zp = -5 if projected else h_zp
+    op.intermediates.append(sg.add_tensor("hidden", DType.INT8, (0,),
+                                          quantization=_qp(hidden_scale if projected else h_scale, hidden_zp)))
     op.version = ops.require(LSTM).version(op)
     return kiln.write_model(model), shape
 
@@ -255,10 +282,13 @@ def one_lstm(seed, *, time_major=False, batch=2, steps=4, n_input=5, n_cell=7, x
     dict(time_major=True), dict(time_major=False, batch=1), dict(time_major=True, batch=3, x_zp=0, h_zp=-128),
     dict(cell_power=-1), dict(cell_power=0), dict(cell_power=4), dict(cell_power=6),
     dict(cell_clip=0.3), dict(cell_clip=0.2, cell_power=2), dict(n_input=1, n_cell=1, steps=1),
+    dict(cifg=True), dict(cifg=True, cell_power=0, time_major=True), dict(peephole=True),
+    dict(peephole=True, cifg=True, cell_power=3), dict(peephole=True, cell_power=-1),
+    dict(n_output=4), dict(n_output=9, proj_clip=0.4, proj_bias=False), dict(n_output=7, peephole=True, cifg=True),
 ])
 def test_one_op_lstms_bit_exact(kernel_calls, case):
     """Time-major and batch-major, batches, zero points, every cell scale LiteRT computes
-    (2^-16, the skipped-tanh quirk, to 2^-9) and cell clipping."""
+    (2^-16, the skipped-tanh quirk, to 2^-9), cell clipping, CIFG, peepholes, projection."""
     model, shape = one_lstm(sum(map(ord, repr(case))), **case)
     rng = np.random.default_rng(1)
     inputs = [rng.integers(-128, 128, shape).astype(np.int8) for _ in range(3)]

@@ -81,3 +81,30 @@ def test_integer_lstm_lowering_is_bit_exact(models, name, batches):
                 np.testing.assert_array_equal(a, b)
     lstms = sum(op.op_type == LSTM for op in kiln.read_model(model).main.operators)
     assert sum(op == LSTM for _, op, _ in delegate.claimed) == lstms, delegate.rejected
+
+
+@pytest.mark.parametrize("case", [
+    dict(time_major=True, batch=3), dict(cell_power=-1), dict(cell_clip=0.3, cifg=True),
+    dict(peephole=True, n_output=7, proj_clip=0.4), dict(n_output=4, x_zp=0, h_zp=-128),
+])
+def test_one_op_integer_lstms_through_xla(case):
+    """Layouts Keras models do not reach (tests/quant/test_lstm_kernel.py's builder): XLA,
+    kiln's kernel and LiteRT agree on the output and the states over invokes."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    from tests.quant.test_lstm_kernel import one_lstm
+
+    model, shape = one_lstm(sum(map(ord, repr(case))), **case)
+    delegate = XlaDelegate()
+    xla = kiln.Interpreter(model_content=model, experimental_delegates=[delegate])
+    ref = Interpreter(model_content=model, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+    for interp in (xla, ref):
+        interp.allocate_tensors()
+    assert [op for _, op, _ in delegate.claimed] == [LSTM], delegate.rejected
+    rng = np.random.default_rng(2)
+    for _ in range(3):
+        x = rng.integers(-128, 128, shape).astype(np.int8)
+        np.testing.assert_array_equal(feed(xla, [x], allocate=False)[0], feed(ref, [x], allocate=False)[0])
+        for got, want in zip(_read(xla, ["h", "c"]), _read(ref, ["h", "c"])):
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(got, want)
