@@ -57,7 +57,7 @@ def split_bidirectional(op: Operator) -> bool:
     if any(_operand(op, i) is not None for i in _BIDI_AUX):
         return False
     halves = [_bidi_half(op, *half) for half in _BIDI_HALVES]
-    if any(_cell_refusal(half, op.options) is not None for half in halves):
+    if any(_cell_refusal(half, op.options, op) is not None for half in halves):
         return False
     sg, x, opts = op.subgraph, op.inputs[0], op.options
     merged = bool(opts["merge_outputs"])
@@ -94,10 +94,10 @@ def refusal(op: Operator) -> str | None:
     """Why LiteRT's integer kernel cannot run ``op`` as kiln quantizes it (None: it can)."""
     if op.op_type != "UNIDIRECTIONAL_SEQUENCE_LSTM":
         return "only UNIDIRECTIONAL_SEQUENCE_LSTM has an integer kernel"
-    return _cell_refusal(list(op.inputs), op.options)
+    return _cell_refusal(list(op.inputs), op.options, op)
 
 
-def _cell_refusal(inputs: list, opts) -> str | None:
+def _cell_refusal(inputs: list, opts, owner: Operator) -> str | None:
     """`refusal` on a unidirectional LSTM's operand list (also one half of a bidirectional one)."""
     def operand(i: int) -> Tensor | None:
         return inputs[i] if i < len(inputs) else None
@@ -114,6 +114,8 @@ def _cell_refusal(inputs: list, opts) -> str | None:
             return f"operand {i} (state) must be a float variable tensor"
         if t.producer is not None and zero_fill(t) is None:
             return f"operand {i} (state) starts from a given initial state (only zero states are quantized)"
+        if any(user is not owner for user, _ in t.users):
+            return f"operand {i} (state) is read by other nodes (an LSTM returning its states stays float)"
     return None
 
 

@@ -294,3 +294,28 @@ def test_one_op_lstms_bit_exact(kernel_calls, case):
     inputs = [rng.integers(-128, 128, shape).astype(np.int8) for _ in range(3)]
     _check_bit_exact(model, inputs)
     assert len(kernel_calls) == 3
+
+
+# -- the converter zoo's LSTMs (free batch), as tests/quant/test_runtime_models.py checks models -----
+
+@pytest.mark.parametrize("name", ["k3_lstm", "k3_lstm_stacked_states", "k3_bilstm"])
+def test_zoo_lstms_quantized_by_kiln_run_as_builtin_ref(kernel_calls, name):
+    """kiln's int8 and 16x8 quantizations of the zoo's Keras 3 LSTMs (kiln's converter: TF's
+    needs a static batch) run in kiln's default runtime as in LiteRT's BUILTIN_REF. An LSTM
+    whose states the model returns stays float (the quantizer refuses it): its outputs agree
+    to float rounding, the integer ones bit for bit."""
+    from tests.converter import zoo
+    from tests.quant.test_runtime_models import _compare
+
+    keras_model = zoo.BUILDERS[name]().obj
+    rng = np.random.default_rng(3)
+    shape = (1,) + tuple(keras_model.inputs[0].shape[1:])
+    calibration = [rng.uniform(-1, 1, shape).astype(np.float32) for _ in range(8)]
+    float_model = kiln.TFLiteConverter.from_keras_model(keras_model).convert()
+    for mode in ("int8", "int16x8"):
+        q = quantize(float_model, mode, progress=False, representative_dataset=lambda: ([d] for d in calibration))
+        lstms = _lstms(q)
+        integer = [op.inputs[0].dtype.name == "INT8" for op in lstms]
+        assert any(integer) and integer == [name != "k3_lstm_stacked_states" or k == 0 for k in range(len(lstms))]
+        _compare(q, [rng.uniform(-1, 1, shape).astype(np.float32) for _ in range(2)], exact=all(integer))
+    assert kernel_calls
