@@ -34,6 +34,15 @@ if TYPE_CHECKING:  # pragma: no cover
 MAX_TENSOR_BYTES = 1 << 34
 
 
+def reset_value(t: Tensor) -> np.ndarray:
+    """A variable tensor's value before anything writes it, as LiteRT's ResetVariableTensor
+    sets it: zeros, except an int8 variable, which starts at its zero point (0.0)."""
+    q = t.quantization
+    if t.dtype == DType.INT8 and q is not None and q.zero_point.size:
+        return np.full(t.shape, q.zero_point[0], dtype=np.int8)
+    return np.zeros(t.shape, dtype=t.dtype.numpy)
+
+
 @dataclass
 class _Step:
     """One entry of the execution plan: a node, or a delegated partition of nodes."""
@@ -110,11 +119,7 @@ class _SubgraphEnv:
         if t.data is not None:
             return np.array(t.data, dtype=t.dtype.numpy, copy=True).reshape(t.shape)
         self.check_allocation(self.pos[id(t)], t.shape, t.dtype.numpy)
-        q = t.quantization
-        if t.dtype == DType.INT8 and q is not None and q.zero_point.size:
-            # LiteRT's ResetVariableTensor: an int8 variable starts at its zero point (0.0).
-            return np.full(t.shape, q.zero_point[0], dtype=np.int8)
-        return np.zeros(t.shape, dtype=t.dtype.numpy)
+        return reset_value(t)
 
     def reset_variables(self) -> None:
         for i, t in enumerate(self.tensors):

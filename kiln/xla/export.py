@@ -21,6 +21,7 @@ import os
 import numpy as np
 
 from ..errors import KilnError, UnsupportedError
+from ..runtime.environment import reset_value
 from ._jax import require_jax, x64
 from .graph import RESOURCE_OPS, param_tensors, prepare_nodes, run_nodes, static_tensors, why_not_lowered
 
@@ -92,7 +93,7 @@ def to_jax(model, signature_key: str | None = None):
         with x64(), using(store):
             env = {id(t): params[name] for name, t in zip(names, params_t)}
             for t in variables:  # every call starts from the initial states (a fresh interpreter)
-                env[id(t)] = jnp.asarray(t.data if t.data is not None else np.zeros(t.shape, t.dtype.numpy))
+                env[id(t)] = jnp.asarray(t.data if t.data is not None else reset_value(t))
             for t, value in zip(inputs, args):
                 env[id(t)] = jnp.asarray(value)
             run_nodes(nodes, env)

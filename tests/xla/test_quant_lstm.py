@@ -108,3 +108,17 @@ def test_one_op_integer_lstms_through_xla(case):
         for got, want in zip(_read(xla, ["h", "c"]), _read(ref, ["h", "c"])):
             assert got.dtype == want.dtype
             np.testing.assert_array_equal(got, want)
+
+
+def test_to_jax_runs_tfs_int8_lstm_from_litert_initial_state(models):
+    """to_jax's variables start as LiteRT's do: TF's int8 hidden state at its zero point."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    from kiln.xla import to_jax
+
+    model = models["tf_calib16"]
+    assert kiln.read_model(model).main.operators[1].inputs[18].quantization.zero_point[0] != 0
+    fn, params = to_jax(model)
+    for x in _data(2, 9):
+        ref = Interpreter(model_content=model, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+        np.testing.assert_array_equal(np.asarray(fn(params, x)[0]), feed(ref, [x])[0])
