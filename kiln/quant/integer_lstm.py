@@ -262,17 +262,20 @@ def _high_mul(xp, a, b):
 
 
 def _divide_by_pot(xp, x, exponent):
-    mask = (xp.ones_like(exponent) << exponent) - 1
+    mask = (1 << exponent) - 1
     threshold = (mask >> 1) + (x < 0)
     return (x >> exponent) + ((x & mask) > threshold)
 
 
 def rescale(xp, x, multiplier, shift):
     """LiteRT's MultiplyByQuantizedMultiplier (two roundings, as its build computes it)."""
-    left = xp.maximum(shift, 0)
-    right = xp.maximum(-shift, 0)
-    scaled = xp.clip(x << left, _INT32_MIN, _INT32_MAX)
+    left, right = xp.maximum(shift, 0), xp.maximum(-shift, 0)
+    scaled = _clamp(xp, x << left, _INT32_MIN, _INT32_MAX)
     return _divide_by_pot(xp, _high_mul(xp, scaled, multiplier), right)
+
+
+def _clamp(xp, x, lo, hi):
+    return xp.minimum(xp.maximum(x, lo), hi)   # (np.clip's per-call dtype checks cost more)
 
 
 def _wrap16(x):
@@ -288,41 +291,41 @@ def input_part(xp, p: Prepared, x):
     [..., 4, n_cell], already rescaled and saturated to int16 (LiteRT adds the recurrent
     part to this saturated value)."""
     acc = xp.einsum("...i,gci->...gc", x, p.w_x) + p.bias_x
-    return xp.clip(rescale(xp, acc, p.mult_x, p.shift_x), -(1 << 15), (1 << 15) - 1)
+    return _clamp(xp, rescale(xp, acc, p.mult_x, p.shift_x), -(1 << 15), (1 << 15) - 1)
 
 
 def step(xp, p: Prepared, pre, h, c):
     """One time step for a batch: ``pre`` [B, G, n_cell] from `input_part`, ``h`` [B, n_output]
     and ``c`` [B, n_cell] int64 codes; returns the new (h, c)."""
     acc = xp.einsum("bo,gco->bgc", h, p.w_h) + p.bias_h
-    gates = xp.clip(pre + rescale(xp, acc, p.mult_h, p.shift_h), -(1 << 15), (1 << 15) - 1)
+    gates = _clamp(xp, pre + rescale(xp, acc, p.mult_h, p.shift_h), -(1 << 15), (1 << 15) - 1)
 
     def gate(name, table, cell):
         z = gates[:, p.gates.index(name)]
         if name in p.peephole:      # LiteRT: i and f see the old cell, o the new one
             w, m, s = p.peephole[name]
-            z = xp.clip(z + rescale(xp, w * cell, xp.asarray(m, z.dtype), xp.asarray(s, z.dtype)),
+            z = _clamp(xp, z + rescale(xp, w * cell, xp.asarray(m, z.dtype), xp.asarray(s, z.dtype)),
                         -(1 << 15), (1 << 15) - 1)
         return _lookup(xp, table, z)
 
     f = gate("f", p.sigmoid, c)
     g = gate("c", p.tanh_gate, c)
     i = (32767 - f) if "i" not in p.gates else gate("i", p.sigmoid, c)
-    c = _wrap16(_divide_by_pot(xp, f * c, xp.asarray(15, c.dtype)))
-    c = xp.clip(c + _wrap16(_divide_by_pot(xp, i * g, xp.asarray(p.cell_shift, c.dtype))), -(1 << 15), (1 << 15) - 1)
+    c = _wrap16(_divide_by_pot(xp, f * c, 15))
+    c = _clamp(xp, c + _wrap16(_divide_by_pot(xp, i * g, p.cell_shift)), -(1 << 15), (1 << 15) - 1)
     if p.cell_clip > 0:
-        c = xp.clip(c, -p.cell_clip, p.cell_clip)
+        c = _clamp(xp, c, -p.cell_clip, p.cell_clip)
     o = gate("o", p.sigmoid, c)
     t = i if p.tanh_cell is None else _lookup(xp, p.tanh_cell, c)
     hidden = rescale(xp, o * t, xp.asarray(p.hidden_mult, c.dtype), xp.asarray(p.hidden_shift, c.dtype))
     if p.projection is None:
-        return xp.clip(hidden + p.hidden_zp, -128, 127), c
+        return _clamp(xp, hidden + p.hidden_zp, -128, 127), c
     w, bias, m, s = p.projection     # LiteRT subtracts the hidden zero point here (b/246629213)
-    hidden = xp.clip(hidden - p.hidden_zp, -128, 127)
+    hidden = _clamp(xp, hidden - p.hidden_zp, -128, 127)
     out = rescale(xp, xp.einsum("bc,oc->bo", hidden, w) + bias, xp.asarray(m, c.dtype), xp.asarray(s, c.dtype))
-    out = xp.clip(out + p.output_zp, -128, 127)
+    out = _clamp(xp, out + p.output_zp, -128, 127)
     if p.proj_clip > 0:
-        out = xp.clip(out, -p.proj_clip, p.proj_clip)
+        out = _clamp(xp, out, -p.proj_clip, p.proj_clip)
     return out, c
 
 
