@@ -7,6 +7,9 @@ does), unless `DOCUMENTED` says why they differ; LiteRT's error against the floa
 than TF's model's; kiln's Interpreter equal to LiteRT's BUILTIN_REF kernels on both files (bit for
 bit on integer models, to float32 rounding on hybrid / float16 ones, whose float sums are ordered
 differently). Where TF fails, its error is recorded in `TF_FAILS` and kiln must convert and run.
+Deliberate differences are tables below, each with its reason, and each entry asserted to still
+hold: `DOCUMENTED` (parameters), `PLACEMENT` (QUANTIZE ops), `VERSIONS`, `KILN_REFUSES`.
+Slow: 35 cells, about 70 s alone on 2 cores (3.5 min beside other jobs); MobileNetV2 dominates.
 
 LSTMs are not here: tests/quant/test_lstm_int.py, test_16x8.py and test_hybrid.py cover them.
 """
@@ -22,6 +25,7 @@ import pytest
 
 import kiln
 from kiln import ops
+from kiln.quant.static import QuantizationError
 from tests.converter import zoo
 
 tf = pytest.importorskip("tensorflow")
@@ -73,7 +77,10 @@ PLACEMENT = {("heads", m): _CONCAT for m in ("int8", "int8io")}
 VERSIONS = {"16x8": "kiln writes the versions op_version.cc gives int16 operands; TF 2.21 writes the int8 "
                     "ones (tests/quant/test_16x8.py)"}
 #: (model, mode) -> the text TF's converter fails with (kiln must convert, and LiteRT run, the cell).
-TF_FAILS = {}
+#: (model, mode) -> (op type TF leaves float in an "integer-only" model, why kiln refuses it).
+KILN_REFUSES = {("transformer", "int8io"): ("NEG", "TF 2.21's TFLITE_BUILTINS_INT8 conversion silently keeps "
+                                                   "LayerNorm's NEG float; kiln's integer_only names it and refuses")}
+TF_FAILS = {("transformer", "16x8"): "Quantization to 16x8-bit not yet supported for op: 'NEG'"}
 
 
 def _configure(conv, mode, data):
@@ -113,9 +120,13 @@ def _cell(name, mode):
             theirs = _configure(tf.lite.TFLiteConverter.from_keras_model(model), mode, data).convert()
     except Exception as exc:  # noqa: BLE001 — TF's failure is the recorded result
         theirs = f"{type(exc).__name__}: {exc}"
-    ours = kiln.quantize(_keras(name)[3], KILN_MODE[mode], representative_dataset=lambda: ([d] for d in data),
-                         integer_only=mode == "int8io", progress=False,
-                         **({"inference_input_type": "int8", "inference_output_type": "int8"} if mode == "int8io" else {}))
+    try:
+        ours = kiln.quantize(_keras(name)[3], KILN_MODE[mode], representative_dataset=lambda: ([d] for d in data),
+                             integer_only=mode == "int8io", progress=False,
+                             **({"inference_input_type": "int8", "inference_output_type": "int8"}
+                                if mode == "int8io" else {}))
+    except QuantizationError as exc:  # the recorded result of a KILN_REFUSES cell
+        ours = str(exc)
     return theirs, ours
 
 
@@ -201,6 +212,13 @@ CELLS = [(n, m) for n in BUILDERS for m in MODES]
 def test_cell(name, mode):
     theirs, ours = _cell(name, mode)
     exact = mode in INTEGER
+    if (name, mode) in KILN_REFUSES:
+        op_type = KILN_REFUSES[name, mode][0]
+        assert isinstance(ours, str) and f"{op_type} " in ours and "no int8 kernel" in ours, ours
+        assert any(op.op_type == op_type and op.inputs[0].dtype.name == "FLOAT32"
+                   for op in kiln.read_model(theirs).main.operators)
+        return
+    assert not isinstance(ours, str), ours
     if isinstance(theirs, str):
         assert (name, mode) in TF_FAILS and TF_FAILS[name, mode] in theirs, theirs
         _bit_exact(ours, name, exact)
@@ -216,7 +234,10 @@ def test_cell(name, mode):
         assert strip(ours) == strip(theirs) and _ops(ours) != _ops(theirs)
         return
     assert [t for t, _ in _ops(ours)] == [t for t, _ in _ops(theirs)]
-    versions = [(v, w) for (t, v), (_, w) in zip(_ops(ours), _ops(theirs)) if v != w]
+    # TF writes one operator code per builtin, at the highest version any of its ops needs;
+    # kiln each op at its own (tests/quant/test_weights.py): the maxima per op type agree.
+    top = lambda m: {t: max(v for u, v in _ops(m) if u == t) for t, _ in _ops(m)}  # noqa: E731
+    versions = [(t, v, top(theirs)[t]) for t, v in top(ours).items() if v != top(theirs)[t]]
     if mode in VERSIONS:
         assert versions, "op versions equal TF's now: drop the VERSIONS entry"
         for op in kiln.read_model(ours).main.operators:  # each is op_version.cc's rule for its operands
