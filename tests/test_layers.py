@@ -19,10 +19,10 @@ ROOT = Path(__file__).resolve().parents[1] / "kiln"
 #: A unit is a package (with everything under it not listed on its own) or a module; the
 #: facades ``kiln`` and ``kiln.converter`` stand for their ``__init__`` only.
 LAYERS: list[set[str]] = [
-    {"kiln.errors", "kiln.schema", "kiln.quant.arith", "kiln.protos"},  # shared types; fixed-point math; protobuf descriptors
+    {"kiln.errors", "kiln.schema", "kiln.quant.arith", "kiln.quant.fixedpoint16", "kiln.protos"},  # shared types; fixed-point math; protobuf descriptors
     {"kiln.ir", "kiln.quant.params", "kiln.quant.hybrid", "kiln.quant.rules", "kiln.rules"},
     # the model representation; quantization parameters, hybrid kernels, op rules; rewrite rules
-    {"kiln.quant.integer"},                            # LiteRT's integer kernels as pure functions (the
+    {"kiln.quant.integer", "kiln.quant.integer_lstm"},  # LiteRT's integer kernels as pure functions (the
     {"kiln.quant.integer_elementwise", "kiln.quant.integer_activations"},  # records' quantized kernels)
     {"kiln.quant.integer_more"},                       # (the rest: PRELU, L2_NORM, ELU, uint8 weighted ops)
     {"kiln.ops"},                                      # op records: options, shapes, versions, kernels
