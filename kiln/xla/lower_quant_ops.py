@@ -1,0 +1,365 @@
+"""Quantized lowerings beyond the weighted ops, bit-exact with kiln.quant's integer kernels.
+
+Three kinds:
+
+* Data movement on the codes: an op whose record runs its float kernel unchanged on
+  quantized tensors (`kiln.ops.record.on_codes`: RESHAPE, TRANSPOSE, PAD, GATHER, MAXIMUM,
+  ...) runs its float lowering unchanged on the integer codes too; SHAPE / RANK only read
+  the shape.
+* 8-bit unary ops (TANH, LOGISTIC, GELU, RELU*, LEAKY_RELU, HARD_SWISH, EXP, LOG, RSQRT,
+  ABS): a function of one int8 / uint8 code has 256 values, so the lowering is a lookup in
+  the table of the node's own reference kernel evaluated on every code at trace time (what
+  LiteRT's Prepare does for its LUT kernels). Exact by construction, one gather in XLA.
+* Integer arithmetic mirroring kiln.quant.integer: MAX / AVERAGE_POOL_2D, MEAN, SOFTMAX
+  (int8's float-table kernel), BATCH_MATMUL, SQUARED_DIFFERENCE, TRANSPOSE_CONV.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from .. import ops
+from ..errors import OpError
+from ..ops.record import KernelCall, operand_types
+from ..ops.windowed import transpose_conv_geometry, window_geometry
+from ..quant.arith import quantize_multiplier
+from ..quant.integer_elementwise import LEFT_SHIFT_SQUARED_DIFFERENCE
+from ..schema import Activation, DType
+from . import table
+from .lower_quant import _activation_range, _channel_multipliers, _limits, rescale_twice
+from .table import register_lowering
+
+_I64 = jnp.int64
+_SIMPLE_ACTS = (Activation.NONE, Activation.RELU, Activation.RELU6, Activation.RELU_N1_TO_1)
+
+
+def _q(t):
+    return t.quantization
+
+
+def _zp(t) -> int:
+    return int(t.quantization.zero_point[0])
+
+
+def _per_tensor(op, kinds=(DType.INT8,)) -> str | None:
+    """None when every tensor of ``op`` is quantized per tensor with one of ``kinds``."""
+    for t in (*op.inputs, *op.outputs):
+        if t is None or not t.dtype.name.startswith(("INT", "UINT")):
+            continue
+        q = t.quantization
+        if q is None or q.scale.size == 0:
+            continue
+        if t.dtype not in kinds or q.scale.size != 1:
+            return (f"{op.name}: quantized tensor {t.name!r} is {t.dtype.name} with {q.scale.size} scales; "
+                    f"lowered: {'/'.join(k.name for k in kinds)} with one scale")
+    return None
+
+
+# -- data movement on the codes ------------------------------------------------------------------
+
+#: Ops that read only the input's shape.
+_SHAPE_ONLY = ("SHAPE", "RANK")
+
+
+def codes_check(op, opts) -> str | None:
+    """None when the node's quantized kernel is the op's float kernel run on the codes."""
+    if op.op_type in _SHAPE_ONLY:
+        return None
+    record = ops.require(op.op_type)
+    key = operand_types(op)
+    if record.quantized.get(key) is not record.kernel:
+        return f"{op.name}: its {key} kernel is not the float kernel on the codes, and has no lowering"
+    return None
+
+
+def _allow_codes() -> None:
+    """Give every lowering of an on-codes op (no quantized check yet) `codes_check`."""
+    for name in list(table._TABLE):
+        low = table._TABLE[name]
+        record = ops.get(name)
+        if low.quantized is not None or record is None:
+            continue
+        if name in _SHAPE_ONLY or any(k is record.kernel for k in record.quantized.values()):
+            table._TABLE[name] = dataclasses.replace(low, quantized=codes_check)
+
+
+# -- 8-bit unary ops as lookups in their reference kernel's table ---------------------------------
+
+_UNARY = ("TANH", "LOGISTIC", "GELU", "RELU", "RELU6", "RELU_N1_TO_1", "LEAKY_RELU", "HARD_SWISH", "EXP",
+          "LOG", "RSQRT", "ABS")
+
+
+def _code_table(call):
+    """The reference kernel's output for every code of the input type (ordered by code)."""
+    x_t = call.op.inputs[0]
+    lo, hi = _limits(x_t.dtype.numpy)
+    codes = np.arange(lo, hi + 1).astype(x_t.dtype.numpy)
+    kcall = KernelCall(call.opts, call.op, call.out_dtypes)
+    return np.asarray(ops.require(call.op.op_type).kernel_for(call.op)(kcall, codes)), lo
+
+
+def _unary_lookup(call, x):
+    values, lo = _code_table(call)
+    return jnp.take(jnp.asarray(values), x.astype(jnp.int32) - lo, axis=0)
+
+
+def _unary_check(op, opts):
+    x_t = op.inputs[0]
+    if x_t.dtype not in (DType.INT8, DType.UINT8) or op.outputs[0].dtype not in (DType.INT8, DType.UINT8):
+        return f"{op.name}: only 8-bit codes are lowered (as a table); {x_t.dtype.name} is not"
+    key = operand_types(op)
+    if key not in ops.require(op.op_type).quantized:
+        return f"{op.name}: kiln has no {key} kernel to tabulate"
+    return _per_tensor(op, (DType.INT8, DType.UINT8))
+
+
+# -- pooling ------------------------------------------------------------------------------------
+
+def _pool_taps(call, x):
+    opts = call.opts
+    k = (opts.filter_height, opts.filter_width)
+    (oh, ow), pads = window_geometry(opts, x.shape[1:3], k, (1, 1))
+    return k, (oh, ow), pads, (opts.stride_h, opts.stride_w)
+
+
+def _windows(xp, k, out_hw, strides):
+    return [lax.slice(xp, (0, i, j, 0), (xp.shape[0], i + (out_hw[0] - 1) * strides[0] + 1,
+                                         j + (out_hw[1] - 1) * strides[1] + 1, xp.shape[3]), (1, *strides, 1))
+            for i in range(k[0]) for j in range(k[1])]
+
+
+def _pool_clip(out, call):
+    act = call.opts.fused_activation_function
+    if act == Activation.NONE:
+        lo, hi = _limits(call.out_dtypes[0])
+    else:
+        lo, hi = _activation_range(act, call.op.outputs[0].quantization, call.out_dtypes[0])
+    return jnp.clip(out, lo, hi).astype(call.out_dtypes[0])
+
+
+def _max_pool(call, x):
+    k, out_hw, pads, strides = _pool_taps(call, x)
+    low = np.iinfo(np.int32).min
+    xp = jnp.pad(x.astype(jnp.int32), ((0, 0), *pads, (0, 0)), constant_values=low)
+    taps = _windows(xp, k, out_hw, strides)
+    out = taps[0]
+    for t in taps[1:]:
+        out = jnp.maximum(out, t)
+    return _pool_clip(out, call)
+
+
+def _average_pool(call, x):
+    k, out_hw, pads, strides = _pool_taps(call, x)
+    widths = ((0, 0), *pads, (0, 0))
+    sums = sum(_windows(jnp.pad(x.astype(_I64), widths), k, out_hw, strides))
+    inside = np.pad(np.ones((1, *x.shape[1:3], 1), np.int64), widths)
+    counts = sum(_windows(jnp.asarray(inside), k, out_hw, strides))
+    half = counts // 2
+    num = jnp.where(sums > 0, sums + half, sums - half)
+    out = jnp.sign(num) * (jnp.abs(num) // counts)   # C's truncating division
+    return _pool_clip(out, call)
+
+
+def _pool_check(op, opts):
+    reason = _per_tensor(op, (DType.INT8, DType.UINT8, DType.INT16))
+    if reason:
+        return reason
+    q_in, q_out = _q(op.inputs[0]), _q(op.outputs[0])
+    if np.float32(q_in.scale[0]) != np.float32(q_out.scale[0]) or q_in.zero_point[0] != q_out.zero_point[0]:
+        return f"{op.name}: input and output quantization differ (the reference kernel refuses it)"
+    if opts.fused_activation_function not in _SIMPLE_ACTS or min(opts.filter_height, opts.filter_width) < 1:
+        return f"{op.name}: fused activation or filter size has no integer kernel"
+    if len(op.inputs[0].shape) != 4:
+        return f"{op.name}: input must be 4-D"
+    return None
+
+
+# -- MEAN -----------------------------------------------------------------------------------------
+
+def _mean(call, x, axes):
+    axes = sorted({int(a) % x.ndim for a in np.ravel(np.asarray(axes))}) if x.ndim else []
+    if not axes:
+        return x.astype(call.out_dtypes[0])
+    keep = bool(call.opts.keep_dims)
+    count = int(np.prod([x.shape[a] for a in axes]))
+    total = jnp.sum(x.astype(_I64), axis=tuple(axes), keepdims=keep) - _zp(call.op.inputs[0]) * count
+    if count == 0:
+        return jnp.zeros(total.shape, call.out_dtypes[0])
+    m, shift = quantize_multiplier(float(_q(call.op.inputs[0]).scale[0]) / float(_q(call.op.outputs[0]).scale[0]))
+    k = min(count.bit_length() - 1, 32, 31 + shift)
+    m, shift = (m << k) // count, shift - k
+    out = rescale_twice(total, m, shift) + _zp(call.op.outputs[0])
+    return jnp.clip(out, *_limits(call.out_dtypes[0])).astype(call.out_dtypes[0])
+
+
+def _mean_check(op, opts):
+    return _per_tensor(op, (DType.INT8, DType.INT16))
+
+
+# -- SOFTMAX (int8: the float-table kernel) ----------------------------------------------------
+
+def _round_half_away(v):
+    v = v.astype(jnp.float64)
+    return jnp.sign(v) * jnp.floor(jnp.abs(v) + 0.5)
+
+
+def _softmax(call, x):
+    f32 = np.float32
+    q_x, q_y = _q(call.op.inputs[0]), _q(call.op.outputs[0])
+    distances = np.arange(256).astype(f32)
+    values = np.exp((f32(-f32(q_x.scale[0]) * f32(call.opts.beta)) * distances).astype(f32)).astype(f32)
+    xi = x.astype(jnp.int32)
+    exps = jnp.take(jnp.asarray(values), jnp.max(xi, axis=-1, keepdims=True) - xi, axis=0)
+    n = x.shape[-1]
+    if n <= 64:   # float32 sum left to right, as the reference loop
+        total = jnp.zeros(x.shape[:-1] + (1,), jnp.float32)
+        for j in range(n):
+            total = total + exps[..., j:j + 1]
+    else:
+        cols = jnp.moveaxis(exps, -1, 0)
+        total = lax.fori_loop(0, n, lambda j, acc: acc + cols[j], jnp.zeros(x.shape[:-1], jnp.float32))[..., None]
+    inverse = jnp.float32(1) / (total * f32(q_y.scale[0]))
+    out = _round_half_away(exps * inverse) + _zp(call.op.outputs[0])
+    return jnp.clip(out, *_limits(call.out_dtypes[0])).astype(call.out_dtypes[0])
+
+
+def _softmax_check(op, opts):
+    if op.inputs[0].dtype != DType.INT8 or op.outputs[0].dtype != DType.INT8 or len(op.inputs[0].shape) == 0:
+        return f"{op.name}: only int8 SOFTMAX (at least 1-D) is lowered"
+    return _per_tensor(op)
+
+
+# -- BATCH_MATMUL / SQUARED_DIFFERENCE / TRANSPOSE_CONV (int8) ----------------------------------
+
+def _batch_matmul(call, a, b):
+    op = call.op
+    a = a.astype(_I64) - _zp(op.inputs[0])
+    b = b.astype(_I64) - _zp(op.inputs[1])
+    if call.opts.adj_x:
+        a = jnp.swapaxes(a, -1, -2)
+    if call.opts.adj_y:
+        b = jnp.swapaxes(b, -1, -2)
+    if a.shape[-1] != b.shape[-2]:
+        raise OpError(f"BATCH_MATMUL: contraction sizes {a.shape[-1]} and {b.shape[-2]} differ")
+    acc = jnp.matmul(a.astype(jnp.int32), b.astype(jnp.int32), preferred_element_type=jnp.int32)
+    product = np.float32(np.float32(_q(op.inputs[0]).scale[0]) * np.float32(_q(op.inputs[1]).scale[0]))
+    m, s = quantize_multiplier(float(product) / float(_q(op.outputs[0]).scale[0]))
+    out = rescale_twice(acc, m, s) + _zp(op.outputs[0])
+    return jnp.clip(out, *_limits(call.out_dtypes[0])).astype(call.out_dtypes[0])
+
+
+def _squared_difference(call, a, b):
+    op = call.op
+    s_a, s_b, s_y = (float(_q(t).scale[0]) for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
+    twice_max = 2.0 * max(s_a, s_b)
+    m_a, sh_a = quantize_multiplier(s_a / twice_max)
+    m_b, sh_b = quantize_multiplier(s_b / twice_max)
+    lift = LEFT_SHIFT_SQUARED_DIFFERENCE
+    m_y, sh_y = quantize_multiplier(twice_max * twice_max / ((1 << 2 * lift) * s_y))
+    la = jnp.left_shift(a.astype(_I64) - _zp(op.inputs[0]), lift)
+    lb = jnp.left_shift(b.astype(_I64) - _zp(op.inputs[1]), lift)
+    diff = rescale_twice(la, m_a, sh_a) - rescale_twice(lb, m_b, sh_b)
+    out = rescale_twice(diff * diff, m_y, sh_y) + _zp(op.outputs[0])
+    return jnp.clip(out, *_limits(call.out_dtypes[0])).astype(call.out_dtypes[0])
+
+
+def _transpose_conv(call, output_shape, w, x, bias=None):
+    op, opts = call.op, call.opts
+    out_c, kh, kw, in_c = w.shape
+    out_hw, (pad_t, pad_l) = transpose_conv_geometry(opts, np.asarray(output_shape), x.shape, w.shape)
+    sh, sw = opts.stride_h, opts.stride_w
+    n, h, wd = x.shape[0], x.shape[1], x.shape[2]
+    xc = x.astype(jnp.int32) - _zp(op.inputs[2])
+    # Scatter as a dilated convolution: out[oy] += x[iy] · w[ky] with oy = iy·s + ky − pad.
+    full_h, full_w = (h - 1) * sh + kh, (wd - 1) * sw + kw
+    acc = lax.conv_general_dilated(
+        xc, jnp.asarray(np.asarray(w, np.int32)[:, ::-1, ::-1, :]), (1, 1),
+        ((kh - 1, kh - 1), (kw - 1, kw - 1)), lhs_dilation=(sh, sw),
+        dimension_numbers=("NHWC", "OHWI", "NHWC"), preferred_element_type=jnp.int32)
+    assert acc.shape[1:3] == (full_h, full_w)
+    acc = acc[:, pad_t:pad_t + out_hw[0], pad_l:pad_l + out_hw[1], :]
+    if acc.shape[1] < out_hw[0] or acc.shape[2] < out_hw[1]:   # taps never reached stay zero
+        acc = jnp.pad(acc, ((0, 0), (0, out_hw[0] - acc.shape[1]), (0, out_hw[1] - acc.shape[2]), (0, 0)))
+    acc = acc.astype(_I64)
+    if bias is not None:
+        acc = acc + jnp.asarray(bias).astype(_I64).reshape(-1)
+    m, s = _channel_multipliers(_q(op.inputs[2]), _q(op.inputs[1]), _q(op.outputs[0]), out_c)
+    out = rescale_twice(acc, m, s) + _zp(op.outputs[0])
+    lo, hi = _activation_range(opts.fused_activation_function, _q(op.outputs[0]), call.out_dtypes[0])
+    return jnp.clip(out, lo, hi).astype(call.out_dtypes[0])
+
+
+def _transpose_conv_check(op, opts):
+    x_t, w_t, out_t = op.inputs[2], op.inputs[1], op.outputs[0]
+    b_t = op.inputs[3] if len(op.inputs) > 3 else None
+    if (x_t.dtype, w_t.dtype, out_t.dtype) != (DType.INT8,) * 3 or (b_t is not None and b_t.dtype != DType.INT32):
+        return f"{op.name}: only the int8 kernel (int8 input, filter and output, int32 bias) is lowered"
+    if not w_t.is_constant or (b_t is not None and not b_t.is_constant):
+        return f"{op.name}: quantized filter and bias must be constants"
+    if np.any(w_t.quantization.zero_point != 0):
+        return f"{op.name}: filter with non-zero zero points"
+    if opts.fused_activation_function not in _SIMPLE_ACTS:
+        return f"{op.name}: fused activation has no integer kernel"
+    return None
+
+
+def _int8_check(op, opts):
+    return _per_tensor(op)
+
+
+def register() -> None:
+    """Add the quantized lowerings (once, after the float ones are registered)."""
+    for name in _UNARY:
+        if table._TABLE.get(name) is not None:
+            low = table._TABLE[name]
+            if low.quantized is None:
+                table._TABLE[name] = dataclasses.replace(low, quantized=_unary_check, fn=_dispatch(low.fn),
+                                                          check=_float_check(low.check))
+        else:
+            register_lowering(name, _unary_lookup, quantized=_unary_check, check=_quantized_only)
+    _replace_or_register("MAX_POOL_2D", _max_pool, _pool_check)
+    _replace_or_register("AVERAGE_POOL_2D", _average_pool, _pool_check)
+    _replace_or_register("MEAN", _mean, _mean_check)
+    _replace_or_register("SOFTMAX", _softmax, _softmax_check)
+    _replace_or_register("BATCH_MATMUL", _batch_matmul, _int8_check)
+    _replace_or_register("SQUARED_DIFFERENCE", _squared_difference, _int8_check)
+    _replace_or_register("TRANSPOSE_CONV", _transpose_conv, _transpose_conv_check)
+    _allow_codes()
+
+
+def _quantized_only(op, opts):
+    return None if operand_types(op) is not None else f"{op.name}: only its quantized form is lowered"
+
+
+def _float_check(check):
+    """The float lowering's check, for float nodes only (quantized ones have their own)."""
+    if check is None:
+        return None
+    return lambda op, opts: None if operand_types(op) is not None else check(op, opts)
+
+
+def _is_quantized_call(call) -> bool:
+    return operand_types(call.op) is not None
+
+
+def _dispatch(float_fn, quant_fn=None):
+    """The float lowering for float nodes, the quantized one (default: the table) otherwise."""
+    quant_fn = quant_fn or _unary_lookup
+
+    def fn(call, *args):
+        return quant_fn(call, *args) if _is_quantized_call(call) else float_fn(call, *args)
+    fn.__qualname__ = f"quantized_or_{getattr(float_fn, '__qualname__', 'float')}"
+    return fn
+
+
+def _replace_or_register(name, quant_fn, check):
+    low = table._TABLE.get(name)
+    if low is None:
+        register_lowering(name, quant_fn, quantized=check, check=_quantized_only)
+    elif low.quantized is None:
+        table._TABLE[name] = dataclasses.replace(low, quantized=check, fn=_dispatch(low.fn, quant_fn),
+                                                  check=_float_check(low.check))
