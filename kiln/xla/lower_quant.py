@@ -146,10 +146,24 @@ def _channel_multipliers(x_q, w_q, out_q, channels: int):
     return quantize_multipliers(real)
 
 
-def _int_dot(a, b):
-    """Exact a · bᵀ of int32 operands, accumulated in int32 (as LiteRT's kernels do)."""
-    return lax.dot_general(a.astype(jnp.int32), b.astype(jnp.int32), (((a.ndim - 1,), (1,)), ((), ())),
-                           preferred_element_type=jnp.int32)
+def _int_dot(a, b, acc=jnp.int32):
+    """Exact a · bᵀ, accumulated in int32 (int8 kernels) or int64 (16x8 kernels)."""
+    return lax.dot_general(a.astype(acc), b.astype(acc), (((a.ndim - 1,), (1,)), ((), ())),
+                           preferred_element_type=acc)
+
+
+def rescale_int64(x, multiplier, shift):
+    """The 16x8 convolutions' rescaling (arith.multiply_by_quantized_multiplier_int64): the
+    multiplier cut to 15 bits, one rounding, the result taken as int32."""
+    m = np.asarray(multiplier, np.int64)
+    reduced = np.where(m < 0x7FFF0000, (m + (1 << 15)) >> 16, 0x7FFF)
+    total = 15 - jnp.asarray(shift, _I64)
+    rounding = jnp.left_shift(jnp.asarray(1, _I64), total - 1)
+    return jnp.right_shift(x.astype(_I64) * jnp.asarray(reduced) + rounding, total).astype(jnp.int32).astype(_I64)
+
+
+def _acc_type(x):
+    return _I64 if x.dtype == jnp.int16 else jnp.int32
 
 
 def _output_stage(acc, bias, m, s, call, *, twice: bool):
@@ -158,7 +172,11 @@ def _output_stage(acc, bias, m, s, call, *, twice: bool):
     acc = acc.astype(_I64)
     if bias is not None:
         acc = acc + jnp.asarray(bias).astype(_I64).reshape(-1)
-    out = (rescale_twice if twice else rescale_once)(acc, m, s) + int(q_out.zero_point[0])
+    if twice and call.op.inputs[0].dtype == DType.INT16:
+        rescale = rescale_int64
+    else:
+        rescale = rescale_twice if twice else rescale_once
+    out = rescale(acc, m, s) + int(q_out.zero_point[0])
     lo, hi = _activation_range(call.opts.fused_activation_function, q_out, call.out_dtypes[0])
     return jnp.clip(out, lo, hi).astype(call.out_dtypes[0])
 
@@ -169,7 +187,7 @@ def int8_fully_connected(call, x, w, bias=None):
     units, depth = w.shape
     if x.size % depth:
         raise OpError(f"FULLY_CONNECTED: input {list(x.shape)} does not split into rows of {depth}")
-    rows = x.reshape(-1, depth).astype(jnp.int32) - int(q_x.zero_point[0])
+    rows = x.reshape(-1, depth).astype(_acc_type(x)) - int(q_x.zero_point[0])
     per_channel = q_w.scale.size > 1
     centered_w = np.asarray(w, np.int32) - (0 if per_channel else int(q_w.zero_point[0]))
     if per_channel:
@@ -177,7 +195,7 @@ def int8_fully_connected(call, x, w, bias=None):
     else:
         product = np.float32(np.float32(q_x.scale[0]) * np.float32(q_w.scale[0]))
         m, s = quantize_multiplier(float(product) / float(q_out.scale[0]))
-    y = _output_stage(_int_dot(rows, centered_w), bias, m, s, call, twice=False)
+    y = _output_stage(_int_dot(rows, centered_w, _acc_type(x)), bias, m, s, call, twice=False)
     return y.reshape(*x.shape[:-1], units) if opts.keep_num_dims else y
 
 
@@ -191,13 +209,13 @@ def int8_conv(call, x, w, bias=None):
     dil = (opts.dilation_h_factor, opts.dilation_w_factor)
     (oh, ow), pads = window_geometry(opts, x.shape[1:3], (kh, kw), dil)
     # Padding with zeros after subtracting the zero point = the reference skipping those taps.
-    xp = jnp.pad(x.astype(jnp.int32) - int(q_x.zero_point[0]), ((0, 0), *pads, (0, 0)))
+    xp = jnp.pad(x.astype(_acc_type(x)) - int(q_x.zero_point[0]), ((0, 0), *pads, (0, 0)))
     sh, sw = opts.stride_h, opts.stride_w
     taps = [lax.slice(xp, (0, i * dil[0], j * dil[1], 0),
                       (xp.shape[0], i * dil[0] + (oh - 1) * sh + 1, j * dil[1] + (ow - 1) * sw + 1, in_c),
                       (1, sh, sw, 1)) for i in range(kh) for j in range(kw)]
     cols = jnp.concatenate(taps, axis=3) if len(taps) > 1 else taps[0]
-    acc = _int_dot(cols.reshape(-1, kh * kw * in_c), np.asarray(w, np.int32).reshape(out_c, -1))
+    acc = _int_dot(cols.reshape(-1, kh * kw * in_c), np.asarray(w, np.int32).reshape(out_c, -1), _acc_type(x))
     m, s = _channel_multipliers(q_x, q_w, q_out, out_c)
     return _output_stage(acc, bias, m, s, call, twice=True).reshape(x.shape[0], oh, ow, out_c)
 
@@ -213,10 +231,15 @@ def int8_weighted_check(op, opts):
 
     x_t, w_t, b_t, out_t = dtype(0), dtype(1), dtype(2), op.outputs[0].dtype
     types = [x_t, w_t, b_t, out_t]
-    if (x_t, w_t, out_t) != (DType.INT8, DType.INT8, DType.INT8) or b_t not in (None, DType.INT32):
+    int8 = (x_t, w_t, out_t) == (DType.INT8,) * 3 and b_t in (None, DType.INT32)
+    int16 = (x_t, w_t, out_t) == (DType.INT16, DType.INT8, DType.INT16) and b_t in (None, DType.INT32, DType.INT64)
+    if not (int8 or int16):
         return (f"{op.name} with {[t.name if t else None for t in types]} tensors: only the int8 kernel "
-                "(int8 input, weights and output, int32 bias) and the hybrid one (float32 around int8 "
-                "weights) are lowered")
+                "(int8 input, weights and output, int32 bias), the 16x8 one (int16 activations, int8 "
+                "weights, int32/int64 bias) and the hybrid one (float32 around int8 weights) are lowered")
+    if int16 and any(op.inputs[0 if k == 0 else k].quantization.zero_point.any() for k in (0,)) \
+            or int16 and op.outputs[0].quantization.zero_point.any():
+        return f"{op.name}: 16x8 activations with non-zero zero points (the reference kernel refuses them)"
     if not op.inputs[1].is_constant or (b_t is not None and not op.inputs[2].is_constant):
         return f"{op.name}: quantized weights and bias must be constants"
     q_w = op.inputs[1].quantization
@@ -238,7 +261,7 @@ def int8_depthwise(call, x, w, bias=None):
         raise OpError(f"DEPTHWISE_CONV_2D: filter channels {out_c} are not a multiple of the input's {list(x.shape)}")
     dil = (opts.dilation_h_factor, opts.dilation_w_factor)
     (oh, ow), pads = window_geometry(opts, x.shape[1:3], (kh, kw), dil)
-    xp = jnp.pad(x.astype(jnp.int32) - int(q_x.zero_point[0]), ((0, 0), *pads, (0, 0)))
+    xp = jnp.pad(x.astype(_acc_type(x)) - int(q_x.zero_point[0]), ((0, 0), *pads, (0, 0)))
     if out_c > x.shape[3]:  # output channel c * M + m reads input channel c
         xp = jnp.repeat(xp, out_c // x.shape[3], axis=3)
     sh, sw = opts.stride_h, opts.stride_w
@@ -258,6 +281,8 @@ def int8_depthwise(call, x, w, bias=None):
 
 #: ADD / SUB lift 8-bit inputs by 2^20 before rescaling them to a common scale.
 _LEFT_SHIFT = 20
+#: int16 inputs (16x8) are lifted by 2^15 only.
+_LEFT_SHIFT_16 = 15
 
 
 def _finish_elementwise(out, call):
@@ -274,9 +299,10 @@ def int8_add_sub(sign: int):
         twice_max = 2.0 * max(s_a, s_b)
         m_a, sh_a = quantize_multiplier(s_a / twice_max)
         m_b, sh_b = quantize_multiplier(s_b / twice_max)
-        m_y, sh_y = quantize_multiplier(twice_max / ((1 << _LEFT_SHIFT) * s_y))
-        lifted_a = jnp.left_shift(jnp.asarray(a).astype(_I64) - int(q_a.zero_point[0]), _LEFT_SHIFT)
-        lifted_b = jnp.left_shift(jnp.asarray(b).astype(_I64) - int(q_b.zero_point[0]), _LEFT_SHIFT)
+        lift = _LEFT_SHIFT_16 if a.dtype == jnp.int16 else _LEFT_SHIFT
+        m_y, sh_y = quantize_multiplier(twice_max / ((1 << lift) * s_y))
+        lifted_a = jnp.left_shift(jnp.asarray(a).astype(_I64) - int(q_a.zero_point[0]), lift)
+        lifted_b = jnp.left_shift(jnp.asarray(b).astype(_I64) - int(q_b.zero_point[0]), lift)
         total = rescale_twice(lifted_a, m_a, sh_a) + sign * rescale_twice(lifted_b, m_b, sh_b)
         return _finish_elementwise(rescale_twice(total, m_y, sh_y), call)
     return lower
@@ -295,9 +321,12 @@ def int8_mul(call, a, b):
 def int8_elementwise_check(op, opts):
     """None for the int8 ADD / SUB / MUL lowered here (per-tensor scales), else why not."""
     tensors = [*op.inputs[:2], op.outputs[0]]
-    if any(t is None or t.dtype != DType.INT8 or t.quantization is None or t.quantization.scale.size != 1
-           for t in tensors):
-        return f"{op.name}: only int8 operands with one scale each have an integer lowering"
+    kind = tensors[0].dtype if tensors[0] is not None else None
+    if kind not in (DType.INT8, DType.INT16) or any(
+            t is None or t.dtype != kind or t.quantization is None or t.quantization.scale.size != 1 for t in tensors):
+        return f"{op.name}: only int8 or int16 operands with one scale each have an integer lowering"
+    if kind == DType.INT16 and any(t.quantization.zero_point.any() for t in tensors):
+        return f"{op.name}: int16 operands with non-zero zero points (the 16x8 kernel refuses them)"
     if opts.fused_activation_function not in (Activation.NONE, Activation.RELU, Activation.RELU6,
                                               Activation.RELU_N1_TO_1):
         return f"{op.name}: fused activation {Activation(opts.fused_activation_function).name} has no integer kernel"
