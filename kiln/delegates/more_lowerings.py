@@ -88,7 +88,7 @@ def _softmax_int16(exp_table, xi: int, oi: int):
         headroom_plus_one = 32 - np.frexp(total.astype(F64))[1].astype(I64)
         shifted = ((total << (headroom_plus_one - 1)) + (1 << 13)) >> 14
         reciprocal = act.lut16_lookup(np.clip(shifted - (1 << 15) - (1 << 16), -32768, 32767),
-                                      act._ONE_OVER_ONE_PLUS_X_LUT)
+                                      act.ONE_OVER_ONE_PLUS_X_LUT)
         right_shift = 31 - headroom_plus_one
         out = (exps * reciprocal + (np.int64(1) << (right_shift - 1))) >> right_shift
         slots[oi] = np.clip(out, 0, 32767).astype(np.int16)

@@ -311,7 +311,7 @@ def lut16_lookup(values, table: np.ndarray) -> np.ndarray:
 
 
 _EXP_LUT = lut16(np.exp, 10.0 / 65535, 32767, 2.0 / 65535, 0)
-_ONE_OVER_ONE_PLUS_X_LUT = lut16(lambda v: 1.0 / (1.0 + v), 1.0 / 65535, -32768, 2.0 / 65535, 0)
+ONE_OVER_ONE_PLUS_X_LUT = lut16(lambda v: 1.0 / (1.0 + v), 1.0 / 65535, -32768, 2.0 / 65535, 0)
 
 
 def softmax_int16_exps(differences, x_qp: QuantParams, beta: float) -> np.ndarray:
@@ -331,7 +331,7 @@ def softmax_int16(x_q, x_qp: QuantParams, out_qp: QuantParams, *, beta: float = 
     total = exps.sum(axis=-1, keepdims=True)
     headroom_plus_one = 32 - np.vectorize(lambda v: int(v).bit_length(), otypes=[np.int64])(total & 0xFFFFFFFF)
     shifted = ((total << (headroom_plus_one - 1)) + (1 << 13)) >> 14
-    reciprocal = lut16_lookup(np.clip(shifted - (1 << 15) - (1 << 16), -32768, 32767), _ONE_OVER_ONE_PLUS_X_LUT)
+    reciprocal = lut16_lookup(np.clip(shifted - (1 << 15) - (1 << 16), -32768, 32767), ONE_OVER_ONE_PLUS_X_LUT)
     right_shift = 31 - headroom_plus_one
     out = (exps * reciprocal + (np.int64(1) << (right_shift - 1))) >> right_shift
     return np.clip(out, 0, 32767).astype(np.int16)

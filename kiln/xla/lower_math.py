@@ -80,7 +80,8 @@ _BINARY = {
 
 def _arith(fn, int8=None):
     def lower(call, a, b):
-        if int8 is not None and call.out_dtypes[0] == np.int8 and call.op.outputs[0].quantization is not None:
+        quantized = call.op.outputs[0].quantization is not None
+        if int8 is not None and quantized and call.out_dtypes[0] in (np.int8, np.int16):  # int8 or 16x8
             return int8(call, a, b)
         a, b = jnp.asarray(a), jnp.asarray(b)
         return clamp_activation(_as(fn(a, b), a), call.opts.fused_activation_function)

@@ -23,10 +23,11 @@ import numpy as np
 from jax import lax
 
 from .. import ops
-from ..errors import OpError
+from ..errors import KilnError, OpError
 from ..ops.record import KernelCall, operand_types
 from ..ops.windowed import transpose_conv_geometry, window_geometry
 from ..quant.arith import quantize_multiplier
+from ..quant.integer_activations import ONE_OVER_ONE_PLUS_X_LUT, lut16_lookup, softmax_int16_exps
 from ..quant.integer_elementwise import LEFT_SHIFT_SQUARED_DIFFERENCE
 from ..schema import Activation, DType
 from . import table
@@ -109,12 +110,20 @@ def _unary_lookup(call, x):
 
 def _unary_check(op, opts):
     x_t = op.inputs[0]
-    if x_t.dtype not in (DType.INT8, DType.UINT8) or op.outputs[0].dtype not in (DType.INT8, DType.UINT8):
-        return f"{op.name}: only 8-bit codes are lowered (as a table); {x_t.dtype.name} is not"
+    codes = (DType.INT8, DType.UINT8, DType.INT16)
+    if x_t.dtype not in codes or op.outputs[0].dtype not in codes:
+        return f"{op.name}: only 8- and 16-bit codes are lowered (as a table); {x_t.dtype.name} is not"
     key = operand_types(op)
     if key not in ops.require(op.op_type).quantized:
         return f"{op.name}: kiln has no {key} kernel to tabulate"
-    return _per_tensor(op, (DType.INT8, DType.UINT8))
+    reason = _per_tensor(op, codes)
+    if reason is None and x_t.dtype == DType.INT16:
+        # A 16-bit kernel may refuse some codes (RSQRT of a negative one): then no table exists.
+        try:
+            _code_table(KernelCall(opts, op, (op.outputs[0].dtype.numpy,)))
+        except KilnError as exc:
+            return f"{op.name}: its kernel refuses some int16 codes, so it has no table ({exc})"
+    return reason
 
 
 # -- pooling ------------------------------------------------------------------------------------
@@ -227,10 +236,35 @@ def _softmax(call, x):
     return jnp.clip(out, *_limits(call.out_dtypes[0])).astype(call.out_dtypes[0])
 
 
+def _softmax_int16(call, x):
+    """16x8 SOFTMAX (integer_activations.softmax_int16): both of its interpolated int16 lookups
+    become plain tables over every code they can see, built once from the kernel's own helpers."""
+    q_x = _q(call.op.inputs[0])
+    exp_of_difference = np.asarray(softmax_int16_exps(np.arange(-65535, 1), q_x, float(call.opts.beta)), np.int64)
+    reciprocal = np.asarray(lut16_lookup(np.arange(-32768, 32768), ONE_OVER_ONE_PLUS_X_LUT), np.int64)
+    xi = x.astype(_I64)
+    exps = jnp.take(jnp.asarray(exp_of_difference), xi - jnp.max(xi, axis=-1, keepdims=True) + 65535, axis=0)
+    total = jnp.sum(exps, axis=-1, keepdims=True)
+    headroom_plus_one = 32 - (64 - lax.clz(total & 0xFFFFFFFF))
+    shifted = jnp.right_shift(jnp.left_shift(total, headroom_plus_one - 1) + (1 << 13), 14)
+    inv = jnp.take(jnp.asarray(reciprocal), jnp.clip(shifted - (1 << 15) - (1 << 16), -32768, 32767) + 32768, axis=0)
+    right_shift = 31 - headroom_plus_one
+    out = jnp.right_shift(exps * inv + jnp.left_shift(jnp.asarray(1, _I64), right_shift - 1), right_shift)
+    return jnp.clip(out, 0, 32767).astype(jnp.int16)
+
+
+def _any_softmax(call, x):
+    return _softmax_int16(call, x) if np.dtype(x.dtype) == np.int16 else _softmax(call, x)
+
+
 def _softmax_check(op, opts):
-    if op.inputs[0].dtype != DType.INT8 or op.outputs[0].dtype != DType.INT8 or len(op.inputs[0].shape) == 0:
-        return f"{op.name}: only int8 SOFTMAX (at least 1-D) is lowered"
-    return _per_tensor(op)
+    kind = op.inputs[0].dtype
+    if kind not in (DType.INT8, DType.INT16) or op.outputs[0].dtype != kind or len(op.inputs[0].shape) == 0:
+        return f"{op.name}: only int8 and 16x8 SOFTMAX (at least 1-D) are lowered"
+    if kind == DType.INT16 and (operand_types(op) not in ops.require("SOFTMAX").quantized
+                                or any(t.quantization.zero_point.any() for t in (op.inputs[0], op.outputs[0]))):
+        return f"{op.name}: 16x8 SOFTMAX needs zero points 0 (and kiln's int16 kernel)"
+    return _per_tensor(op, (kind,))
 
 
 # -- BATCH_MATMUL / SQUARED_DIFFERENCE / TRANSPOSE_CONV (int8) ----------------------------------
@@ -324,7 +358,7 @@ def register() -> None:
     _replace_or_register("MAX_POOL_2D", _max_pool, _pool_check)
     _replace_or_register("AVERAGE_POOL_2D", _average_pool, _pool_check)
     _replace_or_register("MEAN", _mean, _mean_check)
-    _replace_or_register("SOFTMAX", _softmax, _softmax_check)
+    _replace_or_register("SOFTMAX", _any_softmax, _softmax_check)
     _replace_or_register("BATCH_MATMUL", _batch_matmul, _int8_check)
     _replace_or_register("SQUARED_DIFFERENCE", _squared_difference, _int8_check)
     _replace_or_register("TRANSPOSE_CONV", _transpose_conv, _transpose_conv_check)
