@@ -31,7 +31,7 @@ from ..quant.integer_activations import ONE_OVER_ONE_PLUS_X_LUT, lut16_lookup, s
 from ..quant.integer_elementwise import LEFT_SHIFT_SQUARED_DIFFERENCE
 from ..schema import Activation, DType
 from . import table
-from .lower_quant import _activation_range, _channel_multipliers, _limits, rescale_twice
+from .lower_quant import _activation_range, _channel_multipliers, _limits, rescale_int64, rescale_twice
 from .table import register_lowering
 
 _I64 = jnp.int64
@@ -95,12 +95,24 @@ _UNARY = ("TANH", "LOGISTIC", "GELU", "RELU", "RELU6", "RELU_N1_TO_1", "LEAKY_RE
 
 
 def _code_table(call):
-    """The reference kernel's output for every code of the input type (ordered by code)."""
+    """The reference kernel's output for every code of the input type (ordered by code).
+
+    A 16-bit kernel may refuse the codes below the input's zero point (RSQRT of a negative
+    value; LiteRT fails the invoke). A compiled program cannot fail, so, as GATHER clamps its
+    indices, those codes take the output of the zero point (the kernel's value for 0)."""
     x_t = call.op.inputs[0]
     lo, hi = _limits(x_t.dtype.numpy)
-    codes = np.arange(lo, hi + 1).astype(x_t.dtype.numpy)
     kcall = KernelCall(call.opts, call.op, call.out_dtypes)
-    return np.asarray(ops.require(call.op.op_type).kernel_for(call.op)(kcall, codes)), lo
+    kernel = ops.require(call.op.op_type).kernel_for(call.op)
+    codes = np.arange(lo, hi + 1).astype(x_t.dtype.numpy)
+    try:
+        return np.asarray(kernel(kcall, codes)), lo
+    except KilnError:
+        if x_t.dtype != DType.INT16:
+            raise
+        zero = _zp(x_t)
+        valid = np.asarray(kernel(kcall, np.arange(zero, hi + 1).astype(np.int16)))
+        return np.concatenate([np.full(zero - lo, valid[0], valid.dtype), valid]), lo
 
 
 def _unary_lookup(call, x):
@@ -116,14 +128,7 @@ def _unary_check(op, opts):
     key = operand_types(op)
     if key not in ops.require(op.op_type).quantized:
         return f"{op.name}: kiln has no {key} kernel to tabulate"
-    reason = _per_tensor(op, codes)
-    if reason is None and x_t.dtype == DType.INT16:
-        # A 16-bit kernel may refuse some codes (RSQRT of a negative one): then no table exists.
-        try:
-            _code_table(KernelCall(opts, op, (op.outputs[0].dtype.numpy,)))
-        except KilnError as exc:
-            return f"{op.name}: its kernel refuses some int16 codes, so it has no table ({exc})"
-    return reason
+    return _per_tensor(op, codes)
 
 
 # -- pooling ------------------------------------------------------------------------------------
@@ -279,10 +284,12 @@ def _batch_matmul(call, a, b):
         b = jnp.swapaxes(b, -1, -2)
     if a.shape[-1] != b.shape[-2]:
         raise OpError(f"BATCH_MATMUL: contraction sizes {a.shape[-1]} and {b.shape[-2]} differ")
-    acc = jnp.matmul(a.astype(jnp.int32), b.astype(jnp.int32), preferred_element_type=jnp.int32)
+    wide = op.inputs[0].dtype == DType.INT16   # 16x8: int64 accumulator, 15-bit multiplier
+    acc_type = _I64 if wide else jnp.int32
+    acc = jnp.matmul(a.astype(acc_type), b.astype(acc_type), preferred_element_type=acc_type)
     product = np.float32(np.float32(_q(op.inputs[0]).scale[0]) * np.float32(_q(op.inputs[1]).scale[0]))
     m, s = quantize_multiplier(float(product) / float(_q(op.outputs[0]).scale[0]))
-    out = rescale_twice(acc, m, s) + _zp(op.outputs[0])
+    out = (rescale_int64 if wide else rescale_twice)(acc, m, s).astype(_I64) + _zp(op.outputs[0])
     return jnp.clip(out, *_limits(call.out_dtypes[0])).astype(call.out_dtypes[0])
 
 
@@ -307,13 +314,16 @@ def _transpose_conv(call, output_shape, w, x, bias=None):
     out_hw, (pad_t, pad_l) = transpose_conv_geometry(opts, np.asarray(output_shape), x.shape, w.shape)
     sh, sw = opts.stride_h, opts.stride_w
     n, h, wd = x.shape[0], x.shape[1], x.shape[2]
-    xc = x.astype(jnp.int32) - _zp(op.inputs[2])
+    wide = op.inputs[2].dtype == DType.INT16
+    # 16x8 sums may leave int32: float64 holds them exactly (|x·w| < 2^22, far fewer than 2^31 taps).
+    acc_type = jnp.float64 if wide else jnp.int32
+    xc = (x.astype(jnp.int32) - _zp(op.inputs[2])).astype(acc_type)
     # Scatter as a dilated convolution: out[oy] += x[iy] · w[ky] with oy = iy·s + ky − pad.
     full_h, full_w = (h - 1) * sh + kh, (wd - 1) * sw + kw
     acc = lax.conv_general_dilated(
-        xc, jnp.asarray(np.asarray(w, np.int32)[:, ::-1, ::-1, :]), (1, 1),
+        xc, jnp.asarray(np.asarray(w, np.int32)[:, ::-1, ::-1, :], acc_type), (1, 1),
         ((kh - 1, kh - 1), (kw - 1, kw - 1)), lhs_dilation=(sh, sw),
-        dimension_numbers=("NHWC", "OHWI", "NHWC"), preferred_element_type=jnp.int32)
+        dimension_numbers=("NHWC", "OHWI", "NHWC"), preferred_element_type=acc_type)
     assert acc.shape[1:3] == (full_h, full_w)
     acc = acc[:, pad_t:pad_t + out_hw[0], pad_l:pad_l + out_hw[1], :]
     if acc.shape[1] < out_hw[0] or acc.shape[2] < out_hw[1]:   # taps never reached stay zero
@@ -322,7 +332,7 @@ def _transpose_conv(call, output_shape, w, x, bias=None):
     if bias is not None:
         acc = acc + jnp.asarray(bias).astype(_I64).reshape(-1)
     m, s = _channel_multipliers(_q(op.inputs[2]), _q(op.inputs[1]), _q(op.outputs[0]), out_c)
-    out = rescale_twice(acc, m, s) + _zp(op.outputs[0])
+    out = (rescale_int64 if wide else rescale_twice)(acc, m, s).astype(_I64) + _zp(op.outputs[0])
     lo, hi = _activation_range(opts.fused_activation_function, _q(op.outputs[0]), call.out_dtypes[0])
     return jnp.clip(out, lo, hi).astype(call.out_dtypes[0])
 
@@ -330,8 +340,14 @@ def _transpose_conv(call, output_shape, w, x, bias=None):
 def _transpose_conv_check(op, opts):
     x_t, w_t, out_t = op.inputs[2], op.inputs[1], op.outputs[0]
     b_t = op.inputs[3] if len(op.inputs) > 3 else None
-    if (x_t.dtype, w_t.dtype, out_t.dtype) != (DType.INT8,) * 3 or (b_t is not None and b_t.dtype != DType.INT32):
-        return f"{op.name}: only the int8 kernel (int8 input, filter and output, int32 bias) is lowered"
+    int8 = (x_t.dtype, w_t.dtype, out_t.dtype) == (DType.INT8,) * 3 and (b_t is None or b_t.dtype == DType.INT32)
+    int16 = (x_t.dtype, w_t.dtype, out_t.dtype) == (DType.INT16, DType.INT8, DType.INT16) \
+        and (b_t is None or b_t.dtype in (DType.INT32, DType.INT64))
+    if not (int8 or int16):
+        return (f"{op.name}: only the int8 kernel (int8 input, filter and output, int32 bias) and the 16x8 one "
+                "(int16 input and output, int8 filter, int32 / int64 bias) are lowered")
+    if int16 and operand_types(op) not in ops.require("TRANSPOSE_CONV").quantized:
+        return f"{op.name}: kiln has no {operand_types(op)} TRANSPOSE_CONV kernel"
     if not w_t.is_constant or (b_t is not None and not b_t.is_constant):
         return f"{op.name}: quantized filter and bias must be constants"
     if np.any(w_t.quantization.zero_point != 0):
@@ -342,6 +358,15 @@ def _transpose_conv_check(op, opts):
 
 
 def _int8_check(op, opts):
+    return _per_tensor(op)
+
+
+def _batch_matmul_check(op, opts):
+    """int8, or 16x8 (int16 lhs and output, int16 or int8 rhs) where kiln has that kernel."""
+    if op.inputs[0].dtype == DType.INT16:
+        if operand_types(op) not in ops.require("BATCH_MATMUL").quantized:
+            return f"{op.name}: kiln has no {operand_types(op)} BATCH_MATMUL kernel"
+        return _per_tensor(op, (DType.INT16, DType.INT8))
     return _per_tensor(op)
 
 
@@ -359,7 +384,7 @@ def register() -> None:
     _replace_or_register("AVERAGE_POOL_2D", _average_pool, _pool_check)
     _replace_or_register("MEAN", _mean, _mean_check)
     _replace_or_register("SOFTMAX", _any_softmax, _softmax_check)
-    _replace_or_register("BATCH_MATMUL", _batch_matmul, _int8_check)
+    _replace_or_register("BATCH_MATMUL", _batch_matmul, _batch_matmul_check)
     _replace_or_register("SQUARED_DIFFERENCE", _squared_difference, _int8_check)
     _replace_or_register("TRANSPOSE_CONV", _transpose_conv, _transpose_conv_check)
     _allow_codes()
