@@ -97,7 +97,7 @@ _UNARY = ("TANH", "LOGISTIC", "GELU", "RELU", "RELU6", "RELU_N1_TO_1", "LEAKY_RE
 def _code_table(call):
     """The reference kernel's output for every code of the input type (ordered by code).
 
-    A 16-bit kernel may refuse the codes below the input's zero point (RSQRT of a negative
+    A kernel may refuse the codes below the input's zero point (RSQRT of a negative
     value; LiteRT fails the invoke). A compiled program cannot fail, so, as GATHER clamps its
     indices, those codes take the output of the zero point (the kernel's value for 0)."""
     x_t = call.op.inputs[0]
@@ -108,10 +108,8 @@ def _code_table(call):
     try:
         return np.asarray(kernel(kcall, codes)), lo
     except KilnError:
-        if x_t.dtype != DType.INT16:
-            raise
         zero = _zp(x_t)
-        valid = np.asarray(kernel(kcall, np.arange(zero, hi + 1).astype(np.int16)))
+        valid = np.asarray(kernel(kcall, np.arange(zero, hi + 1).astype(x_t.dtype.numpy)))
         return np.concatenate([np.full(zero - lo, valid[0], valid.dtype), valid]), lo
 
 
@@ -357,6 +355,20 @@ def _transpose_conv_check(op, opts):
     return None
 
 
+def _same_params_check(op, opts):
+    """CONCATENATION / PACK on codes: the kernel (as LiteRT's) takes only inputs quantized as
+    the output, so the result is the codes moved."""
+    q_out = op.outputs[0].quantization
+    if op.outputs[0].dtype not in (DType.INT8, DType.UINT8, DType.INT16) or q_out is None or q_out.scale.size != 1:
+        return f"{op.name}: only 8- and 16-bit outputs with one scale are lowered"
+    for t in op.inputs:
+        q = t.quantization
+        if t.dtype != op.outputs[0].dtype or q is None or q.scale.size != 1 or \
+                np.float32(q.scale[0]) != np.float32(q_out.scale[0]) or int(q.zero_point[0]) != int(q_out.zero_point[0]):
+            return f"{op.name}: input {t.name!r} is not quantized as the output (its kernel refuses it)"
+    return None
+
+
 def _int8_check(op, opts):
     return _per_tensor(op)
 
@@ -387,6 +399,8 @@ def register() -> None:
     _replace_or_register("BATCH_MATMUL", _batch_matmul, _batch_matmul_check)
     _replace_or_register("SQUARED_DIFFERENCE", _squared_difference, _int8_check)
     _replace_or_register("TRANSPOSE_CONV", _transpose_conv, _transpose_conv_check)
+    for name in ("CONCATENATION", "PACK"):   # their float lowering, run on the codes
+        _replace_or_register(name, table._TABLE[name].fn, _same_params_check)
     _allow_codes()
 
 

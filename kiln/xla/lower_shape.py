@@ -96,6 +96,15 @@ def _apply_map(m: np.ndarray, flat, fill, shapes):
     return out.reshape(m.shape)
 
 
+def _quantized_zero(call):
+    """PAD's fill on quantized codes: the output's zero point (the code of 0.0), as its kernel."""
+    q = call.op.outputs[0].quantization
+    dtype = np.dtype(call.out_dtypes[0])
+    if q is None or q.scale.size == 0 or dtype.kind not in "iu":
+        return None
+    return np.asarray(int(q.zero_point[0]), dtype)
+
+
 def _fused(call, y):
     act = getattr(call.opts, "fused_activation_function", Activation.NONE)
     if act == Activation.NONE:
@@ -129,6 +138,8 @@ def movement(data: tuple[int, ...] | str = (0,), fill_operand: int | None = None
         flats = [jnp.asarray(x).reshape(-1) for x in present]
         flat = flats[0] if len(flats) == 1 else jnp.concatenate(flats)
         fill = inputs[fill_operand] if fill_operand is not None and fill_operand < len(inputs) else None
+        if fill is None and call.op.op_type in ("PAD", "PADV2"):
+            fill = _quantized_zero(call)
         outs = [_fused(call, _apply_map(m, flat, fill, shapes)) for m in maps]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
