@@ -91,7 +91,7 @@ def _allow_codes() -> None:
 # -- 8-bit unary ops as lookups in their reference kernel's table ---------------------------------
 
 _UNARY = ("TANH", "LOGISTIC", "GELU", "RELU", "RELU6", "RELU_N1_TO_1", "LEAKY_RELU", "HARD_SWISH", "EXP",
-          "LOG", "RSQRT", "ABS")
+          "LOG", "RSQRT", "ABS", "SQRT", "ELU")
 
 
 def _code_table(call):
@@ -127,6 +127,73 @@ def _unary_check(op, opts):
     if key not in ops.require(op.op_type).quantized:
         return f"{op.name}: kiln has no {key} kernel to tabulate"
     return _per_tensor(op, codes)
+
+
+# -- 8-bit binary ops as lookups in their kernel's table over every pair of codes -------------------
+
+_BINARY = ("PRELU", "DIV", "EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL")
+
+
+def _pair_table(op, opts, out_dtypes):
+    """The kernel's output for every (a, b) pair of 8-bit codes: a 256 × 256 table."""
+    a_t, b_t = op.inputs[0], op.inputs[1]
+    a_lo, a_hi = _limits(a_t.dtype.numpy)
+    b_lo, b_hi = _limits(b_t.dtype.numpy)
+    b_codes = np.arange(b_lo, b_hi + 1)
+    divide = op.op_type == "DIV"
+    if divide:   # LiteRT fails on a divisor at its zero point; a compiled program cannot fail
+        b_codes = b_codes[b_codes != _zp(b_t)]
+    a, b = np.meshgrid(np.arange(a_lo, a_hi + 1), b_codes, indexing="ij")
+    kernel = ops.require(op.op_type).kernel_for(op)
+    values = np.asarray(kernel(KernelCall(opts, op, out_dtypes), a.astype(a_t.dtype.numpy), b.astype(b_t.dtype.numpy)))
+    if divide:   # ... so x / 0 saturates by the sign of x (0 / 0 gives the output's zero)
+        lo, hi = _limits(out_dtypes[0])
+        sign = np.sign(np.arange(a_lo, a_hi + 1) - _zp(a_t))
+        by_zero = np.where(sign > 0, hi, np.where(sign < 0, lo, _zp(op.outputs[0]))).astype(values.dtype)
+        values = np.insert(values, _zp(b_t) - b_lo, by_zero, axis=1)
+    return values, a_lo, b_lo
+
+
+def _binary_lookup(call, a, b):
+    values, a_lo, b_lo = _pair_table(call.op, call.opts, call.out_dtypes)
+    a, b = jnp.broadcast_arrays(jnp.asarray(a).astype(jnp.int32) - a_lo, jnp.asarray(b).astype(jnp.int32) - b_lo)
+    return jnp.take(jnp.asarray(values.reshape(-1)), a * values.shape[1] + b, axis=0)
+
+
+def _binary_check(op, opts):
+    """8-bit elementwise ops whose kernel rescales (DIV, PRELU, comparisons of differently
+    quantized inputs): exact as a table when the kernel is defined on every pair of codes."""
+    if len(op.inputs) != 2 or any(t is None or t.dtype not in (DType.INT8, DType.UINT8) for t in op.inputs):
+        return f"{op.name}: only 8-bit operand pairs are lowered (as a table)"
+    key = operand_types(op)
+    if key not in ops.require(op.op_type).quantized:
+        return f"{op.name}: kiln has no {key} kernel to tabulate"
+    reason = _per_tensor(op, (DType.INT8, DType.UINT8))
+    if reason is None:
+        try:
+            _pair_table(op, opts, [t.dtype.numpy for t in op.outputs])
+        except KilnError as exc:
+            return f"{op.name}: its kernel refuses some pairs of codes, so it has no table ({exc})"
+    return reason
+
+
+def _add_binary_tables() -> None:
+    """Ops already lowered on codes (comparisons of equally quantized inputs) keep that path."""
+    for name in _BINARY:
+        low = table._TABLE.get(name)
+        if low is None or low.quantized is None:
+            _replace_or_register(name, _binary_lookup, _binary_check)
+            continue
+        on_codes_check, on_codes_fn = low.quantized, low.fn
+
+        def check(op, opts, on_codes_check=on_codes_check):
+            return None if on_codes_check(op, opts) is None else _binary_check(op, opts)
+
+        def fn(call, *args, on_codes_check=on_codes_check, on_codes_fn=on_codes_fn):
+            if not _is_quantized_call(call) or on_codes_check(call.op, call.opts) is None:
+                return on_codes_fn(call, *args)
+            return _binary_lookup(call, *args)
+        table._TABLE[name] = dataclasses.replace(low, quantized=check, fn=fn)
 
 
 # -- pooling ------------------------------------------------------------------------------------
@@ -363,8 +430,9 @@ def _same_params_check(op, opts):
         return f"{op.name}: only 8- and 16-bit outputs with one scale are lowered"
     for t in op.inputs:
         q = t.quantization
-        if t.dtype != op.outputs[0].dtype or q is None or q.scale.size != 1 or \
-                np.float32(q.scale[0]) != np.float32(q_out.scale[0]) or int(q.zero_point[0]) != int(q_out.zero_point[0]):
+        same = q is not None and q.scale.size == 1 and np.float32(q.scale[0]) == np.float32(q_out.scale[0]) \
+            and int(q.zero_point[0]) == int(q_out.zero_point[0])
+        if t.dtype != op.outputs[0].dtype or not same:
             return f"{op.name}: input {t.name!r} is not quantized as the output (its kernel refuses it)"
     return None
 
@@ -402,6 +470,7 @@ def register() -> None:
     for name in ("CONCATENATION", "PACK"):   # their float lowering, run on the codes
         _replace_or_register(name, table._TABLE[name].fn, _same_params_check)
     _allow_codes()
+    _add_binary_tables()
 
 
 def _quantized_only(op, opts):

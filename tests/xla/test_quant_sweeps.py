@@ -27,7 +27,8 @@ from tests.quant.test_dispatch import Const, In, _run, one_op, reference  # noqa
 
 SOURCES = (test_dispatch, test_compiled_quant, test_compiled_quant_more, test_more_ops, test_16x8_kernels)
 #: Reasons under which a refused node is a known gap (skipped), not a failure.
-GAPS = ("has no XLA lowering", "has no quantized lowering", "and has no lowering", "only the", "only int8", "only 8-", "no integer kernel", "kiln has no",
+GAPS = ("has no XLA lowering", "has no quantized lowering", "and has no lowering", "only the", "only int8",
+        "only 8-", "no integer kernel", "kiln has no",
         "with non-zero zero points", "zero points", "must be constants", "only its quantized form")
 
 

@@ -177,15 +177,23 @@ def test_int8_conv(padding, stride, dilation, act):
     np.testing.assert_array_equal(got, litert_ref(model, feeds))
 
 
-def test_quantized_nodes_without_a_lowering_say_why():
-    """An int16 FULLY_CONNECTED (16x8) stays on the reference kernels, with the reason."""
+def test_16x8_fully_connected_is_lowered():
     x, w = RNG.integers(-3000, 3000, (3, 16)).astype(np.int16), int8(4, 16, low=-127)
-    model, _ = one_op("FULLY_CONNECTED", [(x, qp(0.01), False), (w, qp(0.02), True)], (3, 4), np.int16, qp(0.05))
+    model, feeds = one_op("FULLY_CONNECTED", [(x, qp(0.01), False), (w, qp(0.02), True)], (3, 4), np.int16,
+                          qp(0.05))
+    got = on_xla(model, feeds)
+    np.testing.assert_array_equal(got, feed(kiln.Interpreter(model_content=model), feeds)[0])
+    np.testing.assert_array_equal(got, litert_ref(model, feeds))
+
+
+def test_quantized_nodes_without_a_lowering_say_why():
+    """An int8 LOG_SOFTMAX stays on the reference kernels, with the reason."""
+    model, _ = one_op("LOG_SOFTMAX", [(int8(3, 16), qp(0.1), False)], (3, 16), np.int8, qp(16 / 256, 127))
     delegate = XlaDelegate()
     interp = kiln.Interpreter(model_content=model, experimental_delegates=[delegate])
     interp.allocate_tensors()
     ((_, name, _), reason), = delegate.rejected.items()
-    assert name == "FULLY_CONNECTED" and "only the int8 kernel" in reason
+    assert name == "LOG_SOFTMAX" and "no quantized lowering" in reason, reason
 
 
 # -- hybrid (float activations, int8 weights) -------------------------------------------------
