@@ -58,7 +58,15 @@ def _read(interp, names):
     return [interp.get_tensor(details[n]) for n in names]
 
 
-@pytest.mark.parametrize("name, batches", [("kiln_stacked", (1,)), ("kiln_stacked", (3, 2)), ("tf_calib16", (1,))])
+#: Known regression (issue #11): since the quantized lowerings of kiln/xla/lower_quant_ops.py merged,
+#: the stacked int8 LSTM model's XLA output is constant; its cause is not found yet.
+_STACKED_REGRESSION = pytest.mark.xfail(strict=True, reason="stacked int8 LSTM under XLA: constant output since "
+                                                           "the quantized lowerings merged (issue #11)")
+
+
+@pytest.mark.parametrize("name, batches", [pytest.param("kiln_stacked", (1,), marks=_STACKED_REGRESSION),
+                                           pytest.param("kiln_stacked", (3, 2), marks=_STACKED_REGRESSION),
+                                           ("tf_calib16", (1,))])
 def test_integer_lstm_lowering_is_bit_exact(models, name, batches):
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
