@@ -59,9 +59,9 @@ def _read(interp, names):
 
 
 #: Known regression (issue #11): since the quantized lowerings of kiln/xla/lower_quant_ops.py merged,
-#: the stacked int8 LSTM model's XLA output is constant; its cause is not found yet.
-_STACKED_REGRESSION = pytest.mark.xfail(strict=True, reason="stacked int8 LSTM under XLA: constant output since "
-                                                           "the quantized lowerings merged (issue #11)")
+#: the stacked int8 LSTM runs as one partition and its LSTM state tensors read back as the zero point.
+_STACKED_REGRESSION = pytest.mark.xfail(strict=True, reason="stacked int8 LSTM under XLA, one partition: its state "
+                                                           "tensors read back stale (issue #11)")
 
 
 @pytest.mark.parametrize("name, batches", [pytest.param("kiln_stacked", (1,), marks=_STACKED_REGRESSION),
