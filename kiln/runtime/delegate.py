@@ -38,7 +38,8 @@ class Partition:
     """A run of consecutive claimed nodes.
 
     ``inputs``: tensors read from outside the partition (constants excluded), in first-use
-    order; ``outputs``: tensors produced inside and read after it (or subgraph outputs);
+    order; ``outputs``: tensors produced inside and read after it (or subgraph outputs, or variable
+    tensors, whose final state get_tensor reads);
     ``state_inputs``: positions in ``inputs`` of state its nodes update (their records'
     ``state_operands``, e.g. LSTM states in variable tensors).
 

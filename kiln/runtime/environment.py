@@ -252,7 +252,10 @@ class _SubgraphEnv:
                     inputs.append(t)
         later_reads = {id(t) for op in self.sg.operators[last + 1:] for t in op.inputs if t is not None}
         later_reads |= {id(t) for t in self.sg.outputs}
-        outputs = [t for op in ops for t in op.outputs if t is not None and id(t) in later_reads]
+        # A variable tensor written inside (an LSTM state a FILL starts) is an output too: its
+        # final value stays in the interpreter's buffer for get_tensor, as LiteRT leaves it.
+        outputs = [t for op in ops for t in op.outputs
+                   if t is not None and (id(t) in later_reads or t.is_variable)]
         nodes = [NodeInfo(first + k, op, op.name, op.version, regs[first + k]) for k, op in enumerate(ops)]
         position = {id(t): k for k, t in enumerate(inputs)}
         state_inputs = []

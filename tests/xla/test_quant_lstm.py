@@ -44,7 +44,8 @@ def models(tmp_path_factory):
                    env={**os.environ, "PYTHONPATH": str(root), "TF_CPP_MIN_LOG_LEVEL": "2"},
                    capture_output=True, timeout=300)
     calibration = [d[:1] for d in _data(16, 1)]
-    return {"kiln_stacked": quantize(float_model, "int8", representative_dataset=calibration, progress=False),
+    return {"float_stacked": float_model,
+            "kiln_stacked": quantize(float_model, "int8", representative_dataset=calibration, progress=False),
             "tf_calib16": (out / "calib16.tflite").read_bytes()}
 
 
@@ -58,14 +59,8 @@ def _read(interp, names):
     return [interp.get_tensor(details[n]) for n in names]
 
 
-#: Known regression (issue #11): since the quantized lowerings of kiln/xla/lower_quant_ops.py merged,
-#: the stacked int8 LSTM runs as one partition and its LSTM state tensors read back as the zero point.
-_STACKED_REGRESSION = pytest.mark.xfail(strict=True, reason="stacked int8 LSTM under XLA, one partition: its state "
-                                                           "tensors read back stale (issue #11)")
-
-
-@pytest.mark.parametrize("name, batches", [pytest.param("kiln_stacked", (1,), marks=_STACKED_REGRESSION),
-                                           pytest.param("kiln_stacked", (3, 2), marks=_STACKED_REGRESSION),
+@pytest.mark.parametrize("name, batches", [("kiln_stacked", (1,)),
+                                           ("kiln_stacked", (3, 2)),
                                            ("tf_calib16", (1,))])
 def test_integer_lstm_lowering_is_bit_exact(models, name, batches):
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
@@ -89,6 +84,27 @@ def test_integer_lstm_lowering_is_bit_exact(models, name, batches):
                 np.testing.assert_array_equal(a, b)
     lstms = sum(op.op_type == LSTM for op in kiln.read_model(model).main.operators)
     assert sum(op == LSTM for _, op, _ in delegate.claimed) == lstms, delegate.rejected
+
+
+@pytest.mark.parametrize("delegate", ["xla", "compiled"])
+def test_float_lstm_states_read_back_from_a_whole_model_partition(models, delegate):
+    """The float stacked LSTM runs as one partition, its states started by FILLs inside it:
+    get_tensor after an invoke reads the final states, as on the reference kernels."""
+    model = models["float_stacked"]
+    from kiln.delegates import CompiledDelegate
+
+    chosen = XlaDelegate() if delegate == "xla" else CompiledDelegate()
+    fast = kiln.Interpreter(model_content=model, experimental_delegates=[chosen])
+    ref = kiln.Interpreter(model_content=model, experimental_op_resolver_type=kiln.OpResolverType.BUILTIN_REF)
+    states = _states(model)
+    for x in _data(2, 7):
+        np.testing.assert_allclose(feed(fast, [x])[0], feed(ref, [x])[0], rtol=1e-5, atol=1e-6)
+        for got, want in zip(_read(fast, states), _read(ref, states)):
+            assert np.abs(want).max() > 0.01
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert sum(op == LSTM for _, op, _ in chosen.claimed) == 2, chosen.rejected
+    if delegate == "xla":
+        assert len(chosen.kernels) == 1 and not chosen.rejected, chosen.rejected
 
 
 @pytest.mark.parametrize("case", [
