@@ -96,6 +96,18 @@ def test_quantize_float(dtype, scale, zp):
     np.testing.assert_array_equal(on_xla(model, feeds), litert_ref(model, feeds))
 
 
+@pytest.mark.parametrize("dtype,scale,zp", [(np.int8, 0.0213, -7), (np.int16, 3.7e-4, 0), (np.uint8, 0.0123, 120)])
+def test_quantize_float_next_to_half_boundaries(dtype, scale, zp):
+    """Values at and one float32 step either side of (k + 1/2) * scale, where a quotient one
+    ulp off rounds the other way (XLA rewrites x / constant as x * (1 / constant))."""
+    info = np.iinfo(dtype)
+    k = np.arange(info.min - zp, info.max - zp, max(1, (int(info.max) - int(info.min)) // 400), dtype=np.float32)
+    mid = ((k + np.float32(0.5)) * np.float32(scale)).astype(np.float32)
+    x = np.concatenate([mid, np.nextafter(mid, np.float32(np.inf)), np.nextafter(mid, np.float32(-np.inf))])
+    model, feeds = one_op("QUANTIZE", [(x, None, False)], x.shape, dtype, qp(scale, zp))
+    np.testing.assert_array_equal(on_xla(model, feeds), litert_ref(model, feeds))
+
+
 @pytest.mark.parametrize("src,dst", [((np.int8, 0.02, -3), (np.int8, 0.05, 10)),
                                      ((np.uint8, 0.03, 128), (np.int8, 0.03, 0)),
                                      ((np.int16, 1e-4, 0), (np.int8, 0.01, 5)),
