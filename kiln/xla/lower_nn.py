@@ -18,7 +18,7 @@ from ..ops.windowed import out_size, pad_before_after, transpose_conv_geometry, 
 from ..schema import Activation, Padding
 from .lower_hybrid import hybrid_conv, hybrid_depthwise, hybrid_fully_connected
 from .lower_quant import int8_conv, int8_depthwise, int8_fully_connected, int8_weighted_check
-from .table import fused_range, is_float, register_lowering
+from .table import computed_once, fused_range, is_float, register_lowering
 
 _FC_ACTIVATIONS = (Activation.NONE, Activation.RELU, Activation.RELU6, Activation.RELU_N1_TO_1)
 
@@ -84,6 +84,8 @@ def _conv_as_matmul(x, w, strides, dil, pads, out_hw):
     cout, kh, kw, cin = w.shape
     (oh, ow), (sh, sw) = out_hw, strides
     xp = jnp.pad(x, ((0, 0), *pads, (0, 0))) if any(p for pair in pads for p in pair) else x
+    if kh * kw > 1:
+        xp = computed_once(xp)
     taps = []
     for i in range(kh):
         for j in range(kw):
@@ -143,6 +145,8 @@ def _depthwise(call, x, w, bias=None):
     mult = cout // cin
     if mult > 1:  # output channel c * M + m reads input channel c
         xp = jnp.repeat(xp, mult, axis=3)
+    if kh * kw > 1:
+        xp = computed_once(xp)
     sh, sw = opts.stride_h, opts.stride_w
     if oh <= 0 or ow <= 0 or kh * kw == 0:
         return _finish(call, jnp.zeros((x.shape[0], max(oh, 0), max(ow, 0), cout), x.dtype), bias,

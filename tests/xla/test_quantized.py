@@ -298,3 +298,29 @@ def test_int8_elementwise(op_type, act, shapes):
     want = getattr(integer_elementwise, op_type.lower())(a, a_qp, b, b_qp, out_qp, activation=act)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(got, litert_ref(model, feeds))
+
+
+@pytest.mark.parametrize("depth", [64, 515, 516, 4096])
+def test_int_dot_is_exact_on_either_side_of_the_float32_bound(depth):
+    """The int8 dot runs in float32 only while no partial sum can pass 2^24 (255 * 127 * 515 is
+    just under it, 516 over); worst-case operands give the exact int32 product either way."""
+    import jax.numpy as jnp
+
+    from kiln.xla.lower_quant import _centered_bound, _int_dot
+
+    x = RNG.integers(-128, 128, (6, depth)).astype(np.int8)
+    x[0] = -128                                   # |x - 127| = 255, the largest an int8 allows
+    w = RNG.integers(-127, 128, (5, depth)).astype(np.int32)
+    w[0] = -127                                   # row 0 x column 0: every product +255 * 127
+    a = x.astype(np.int32) - 127
+
+    def dot(v):
+        return _int_dot(v, w, jnp.int32, _centered_bound(x, 127))
+
+    with x64():
+        got = np.asarray(jax.jit(dot)(a))
+        hlo = jax.jit(dot).lower(a).as_text()
+    np.testing.assert_array_equal(got, a.astype(np.int64) @ w.T.astype(np.int64))
+    assert got[0, 0] == 255 * 127 * depth
+    in_float = "xf32>" in hlo.split("dot_general")[1].split("\n")[0]
+    assert in_float == (255 * 127 * depth < 2 ** 24), hlo
