@@ -82,6 +82,27 @@ def test_rescaling_matches_kiln_quant_arith():
     small = np.abs(acc) < (1 << 24)  # single rounding: the reference's x · M stays in int64 here
     np.testing.assert_array_equal(once[small], arith.multiply_by_quantized_multiplier(x, m, s)[small])
     np.testing.assert_array_equal(twice, arith.multiply_by_quantized_multiplier_double_rounding(x, m, s))
+    with x64():  # multipliers and shifts known while tracing (the lowerings' case) take a shorter path
+        static = np.asarray(jax.jit(lambda v: rescale_twice(v, m, s))(x))
+    np.testing.assert_array_equal(static, twice)
+
+
+def test_fixed_point_steps_match_gemmlowp_at_the_edges():
+    from kiln.xla.lower_quant import _divide_by_pot, _high_mul
+
+    edges = np.array([arith.INT32_MIN, arith.INT32_MIN + 1, -(1 << 30), -1, 0, 1, 1 << 30, arith.INT32_MAX])
+    a = np.concatenate([edges, RNG.integers(-(1 << 31), 1 << 31, 500)])[:, None]
+    b = np.concatenate([edges, RNG.integers(-(1 << 31), 1 << 31, 40)])[None, :]
+    e = np.arange(0, 32)
+    with x64():
+        high = np.asarray(jax.jit(_high_mul)(a, b))
+        high_static = np.asarray(jax.jit(lambda v: _high_mul(v, np.abs(b[:, 1:])))(a))
+        pot = np.asarray(jax.jit(_divide_by_pot)(a, e[None, :]))
+        pot_static = np.asarray(jax.jit(lambda v: _divide_by_pot(v, e[None, :]))(a))
+    np.testing.assert_array_equal(high, arith.saturating_rounding_doubling_high_mul(a, b))
+    np.testing.assert_array_equal(high_static, arith.saturating_rounding_doubling_high_mul(a, np.abs(b[:, 1:])))
+    np.testing.assert_array_equal(pot, arith.rounding_divide_by_pot(a, e[None, :]))
+    np.testing.assert_array_equal(pot_static, pot)
 
 
 # -- QUANTIZE / DEQUANTIZE --------------------------------------------------------------------
