@@ -9,7 +9,7 @@ a thunk's name can be looked up. Compiler options are the delegate's defaults un
 as --option name=value (JSON values: true, 1, "text").
 
     python bench/xla_profile.py [--batch 8] [--invokes 200] [--option xla_cpu_multi_thread_eigen=true] [model ...]
-    python bench/xla_profile.py --tflite model.tflite     # any model file, at the batch it was saved with
+    python bench/xla_profile.py --tflite model.tflite [--batch 8]   # any model file (its own batch unless given)
 """
 
 from __future__ import annotations
@@ -70,6 +70,9 @@ def profile(name: str, batch: int, invokes: int, options: dict, hlo_dir: str | N
         data = model_bytes(name, batch)
     delegate = XlaDelegate(device="cpu", compiler_options={**options, "xla_cpu_enable_xprof_traceme": True})
     interp = kiln.Interpreter(model_content=data, experimental_delegates=[delegate])
+    if data is not None and batch:  # a .tflite file at another batch
+        for d in interp.get_input_details():
+            interp.resize_tensor_input(d["index"], [batch, *d["shape"][1:]])
     interp.allocate_tensors()
     batch = batch or int(interp.get_input_details()[0]["shape"][0])
     for d, x in zip(interp.get_input_details(), zoo.sample_inputs(interp.get_input_details(), 0)):
@@ -123,19 +126,20 @@ def _option(text: str) -> tuple[str, object]:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", help=f"default: all of {list(MODELS)} (none with --tflite)")
-    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--batch", type=int, help="default 8 for the bench models, a .tflite file's own")
     parser.add_argument("--invokes", type=int, default=200)
     parser.add_argument("--option", action="append", default=[], type=_option, help="XLA compile option name=value")
     parser.add_argument("--hlo", help="write each executable's optimized HLO to this directory")
     parser.add_argument("--tflite", action="append", default=[], help="also profile this .tflite file (its own batch)")
     args = parser.parse_args(argv)
     for path in args.tflite:
-        profile(Path(path).stem, 0, args.invokes, dict(args.option), args.hlo, Path(path).read_bytes())
+        profile(Path(path).stem, args.batch or 0, args.invokes, dict(args.option), args.hlo, Path(path).read_bytes())
     names = args.models or ([] if args.tflite else list(MODELS))
+    batch = args.batch or 8
     for name in names:
-        model_bytes(name, args.batch)  # convert before any tracing
+        model_bytes(name, batch)  # convert before any tracing
     for name in names:
-        profile(name, args.batch, args.invokes, dict(args.option), args.hlo)
+        profile(name, batch, args.invokes, dict(args.option), args.hlo)
 
 
 if __name__ == "__main__":
