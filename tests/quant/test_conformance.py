@@ -16,9 +16,7 @@ LSTMs are not here: tests/quant/test_lstm_int.py, test_16x8.py and test_hybrid.p
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import io
 
 import numpy as np
 import pytest
@@ -26,38 +24,21 @@ import pytest
 import kiln
 from kiln import ops
 from kiln.quant.static import QuantizationError
-from tests.converter import zoo
+from tests.quant import zoo_models
+from tests.quant.zoo_models import compare_with_builtin_ref, invoke
 
-tf = pytest.importorskip("tensorflow")
+pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.slow
 
 
-def _heads():
-    """Pooling, concatenation and the three bounded outputs (softmax, logistic, tanh)."""
-    import keras
-
-    L = keras.layers
-    x = keras.Input((8, 8, 3))
-    a = L.MaxPooling2D()(L.Conv2D(4, 3, padding="same", activation="relu")(x))
-    b = L.AveragePooling2D(2)(L.Conv2D(4, 1)(x))
-    y = L.Flatten()(L.Concatenate()([a, b]))
-    m = keras.Model(x, L.Concatenate()([L.Dense(3, activation=f)(y) for f in ("softmax", "sigmoid", "tanh")]))
-    zoo.randomize(m)
-    return m
-
-
-BUILDERS = {
-    "mlp": lambda: zoo.k3_mlp().obj,
-    "cnn": lambda: zoo.k3_cnn().obj,
-    "tfk_cnn": lambda: zoo.tfk_cnn().obj,
-    "depthwise": lambda: zoo.k3_separable().obj,
-    "heads": _heads,
-    "transformer": lambda: zoo.k3_transformer().obj,
-    "mobilenet_v2": lambda: zoo.k3_mobilenet_v2().obj,
-}
+#: Cell name -> model name in tests/quant/zoo_models.py ("heads": pooling, concatenation and
+#: the three bounded outputs).
+NAMES = {"mlp": "k3_mlp", "cnn": "k3_cnn", "tfk_cnn": "tfk_cnn", "depthwise": "k3_separable", "heads": "heads",
+         "transformer": "k3_transformer", "mobilenet_v2": "k3_mobilenet_v2"}
 MODES = ("dynamic", "float16", "int8", "int8io", "16x8")
 INTEGER = ("int8", "int8io", "16x8")
 KILN_MODE = {"dynamic": "dynamic", "float16": "float16", "int8": "int8", "int8io": "int8", "16x8": "int16x8"}
+TF_MODE = {"dynamic": "dynamic", "float16": "float16", "int8": "int8", "int8io": "int8io", "16x8": "int16x8"}
 
 _POLLUTED = ("TF 2.21's calibrator logs an op's inputs after the op ran in place, so an input's range "
              "absorbs its consumer's output (tests/quant/test_static.py); kiln's are the tensors' own ranges")
@@ -83,30 +64,9 @@ KILN_REFUSES = {("transformer", "int8io"): ("NEG", "TF 2.21's TFLITE_BUILTINS_IN
 TF_FAILS = {("transformer", "16x8"): "Quantization to 16x8-bit not yet supported for op: 'NEG'"}
 
 
-def _configure(conv, mode, data):
-    conv.optimizations = [tf.lite.Optimize.DEFAULT]
-    if mode == "float16":
-        conv.target_spec.supported_types = [tf.float16]
-    if mode in INTEGER:
-        conv.representative_dataset = lambda: ([d] for d in data)
-    if mode == "int8io":
-        conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-        conv.inference_input_type = conv.inference_output_type = tf.int8
-    if mode == "16x8":
-        conv.target_spec.supported_ops = [tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
-    return conv
-
-
-@functools.lru_cache(maxsize=None)
-def _keras(name):
-    model = BUILDERS[name]()
-    rng = np.random.default_rng(0)
-    shape = (1,) + tuple(model.inputs[0].shape[1:])
-    data = [rng.uniform(-1, 1, shape).astype(np.float32) for _ in range(16)]
-    tests = [rng.uniform(-1, 1, shape).astype(np.float32) for _ in range(4)]
-    with contextlib.redirect_stdout(io.StringIO()), zoo._silent_fd2():
-        float_model = tf.lite.TFLiteConverter.from_keras_model(model).convert()
-    return model, data, tests, float_model
+def _data(name):
+    """16 calibration samples and 4 test inputs of seed 0."""
+    return zoo_models.data(NAMES[name], 0, 16, 4)
 
 
 @functools.lru_cache(maxsize=None)
@@ -114,49 +74,40 @@ def _cell(name, mode):
     """(TF's model or its error text, kiln's model). kiln quantizes TF's float .tflite of the same
     Keras model (`kiln.quantize`, what kiln's converter's quantize stage runs) with the same mode
     and data, so the op lists compare quantizers, not the two converters' float graphs."""
-    model, data, _, _ = _keras(name)
+    data, _ = _data(name)
     try:
-        with contextlib.redirect_stdout(io.StringIO()), zoo._silent_fd2():
-            theirs = _configure(tf.lite.TFLiteConverter.from_keras_model(model), mode, data).convert()
+        theirs = zoo_models.tf_quantize(zoo_models.keras_model(NAMES[name]), TF_MODE[mode], data)
     except Exception as exc:  # noqa: BLE001 — TF's failure is the recorded result
         theirs = f"{type(exc).__name__}: {exc}"
     try:
-        ours = kiln.quantize(_keras(name)[3], KILN_MODE[mode], representative_dataset=lambda: ([d] for d in data),
-                             integer_only=mode == "int8io", progress=False,
-                             **({"inference_input_type": "int8", "inference_output_type": "int8"}
-                                if mode == "int8io" else {}))
+        ours = zoo_models.kiln_quantize(zoo_models.tf_float(NAMES[name]), KILN_MODE[mode], data,
+                                        integer_only=mode == "int8io",
+                                        **({"inference_input_type": "int8", "inference_output_type": "int8"}
+                                           if mode == "int8io" else {}))
     except QuantizationError as exc:  # the recorded result of a KILN_REFUSES cell
         ours = str(exc)
     return theirs, ours
 
 
 def _feed(interp, x):
-    interp.allocate_tensors()
-    d = interp.get_input_details()[0]
-    if d["dtype"] != np.float32:
-        scale, zero_point = d["quantization"]
-        info = np.iinfo(d["dtype"])
-        x = np.clip(np.round(x / scale) + zero_point, info.min, info.max).astype(d["dtype"])
-    interp.set_tensor(d["index"], x)
-    interp.invoke()
-    out = interp.get_output_details()[0]
-    y = interp.get_tensor(out["index"])
+    """Output 0 as stored, and as float (dequantized with its own parameters where integer)."""
+    y = invoke(interp, x)[0]
     if y.dtype != np.float32:
-        scale, zero_point = out["quantization"]
+        scale, zero_point = interp.get_output_details()[0]["quantization"]
         return y, (y.astype(np.float32) - zero_point) * scale
     return y, y
 
 
-def _litert(model, ref=False):
+def _litert(model):
+    """LiteRT's default kernels (the runtime users get): the error against the float model."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-    kind = OpResolverType.BUILTIN_REF if ref else OpResolverType.AUTO
-    return Interpreter(model_content=model, experimental_op_resolver_type=kind)
+    return Interpreter(model_content=model, experimental_op_resolver_type=OpResolverType.AUTO)
 
 
 def _error(model, name):
-    _, _, tests, float_model = _keras(name)
-    want, got = _litert(float_model), _litert(model)
+    _, tests = _data(name)
+    want, got = _litert(zoo_models.tf_float(NAMES[name])), _litert(model)
     return float(np.mean([np.abs(_feed(got, x)[1] - _feed(want, x)[1]).mean() for x in tests]))
 
 
@@ -194,18 +145,10 @@ def _param_differences(ours, theirs):
 
 
 def _bit_exact(model, name, exact):
-    _, _, tests, _ = _keras(name)
-    ours, ref = kiln.Interpreter(model_content=model), _litert(model, ref=True)
-    for x in tests:
-        (got, _), (want, _) = _feed(ours, x), _feed(ref, x)
-        assert got.dtype == want.dtype and got.shape == want.shape
-        if exact:
-            np.testing.assert_array_equal(got, want)
-        else:
-            np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * max(1.0, float(np.abs(want).max())))
+    compare_with_builtin_ref(model, _data(name)[1], exact)
 
 
-CELLS = [(n, m) for n in BUILDERS for m in MODES]
+CELLS = [(n, m) for n in NAMES for m in MODES]
 
 
 @pytest.mark.parametrize("name,mode", CELLS, ids=[f"{n}-{m}" for n, m in CELLS])

@@ -304,18 +304,14 @@ def test_zoo_lstms_quantized_by_kiln_run_as_builtin_ref(kernel_calls, name):
     needs a static batch) run in kiln's default runtime as in LiteRT's BUILTIN_REF. An LSTM
     whose states the model returns stays float (the quantizer refuses it): its outputs agree
     to float rounding, the integer ones bit for bit."""
-    from tests.converter import zoo
-    from tests.quant.test_runtime_models import _compare
+    from tests.quant import zoo_models
 
-    keras_model = zoo.BUILDERS[name]().obj
-    rng = np.random.default_rng(3)
-    shape = (1,) + tuple(keras_model.inputs[0].shape[1:])
-    calibration = [rng.uniform(-1, 1, shape).astype(np.float32) for _ in range(8)]
-    float_model = kiln.TFLiteConverter.from_keras_model(keras_model).convert()
-    for mode in ("int8", "int16x8"):
-        q = quantize(float_model, mode, progress=False, representative_dataset=lambda: ([d] for d in calibration))
+    calibration, held_out = zoo_models.data(name, 3, 8, 4)
+    float_model = kiln.TFLiteConverter.from_keras_model(zoo_models.keras_model(name)).convert()
+    for i, mode in enumerate(("int8", "int16x8")):     # two held-out inputs each
+        q = zoo_models.kiln_quantize(float_model, mode, calibration)
         lstms = _lstms(q)
         integer = [op.inputs[0].dtype.name == "INT8" for op in lstms]
         assert any(integer) and integer == [name != "k3_lstm_stacked_states" or k == 0 for k in range(len(lstms))]
-        _compare(q, [rng.uniform(-1, 1, shape).astype(np.float32) for _ in range(2)], exact=all(integer))
+        zoo_models.compare_with_builtin_ref(q, held_out[2 * i:2 * i + 2], exact=all(integer))
     assert kernel_calls

@@ -9,14 +9,12 @@ differently from LiteRT's reference loops, so those outputs agree to float round
 
 from __future__ import annotations
 
-import contextlib
-import io
-
 import numpy as np
 import pytest
 
 import kiln
-from tests.converter import zoo
+from tests.quant import zoo_models
+from tests.quant.zoo_models import compare_with_builtin_ref, invoke
 
 SMALL = ["k3_mlp", "k3_cnn", "tfk_cnn"]
 LARGE = ["k3_mobilenet_v2", "k3_transformer", "k3_separable"]
@@ -36,101 +34,35 @@ SKIP = {("k3_transformer", "int16x8"), ("k3_mlp", "int16x8"), ("k3_mobilenet_v2"
 TF_ONLY = {("k3_transformer", "int16x8"), ("k3_mlp", "int16x8")}
 
 
-def _tf_quantized(keras_model, mode, calibration) -> bytes:
-    import tensorflow as tf
-
-    conv = tf.lite.TFLiteConverter.from_keras_model(keras_model)
-    conv.optimizations = [tf.lite.Optimize.DEFAULT]
-    if mode == "float16":
-        conv.target_spec.supported_types = [tf.float16]
-    if mode in ("int8", "int8io", "uint8io", "int16x8"):
-        conv.representative_dataset = lambda: ([d] for d in calibration)
-    if mode == "int16x8":
-        conv.target_spec.supported_ops = [tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
-    if mode in ("int8io", "uint8io"):
-        conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-        conv.inference_input_type = conv.inference_output_type = tf.int8 if mode == "int8io" else tf.uint8
-    with contextlib.redirect_stdout(io.StringIO()), zoo._silent_fd2():
-        return conv.convert()
+def _models(name):
+    """({(maker, mode): quantized model}, 2 held-out inputs) of zoo model ``name``, calibrated
+    on 8 samples of seed 3; each model is built once per session (tests/quant/zoo_models.py)."""
+    return zoo_models.quantized(name, [m for m in TF_MODES if (name, m) not in SKIP],
+                                [m for m in KILN_MODES if (name, m) not in SKIP - TF_ONLY], held_out=2)
 
 
-@pytest.fixture(scope="module")
-def built():
-    """name -> (float model, {(maker, mode): quantized model}, held-out inputs), built once."""
-    import tensorflow as tf
-
-    cache = {}
-
-    def build(name):
-        if name not in cache:
-            keras_model = zoo.BUILDERS[name]().obj
-            rng = np.random.default_rng(3)
-            shape = (1,) + tuple(keras_model.inputs[0].shape[1:])
-            calibration = [rng.uniform(-1, 1, shape).astype(np.float32) for _ in range(8)]
-            held_out = [rng.uniform(-1, 1, shape).astype(np.float32) for _ in range(2)]
-            with contextlib.redirect_stdout(io.StringIO()), zoo._silent_fd2():
-                float_model = tf.lite.TFLiteConverter.from_keras_model(keras_model).convert()
-            models = {("tf", mode): _tf_quantized(keras_model, mode, calibration)
-                      for mode in TF_MODES if (name, mode) not in SKIP}
-            for mode in KILN_MODES:
-                if (name, mode) in SKIP - TF_ONLY:
-                    continue
-                models[("kiln", mode)] = kiln.quantize(float_model, mode, progress=False,
-                                                       representative_dataset=lambda: ([d] for d in calibration))
-            cache[name] = (models, held_out)
-        return cache[name]
-
-    return build
-
-
-def _feed(interp, x):
-    interp.allocate_tensors()
-    d = interp.get_input_details()[0]
-    if d["dtype"] != np.float32:   # integer I/O: the input quantized with its own params
-        scale, zero_point = d["quantization"]
-        info = np.iinfo(d["dtype"])
-        x = np.clip(np.round(x / scale) + zero_point, info.min, info.max).astype(d["dtype"])
-    interp.set_tensor(d["index"], x)
-    interp.invoke()
-    return [interp.get_tensor(o["index"]) for o in interp.get_output_details()]
-
-
-def _compare(model: bytes, inputs, exact: bool):
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-    ref = Interpreter(model_content=model, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
-    ours = kiln.Interpreter(model_content=model)
-    for x in inputs:
-        for got, want in zip(_feed(ours, x), _feed(ref, x)):
-            assert got.dtype == want.dtype and got.shape == want.shape
-            if exact:
-                np.testing.assert_array_equal(got, want)
-            else:
-                np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * max(1.0, float(np.abs(want).max())))
-
-
-def _check(built, name):
-    models, held_out = built(name)
+def _check(name):
+    models, held_out = _models(name)
     for (maker, mode), model in models.items():
         integer = mode.startswith("int") or mode == "uint8io"
         try:
-            _compare(model, held_out, exact=integer)
+            compare_with_builtin_ref(model, held_out, exact=integer)
         except AssertionError as exc:
             raise AssertionError(f"{name}, {maker}'s {mode} model: {exc}") from None
 
 
 @pytest.mark.parametrize("name", SMALL)
-def test_small_models_bit_exact_with_builtin_ref(built, name):
-    _check(built, name)
+def test_small_models_bit_exact_with_builtin_ref(name):
+    _check(name)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", LARGE)
-def test_large_models_bit_exact_with_builtin_ref(built, name):
-    _check(built, name)
+def test_large_models_bit_exact_with_builtin_ref(name):
+    _check(name)
 
 
-def _default_path_check(built, name):
+def _default_path_check(name):
     """The default Interpreter (its delegates: compiled for float nodes, quantized for integer
     and hybrid ones) and kiln's BUILTIN_REF agree bit for bit on every quantized model, invoke
     after invoke on fresh inputs; the quantized delegate dropped no lowering and lowered nodes
@@ -138,14 +70,14 @@ def _default_path_check(built, name):
     every node it claimed ran a lowering, not its reference kernel."""
     from kiln.delegates import QuantizedDelegate
 
-    models, held_out = built(name)
+    models, held_out = _models(name)
     for (maker, mode), model in models.items():
         default = kiln.Interpreter(model_content=model)
         ref = kiln.Interpreter(model_content=model, experimental_op_resolver_type=kiln.OpResolverType.BUILTIN_REF)
         rng = np.random.default_rng(11)
         for k in range(3):
             x = rng.uniform(-1.5, 1.5, held_out[0].shape).astype(np.float32)
-            for got, want in zip(_feed(default, x), _feed(ref, x)):
+            for got, want in zip(invoke(default, x), invoke(ref, x)):
                 assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), f"{name}, {maker}'s {mode}, run {k}"
         (delegate,) = [d for d in default._delegates if isinstance(d, QuantizedDelegate)]
         assert delegate.fallbacks == {}, f"{name}, {maker}'s {mode}: {delegate.fallbacks}"
@@ -155,11 +87,11 @@ def _default_path_check(built, name):
 
 
 @pytest.mark.parametrize("name", SMALL)
-def test_small_models_default_path_is_builtin_ref(built, name):
-    _default_path_check(built, name)
+def test_small_models_default_path_is_builtin_ref(name):
+    _default_path_check(name)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", LARGE)
-def test_large_models_default_path_is_builtin_ref(built, name):
-    _default_path_check(built, name)
+def test_large_models_default_path_is_builtin_ref(name):
+    _default_path_check(name)

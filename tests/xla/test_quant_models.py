@@ -8,20 +8,16 @@ can, and that model is here too."""
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import io
-
 import numpy as np
 import pytest
 
 pytest.importorskip("jax")
-tf = pytest.importorskip("tensorflow")
+pytest.importorskip("tensorflow")
 
 import kiln  # noqa: E402
 from kiln.xla import XlaDelegate  # noqa: E402
-from tests.converter import zoo  # noqa: E402
-from tests.quant.test_runtime_models import _feed, _tf_quantized  # noqa: E402
+from tests.quant import zoo_models  # noqa: E402
+from tests.quant.zoo_models import builtin_ref, invoke  # noqa: E402
 
 SMALL = ["k3_mlp", "k3_cnn", "tfk_cnn"]
 LARGE = ["k3_transformer", "k3_separable", "k3_mobilenet_v2"]
@@ -32,37 +28,24 @@ KILN_MODES = ("int8", "int16x8")
 TF_SKIP = {("k3_transformer", "int16x8"), *(("k3_mobilenet_v2", mode) for mode in TF_MODES)}
 
 
-@functools.lru_cache(maxsize=None)
 def _models(name):
-    keras_model = zoo.BUILDERS[name]().obj
-    rng = np.random.default_rng(3)
-    shape = (1,) + tuple(keras_model.inputs[0].shape[1:])
-    calibration = [rng.uniform(-1, 1, shape).astype(np.float32) for _ in range(8)]
-    held_out = [rng.uniform(-1, 1, shape).astype(np.float32) for _ in range(3)]
-    with contextlib.redirect_stdout(io.StringIO()), zoo._silent_fd2():
-        float_model = tf.lite.TFLiteConverter.from_keras_model(keras_model).convert()
-    models = {("tf", mode): _tf_quantized(keras_model, mode, calibration)
-              for mode in TF_MODES if (name, mode) not in TF_SKIP}
-    for mode in KILN_MODES:
-        models[("kiln", mode)] = kiln.quantize(float_model, mode, progress=False,
-                                               representative_dataset=lambda: ([d] for d in calibration))
-    return models, held_out
+    """({(maker, mode): quantized model}, 3 held-out inputs) of zoo model ``name``, calibrated
+    on 8 samples of seed 3 (each model built once per session: tests/quant/zoo_models.py)."""
+    return zoo_models.quantized(name, [m for m in TF_MODES if (name, m) not in TF_SKIP], KILN_MODES, held_out=3)
 
 
 def _check(name):
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
     models, held_out = _models(name)
     for (maker, mode), model in models.items():
         what = f"{name}, {maker}'s {mode} model"
         delegate = XlaDelegate()
         ours = kiln.Interpreter(model_content=model, experimental_delegates=[delegate])
-        ref = Interpreter(model_content=model, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+        ref = builtin_ref(model)
         ours.allocate_tensors()
         assert not delegate.rejected, f"{what}: nodes left to the reference kernels: {delegate.rejected}"
         assert len(delegate.kernels) == 1, f"{what}: {len(delegate.kernels)} partitions"
         for x in held_out:
-            for got, want in zip(_feed(ours, x), _feed(ref, x)):
+            for got, want in zip(invoke(ours, x), invoke(ref, x)):
                 assert got.dtype == want.dtype and got.shape == want.shape, what
                 np.testing.assert_array_equal(got, want, err_msg=what)
 
