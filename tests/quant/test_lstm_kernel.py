@@ -6,11 +6,6 @@ resized batch; bad operands refused by node."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -18,18 +13,15 @@ import kiln
 from kiln import ops
 from kiln.errors import OpError
 from kiln.quant import quantize
+from tests.quant import zoo_models
+from tests.quant.zoo_models import FEATURES, T
+from tests.quant.zoo_models import lstm_inputs
 
 keras = pytest.importorskip("keras")
 tf = pytest.importorskip("tensorflow")
 tf_keras = pytest.importorskip("tf_keras")
 
-T, FEATURES = 6, 5
 LSTM = "UNIDIRECTIONAL_SEQUENCE_LSTM"
-
-
-def _data(count, seed, batch=1):
-    rng = np.random.default_rng(seed)
-    return [rng.uniform(-1, 1, (batch, T, FEATURES)).astype(np.float32) for _ in range(count)]
 
 
 def _k3(layers_fn, seed, batch_size=1):
@@ -39,21 +31,17 @@ def _k3(layers_fn, seed, batch_size=1):
 
 
 def _int8(float_model, mode="int8", seed=0):
-    return quantize(float_model, mode, representative_dataset=_data(16, seed), progress=False)
+    return quantize(float_model, mode, representative_dataset=lstm_inputs(16, seed), progress=False)
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
+def models():
     """name -> quantized model, built once."""
     k3 = _k3(lambda L: lambda x: L.Dense(3)(L.LSTM(8)(x)), 0)
     tf_keras.utils.set_random_seed(1)
     tfk = tf_keras.Sequential([tf_keras.layers.InputLayer((T, FEATURES), batch_size=1),
                                tf_keras.layers.LSTM(8, return_sequences=True), tf_keras.layers.Dense(3)])
-    out = tmp_path_factory.mktemp("tf_lstm")
-    root = Path(__file__).resolve().parents[2]
-    subprocess.run([sys.executable, "-m", "tests.quant.tf_int8_lstm_model", str(out)], check=True, cwd=root,
-                   env={**os.environ, "PYTHONPATH": str(root), "TF_CPP_MIN_LOG_LEVEL": "2"},
-                   capture_output=True, timeout=300)
+    tf_models = zoo_models.tf_int8_lstms()
     return {
         "k3_int8": _int8(k3),
         "k3_16x8": _int8(k3, "int16x8"),
@@ -63,8 +51,8 @@ def models(tmp_path_factory):
         "stacked": _int8(_k3(lambda L: lambda x: L.LSTM(6)(L.LSTM(8, return_sequences=True)(x)), 3)),
         "free_batch": _int8(_k3(lambda L: lambda x: L.Dense(3)(L.LSTM(8)(x)), 4, batch_size=None)),
         # TF's converter: 16 samples give a cell scale of 2^-16 (LiteRT's skipped-tanh quirk)
-        "tf_int8_calib16": (out / "calib16.tflite").read_bytes(),
-        "tf_int8_calib64": (out / "calib64.tflite").read_bytes(),
+        "tf_int8_calib16": tf_models["calib16"],
+        "tf_int8_calib64": tf_models["calib64"],
     }
 
 
@@ -137,7 +125,7 @@ def test_integer_lstm_bit_exact_with_builtin_ref(models, kernel_calls, name, n_l
     lstms = _lstms(model)
     assert len(lstms) == n_lstms
     assert all(op.inputs[0].dtype.name == "INT8" and op.inputs[19].dtype.name == "INT16" for op in lstms)
-    inputs = [x * 1.5 for x in _data(4, 7)]      # past the calibrated range too
+    inputs = [x * 1.5 for x in lstm_inputs(4, 7)]      # past the calibrated range too
     assert _check_bit_exact(model, inputs) == 3 * n_lstms
     assert len(kernel_calls) == n_lstms * len(inputs)
 
@@ -158,7 +146,7 @@ def test_batch_and_resized_batch(models, kernel_calls, batches):
             for interp in (ref, ours):
                 interp.resize_tensor_input(interp.get_input_details()[0]["index"], [batch, T, FEATURES])
                 interp.allocate_tensors()
-        _check_bit_exact(model, _data(3, 10 + k, batch), (ref, ours))
+        _check_bit_exact(model, lstm_inputs(3, 10 + k, batch), (ref, ours))
     assert len(kernel_calls) >= 3 * len(batches)   # (a free batch: kiln may also run it to infer shapes)
 
 
@@ -304,8 +292,6 @@ def test_zoo_lstms_quantized_by_kiln_run_as_builtin_ref(kernel_calls, name):
     needs a static batch) run in kiln's default runtime as in LiteRT's BUILTIN_REF. An LSTM
     whose states the model returns stays float (the quantizer refuses it): its outputs agree
     to float rounding, the integer ones bit for bit."""
-    from tests.quant import zoo_models
-
     calibration, held_out = zoo_models.data(name, 3, 8, 4)
     float_model = kiln.TFLiteConverter.from_keras_model(zoo_models.keras_model(name)).convert()
     for i, mode in enumerate(("int8", "int16x8")):     # two held-out inputs each

@@ -9,9 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
-import numpy as np
-
-SHAPE = (1, 6, 5)
+from tests.quant.zoo_models import FEATURES, T, lstm_inputs
 
 
 def build(samples: int) -> bytes:
@@ -20,9 +18,8 @@ def build(samples: int) -> bytes:
 
     tf_keras.utils.set_random_seed(0)
     L = tf_keras.layers
-    m = tf_keras.Sequential([L.InputLayer(SHAPE[1:], batch_size=1), L.LSTM(12, return_sequences=True), L.Dense(3)])
-    rng = np.random.default_rng(0)
-    data = [rng.uniform(-1, 1, SHAPE).astype(np.float32) for _ in range(samples)]
+    m = tf_keras.Sequential([L.InputLayer((T, FEATURES), batch_size=1), L.LSTM(12, return_sequences=True), L.Dense(3)])
+    data = lstm_inputs(samples, 0)
     conv = tf.lite.TFLiteConverter.from_keras_model(m)
     conv.optimizations = [tf.lite.Optimize.DEFAULT]
     conv.representative_dataset = lambda: ([d] for d in data)

@@ -1,6 +1,6 @@
 """Models the quantization tests share: the converter zoo's Keras models with their
 calibration and held-out data and their conversions (TF's float model, TF's and kiln's
-quantized ones).
+quantized ones), and the sequence-LSTM tests' inputs and TF's own int8 LSTMs.
 
 Builds are cached per process (one pytest session or xdist worker): the Keras models, TF's
 float conversions and the quantized models of a (model, mode, seed, sample count) are made
@@ -13,6 +13,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import numpy as np
 
@@ -158,3 +163,28 @@ def compare_with_builtin_ref(model: bytes, inputs, exact: bool) -> None:
                 np.testing.assert_array_equal(got, want)
             else:
                 np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * max(1.0, float(np.abs(want).max())))
+
+
+# -- sequence LSTMs ----------------------------------------------------------------------------------
+
+#: The LSTM tests' (and TF's int8 LSTMs') time steps and features.
+T, FEATURES = 6, 5
+
+
+def lstm_inputs(count: int, seed: int, batch: int = 1, bound: float = 1.0) -> list[np.ndarray]:
+    """``count`` float (batch, T, FEATURES) inputs, uniform in [-bound, bound)."""
+    rng = np.random.default_rng(seed)
+    return [rng.uniform(-bound, bound, (batch, T, FEATURES)).astype(np.float32) for _ in range(count)]
+
+
+@functools.lru_cache(maxsize=None)
+def tf_int8_lstms() -> dict[str, bytes]:
+    """TF's int8 tf_keras LSTMs calibrated on 16 and on 64 samples ("calib16", "calib64"),
+    made once per session by tests/quant/tf_int8_lstm_model.py in a subprocess (TF's
+    converter can crash the process)."""
+    root = Path(__file__).resolve().parents[2]
+    with tempfile.TemporaryDirectory() as out:
+        subprocess.run([sys.executable, "-m", "tests.quant.tf_int8_lstm_model", out], check=True, cwd=root,
+                       env={**os.environ, "PYTHONPATH": str(root), "TF_CPP_MIN_LOG_LEVEL": "2"},
+                       capture_output=True, timeout=300)
+        return {name: (Path(out) / f"{name}.tflite").read_bytes() for name in ("calib16", "calib64")}

@@ -6,11 +6,6 @@ skipped-tanh quirk)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -21,32 +16,27 @@ import kiln  # noqa: E402
 from kiln.quant import quantize  # noqa: E402
 from kiln.xla import XlaDelegate  # noqa: E402
 from tests.harness import feed  # noqa: E402
+from tests.quant import zoo_models  # noqa: E402
+from tests.quant.zoo_models import FEATURES, T  # noqa: E402
 
-T, FEATURES = 6, 5
 LSTM = "UNIDIRECTIONAL_SEQUENCE_LSTM"
 
 
 def _data(count, seed, batch=1):
-    rng = np.random.default_rng(seed)
-    return [rng.uniform(-1.5, 1.5, (batch, T, FEATURES)).astype(np.float32) for _ in range(count)]
+    return zoo_models.lstm_inputs(count, seed, batch, bound=1.5)
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
+def models():
     keras.utils.set_random_seed(0)
     x = keras.Input((T, FEATURES), batch_size=None)
     L = keras.layers
     m = keras.Model(x, L.Dense(3)(L.LSTM(6)(L.LSTM(8, return_sequences=True)(x))))
     float_model = kiln.TFLiteConverter.from_keras_model(m).convert()
-    out = tmp_path_factory.mktemp("tf_lstm")
-    root = Path(__file__).resolve().parents[2]
-    subprocess.run([sys.executable, "-m", "tests.quant.tf_int8_lstm_model", str(out)], check=True, cwd=root,
-                   env={**os.environ, "PYTHONPATH": str(root), "TF_CPP_MIN_LOG_LEVEL": "2"},
-                   capture_output=True, timeout=300)
     calibration = [d[:1] for d in _data(16, 1)]
     return {"float_stacked": float_model,
             "kiln_stacked": quantize(float_model, "int8", representative_dataset=calibration, progress=False),
-            "tf_calib16": (out / "calib16.tflite").read_bytes()}
+            "tf_calib16": zoo_models.tf_int8_lstms()["calib16"]}
 
 
 def _states(model: bytes) -> list[str]:
