@@ -20,6 +20,8 @@ from kiln.quant import quantize
 from kiln.quant.static import QuantizationError
 from kiln.schema import DType
 from tests.converter import zoo
+from tests.harness import feed
+from tests.quant.zoo_models import builtin_ref
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
@@ -237,21 +239,11 @@ def _tanh_cnn():
 
 
 def _reference_run(model: bytes, x: np.ndarray) -> np.ndarray:
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-    interp = Interpreter(model_content=model, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
-    interp.allocate_tensors()
-    interp.set_tensor(interp.get_input_details()[0]["index"], x)
-    interp.invoke()
-    return interp.get_tensor(interp.get_output_details()[0]["index"])
+    return feed(builtin_ref(model), [x])[0]
 
 
 def _kiln_run(model: bytes, x: np.ndarray) -> np.ndarray:
-    interp = kiln.Interpreter(model_content=model)
-    interp.allocate_tensors()
-    interp.set_tensor(interp.get_input_details()[0]["index"], x)
-    interp.invoke()
-    return interp.get_tensor(interp.get_output_details()[0]["index"])
+    return feed(kiln.Interpreter(model_content=model), [x])[0]
 
 
 _FIXED_Q15 = {"LOGISTIC", "TANH", "SOFTMAX"}

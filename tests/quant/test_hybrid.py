@@ -11,19 +11,14 @@ import pytest
 from kiln.ir import QuantParams
 from kiln.ops.windowed import window_geometry
 from kiln.quant import hybrid, params
-from tests.harness import Const, single_op_model
+from tests.harness import Const, feed, single_op_model
+from tests.quant.zoo_models import builtin_ref
 
 RNG = np.random.default_rng(7)
 
 
 def _ref(model: bytes, x: np.ndarray) -> np.ndarray:
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-    interp = Interpreter(model_content=model, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
-    interp.allocate_tensors()
-    interp.set_tensor(interp.get_input_details()[0]["index"], x)
-    interp.invoke()
-    return interp.get_tensor(interp.get_output_details()[0]["index"])
+    return feed(builtin_ref(model), [x])[0]
 
 
 def _weights(w: np.ndarray, axis: int | None):

@@ -12,6 +12,7 @@ from kiln import ops
 from kiln.quant import quantize
 from kiln.schema import DType
 from tests.converter import zoo
+from tests.harness import feed
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
@@ -20,19 +21,11 @@ keras = pytest.importorskip("keras")
 def _litert(model: bytes, x: np.ndarray, kind: str) -> np.ndarray:
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-    interp = Interpreter(model_content=model, experimental_op_resolver_type=getattr(OpResolverType, kind))
-    interp.allocate_tensors()
-    interp.set_tensor(interp.get_input_details()[0]["index"], x)
-    interp.invoke()
-    return interp.get_tensor(interp.get_output_details()[0]["index"])
+    return feed(Interpreter(model_content=model, experimental_op_resolver_type=getattr(OpResolverType, kind)), [x])[0]
 
 
 def _kiln(model: bytes, x: np.ndarray) -> np.ndarray:
-    interp = kiln.Interpreter(model_content=model)
-    interp.allocate_tensors()
-    interp.set_tensor(interp.get_input_details()[0]["index"], x)
-    interp.invoke()
-    return interp.get_tensor(interp.get_output_details()[0]["index"])
+    return feed(kiln.Interpreter(model_content=model), [x])[0]
 
 
 def _stored_as_int8(model: bytes) -> bytes:

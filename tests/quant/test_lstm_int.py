@@ -18,6 +18,8 @@ import pytest
 import kiln
 from kiln.quant import quantize
 from kiln.quant.static import QuantizationError
+from tests.harness import feed
+from tests.quant.zoo_models import builtin_ref
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
@@ -32,13 +34,7 @@ def _data(count, seed):
 
 
 def _run(model: bytes, x: np.ndarray) -> np.ndarray:
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-    interp = Interpreter(model_content=model, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
-    interp.allocate_tensors()
-    interp.set_tensor(interp.get_input_details()[0]["index"], x)
-    interp.invoke()
-    return interp.get_tensor(interp.get_output_details()[0]["index"])
+    return feed(builtin_ref(model), [x])[0]
 
 
 def _lstm(model: bytes):
