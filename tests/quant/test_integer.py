@@ -8,27 +8,19 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from kiln import ops
-from kiln.format import write_model
-from kiln.ir import Model, Operator, QuantParams
+from kiln.ir import QuantParams
 from kiln.ops.windowed import window_geometry
 from kiln.quant import integer, integer_activations, integer_elementwise
-from kiln.schema import Activation, DType, Padding
+from kiln.schema import Activation, Padding
+from tests.quant.test_dispatch import Const, In, one_op, qp, reference
 
 RNG = np.random.default_rng(11)
 ACTS = [Activation.NONE, Activation.RELU, Activation.RELU6]
 
 
-class Q:
+def Q(value, qp: QuantParams | None, const: bool = False) -> In:
     """An operand: its integer values and QuantParams; ``const`` puts it in the model."""
-
-    def __init__(self, value, qp: QuantParams | None, const: bool = False):
-        self.value, self.qp, self.const = np.asarray(value), qp, const
-
-
-def qp(scale, zero_point=0, axis=0) -> QuantParams:
-    scale = np.atleast_1d(np.asarray(scale, np.float32))
-    return QuantParams(scale, np.broadcast_to(np.asarray(zero_point, np.int64), scale.shape), quantized_dimension=axis)
+    return (Const if const else In)(value, qp)
 
 
 def int8(*shape, low=-128, high=127) -> np.ndarray:
@@ -37,33 +29,8 @@ def int8(*shape, low=-128, high=127) -> np.ndarray:
 
 def run_ref(op_type, operands, out_shape, out_qp, options=None, out_dtype=np.int8) -> np.ndarray:
     """Build a one-op model and run it in LiteRT with its reference kernels."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-    model = Model()
-    sg = model.add_subgraph("main")
-    ins, feeds = [], []
-    for k, o in enumerate(operands):
-        if o is None:
-            ins.append(None)
-        elif o.const:
-            ins.append(sg.add_constant(f"c{k}", o.value, quantization=o.qp))
-        else:
-            t = sg.add_tensor(f"x{k}", DType.from_numpy(o.value.dtype), o.value.shape, quantization=o.qp)
-            sg.inputs.append(t)
-            ins.append(t)
-            feeds.append(o.value)
-    out = sg.add_tensor("y", DType.from_numpy(np.dtype(out_dtype)), tuple(out_shape), quantization=out_qp)
-    sg.outputs.append(out)
-    op = Operator(op_type, options=options or {})
-    sg.add_operator(op, ins, [out])
-    op.version = ops.require(op_type).version(op)
-    interp = Interpreter(model_content=write_model(model),
-                         experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
-    interp.allocate_tensors()
-    for d, x in zip(interp.get_input_details(), feeds):
-        interp.set_tensor(d["index"], x)
-    interp.invoke()
-    return interp.get_tensor(interp.get_output_details()[0]["index"])
+    model, feeds = one_op(op_type, operands, [(out_dtype, tuple(out_shape), out_qp)], options)
+    return reference(model, feeds)[0]
 
 
 # --- FULLY_CONNECTED -------------------------------------------------------------------
