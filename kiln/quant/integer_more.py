@@ -15,10 +15,10 @@ from kiln.ir import QuantParams
 from kiln.schema import Activation
 
 from .arith import (INT32_MAX, INT32_MIN, multiply_by_quantized_multiplier,
-                    multiply_by_quantized_multiplier_double_rounding as rescale2, quantize_multiplier,
-                    rounding_divide_by_pot, saturating_rounding_doubling_high_mul as srdhm)
+                    multiply_by_quantized_multiplier_double_rounding as rescale2, quantize_multiplier)
 from .hybrid import int_matmul, tap_windows
 from .integer import IntegerKernelError, activation_range, dtype_range
+from .integer_lstm import _divide_by_pot, _high_mul, rescale as lstm_rescale   # over xp
 from .integer_activations import lookup_table
 
 F32 = np.float32
@@ -48,42 +48,55 @@ def prelu(x_q, x_qp: QuantParams, alpha_q, alpha_qp: QuantParams, out_qp: QuantP
 
 
 # -- L2_NORMALIZATION --------------------------------------------------------------------------
+# Written once over an array namespace ``xp`` (NumPy here, jax.numpy in kiln.xla's lowering),
+# as kiln.quant.integer_lstm's step: the Newton–Raphson steps are the kernel's arithmetic.
 
-def _saturating_shift_left(x, exponent: int) -> np.ndarray:
+def _saturating_shift_left(xp, x, exponent: int):
     """gemmlowp's SaturatingRoundingMultiplyByPOT for a positive exponent."""
-    x = np.asarray(x, np.int64)
     threshold = (1 << (31 - exponent)) - 1
-    return np.where(x > threshold, INT32_MAX, np.where(x < -threshold, INT32_MIN, x << exponent))
+    return xp.where(x > threshold, INT32_MAX, xp.where(x < -threshold, INT32_MIN, x << exponent))
 
 
-def inv_sqrt_multiplier(acc) -> tuple[np.ndarray, np.ndarray]:
+#: ``acc`` (an int64 sum of squares) is divided by 4 at most this often to fall below 2^29.
+_MAX_QUARTERINGS = 17
+
+
+def inv_sqrt_multiplier(acc, xp=np):
     """GetInvSqrtQuantizedMultiplierExp (reverse shift −1), vectorised: ``1 / sqrt(acc)`` as a
     31-bit multiplier and a left shift, by five Newton–Raphson steps in gemmlowp's Q3.28."""
-    acc = np.asarray(acc, np.int64).copy()
+    acc = xp.asarray(acc).astype(xp.int64)
     small = acc <= 1
-    acc = np.where(small, 4, acc)   # any valid value; replaced below
-    shift = np.full(acc.shape, 11, np.int64)
-    while np.any(big := acc >= (1 << 29)):
-        acc = np.where(big, acc // 4, acc)
-        shift += big
-    leading_zeros = 32 - np.frexp(acc.astype(np.float64))[1]   # 32 − bit length (exact below 2^53)
+    acc = xp.where(small, 4, acc)   # any valid value; replaced below
+    shift = xp.full(acc.shape, 11, xp.int64)
+    for _ in range(_MAX_QUARTERINGS):   # the kernel's `while (acc >= 2^29)`: once past, a no-op
+        big = acc >= (1 << 29)
+        acc = xp.where(big, acc // 4, acc)
+        shift = shift + big
+    leading_zeros = 32 - xp.frexp(acc.astype(xp.float64))[1].astype(xp.int64)   # exact below 2^53
     pairs = (leading_zeros - 1) // 2 - 1
-    shift -= pairs
+    shift = shift - pairs
     acc = acc << (2 * pairs)
     x_in = acc >> 1                                  # F3 raw
-    half_in = rounding_divide_by_pot(x_in, 1)
+    half_in = _divide_by_pot(xp, x_in, 1)
     half_three = (1 << 28) + (1 << 27)
-    x = np.full(acc.shape, 1 << 28, np.int64)        # F3 one
+    x = xp.full(acc.shape, 1 << 28, xp.int64)        # F3 one
     for _ in range(5):
-        x3 = _saturating_shift_left(srdhm(srdhm(x, x), x), 6)
-        diff = srdhm(half_three, x) - srdhm(half_in, x3)
+        x3 = _saturating_shift_left(xp, _high_mul(xp, _high_mul(xp, x, x), x), 6)
+        diff = _high_mul(xp, half_three, x) - _high_mul(xp, half_in, x3)
         diff = ((diff + (1 << 31)) % (1 << 32)) - (1 << 31)   # int32 wrap-around, as gemmlowp
-        x = _saturating_shift_left(diff, 3)
-    x = srdhm(x, 1518500250)
+        x = _saturating_shift_left(xp, diff, 3)
+    x = _high_mul(xp, x, 1518500250)
     negative = shift < 0
-    x = np.where(negative, x << np.where(negative, -shift, 0), x)
-    shift = np.where(negative, 0, shift)
-    return np.where(small, INT32_MAX, x), np.where(small, 0, -shift)
+    x = xp.where(negative, x << xp.where(negative, -shift, 0), x)
+    shift = xp.where(negative, 0, shift)
+    return xp.where(small, INT32_MAX, x), xp.where(small, 0, -shift)
+
+
+def l2_normalize_centered(xp, x):
+    """The kernel on int64 ``x − zp`` (last axis): each value rescaled by the row's
+    inverse-square-root multiplier with an extra ``2^7``, before the clamp."""
+    m, shift = inv_sqrt_multiplier((x * x).sum(axis=-1, keepdims=True), xp)
+    return lstm_rescale(xp, x, m, shift + 7)
 
 
 def l2_normalization(x_q, x_qp: QuantParams, *, out_dtype=np.int8) -> np.ndarray:
@@ -93,9 +106,7 @@ def l2_normalization(x_q, x_qp: QuantParams, *, out_dtype=np.int8) -> np.ndarray
     x = np.asarray(x_q, np.int64) - _zp(x_qp)
     if x.ndim == 0:
         raise IntegerKernelError("L2_NORMALIZATION: input must have at least one dimension")
-    acc = (x * x).sum(axis=-1, keepdims=True)
-    m, shift = inv_sqrt_multiplier(acc)
-    out = rescale2(x, m, shift + 7).astype(np.int64)
+    out = l2_normalize_centered(np, x).astype(np.int64)
     return np.clip(out, *dtype_range(out_dtype)).astype(out_dtype)
 
 

@@ -43,7 +43,7 @@ def _finish(call, y, bias, act):
 
 def _fully_connected(call, x, w, bias=None):
     opts = call.opts
-    if np.dtype(x.dtype) in (np.int8, np.int16):  # int8 or 16x8 activations
+    if np.dtype(x.dtype) in (np.int8, np.int16, np.uint8):  # int8, 16x8, legacy uint8
         return int8_fully_connected(call, x, w, bias)
     if opts.fused_activation_function not in _FC_ACTIVATIONS:
         raise OpError("FULLY_CONNECTED: fused activation "
@@ -105,7 +105,7 @@ def _hybrid_conv(call, x, w, bias, conv):
 
 def _conv(call, x, w, bias=None):
     opts = call.opts
-    if np.dtype(x.dtype) in (np.int8, np.int16):  # int8 or 16x8 activations
+    if np.dtype(x.dtype) in (np.int8, np.int16, np.uint8):  # int8, 16x8, legacy uint8
         return int8_conv(call, x, w, bias)
     if np.dtype(w.dtype) == np.int8:
         return _hybrid_conv(call, x, w, bias, hybrid_conv)
@@ -126,7 +126,7 @@ def _conv(call, x, w, bias=None):
 
 def _depthwise(call, x, w, bias=None):
     opts = call.opts
-    if np.dtype(x.dtype) in (np.int8, np.int16):  # int8 or 16x8 activations
+    if np.dtype(x.dtype) in (np.int8, np.int16, np.uint8):  # int8, 16x8, legacy uint8
         return int8_depthwise(call, x, w, bias)
     if np.dtype(w.dtype) == np.int8:
         return _hybrid_conv(call, x, w, bias, hybrid_depthwise)

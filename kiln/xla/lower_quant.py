@@ -1,12 +1,12 @@
 """Lowerings of quantized ops to integer arithmetic, bit-exact with LiteRT's reference kernels.
 
 QUANTIZE and DEQUANTIZE mirror kiln/ops/quantize.py; int8 FULLY_CONNECTED and CONV_2D mirror
-kiln.quant.integer (measured against LiteRT's BUILTIN_REF kernels there): accumulation in
-int32 with the zero points subtracted, then LiteRT's fixed-point requantization in int64 —
-one rounding for FULLY_CONNECTED, two for CONV_2D and QUANTIZE — the output zero point and
-the fused activation's clamp. Nothing goes through float, so XLA's result is the reference
-kernel's bit for bit. Other quantized nodes are refused with the reason (the delegate leaves
-them to the reference kernels).
+kiln.quant.integer, their legacy uint8 forms kiln.quant.integer_more (both measured against
+LiteRT's BUILTIN_REF kernels there): accumulation in int32 with the zero points subtracted,
+then LiteRT's fixed-point requantization in int64 — one rounding for FULLY_CONNECTED, two for
+CONV_2D and QUANTIZE — the output zero point and the fused activation's clamp. Nothing goes
+through float, so XLA's result is the reference kernel's bit for bit. Other quantized nodes
+are refused with the reason (the delegate leaves them to the reference kernels).
 """
 
 from __future__ import annotations
@@ -171,6 +171,20 @@ def _channel_multipliers(x_q, w_q, out_q, channels: int):
     return quantize_multipliers(real)
 
 
+def _conv_weights_and_multipliers(op, w, channels: int):
+    """The filter less its zero point and the per-channel (multiplier, shift): int8 / 16x8
+    filters have zero point 0 and PopulateConvolutionQuantizationParams' double products;
+    legacy uint8 ones (integer_more.conv2d_uint8) a zero point and one multiplier from the
+    float32 product of the scales, as GetQuantizedConvolutionMultipler forms it."""
+    q_x, q_w, q_out = (op.inputs[0].quantization, op.inputs[1].quantization, op.outputs[0].quantization)
+    if op.inputs[0].dtype != DType.UINT8:
+        return np.asarray(w, np.int32), _channel_multipliers(q_x, q_w, q_out, channels)
+    product = np.float32(np.float32(q_x.scale[0]) * np.float32(q_w.scale[0]))
+    m, s = quantize_multiplier(float(product) / float(np.float32(q_out.scale[0])))
+    centered = np.asarray(w, np.int32) - int(q_w.zero_point[0])
+    return centered, (np.full(channels, m, np.int64), np.full(channels, s, np.int64))
+
+
 def _int_dot(a, b, acc=jnp.int32, a_bound: int | None = None):
     """Exact a · bᵀ, accumulated in int32 (int8 kernels) or int64 (16x8 kernels).
 
@@ -246,7 +260,7 @@ def int8_fully_connected(call, x, w, bias=None):
 
 def int8_conv(call, x, w, bias=None):
     op, opts = call.op, call.opts
-    q_x, q_w, q_out = (op.inputs[0].quantization, op.inputs[1].quantization, op.outputs[0].quantization)
+    q_x = op.inputs[0].quantization
     out_c, kh, kw, in_c = w.shape
     if x.ndim != 4 or x.shape[3] != in_c:
         raise OpError(f"CONV_2D: input {list(x.shape)} does not match the filter {list(w.shape)} "
@@ -262,9 +276,9 @@ def int8_conv(call, x, w, bias=None):
                       (xp.shape[0], i * dil[0] + (oh - 1) * sh + 1, j * dil[1] + (ow - 1) * sw + 1, in_c),
                       (1, sh, sw, 1)) for i in range(kh) for j in range(kw)]
     cols = jnp.concatenate(taps, axis=3) if len(taps) > 1 else taps[0]
-    acc = _int_dot(cols.reshape(-1, kh * kw * in_c), np.asarray(w, np.int32).reshape(out_c, -1), _acc_type(x),
+    w, (m, s) = _conv_weights_and_multipliers(op, w, out_c)
+    acc = _int_dot(cols.reshape(-1, kh * kw * in_c), w.reshape(out_c, -1), _acc_type(x),
                    _centered_bound(x, int(q_x.zero_point[0])))
-    m, s = _channel_multipliers(q_x, q_w, q_out, out_c)
     return _output_stage(acc, bias, m, s, call, twice=True).reshape(x.shape[0], oh, ow, out_c)
 
 
@@ -281,10 +295,14 @@ def int8_weighted_check(op, opts):
     types = [x_t, w_t, b_t, out_t]
     int8 = (x_t, w_t, out_t) == (DType.INT8,) * 3 and b_t in (None, DType.INT32)
     int16 = (x_t, w_t, out_t) == (DType.INT16, DType.INT8, DType.INT16) and b_t in (None, DType.INT32, DType.INT64)
-    if not (int8 or int16):
+    uint8 = (x_t, w_t, out_t) == (DType.UINT8,) * 3 and b_t in (None, DType.INT32)
+    if not (int8 or int16 or uint8):
         return (f"{op.name} with {[t.name if t else None for t in types]} tensors: only the int8 kernel "
                 "(int8 input, weights and output, int32 bias), the 16x8 one (int16 activations, int8 "
-                "weights, int32/int64 bias) and the hybrid one (float32 around int8 weights) are lowered")
+                "weights, int32/int64 bias), the legacy uint8 one (uint8 input, weights and output, int32 "
+                "bias) and the hybrid one (float32 around int8 weights) are lowered")
+    if uint8 and op.inputs[1].quantization.scale.size != 1:
+        return f"{op.name}: uint8 weights with {op.inputs[1].quantization.scale.size} scales (the kernel takes one)"
     if int16 and any(op.inputs[0 if k == 0 else k].quantization.zero_point.any() for k in (0,)) \
             or int16 and op.outputs[0].quantization.zero_point.any():
         return f"{op.name}: 16x8 activations with non-zero zero points (the reference kernel refuses them)"
@@ -303,7 +321,7 @@ def int8_weighted_check(op, opts):
 
 def int8_depthwise(call, x, w, bias=None):
     op, opts = call.op, call.opts
-    q_x, q_w, q_out = (op.inputs[0].quantization, op.inputs[1].quantization, op.outputs[0].quantization)
+    q_x = op.inputs[0].quantization
     _, kh, kw, out_c = w.shape
     if x.ndim != 4 or x.shape[3] == 0 or out_c % x.shape[3]:
         raise OpError(f"DEPTHWISE_CONV_2D: filter channels {out_c} are not a multiple of the input's {list(x.shape)}")
@@ -315,7 +333,8 @@ def int8_depthwise(call, x, w, bias=None):
     if kh * kw > 1:
         xp = computed_once(xp)
     sh, sw = opts.stride_h, opts.stride_w
-    weights = np.asarray(w, np.int32)[0]
+    weights, (m, s) = _conv_weights_and_multipliers(op, w, out_c)
+    weights = weights[0]
     acc = None
     for i in range(kh):
         for j in range(kw):
@@ -323,7 +342,6 @@ def int8_depthwise(call, x, w, bias=None):
                             (xp.shape[0], i * dil[0] + (oh - 1) * sh + 1, j * dil[1] + (ow - 1) * sw + 1, out_c),
                             (1, sh, sw, 1)) * weights[i, j]
             acc = tap if acc is None else acc + tap
-    m, s = _channel_multipliers(q_x, q_w, q_out, out_c)
     return _output_stage(acc, bias, m, s, call, twice=True)
 
 

@@ -131,7 +131,7 @@ def _unary_check(op, opts):
 
 # -- 8-bit binary ops as lookups in their kernel's table over every pair of codes -------------------
 
-_BINARY = ("PRELU", "DIV", "EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL")
+_BINARY = ("DIV", "EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL")
 
 
 def _pair_table(op, opts, out_dtypes):
@@ -161,7 +161,7 @@ def _binary_lookup(call, a, b):
 
 
 def _binary_check(op, opts):
-    """8-bit elementwise ops whose kernel rescales (DIV, PRELU, comparisons of differently
+    """8-bit elementwise ops whose kernel rescales (DIV, comparisons of differently
     quantized inputs): exact as a table when the kernel is defined on every pair of codes."""
     if len(op.inputs) != 2 or any(t is None or t.dtype not in (DType.INT8, DType.UINT8) for t in op.inputs):
         return f"{op.name}: only 8-bit operand pairs are lowered (as a table)"

@@ -121,9 +121,10 @@ def _load_builtins() -> None:
         from . import (lower_control, lower_math, lower_nn, lower_quant, lower_rnn,  # noqa: F401 - they register
                        lower_seq, lower_shape, lower_vars)
         from . import lower_quant_lstm  # noqa: F401 - after lower_rnn: adds to its LSTM lowering
-        from . import lower_quant_ops
+        from . import lower_quant_more, lower_quant_ops
 
         lower_quant_ops.register()  # last: it extends the lowerings above to quantized codes
+        lower_quant_more.register()
         _BUILTINS_LOADED = True
 
 

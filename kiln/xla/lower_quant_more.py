@@ -1,0 +1,149 @@
+"""Quantized PRELU, RESIZE_BILINEAR and L2_NORMALIZATION, bit-exact with kiln.quant.integer_more.
+
+* PRELU (int8, uint8 and 16x8): the kernel's two float32-formed multipliers, both paths
+  rescaled with two roundings and picked by the sign of ``x − zp`` — integer arithmetic,
+  so no table over code pairs (16x8 would need 2^24 entries).
+* RESIZE_BILINEAR (int8, int16): the codes interpolated in 10-bit fixed point; the source
+  rows / columns and their fractions are the kernel's own (``_integer_axis``), computed
+  while tracing from the static sizes.
+* L2_NORMALIZATION (int8): the inverse-square-root Newton steps are
+  `integer_more.l2_normalize_centered`, written once over an array namespace and run here
+  on jax.numpy int64.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from .. import ops
+from ..ops.record import operand_types
+from ..quant.integer_more import _integer_axis, l2_normalize_centered
+from ..quant.arith import quantize_multiplier
+from ..schema import Activation, DType
+from .lower_quant import _limits, rescale_twice
+
+_I64 = jnp.int64
+F32 = np.float32
+
+
+def _q(t):
+    return t.quantization
+
+
+def _zp(t) -> int:
+    return int(t.quantization.zero_point[0])
+
+
+def _one_scale(op) -> str | None:
+    for t in (*op.inputs, *op.outputs):
+        if t is None or t.dtype.name.startswith("FLOAT"):
+            continue
+        q = t.quantization
+        if q is None or q.scale.size != 1:
+            return f"{op.name}: tensor {t.name!r} is not quantized with one scale"
+    return None
+
+
+def _kernel_check(op) -> str | None:
+    key = operand_types(op)
+    if key not in ops.require(op.op_type).quantized:
+        return f"{op.name}: kiln has no {key} {op.op_type} kernel"
+    return None
+
+
+# -- PRELU ----------------------------------------------------------------------------------------
+
+def _prelu(call, x, alpha):
+    op = call.op
+    s_x, s_a, s_y = (F32(_q(t).scale[0]) for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
+    m1, e1 = quantize_multiplier(float(F32(s_x / s_y)))          # float32 arithmetic, as Prepare
+    m2, e2 = quantize_multiplier(float(F32(F32(s_x * s_a) / s_y)))
+    xc = jnp.asarray(x).astype(_I64) - _zp(op.inputs[0])
+    ac = jnp.broadcast_to(jnp.asarray(alpha).astype(_I64) - _zp(op.inputs[1]), xc.shape)
+    out = jnp.where(xc >= 0, rescale_twice(xc, m1, e1), rescale_twice(xc * ac, m2, e2)) + _zp(op.outputs[0])
+    return jnp.clip(out, *_limits(call.out_dtypes[0])).astype(call.out_dtypes[0])
+
+
+def _prelu_check(op, opts):
+    x_t, a_t, y_t = op.inputs[0], op.inputs[1], op.outputs[0]
+    kinds = (x_t.dtype, a_t.dtype, y_t.dtype)
+    if kinds not in ((DType.INT8,) * 3, (DType.UINT8,) * 3, (DType.INT16, DType.INT8, DType.INT16)):
+        return (f"{op.name}: only int8, uint8 and 16x8 (int16 input and output, int8 alpha) PRELU are lowered, "
+                f"not {[k.name for k in kinds]}")
+    try:
+        if np.broadcast_shapes(tuple(a_t.shape), tuple(x_t.shape)) != tuple(x_t.shape):
+            raise ValueError
+    except ValueError:
+        return f"{op.name}: alpha {list(a_t.shape)} does not broadcast into the input {list(x_t.shape)}"
+    return _kernel_check(op) or _one_scale(op)
+
+
+# -- RESIZE_BILINEAR ------------------------------------------------------------------------------
+
+def _c_div(a, b: int):
+    """C's truncating integer division by a positive constant."""
+    return jnp.sign(a) * (jnp.abs(a) // b)
+
+
+def _resize_bilinear(call, x, size):
+    size = np.asarray(size).reshape(-1)
+    out_h, out_w = int(size[0]), int(size[1])
+    ac, hp = bool(call.opts.align_corners), bool(call.opts.half_pixel_centers)
+    y0, y1, dy = _integer_axis(x.shape[1], out_h, ac, hp)
+    x0, x1, dx = _integer_axis(x.shape[2], out_w, ac, hp)
+    v = jnp.asarray(x).astype(_I64)
+    dy, dx = dy[None, :, None, None], dx[None, None, :, None]
+    one = 1 << 10
+    top, bottom = v[:, y0], v[:, y1]
+    total = (top[:, :, x0] * (one - dy) * (one - dx) + bottom[:, :, x0] * dy * (one - dx)
+             + top[:, :, x1] * (one - dy) * dx + bottom[:, :, x1] * dy * dx)
+    half = jnp.where(total > 0, 1 << 19, -(1 << 19))
+    return _c_div(total + half, 1 << 20).astype(call.out_dtypes[0])
+
+
+def _resize_check(op, opts):
+    x_t, size_t, y_t = op.inputs[0], op.inputs[1], op.outputs[0]
+    if x_t.dtype not in (DType.INT8, DType.INT16) or y_t.dtype != x_t.dtype:
+        return f"{op.name}: only int8 and int16 RESIZE_BILINEAR (output of the input's type) are lowered"
+    if len(x_t.shape) != 4:
+        return f"{op.name}: input must be 4-D NHWC"
+    if opts.align_corners and opts.half_pixel_centers:
+        return f"{op.name}: align_corners with half_pixel_centers (the reference kernel refuses it)"
+    if size_t.is_constant:
+        size = np.asarray(size_t.data).reshape(-1)
+        if size.size != 2 or np.any(size <= 0):
+            return f"{op.name}: size {size.tolist()} is not a positive [new_height, new_width]"
+    return _kernel_check(op)
+
+
+# -- L2_NORMALIZATION -----------------------------------------------------------------------------
+
+def _l2_normalization(call, x):
+    centered = jnp.asarray(x).astype(_I64) - _zp(call.op.inputs[0])
+    out = l2_normalize_centered(jnp, centered)
+    return jnp.clip(out, *_limits(call.out_dtypes[0])).astype(call.out_dtypes[0])
+
+
+def _l2_check(op, opts):
+    x_t, y_t = op.inputs[0], op.outputs[0]
+    if (x_t.dtype, y_t.dtype) != (DType.INT8, DType.INT8) or len(x_t.shape) == 0:
+        return f"{op.name}: only int8 L2_NORMALIZATION (at least 1-D) is lowered"
+    if opts.fused_activation_function != Activation.NONE:
+        return f"{op.name}: fused activation {Activation(opts.fused_activation_function).name} has no integer kernel"
+    reason = _one_scale(op)
+    if reason:
+        return reason
+    q = y_t.quantization
+    if F32(q.scale[0]) != F32(1 / 128) or int(q.zero_point[0]) != 0:
+        return f"{op.name}: int8 output must have scale 1/128 and zero point 0 (the reference kernel refuses it)"
+    return None
+
+
+def register() -> None:
+    """Add these quantized lowerings to the float ones (after lower_quant_ops.register)."""
+    from .lower_quant_ops import _replace_or_register
+
+    _replace_or_register("PRELU", _prelu, _prelu_check)
+    _replace_or_register("RESIZE_BILINEAR", _resize_bilinear, _resize_check)
+    _replace_or_register("L2_NORMALIZATION", _l2_normalization, _l2_check)

@@ -1,0 +1,95 @@
+"""Quantized lowerings whose kernels' own sweeps (tests/quant/test_more_ops.py) are not
+collected by test_quant_sweeps: int8 / uint8 PRELU over many quantization parameters,
+L2_NORMALIZATION (zero rows, tiny and past-2^29 sums of squares) and the int8 RESIZE_BILINEAR
+modes. Each one-op model must be claimed by XlaDelegate, and its outputs must equal kiln's
+reference kernel and LiteRT's BUILTIN_REF bit for bit on several inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jax")
+
+import kiln  # noqa: E402
+from kiln.xla import XlaDelegate  # noqa: E402
+from tests.quant.test_compiled_quant import REF  # noqa: E402
+from tests.quant.test_dispatch import Const, In, _run, one_op, qp, reference  # noqa: E402
+
+
+def _claimed_and_exact(op_type, operands, outputs, feeds_list, options=None):
+    model, _ = one_op(op_type, operands, outputs, options)
+    delegate = XlaDelegate()
+    ours = kiln.Interpreter(model_content=model, experimental_delegates=[delegate], **REF)
+    ours.allocate_tensors()
+    assert not delegate.rejected, delegate.rejected
+    assert [name for _, name, _ in delegate.claimed] == [op_type]
+    kiln_ref = kiln.Interpreter(model_content=model, **REF)
+    for k, feeds in enumerate(feeds_list):
+        got = _run(ours, feeds)
+        for want, what in ((_run(kiln_ref, feeds), "kiln's kernel"), (reference(model, feeds), "BUILTIN_REF")):
+            for g, w in zip(got, want):
+                assert g.dtype == w.dtype and g.shape == w.shape
+                np.testing.assert_array_equal(g, w, err_msg=f"{op_type}, XLA vs {what}, feed {k}")
+
+
+def _codes(rng, shape, dtype=np.int8, low=None, high=None):
+    info = np.iinfo(dtype)
+    return rng.integers(info.min if low is None else low, (info.max if high is None else high) + 1,
+                        shape).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+@pytest.mark.parametrize("alpha_shape", [(1, 1, 5), (4, 3, 5), (5,), (2, 4, 3, 5)])
+def test_prelu_8bit(dtype, alpha_shape):
+    rng = np.random.default_rng(len(alpha_shape) + 7 * (dtype == np.uint8))
+    info = np.iinfo(dtype)
+    mid = (int(info.min) + int(info.max) + 1) // 2
+    for _ in range(3):
+        x_q = qp(rng.uniform(0.005, 0.1), int(rng.integers(mid - 60, mid + 60)))
+        a_q = qp(rng.uniform(0.001, 0.05), 0 if dtype == np.int8 else int(rng.integers(100, 156)))
+        y_q = qp(rng.uniform(0.005, 0.1), int(rng.integers(mid - 60, mid + 60)))
+        x = _codes(rng, (2, 4, 3, 5), dtype)
+        _claimed_and_exact("PRELU", [In(x, x_q), Const(_codes(rng, alpha_shape, dtype), a_q)],
+                           [(dtype, x.shape, y_q)], [[_codes(rng, x.shape, dtype)] for _ in range(3)])
+
+
+@pytest.mark.parametrize("depth", [1, 3, 16, 200])
+def test_l2_normalization(depth):
+    rng = np.random.default_rng(depth)
+    for zp in (-128, -3, 0, 40, 127):
+        feeds = []
+        for _ in range(3):
+            x = _codes(rng, (5, depth))
+            x[0] = zp                                  # a row of zeros: the kernel's sum <= 1 case
+            feeds.append([x])
+        feeds.append([_codes(rng, (5, depth), low=max(-128, zp - 2), high=min(127, zp + 2))])   # tiny sums
+        _claimed_and_exact("L2_NORMALIZATION", [In(feeds[0][0], qp(rng.uniform(0.005, 0.1), zp))],
+                           [(np.int8, (5, depth), qp(1 / 128, 0))], feeds)
+
+
+def test_l2_normalization_sums_past_2_to_the_29():
+    """Rows whose sum of squares the kernel first divides by 4 (more than once); below 2^31,
+    where LiteRT's int32 sum (which kiln's kernel does not wrap) would overflow."""
+    rng = np.random.default_rng(5)
+    x = _codes(rng, (3, 40000))
+    _claimed_and_exact("L2_NORMALIZATION", [In(x, qp(0.01, -128))], [(np.int8, x.shape, qp(1 / 128, 0))],
+                       [[x], [_codes(rng, x.shape)], [np.full(x.shape, 127 - 128 * (np.arange(40000) % 2), np.int8)]])
+
+
+def test_l2_normalization_other_output_params_stay_on_the_kernel():
+    model, _ = one_op("L2_NORMALIZATION", [In(np.zeros((2, 4), np.int8), qp(0.1, 0))], [(np.int8, (2, 4), qp(0.01, 0))])
+    delegate = XlaDelegate()
+    kiln.Interpreter(model_content=model, experimental_delegates=[delegate]).allocate_tensors()
+    assert not delegate.claimed
+    assert any("1/128" in reason for reason in delegate.rejected.values())
+
+
+@pytest.mark.parametrize("align_corners,half_pixel", [(False, False), (True, False), (False, True)])
+@pytest.mark.parametrize("out_hw", [(7, 9), (2, 3), (1, 1), (8, 10), (13, 4)])
+def test_resize_bilinear_int8(align_corners, half_pixel, out_hw):
+    rng = np.random.default_rng(out_hw[0])
+    x, q = _codes(rng, (2, 4, 5, 3)), qp(0.02, -7)
+    _claimed_and_exact("RESIZE_BILINEAR", [In(x, q), Const(np.array(out_hw, np.int32))], [(np.int8, (2, *out_hw, 3), q)],
+                       [[_codes(rng, x.shape)] for _ in range(3)],
+                       dict(align_corners=align_corners, half_pixel_centers=half_pixel))
