@@ -161,3 +161,30 @@ def hybrid_check(op, opts):
         if t is not None and t.dtype != DType.FLOAT32:
             return f"{op.name}: hybrid kernel with a {t.dtype.name} tensor {t.name!r}"
     return None
+
+
+def hybrid_transpose_conv(x, w, w_scale, bias, *, out_hw, pads, strides):
+    """Hybrid TRANSPOSE_CONV before its activation (kiln.quant.hybrid.transpose_conv): each
+    term ``float32(acc) · channel_scale · batch_scale`` rounded to float32 twice, then added
+    in float32 in LiteRT's scatter order (input row, column, channel). For one output
+    position the input row ascends as the filter row descends, so the order is: filter taps
+    (ky, kx) descending, input channels ascending — each tap's terms placed by a strided pad,
+    the channels added one by one in a scan."""
+    n, h, wd, in_c = x.shape
+    out_c, kh, kw, _ = w.shape
+    (oh, ow), (pt, pl), (sh, sw) = out_hw, pads, strides
+    q, scale, offset = quantize_rows_asymmetric(x.reshape(n, -1))
+    centered = q.reshape(x.shape) - offset.reshape(-1, 1, 1, 1)
+    channel_scale = np.broadcast_to(np.asarray(w_scale, np.float32).reshape(-1), (out_c,))
+    taps = np.asarray(w, np.int32).transpose(1, 2, 3, 0)                  # [kh, kw, in_c, out_c]
+    full_h, full_w = max((h - 1) * sh + kh, pt + oh), max((wd - 1) * sw + kw, pl + ow)
+    full = jnp.zeros((n, full_h, full_w, out_c), F32)
+    for ky in reversed(range(kh)):
+        for kx in reversed(range(kw)):
+            acc = centered[:, :, :, :, None] * taps[ky, kx]                # [n, h, w, in_c, out_c]
+            terms = _mul(_mul(acc.astype(F32), channel_scale), scale.reshape(-1, 1, 1, 1, 1))
+            placed = lax.pad(terms, F32(0), ((0, 0, 0), (ky, full_h - ky - (h - 1) * sh - 1, sh - 1),
+                                             (kx, full_w - kx - (wd - 1) * sw - 1, sw - 1), (0, 0, 0), (0, 0, 0)))
+            full, _ = lax.scan(lambda total, term: (_add(total, term), None), full, jnp.moveaxis(placed, 3, 0))
+    out = full[:, pt:pt + oh, pl:pl + ow]
+    return out if bias is None else _add(out, jnp.asarray(bias).astype(F32).reshape(-1))

@@ -11,7 +11,8 @@ Three kinds:
   the table of the node's own reference kernel evaluated on every code at trace time (what
   LiteRT's Prepare does for its LUT kernels). Exact by construction, one gather in XLA.
 * Integer arithmetic mirroring kiln.quant.integer: MAX / AVERAGE_POOL_2D, MEAN, SOFTMAX
-  (int8's float-table kernel), BATCH_MATMUL, SQUARED_DIFFERENCE, TRANSPOSE_CONV.
+  (int8's float-table kernel), BATCH_MATMUL, SQUARED_DIFFERENCE, TRANSPOSE_CONV (and its hybrid
+  form, kiln/xla/lower_hybrid.py's float steps).
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ from ..quant.integer_activations import ONE_OVER_ONE_PLUS_X_LUT, lut16_lookup, s
 from ..quant.integer_elementwise import LEFT_SHIFT_SQUARED_DIFFERENCE
 from ..schema import Activation, DType
 from . import table
+from .lower_hybrid import hybrid_transpose_conv
 from .lower_quant import _activation_range, _channel_multipliers, _limits, rescale_int64, rescale_twice
-from .table import register_lowering
+from .table import fused_range, register_lowering
 
 _I64 = jnp.int64
 _SIMPLE_ACTS = (Activation.NONE, Activation.RELU, Activation.RELU6, Activation.RELU_N1_TO_1)
@@ -373,8 +375,20 @@ def _squared_difference(call, a, b):
     return jnp.clip(out, *_limits(call.out_dtypes[0])).astype(call.out_dtypes[0])
 
 
+def _hybrid_transpose_conv(call, output_shape, w, x, bias=None):
+    opts = call.opts
+    x = jnp.asarray(x).astype(jnp.float32)
+    out_hw, pads = transpose_conv_geometry(opts, np.asarray(output_shape), x.shape, w.shape)
+    y = hybrid_transpose_conv(x, w, call.in_quant(1).scale, bias, out_hw=out_hw, pads=pads,
+                              strides=(opts.stride_h, opts.stride_w))
+    lo, hi = fused_range(opts.fused_activation_function, np.float32)
+    return jnp.clip(y, np.float32(lo), np.float32(hi))
+
+
 def _transpose_conv(call, output_shape, w, x, bias=None):
     op, opts = call.op, call.opts
+    if is_hybrid_transpose_conv(op):
+        return _hybrid_transpose_conv(call, output_shape, w, x, bias)
     out_c, kh, kw, in_c = w.shape
     out_hw, (pad_t, pad_l) = transpose_conv_geometry(opts, np.asarray(output_shape), x.shape, w.shape)
     sh, sw = opts.stride_h, opts.stride_w
@@ -402,15 +416,39 @@ def _transpose_conv(call, output_shape, w, x, bias=None):
     return jnp.clip(out, lo, hi).astype(call.out_dtypes[0])
 
 
+def is_hybrid_transpose_conv(op) -> bool:
+    x_t, w_t = op.inputs[2], op.inputs[1]
+    return (x_t.dtype, w_t.dtype, op.outputs[0].dtype) == (DType.FLOAT32, DType.INT8, DType.FLOAT32)
+
+
+def _hybrid_transpose_conv_check(op, opts):
+    w_t = op.inputs[1]
+    b_t = op.inputs[3] if len(op.inputs) > 3 else None
+    if b_t is not None and b_t.dtype != DType.FLOAT32:
+        return f"{op.name}: hybrid kernel with a {b_t.dtype.name} bias (float32 only)"
+    if not w_t.is_constant:
+        return f"{op.name}: hybrid int8 filter must be constants"
+    if w_t.quantization is None or w_t.quantization.scale.size not in (1, w_t.shape[0]):
+        return f"{op.name}: hybrid filter needs one scale or one per output channel"
+    if len(op.inputs[2].shape) != 4:
+        return f"{op.name}: input must be 4-D NHWC"
+    if opts.fused_activation_function not in _SIMPLE_ACTS:
+        return f"{op.name}: fused activation has no hybrid kernel"
+    return None
+
+
 def _transpose_conv_check(op, opts):
     x_t, w_t, out_t = op.inputs[2], op.inputs[1], op.outputs[0]
     b_t = op.inputs[3] if len(op.inputs) > 3 else None
+    if is_hybrid_transpose_conv(op):
+        return _hybrid_transpose_conv_check(op, opts)
     int8 = (x_t.dtype, w_t.dtype, out_t.dtype) == (DType.INT8,) * 3 and (b_t is None or b_t.dtype == DType.INT32)
     int16 = (x_t.dtype, w_t.dtype, out_t.dtype) == (DType.INT16, DType.INT8, DType.INT16) \
         and (b_t is None or b_t.dtype in (DType.INT32, DType.INT64))
     if not (int8 or int16):
-        return (f"{op.name}: only the int8 kernel (int8 input, filter and output, int32 bias) and the 16x8 one "
-                "(int16 input and output, int8 filter, int32 / int64 bias) are lowered")
+        return (f"{op.name}: only the int8 kernel (int8 input, filter and output, int32 bias), the 16x8 one "
+                "(int16 input and output, int8 filter, int32 / int64 bias) and the hybrid one (float32 around an "
+                "int8 filter) are lowered")
     if int16 and operand_types(op) not in ops.require("TRANSPOSE_CONV").quantized:
         return f"{op.name}: kiln has no {operand_types(op)} TRANSPOSE_CONV kernel"
     if not w_t.is_constant or (b_t is not None and not b_t.is_constant):

@@ -1,7 +1,7 @@
 """Quantized lowerings whose kernels' own sweeps (tests/quant/test_more_ops.py) are not
 collected by test_quant_sweeps: int8 / uint8 PRELU over many quantization parameters,
 L2_NORMALIZATION (zero rows, tiny and past-2^29 sums of squares) and the int8 RESIZE_BILINEAR
-modes. Each one-op model must be claimed by XlaDelegate, and its outputs must equal kiln's
+modes, and the hybrid TRANSPOSE_CONV to the bit. Each one-op model must be claimed by XlaDelegate, and its outputs must equal kiln's
 reference kernel and LiteRT's BUILTIN_REF bit for bit on several inputs."""
 
 from __future__ import annotations
@@ -12,9 +12,12 @@ import pytest
 pytest.importorskip("jax")
 
 import kiln  # noqa: E402
+from kiln.schema import Activation, Padding  # noqa: E402
 from kiln.xla import XlaDelegate  # noqa: E402
 from tests.quant.test_compiled_quant import REF  # noqa: E402
 from tests.quant.test_dispatch import Const, In, _run, one_op, qp, reference  # noqa: E402
+
+RELU = Activation.RELU
 
 
 def _claimed_and_exact(op_type, operands, outputs, feeds_list, options=None):
@@ -93,3 +96,22 @@ def test_resize_bilinear_int8(align_corners, half_pixel, out_hw):
     _claimed_and_exact("RESIZE_BILINEAR", [In(x, q), Const(np.array(out_hw, np.int32))], [(np.int8, (2, *out_hw, 3), q)],
                        [[_codes(rng, x.shape)] for _ in range(3)],
                        dict(align_corners=align_corners, half_pixel_centers=half_pixel))
+
+
+@pytest.mark.parametrize("per_channel", [True, False])
+@pytest.mark.parametrize("padding,stride,out_hw,khw", [
+    (Padding.SAME, (1, 1), (5, 4), (3, 3)), (Padding.SAME, (2, 2), (8, 6), (3, 3)),
+    (Padding.VALID, (2, 3), (9, 11), (3, 2)), (Padding.VALID, (1, 2), (6, 7), (2, 3))])
+def test_hybrid_transpose_conv_bit_for_bit(per_channel, padding, stride, out_hw, khw):
+    """Float outputs equal to the bit (the sweeps allow float32 rounding): every term rounded
+    and added in LiteRT's scatter order; fresh inputs, one of them all zeros."""
+    rng = np.random.default_rng(out_hw[0] + per_channel)
+    in_hw = [-(-o // s) if padding == Padding.SAME else (o - k) // s + 1 for o, s, k in zip(out_hw, stride, khw)]
+    w = _codes(rng, (3, *khw, 5), low=-127)
+    scales = rng.uniform(0.01, 0.03, 3) if per_channel else 0.02
+    x = np.zeros((2, *in_hw, 5), np.float32)
+    feeds = [[(3 * rng.standard_normal(x.shape)).astype(np.float32)] for _ in range(3)] + [[x]]
+    _claimed_and_exact("TRANSPOSE_CONV", [Const(np.array([2, *out_hw, 3], np.int32)), Const(w, qp(scales)), In(x),
+                                          Const(rng.standard_normal(3).astype(np.float32))],
+                       [(np.float32, (2, *out_hw, 3), None)], feeds,
+                       dict(padding=padding, stride_h=stride[0], stride_w=stride[1], fused_activation_function=RELU))
