@@ -161,10 +161,11 @@ def _depthwise(call, x, w, bias=None):
     return _finish(call, y, bias, opts.fused_activation_function)
 
 
-def conv_transpose(x, w, rhs_spec: str, strides, dilations, pads_before, out_spatial):
+def conv_transpose(x, w, rhs_spec: str, strides, dilations, pads_before, out_spatial, *, acc_type=None):
     """The reference kernels' scatter form (every input element adds filter * value into the
     output, shifted by the forward convolution's leading padding) as one convolution of the
-    stride-dilated input with the spatially flipped filter, padded or cropped to the output."""
+    stride-dilated input with the spatially flipped filter, padded or cropped to the output.
+    ``acc_type`` (the quantized lowerings): operands already of that type, summed exactly in it."""
     rank = len(strides)
     kernel = [w.shape[rhs_spec.index(c)] for c in rhs_spec if c not in "OI"]
     flip = tuple(slice(None, None, -1) if c not in "OI" else slice(None) for c in rhs_spec)
@@ -172,7 +173,8 @@ def conv_transpose(x, w, rhs_spec: str, strides, dilations, pads_before, out_spa
     lhs_spec = "N" + rhs_spec.replace("O", "").replace("I", "") + "C"
     full = lax.conv_general_dilated(x, w[flip], (1,) * rank, [(r, r) for r in reach], lhs_dilation=strides,
                                     rhs_dilation=dilations, dimension_numbers=(lhs_spec, rhs_spec, lhs_spec),
-                                    precision=lax.Precision.HIGHEST)
+                                    precision=lax.Precision.HIGHEST if acc_type is None else None,
+                                    preferred_element_type=acc_type)
     grow = [max(0, p + o - f) for p, o, f in zip(pads_before, out_spatial, full.shape[1:-1])]
     if any(grow):
         full = jnp.pad(full, [(0, 0), *[(0, g) for g in grow], (0, 0)])
@@ -180,12 +182,16 @@ def conv_transpose(x, w, rhs_spec: str, strides, dilations, pads_before, out_spa
     return full[index]
 
 
+def transpose_conv_2d(opts, output_shape, x, w, *, acc_type=None):
+    """TRANSPOSE_CONV's geometry (the reference kernels' helper) and scatter sum, NHWC input
+    and OHWI filter: shared by the float lowering and, with ``acc_type``, the integer ones."""
+    out_hw, pads = transpose_conv_geometry(opts, np.asarray(output_shape), x.shape, w.shape)
+    return conv_transpose(x, w, "OHWI", (opts.stride_h, opts.stride_w), (1, 1), pads, out_hw, acc_type=acc_type)
+
+
 def _transpose_conv(call, output_shape, w, x, bias=None):
-    opts = call.opts
     x, w = _float(call, _nhwc(call, x), "input"), _float(call, _nhwc(call, w, "weights"), "weights")
-    (oh, ow), (pt, pl) = transpose_conv_geometry(opts, output_shape, x.shape, w.shape)
-    y = conv_transpose(x, w, "OHWI", (opts.stride_h, opts.stride_w), (1, 1), (pt, pl), (oh, ow))
-    return _finish(call, y, bias, opts.fused_activation_function)
+    return _finish(call, transpose_conv_2d(call.opts, output_shape, x, w), bias, call.opts.fused_activation_function)
 
 
 def _conv3d_geometry(call, sizes, kernel):

@@ -33,6 +33,7 @@ from ..quant.integer_elementwise import LEFT_SHIFT_SQUARED_DIFFERENCE
 from ..schema import Activation, DType
 from . import table
 from .lower_hybrid import hybrid_transpose_conv
+from .lower_nn import transpose_conv_2d
 from .lower_quant import _activation_range, _channel_multipliers, _limits, rescale_int64, rescale_twice
 from .table import fused_range, register_lowering
 
@@ -389,24 +390,12 @@ def _transpose_conv(call, output_shape, w, x, bias=None):
     op, opts = call.op, call.opts
     if is_hybrid_transpose_conv(op):
         return _hybrid_transpose_conv(call, output_shape, w, x, bias)
-    out_c, kh, kw, in_c = w.shape
-    out_hw, (pad_t, pad_l) = transpose_conv_geometry(opts, np.asarray(output_shape), x.shape, w.shape)
-    sh, sw = opts.stride_h, opts.stride_w
-    n, h, wd = x.shape[0], x.shape[1], x.shape[2]
+    out_c = w.shape[0]
     wide = op.inputs[2].dtype == DType.INT16
     # 16x8 sums may leave int32: float64 holds them exactly (|x·w| < 2^22, far fewer than 2^31 taps).
     acc_type = jnp.float64 if wide else jnp.int32
     xc = (x.astype(jnp.int32) - _zp(op.inputs[2])).astype(acc_type)
-    # Scatter as a dilated convolution: out[oy] += x[iy] · w[ky] with oy = iy·s + ky − pad.
-    full_h, full_w = (h - 1) * sh + kh, (wd - 1) * sw + kw
-    acc = lax.conv_general_dilated(
-        xc, jnp.asarray(np.asarray(w, np.int32)[:, ::-1, ::-1, :], acc_type), (1, 1),
-        ((kh - 1, kh - 1), (kw - 1, kw - 1)), lhs_dilation=(sh, sw),
-        dimension_numbers=("NHWC", "OHWI", "NHWC"), preferred_element_type=acc_type)
-    assert acc.shape[1:3] == (full_h, full_w)
-    acc = acc[:, pad_t:pad_t + out_hw[0], pad_l:pad_l + out_hw[1], :]
-    if acc.shape[1] < out_hw[0] or acc.shape[2] < out_hw[1]:   # taps never reached stay zero
-        acc = jnp.pad(acc, ((0, 0), (0, out_hw[0] - acc.shape[1]), (0, out_hw[1] - acc.shape[2]), (0, 0)))
+    acc = transpose_conv_2d(opts, output_shape, xc, jnp.asarray(np.asarray(w, np.int32), acc_type), acc_type=acc_type)
     acc = acc.astype(_I64)
     if bias is not None:
         acc = acc + jnp.asarray(bias).astype(_I64).reshape(-1)
