@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import ops
 from ..ops.elementwise import is_quantized
-from ..ops.record import KernelCall
+from ..ops.record import KernelCall, signature
 from ..schema import DType
 from .table import ALL_STATIC, Lowering, LoweringCall, get_lowering, make_call, node_options
 
@@ -70,11 +70,15 @@ def why_not_lowered(op, registration, static: set[int]) -> str | None:
         if t.dtype in _NO_ARRAYS and not (t.dtype == DType.RESOURCE and op.op_type in RESOURCE_OPS):
             return f"{name} has a {t.dtype.name} tensor ({t.name!r}), which XLA has no arrays of"
         if is_quantized(t):
-            if low.quantized is None:
+            if not low.quantized:
                 return f"{name} has quantized tensor {t.name!r}, and {name} has no quantized lowering"
             quantized = True
+    rule = None
     if quantized:
-        reason = low.quantized(op, node_options(op))
+        rule = low.rule_for(op)
+        if rule is None:
+            return f"{name}: none of {op.op_type}'s quantized lowerings applies to its {signature(op)} operands"
+        reason = None if rule.check is None else rule.check(op, node_options(op))
         if reason is not None:
             return reason
     for k in low.static_operands(len(op.inputs)):
@@ -83,7 +87,7 @@ def why_not_lowered(op, registration, static: set[int]) -> str | None:
             why = "its output shape depends on the values" if low.static == ALL_STATIC else \
                 "XLA compiles static shapes and needs the value"
             return (f"{name}: {why} of operand {k} ({t.name!r}), which is only known at run time")
-    if low.check is not None:
+    if low.check is not None and (rule is None or rule.float_check):
         return low.check(op, node_options(op))
     return None
 
@@ -151,7 +155,7 @@ def run_nodes(nodes: Sequence[TracedNode], env: dict, float_dtype=None) -> dict:
                 call = KernelCall(n.call.opts, op, list(n.call.out_dtypes))
                 result = ops.require(op.op_type).kernel(call, *args)
             else:
-                result = n.lowering.fn(n.call, *args)
+                result = n.lowering.lower(n.call, *args)
             state = n.lowering.state
             if state:  # the new state values follow the outputs (kiln.ops.record)
                 n_out = len(n.call.out_dtypes)

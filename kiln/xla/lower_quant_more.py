@@ -141,9 +141,9 @@ def _l2_check(op, opts):
 
 
 def register() -> None:
-    """Add these quantized lowerings to the float ones (after lower_quant_ops.register)."""
-    from .lower_quant_ops import _replace_or_register
+    """Add these quantized lowerings to the float ones."""
+    from .lower_quant_ops import lower_quantized
 
-    _replace_or_register("PRELU", _prelu, _prelu_check)
-    _replace_or_register("RESIZE_BILINEAR", _resize_bilinear, _resize_check)
-    _replace_or_register("L2_NORMALIZATION", _l2_normalization, _l2_check)
+    lower_quantized("PRELU", _prelu, _prelu_check)
+    lower_quantized("RESIZE_BILINEAR", _resize_bilinear, _resize_check)
+    lower_quantized("L2_NORMALIZATION", _l2_normalization, _l2_check)

@@ -17,8 +17,6 @@ Three kinds:
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -35,7 +33,7 @@ from . import table
 from .lower_hybrid import hybrid_transpose_conv
 from .lower_nn import transpose_conv_2d
 from .lower_quant import _activation_range, _channel_multipliers, _limits, rescale_int64, rescale_twice
-from .table import fused_range, register_lowering
+from .table import add_quantized_rule, fused_range, register_lowering
 
 _I64 = jnp.int64
 _SIMPLE_ACTS = (Activation.NONE, Activation.RELU, Activation.RELU6, Activation.RELU_N1_TO_1)
@@ -80,15 +78,19 @@ def codes_check(op, opts) -> str | None:
     return None
 
 
+def _on_codes(op) -> bool:
+    return codes_check(op, None) is None
+
+
 def _allow_codes() -> None:
-    """Give every lowering of an on-codes op (no quantized check yet) `codes_check`."""
-    for name in list(table._TABLE):
-        low = table._TABLE[name]
+    """Give every lowering of an on-codes op (no quantized rule yet) the rule that runs it on
+    the codes under `codes_check`."""
+    for name, low in list(table._TABLE.items()):
         record = ops.get(name)
-        if low.quantized is not None or record is None:
+        if low.quantized or record is None:
             continue
         if name in _SHAPE_ONLY or any(k is record.kernel for k in record.quantized.values()):
-            table._TABLE[name] = dataclasses.replace(low, quantized=codes_check)
+            add_quantized_rule(name, low.fn, codes_check, float_check=True)
 
 
 # -- 8-bit unary ops as lookups in their reference kernel's table ---------------------------------
@@ -181,22 +183,14 @@ def _binary_check(op, opts):
 
 
 def _add_binary_tables() -> None:
-    """Ops already lowered on codes (comparisons of equally quantized inputs) keep that path."""
+    """Two rules each: equally quantized operands (comparisons) keep the float lowering on the
+    codes; every other pair of 8-bit codes is looked up in the kernel's table."""
     for name in _BINARY:
-        low = table._TABLE.get(name)
-        if low is None or low.quantized is None:
-            _replace_or_register(name, _binary_lookup, _binary_check)
+        if table._TABLE.get(name) is None:
+            register_lowering(name, _binary_lookup, quantized=_binary_check, check=_quantized_only)
             continue
-        on_codes_check, on_codes_fn = low.quantized, low.fn
-
-        def check(op, opts, on_codes_check=on_codes_check):
-            return None if on_codes_check(op, opts) is None else _binary_check(op, opts)
-
-        def fn(call, *args, on_codes_check=on_codes_check, on_codes_fn=on_codes_fn):
-            if not _is_quantized_call(call) or on_codes_check(call.op, call.opts) is None:
-                return on_codes_fn(call, *args)
-            return _binary_lookup(call, *args)
-        table._TABLE[name] = dataclasses.replace(low, quantized=check, fn=fn)
+        add_quantized_rule(name, table._TABLE[name].fn, applies=_on_codes, float_check=True)
+        add_quantized_rule(name, _binary_lookup, _binary_check)
 
 
 # -- pooling ------------------------------------------------------------------------------------
@@ -480,55 +474,30 @@ def _batch_matmul_check(op, opts):
 def register() -> None:
     """Add the quantized lowerings (once, after the float ones are registered)."""
     for name in _UNARY:
-        if table._TABLE.get(name) is not None:
-            low = table._TABLE[name]
-            if low.quantized is None:
-                table._TABLE[name] = dataclasses.replace(low, quantized=_unary_check, fn=_dispatch(low.fn),
-                                                          check=_float_check(low.check))
-        else:
-            register_lowering(name, _unary_lookup, quantized=_unary_check, check=_quantized_only)
-    _replace_or_register("MAX_POOL_2D", _max_pool, _pool_check)
-    _replace_or_register("AVERAGE_POOL_2D", _average_pool, _pool_check)
-    _replace_or_register("MEAN", _mean, _mean_check)
-    _replace_or_register("SOFTMAX", _any_softmax, _softmax_check)
-    _replace_or_register("BATCH_MATMUL", _batch_matmul, _batch_matmul_check)
-    _replace_or_register("SQUARED_DIFFERENCE", _squared_difference, _int8_check)
-    _replace_or_register("TRANSPOSE_CONV", _transpose_conv, _transpose_conv_check)
+        lower_quantized(name, _unary_lookup, _unary_check)
+    lower_quantized("MAX_POOL_2D", _max_pool, _pool_check)
+    lower_quantized("AVERAGE_POOL_2D", _average_pool, _pool_check)
+    lower_quantized("MEAN", _mean, _mean_check)
+    lower_quantized("SOFTMAX", _any_softmax, _softmax_check)
+    lower_quantized("BATCH_MATMUL", _batch_matmul, _batch_matmul_check)
+    lower_quantized("SQUARED_DIFFERENCE", _squared_difference, _int8_check)
+    lower_quantized("TRANSPOSE_CONV", _transpose_conv, _transpose_conv_check)
     for name in ("CONCATENATION", "PACK"):   # their float lowering, run on the codes
-        _replace_or_register(name, table._TABLE[name].fn, _same_params_check)
-    _allow_codes()
+        lower_quantized(name, table._TABLE[name].fn, _same_params_check)
     _add_binary_tables()
+    _allow_codes()   # last: only ops no rule above covers
 
 
 def _quantized_only(op, opts):
     return None if operand_types(op) is not None else f"{op.name}: only its quantized form is lowered"
 
 
-def _float_check(check):
-    """The float lowering's check, for float nodes only (quantized ones have their own)."""
-    if check is None:
-        return None
-    return lambda op, opts: None if operand_types(op) is not None else check(op, opts)
-
-
-def _is_quantized_call(call) -> bool:
-    return operand_types(call.op) is not None
-
-
-def _dispatch(float_fn, quant_fn=None):
-    """The float lowering for float nodes, the quantized one (default: the table) otherwise."""
-    quant_fn = quant_fn or _unary_lookup
-
-    def fn(call, *args):
-        return quant_fn(call, *args) if _is_quantized_call(call) else float_fn(call, *args)
-    fn.__qualname__ = f"quantized_or_{getattr(float_fn, '__qualname__', 'float')}"
-    return fn
-
-
-def _replace_or_register(name, quant_fn, check):
+def lower_quantized(name, quant_fn, check) -> None:
+    """``quant_fn`` (under ``check``) for op ``name``'s quantized nodes: a rule added to its
+    float lowering (whose check then holds for float nodes only), or, for an op without one,
+    its only lowering (float nodes refused). An op given quantized rules before keeps them."""
     low = table._TABLE.get(name)
     if low is None:
         register_lowering(name, quant_fn, quantized=check, check=_quantized_only)
-    elif low.quantized is None:
-        table._TABLE[name] = dataclasses.replace(low, quantized=check, fn=_dispatch(low.fn, quant_fn),
-                                                  check=_float_check(low.check))
+    elif not low.quantized:
+        add_quantized_rule(name, quant_fn, check)

@@ -11,6 +11,7 @@ Registering needs no JAX; the built-in lowerings are loaded (and JAX imported) o
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Callable
@@ -19,6 +20,7 @@ import numpy as np
 
 from .. import ops
 from ..errors import KilnError
+from ..ops.record import operand_types
 
 #: ``static`` value meaning "every operand": the op's output shape depends on its values
 #: (WHERE, UNIQUE, ...), so it is only computed while tracing, from static inputs.
@@ -30,14 +32,32 @@ class LoweringError(KilnError):
 
 
 @dataclass(frozen=True)
+class QuantizedRule:
+    """One entry of an op's quantized dispatch. A node with quantized tensors is lowered by
+    the first rule whose ``applies(op)`` holds (None: every such node), with ``fn`` (the
+    lowering contract) unless ``check(op, opts)`` gives the reason it cannot be.
+    ``float_check``: the op's float ``check`` holds for these nodes too (a float lowering run
+    on the codes, or one that handles both)."""
+
+    fn: Callable
+    check: Callable | None = None
+    applies: Callable | None = None
+    float_check: bool = False
+
+    def takes(self, op) -> bool:
+        return self.applies is None or bool(self.applies(op))
+
+
+@dataclass(frozen=True)
 class Lowering:
     op_name: str
+    #: The lowering of float nodes (and of quantized ones, when a rule names it as its ``fn``).
     fn: Callable
     static: tuple[int, ...] | str = ()
     #: Optional ``check(op, opts) -> reason | None``: cases the lowering does not cover.
     check: Callable | None = None
-    #: ``check`` for nodes with quantized tensors; without it such nodes are refused.
-    quantized: Callable | None = None
+    #: Ordered rules for nodes with quantized tensors; without any such nodes are refused.
+    quantized: tuple[QuantizedRule, ...] = ()
 
     @property
     def state(self) -> tuple[int, ...]:
@@ -49,6 +69,18 @@ class Lowering:
         if self.static == ALL_STATIC:
             return tuple(range(n_inputs))
         return tuple(i for i in self.static if i < n_inputs)
+
+    def rule_for(self, op) -> QuantizedRule | None:
+        """The quantized rule that lowers ``op`` (None: none applies)."""
+        return next((rule for rule in self.quantized if rule.takes(op)), None)
+
+    def lower(self, call, *inputs):
+        """Run the node's lowering: its quantized rule's, else the float one."""
+        if self.quantized and operand_types(call.op) is not None:
+            rule = self.rule_for(call.op)
+            if rule is not None:
+                return rule.fn(call, *inputs)
+        return self.fn(call, *inputs)
 
 
 @dataclass
@@ -75,34 +107,38 @@ _BUILTINS_LOADED = False
 
 def register_lowering(op_name: str, fn: Callable, *, static: tuple[int, ...] | str = (),
                       check: Callable | None = None, quantized: Callable | None = None) -> Callable:
-    """Add the lowering of builtin op ``op_name``; refuses unknown ops and a second registration."""
+    """Add the lowering of builtin op ``op_name``; refuses unknown ops and a second registration.
+    ``quantized``: the check under which ``fn`` lowers nodes with quantized tensors too."""
     if ops.get(op_name) is None:
         raise LoweringError(f"register_lowering: kiln has no op record for {op_name!r}; lowerings "
                             "mirror reference kernels, so the op must exist in kiln.ops first")
     if op_name in _TABLE:
         raise LoweringError(f"register_lowering: {op_name} already has a lowering "
                             f"({_TABLE[op_name].fn.__module__}.{_TABLE[op_name].fn.__qualname__})")
-    _TABLE[op_name] = Lowering(op_name, fn, static, check, quantized)
+    rules = () if quantized is None else (QuantizedRule(fn, quantized, float_check=True),)
+    _TABLE[op_name] = Lowering(op_name, fn, static, check, rules)
     return fn
 
 
-def add_quantized_lowering(op_name: str, fn: Callable, check: Callable) -> None:
-    """Give ``op_name``, whose float lowering is registered, a lowering for its nodes with a
-    quantized input 0 (``fn``, same contract; ``check`` as ``Lowering.quantized``), kept in its
-    own module; nodes with float input 0 still run the float lowering."""
-    from ..ops.elementwise import is_quantized
-
+def add_quantized_rule(op_name: str, fn: Callable, check: Callable | None = None, *,
+                       applies: Callable | None = None, float_check: bool = False) -> None:
+    """Append a `QuantizedRule` to registered op ``op_name``'s quantized dispatch (rules
+    added earlier take precedence); its float lowering is kept for float nodes."""
     base = _TABLE.get(op_name)
-    if base is None or base.quantized is not None:
+    if base is None:
+        raise LoweringError(f"add_quantized_rule: {op_name} has no registered lowering to add to")
+    rule = QuantizedRule(fn, check, applies, float_check)
+    _TABLE[op_name] = dataclasses.replace(base, quantized=(*base.quantized, rule))
+
+
+def add_quantized_lowering(op_name: str, fn: Callable, check: Callable) -> None:
+    """Give ``op_name``, whose float lowering is registered, its one quantized lowering
+    (``fn``, same contract, under ``check``), kept in its own module."""
+    base = _TABLE.get(op_name)
+    if base is None or base.quantized:
         raise LoweringError(f"add_quantized_lowering: {op_name} needs a registered float lowering without "
                             "a quantized one")
-    float_fn = base.fn
-
-    def dispatch(call, *inputs):
-        first = call.op.inputs[0] if call.op.inputs else None
-        return (fn if first is not None and is_quantized(first) else float_fn)(call, *inputs)
-
-    _TABLE[op_name] = Lowering(op_name, dispatch, base.static, base.check, check)
+    add_quantized_rule(op_name, fn, check, float_check=True)
 
 
 def lowering(op_name: str, *, static: tuple[int, ...] | str = ()):
@@ -123,8 +159,8 @@ def _load_builtins() -> None:
         from . import lower_quant_lstm  # noqa: F401 - after lower_rnn: adds to its LSTM lowering
         from . import lower_quant_more, lower_quant_ops
 
-        lower_quant_ops.register()  # last: it extends the lowerings above to quantized codes
-        lower_quant_more.register()
+        lower_quant_more.register()  # these two add quantized rules to the lowerings above,
+        lower_quant_ops.register()   # on-codes ones last: to ops given no rule before
         _BUILTINS_LOADED = True
 
 
