@@ -1,4 +1,5 @@
-"""Quantized PRELU, RESIZE_BILINEAR and L2_NORMALIZATION, bit-exact with kiln.quant.integer_more.
+"""Quantized PRELU, RESIZE_BILINEAR, L2_NORMALIZATION (kiln.quant.integer_more) and LOG_SOFTMAX
+(kiln.quant.integer_activations), bit-exact with those kernels.
 
 * PRELU (int8, uint8 and 16x8): the kernel's two float32-formed multipliers, both paths
   rescaled with two roundings and picked by the sign of ``x − zp`` — integer arithmetic,
@@ -9,10 +10,13 @@
 * L2_NORMALIZATION (int8): the inverse-square-root Newton steps are
   `integer_more.l2_normalize_centered`, written once over an array namespace and run here
   on jax.numpy int64.
+* LOG_SOFTMAX (int8): the kernel's float32 steps from tables of its own NumPy values, the
+  row sums in NumPy's pairwise order, and NumPy's log of each row's sum (see `_log_softmax`).
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -140,6 +144,71 @@ def _l2_check(op, opts):
     return None
 
 
+# -- LOG_SOFTMAX (int8: the kernel's float32 steps) -------------------------------------------------
+
+def _numpy_sum(v):
+    """float32 sum over the last axis (kept) in NumPy's pairwise order — the order of
+    kiln's kernel's ``sum(axis=-1, dtype=float32)``: below 8 terms left to right; up to 128,
+    eight running lanes, combined ((0+1)+(2+3))+((4+5)+(6+7)), then the tail; beyond,
+    split in two (the first half a multiple of 8) and each half summed so."""
+    n = v.shape[-1]
+    if n < 8:
+        total = jnp.zeros(v.shape[:-1], jnp.float32)
+        for i in range(n):
+            total = total + v[..., i]
+        return total
+    if n <= 128:
+        lanes = v[..., :8]
+        body = n - n % 8
+        for i in range(8, body, 8):
+            lanes = lanes + v[..., i:i + 8]
+        r = [lanes[..., j] for j in range(8)]
+        total = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+        for i in range(body, n):
+            total = total + v[..., i]
+        return total
+    half = n // 2
+    half -= half % 8
+    return _numpy_sum(v[..., :half]) + _numpy_sum(v[..., half:])
+
+
+def _host_log(total):
+    return np.log(np.asarray(total, F32)).astype(F32)
+
+
+def _log_softmax(call, x):
+    """kiln.quant.integer_activations.log_softmax step for step. The dequantized codes, their
+    differences to the row maximum and those differences' exp are tables over (maximum, code)
+    pairs the kernel's own NumPy calls fill; the row sums add in NumPy's order. The one
+    value not tabulated is log(Σ): NumPy's float32 log is not correctly rounded (measured:
+    7.5 M of the 100 M float32 in [1, 4096] differ from it) and XLA's differs again, so it
+    is NumPy's, through a host callback; the rest is float32 arithmetic rounded as NumPy's."""
+    q_x, q_y = _q(call.op.inputs[0]), _q(call.op.outputs[0])
+    lo, hi = _limits(np.int8)
+    real = (F32(q_x.scale[0]) * (np.arange(lo, hi + 1) - int(q_x.zero_point[0])).astype(F32)).astype(F32)
+    shifted = (real[None, :] - real[:, None]).astype(F32)            # [maximum's code, code]
+    with np.errstate(under="ignore", over="ignore"):   # (pairs above the maximum are never read)
+        exps = np.exp(shifted).astype(F32)
+    codes = jnp.asarray(x).astype(jnp.int32) - lo
+    pair = jnp.max(codes, axis=-1, keepdims=True) * (hi - lo + 1) + codes
+    diff = jnp.take(jnp.asarray(shifted.reshape(-1)), pair)
+    total = _numpy_sum(jnp.take(jnp.asarray(exps.reshape(-1)), pair))[..., None]
+    log_total = jax.pure_callback(_host_log, jax.ShapeDtypeStruct(total.shape, jnp.float32), total,
+                                  vmap_method="broadcast_all")
+    f64 = jnp.float64
+    result = (diff.astype(f64) - log_total.astype(f64)).astype(jnp.float32)      # float32 a − b
+    scaled = (result.astype(f64) / float(F32(q_y.scale[0]))).astype(jnp.float32).astype(f64)
+    out = jnp.sign(scaled) * jnp.floor(jnp.abs(scaled) + 0.5) + int(q_y.zero_point[0])
+    return jnp.clip(out, *_limits(call.out_dtypes[0])).astype(call.out_dtypes[0])
+
+
+def _log_softmax_check(op, opts):
+    x_t, y_t = op.inputs[0], op.outputs[0]
+    if (x_t.dtype, y_t.dtype) != (DType.INT8, DType.INT8) or len(x_t.shape) == 0:
+        return f"{op.name}: only int8 LOG_SOFTMAX (at least 1-D) is lowered"
+    return _kernel_check(op) or _one_scale(op)
+
+
 def register() -> None:
     """Add these quantized lowerings to the float ones."""
     from .lower_quant_ops import lower_quantized
@@ -147,3 +216,4 @@ def register() -> None:
     lower_quantized("PRELU", _prelu, _prelu_check)
     lower_quantized("RESIZE_BILINEAR", _resize_bilinear, _resize_check)
     lower_quantized("L2_NORMALIZATION", _l2_normalization, _l2_check)
+    lower_quantized("LOG_SOFTMAX", _log_softmax, _log_softmax_check)

@@ -115,3 +115,33 @@ def test_hybrid_transpose_conv_bit_for_bit(per_channel, padding, stride, out_hw,
                                           Const(rng.standard_normal(3).astype(np.float32))],
                        [(np.float32, (2, *out_hw, 3), None)], feeds,
                        dict(padding=padding, stride_h=stride[0], stride_w=stride[1], fused_activation_function=RELU))
+
+
+@pytest.mark.parametrize("depth", [1, 5, 8, 13, 64, 130, 300])
+def test_log_softmax_int8(depth):
+    """Row lengths on both sides of NumPy's summation blocks (8, 128), wide and narrow input
+    scales (sums near 1 and near the row length)."""
+    rng = np.random.default_rng(depth)
+    for scale in (0.02, 0.1, 0.5):
+        x = _codes(rng, (6, depth))
+        feeds = [[_codes(rng, x.shape)] for _ in range(3)] + [[np.full(x.shape, 7, np.int8)]]
+        _claimed_and_exact("LOG_SOFTMAX", [In(x, qp(scale, int(rng.integers(-20, 20))))],
+                           [(np.int8, x.shape, qp(16 / 256, 127))], feeds)
+
+
+def test_log_softmax_row_sums_add_in_numpys_order():
+    """The lowering's float32 row sums equal NumPy's to the bit (the kernel sums with NumPy),
+    where a plain left-to-right or tree sum differs."""
+    import jax
+
+    from kiln.xla.lower_quant_more import _numpy_sum
+
+    rng = np.random.default_rng(0)
+    for n in (*range(1, 20), 31, 64, 127, 128, 129, 200, 257, 300, 1000):
+        v = np.exp(3 * rng.standard_normal((50, n))).astype(np.float32)
+        want = v.sum(axis=-1, dtype=np.float32)
+        np.testing.assert_array_equal(np.asarray(jax.jit(_numpy_sum)(v)), want, err_msg=f"row length {n}")
+    sequential = np.zeros(50, np.float32)
+    for j in range(v.shape[1]):
+        sequential += v[:, j]
+    assert not np.array_equal(sequential, want)
