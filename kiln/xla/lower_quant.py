@@ -247,7 +247,9 @@ def int8_fully_connected(call, x, w, bias=None):
         raise OpError(f"FULLY_CONNECTED: input {list(x.shape)} does not split into rows of {depth}")
     rows = x.reshape(-1, depth).astype(_acc_type(x)) - int(q_x.zero_point[0])
     per_channel = q_w.scale.size > 1
-    centered_w = np.asarray(w, np.int32) - (0 if per_channel else int(q_w.zero_point[0]))
+    # Weights may be a run-time input (LiteRT's kernel takes them so): then a traced array.
+    weights = np.asarray(w, np.int32) if isinstance(w, np.ndarray) else w.astype(jnp.int32)
+    centered_w = weights - (0 if per_channel else int(q_w.zero_point[0]))
     if per_channel:
         m, s = _channel_multipliers(q_x, q_w, q_out, units)
     else:
@@ -306,8 +308,9 @@ def int8_weighted_check(op, opts):
     if int16 and any(op.inputs[0 if k == 0 else k].quantization.zero_point.any() for k in (0,)) \
             or int16 and op.outputs[0].quantization.zero_point.any():
         return f"{op.name}: 16x8 activations with non-zero zero points (the reference kernel refuses them)"
-    if not op.inputs[1].is_constant or (b_t is not None and not op.inputs[2].is_constant):
-        return f"{op.name}: quantized weights and bias must be constants"
+    if op.op_type != "FULLY_CONNECTED" and (not op.inputs[1].is_constant or
+                                            (b_t is not None and not op.inputs[2].is_constant)):
+        return f"{op.name}: quantized filter and bias must be constants"
     q_w = op.inputs[1].quantization
     if q_w.scale.size > 1 and np.any(q_w.zero_point != 0):
         return f"{op.name}: per-channel weights with non-zero zero points"

@@ -211,26 +211,29 @@ def test_to_jax_vmaps_over_a_batch(zoo):
 
 
 def test_to_jax_names_the_ops_it_cannot_lower():
-    """An int8 LOG_SOFTMAX (no quantized lowering) between two lowered ops."""
+    """A 16x8 FULLY_CONNECTED with a zero point on its int16 input (no lowering: LiteRT's
+    kernel refuses it) between two lowered ops."""
     from kiln.format import write_model
     from kiln.ir import Model, Operator, QuantParams
     from kiln.schema import DType
 
     model = Model()
     sg = model.add_subgraph("main")
-    q = QuantParams(np.array([0.1], np.float32), np.array([0], np.int64))
-    x = sg.add_tensor("x", DType.FLOAT32, (4,))
-    a = sg.add_tensor("a", DType.INT8, (4,), quantization=q)
-    b = sg.add_tensor("b", DType.INT8, (4,), quantization=QuantParams(np.array([16 / 256], np.float32),
-                                                                       np.array([127], np.int64)))
-    y = sg.add_tensor("y", DType.FLOAT32, (4,))
+    x = sg.add_tensor("x", DType.FLOAT32, (2, 4))
+    a = sg.add_tensor("a", DType.INT16, (2, 4), quantization=QuantParams(np.array([0.01], np.float32),
+                                                                         np.array([5], np.int64)))
+    w = sg.add_constant("w", np.ones((3, 4), np.int8), quantization=QuantParams(np.array([0.02], np.float32),
+                                                                                  np.array([0], np.int64)))
+    b = sg.add_tensor("b", DType.INT16, (2, 3), quantization=QuantParams(np.array([0.05], np.float32),
+                                                                         np.array([0], np.int64)))
+    y = sg.add_tensor("y", DType.FLOAT32, (2, 3))
     sg.inputs.append(x)
     sg.outputs.append(y)
-    for op, ins, outs in (("QUANTIZE", [x], [a]), ("LOG_SOFTMAX", [a], [b]), ("DEQUANTIZE", [b], [y])):
+    for op, ins, outs in (("QUANTIZE", [x], [a]), ("FULLY_CONNECTED", [a, w], [b]), ("DEQUANTIZE", [b], [y])):
         node = Operator(op)
         sg.add_operator(node, ins, outs)
         node.version = kiln.ops.require(op).version(node)
-    with pytest.raises(KilnError, match=r"1 node\(s\).*\n.*node 1 \(LOG_SOFTMAX\): LOG_SOFTMAX has quantized tensor 'a'"):
+    with pytest.raises(KilnError, match=r"1 node\(s\).*\n.*node 1 \(FULLY_CONNECTED\): .*non-zero zero points"):
         to_jax(write_model(model))
 
 

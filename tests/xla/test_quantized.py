@@ -220,13 +220,33 @@ def test_16x8_fully_connected_is_lowered():
 
 
 def test_quantized_nodes_without_a_lowering_say_why():
-    """An int8 LOG_SOFTMAX stays on the reference kernels, with the reason."""
-    model, _ = one_op("LOG_SOFTMAX", [(int8(3, 16), qp(0.1), False)], (3, 16), np.int8, qp(16 / 256, 127))
+    """A 16x8 FULLY_CONNECTED whose int16 input has a zero point (LiteRT's kernel refuses it)
+    stays on the reference kernels, with the reason."""
+    x = RNG.integers(-300, 300, (3, 16)).astype(np.int16)
+    w = RNG.integers(-127, 128, (4, 16)).astype(np.int8)
+    model, _ = one_op("FULLY_CONNECTED", [(x, qp(0.01, 5), False), (w, qp(0.02), True)], (3, 4), np.int16, qp(0.05))
     delegate = XlaDelegate()
     interp = kiln.Interpreter(model_content=model, experimental_delegates=[delegate])
     interp.allocate_tensors()
     ((_, name, _), reason), = delegate.rejected.items()
-    assert name == "LOG_SOFTMAX" and "no quantized lowering" in reason, reason
+    assert name == "FULLY_CONNECTED" and "non-zero zero points" in reason, reason
+
+
+@pytest.mark.parametrize("dtype,per_channel", [(np.int8, False), (np.int8, True), (np.uint8, False),
+                                               (np.int16, False)])
+def test_fully_connected_with_run_time_weights(dtype, per_channel):
+    """Weights fed at run time, as LiteRT's quantized FULLY_CONNECTED accepts them."""
+    x_dtype, w_dtype = (dtype, np.int8) if dtype != np.uint8 else (np.uint8, np.uint8)
+    info, w_info = np.iinfo(x_dtype), np.iinfo(w_dtype)
+    x = RNG.integers(info.min, info.max + 1, (3, 16)).astype(x_dtype)
+    w = RNG.integers(max(w_info.min, -127), w_info.max + 1, (4, 16)).astype(w_dtype)
+    zp = 0 if dtype == np.int16 else (128 if dtype == np.uint8 else -3)
+    w_q = qp([0.02, 0.03, 0.01, 0.04], 0) if per_channel else qp(0.02, 120 if dtype == np.uint8 else 0)
+    out_t = np.int16 if dtype == np.int16 else dtype
+    model, feeds = one_op("FULLY_CONNECTED", [(x, qp(0.01, zp), False), (w, w_q, False)], (3, 4), out_t,
+                          qp(0.3 if dtype != np.int16 else 0.05, 0 if dtype == np.int16 else zp))
+    got = on_xla(model, feeds)
+    np.testing.assert_array_equal(got, litert_ref(model, feeds))
 
 
 # -- hybrid (float activations, int8 weights) -------------------------------------------------
