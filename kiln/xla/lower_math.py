@@ -48,6 +48,10 @@ def _as(x, like):
 
 def _div(a, b):
     if not _is_int(a):
+        if isinstance(b, np.ndarray) and b.dtype == np.float32 and np.dtype(a.dtype) == np.float32:
+            # XLA turns a / constant into a * (1 / constant), one ulp off for about a sixth of
+            # all values; the float64 quotient rounded to float32 is LiteRT's float32 one.
+            return (a.astype(jnp.float64) / b.astype(np.float64)).astype(jnp.float32)
         return a / b
     return lax.div(*jnp.broadcast_arrays(a, b))  # C division: truncates toward zero
 
@@ -83,7 +87,7 @@ def _arith(fn, int8=None):
         quantized = call.op.outputs[0].quantization is not None
         if int8 is not None and quantized and call.out_dtypes[0] in (np.int8, np.int16):  # int8 or 16x8
             return int8(call, a, b)
-        a, b = jnp.asarray(a), jnp.asarray(b)
+        a = jnp.asarray(a)  # b may stay NumPy: DIV by a constant divides exactly (see _div)
         return clamp_activation(_as(fn(a, b), a), call.opts.fused_activation_function)
     return lower
 
