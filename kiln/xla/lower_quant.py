@@ -250,9 +250,9 @@ def int8_fully_connected(call, x, w, bias=None):
     # Weights may be a run-time input (LiteRT's kernel takes them so): then a traced array.
     weights = np.asarray(w, np.int32) if isinstance(w, np.ndarray) else w.astype(jnp.int32)
     centered_w = weights - (0 if per_channel else int(q_w.zero_point[0]))
-    if per_channel:
+    if per_channel or op.inputs[0].dtype != DType.UINT8:  # double products (kiln.quant.integer)
         m, s = _channel_multipliers(q_x, q_w, q_out, units)
-    else:
+    else:  # the legacy uint8 kernel's float32 product (integer_more)
         product = np.float32(np.float32(q_x.scale[0]) * np.float32(q_w.scale[0]))
         m, s = quantize_multiplier(float(product) / float(q_out.scale[0]))
     bound = _centered_bound(x, int(q_x.zero_point[0]))
