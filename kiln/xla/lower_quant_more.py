@@ -11,12 +11,11 @@
   `integer_more.l2_normalize_centered`, written once over an array namespace and run here
   on jax.numpy int64.
 * LOG_SOFTMAX (int8): the kernel's float32 steps from tables of its own NumPy values, the
-  row sums in NumPy's pairwise order, and NumPy's log of each row's sum (see `_log_softmax`).
+  row sums in NumPy's pairwise order, and each row sum's log (see `_log_softmax`).
 """
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -172,17 +171,13 @@ def _numpy_sum(v):
     return _numpy_sum(v[..., :half]) + _numpy_sum(v[..., half:])
 
 
-def _host_log(total):
-    return np.log(np.asarray(total, F32)).astype(F32)
-
-
 def _log_softmax(call, x):
     """kiln.quant.integer_activations.log_softmax step for step. The dequantized codes, their
     differences to the row maximum and those differences' exp are tables over (maximum, code)
-    pairs the kernel's own NumPy calls fill; the row sums add in NumPy's order. The one
-    value not tabulated is log(Σ): NumPy's float32 log is not correctly rounded (measured:
-    7.5 M of the 100 M float32 in [1, 4096] differ from it) and XLA's differs again, so it
-    is NumPy's, through a host callback; the rest is float32 arithmetic rounded as NumPy's."""
+    pairs the kernel's own NumPy calls fill; the row sums add in NumPy's order; log(Σ) is
+    the float64 log rounded to float32. Measured on 840,000 outputs (row lengths 5-1,000,
+    input scales 0.01-1): equal to the kernel's everywhere; kernel and lowering alike differ
+    from BUILTIN_REF on 4 (NumPy's float32 exp / log against the C library's)."""
     q_x, q_y = _q(call.op.inputs[0]), _q(call.op.outputs[0])
     lo, hi = _limits(np.int8)
     real = (F32(q_x.scale[0]) * (np.arange(lo, hi + 1) - int(q_x.zero_point[0])).astype(F32)).astype(F32)
@@ -193,8 +188,7 @@ def _log_softmax(call, x):
     pair = jnp.max(codes, axis=-1, keepdims=True) * (hi - lo + 1) + codes
     diff = jnp.take(jnp.asarray(shifted.reshape(-1)), pair)
     total = _numpy_sum(jnp.take(jnp.asarray(exps.reshape(-1)), pair))[..., None]
-    log_total = jax.pure_callback(_host_log, jax.ShapeDtypeStruct(total.shape, jnp.float32), total,
-                                  vmap_method="broadcast_all")
+    log_total = jnp.log(total.astype(jnp.float64)).astype(jnp.float32)
     f64 = jnp.float64
     result = (diff.astype(f64) - log_total.astype(f64)).astype(jnp.float32)      # float32 a − b
     scaled = (result.astype(f64) / float(F32(q_y.scale[0]))).astype(jnp.float32).astype(f64)
