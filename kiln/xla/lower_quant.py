@@ -18,6 +18,7 @@ from jax import lax
 from ..errors import OpError
 from ..ops.windowed import window_geometry
 from ..quant.arith import INT32_MAX, INT32_MIN, quantize_multiplier, quantize_multipliers
+from ..quant.integer_more import _uint8_multiplier
 from ..schema import Activation, DType
 from .table import computed_once, register_lowering
 
@@ -56,7 +57,6 @@ def _divide_by_pot(x, exponent):
         e = exponent
         half, signed = jnp.right_shift(jnp.left_shift(jnp.asarray(1, _I64), e), 1), e > 0
     return jnp.right_shift(x + half - ((x < 0) & signed), jnp.asarray(e, _I64))
-
 
 
 def rescale_twice(x, multiplier, shift):
@@ -120,8 +120,8 @@ def _quantize(call, x):
             scale, zp = np.float32(q_out.scale[0]), int(q_out.zero_point[0])
         # The reference divides in float32. XLA turns a division by a constant into a product
         # with its reciprocal, one float32 ulp off for about a sixth of all values (a rounding
-        # flip at .5); the product in float64 rounded to float32 is the float32 quotient
-        # (checked on 140M values, half of them next to a .5 boundary).
+        # flip at .5); the float64 quotient rounded to float32 is the float32 one (checked on
+        # 140M values, half of them next to a .5 boundary).
         v = x.astype(jnp.float32).astype(jnp.float64) / np.asarray(scale, np.float64)
         v = v.astype(jnp.float32).astype(jnp.float64)
         rounded = jnp.sign(v) * jnp.floor(jnp.abs(v) + 0.5)          # half away from zero
@@ -171,18 +171,23 @@ def _channel_multipliers(x_q, w_q, out_q, channels: int):
     return quantize_multipliers(real)
 
 
-def _conv_weights_and_multipliers(op, w, channels: int):
-    """The filter less its zero point and the per-channel (multiplier, shift): int8 / 16x8
-    filters have zero point 0 and PopulateConvolutionQuantizationParams' double products;
-    legacy uint8 ones (integer_more.conv2d_uint8) a zero point and one multiplier from the
-    float32 product of the scales, as GetQuantizedConvolutionMultipler forms it."""
+def _weighted_multipliers(op, channels: int):
+    """The per-channel (multiplier, shift) of a FULLY_CONNECTED / convolution node: int8 / 16x8
+    take PopulateConvolutionQuantizationParams' double products; the legacy uint8 kernels
+    (integer_more) one multiplier from the float32 product of the scales, as
+    GetQuantizedConvolutionMultipler forms it."""
     q_x, q_w, q_out = (op.inputs[0].quantization, op.inputs[1].quantization, op.outputs[0].quantization)
     if op.inputs[0].dtype != DType.UINT8:
-        return np.asarray(w, np.int32), _channel_multipliers(q_x, q_w, q_out, channels)
-    product = np.float32(np.float32(q_x.scale[0]) * np.float32(q_w.scale[0]))
-    m, s = quantize_multiplier(float(product) / float(np.float32(q_out.scale[0])))
-    centered = np.asarray(w, np.int32) - int(q_w.zero_point[0])
-    return centered, (np.full(channels, m, np.int64), np.full(channels, s, np.int64))
+        return _channel_multipliers(q_x, q_w, q_out, channels)
+    m, s = _uint8_multiplier(q_x, q_w, q_out)
+    return np.full(channels, m, np.int64), np.full(channels, s, np.int64)
+
+
+def _conv_weights_and_multipliers(op, w, channels: int):
+    """The filter less its zero point (uint8 filters have one; int8 ones zero) and
+    `_weighted_multipliers`."""
+    zero_point = int(op.inputs[1].quantization.zero_point[0]) if op.inputs[0].dtype == DType.UINT8 else 0
+    return np.asarray(w, np.int32) - zero_point, _weighted_multipliers(op, channels)
 
 
 def _int_dot(a, b, acc=jnp.int32, a_bound: int | None = None):
@@ -241,7 +246,7 @@ def _output_stage(acc, bias, m, s, call, *, twice: bool):
 
 def int8_fully_connected(call, x, w, bias=None):
     op, opts = call.op, call.opts
-    q_x, q_w, q_out = (op.inputs[0].quantization, op.inputs[1].quantization, op.outputs[0].quantization)
+    q_x, q_w = op.inputs[0].quantization, op.inputs[1].quantization
     units, depth = w.shape
     if x.size % depth:
         raise OpError(f"FULLY_CONNECTED: input {list(x.shape)} does not split into rows of {depth}")
@@ -250,11 +255,7 @@ def int8_fully_connected(call, x, w, bias=None):
     # Weights may be a run-time input (LiteRT's kernel takes them so): then a traced array.
     weights = np.asarray(w, np.int32) if isinstance(w, np.ndarray) else w.astype(jnp.int32)
     centered_w = weights - (0 if per_channel else int(q_w.zero_point[0]))
-    if per_channel or op.inputs[0].dtype != DType.UINT8:  # double products (kiln.quant.integer)
-        m, s = _channel_multipliers(q_x, q_w, q_out, units)
-    else:  # the legacy uint8 kernel's float32 product (integer_more)
-        product = np.float32(np.float32(q_x.scale[0]) * np.float32(q_w.scale[0]))
-        m, s = quantize_multiplier(float(product) / float(q_out.scale[0]))
+    m, s = _weighted_multipliers(op, units)
     bound = _centered_bound(x, int(q_x.zero_point[0]))
     y = _output_stage(_int_dot(rows, centered_w, _acc_type(x), bound), bias, m, s, call, twice=False)
     return y.reshape(*x.shape[:-1], units) if opts.keep_num_dims else y
