@@ -40,7 +40,7 @@ _LAZY = {
     "Optimize": ("kiln.converter.api", "Optimize"),
     "OpsSet": ("kiln.converter.api", "OpsSet"),
     "quantize": ("kiln.quant.api", "quantize"),
-    "QuantizationDebugger": ("kiln.quant.debugger", "QuantizationDebugger"),
+    "QuantizationDebugger": ("kiln.quant.debug.debugger", "QuantizationDebugger"),
     "XlaDelegate": ("kiln.xla", "XlaDelegate"),
     "to_jax": ("kiln.xla", "to_jax"),
     **{name: ("kiln.fusion.registry", name)

@@ -8,8 +8,19 @@ every Interpreter applies them unless told otherwise
 
 from ..runtime.delegate import register_default_delegate
 from . import lowerings  # noqa: F401 - registers its lowerings in COMPILED_LOWERINGS
-from .compiled import COMPILED_LOWERINGS, SUPPORTED_VERSIONS, ChainKernel, CompiledDelegate, CompiledSupport
-from .quantized import QUANTIZED_LOWERINGS, QuantizedChain, QuantizedDelegate, QuantizedSupport
+from .compiled import (
+           COMPILED_LOWERINGS,
+           SUPPORTED_VERSIONS,
+           ChainKernel,
+           CompiledDelegate,
+           CompiledSupport,
+)
+from .quantized import (
+           QUANTIZED_LOWERINGS,
+           QuantizedChain,
+           QuantizedDelegate,
+           QuantizedSupport,
+)
 
 register_default_delegate(CompiledDelegate)
 register_default_delegate(QuantizedDelegate)   # offered the integer nodes the compiled one refuses

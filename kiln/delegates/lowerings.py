@@ -17,7 +17,14 @@ from ..ops.activations import _softmax_values
 from ..ops.indexing import _strided_slice_plan
 from ..ops.lstm import _UNI, _is_plain, _packed, _read_lstm, uni_lstm_run
 from ..ops.shape import _transpose_perm, dense, int_values, norm_axis
-from .compiled import F32, COMPILED_LOWERINGS, CompiledSupport, _Node, _probe, _reference_call
+from .compiled import (
+    COMPILED_LOWERINGS,
+    F32,
+    CompiledSupport,
+    _Node,
+    _probe,
+    _reference_call,
+)
 
 
 def _owned(a: np.ndarray) -> np.ndarray:

@@ -20,9 +20,8 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import Activation, Padding
-from .elementwise import clamp_activation, reject_quantized
+from .record import KernelCall, OpDef, OptionsSpec, clamp_activation, reject_quantized
 from .windowed import out_size, pad_before_after
-from .record import KernelCall, OpDef, OptionsSpec
 
 #: Element budget of one im2col patch matrix; larger convolutions run in depth-slice chunks.
 _IM2COL_BUDGET = 1 << 24

@@ -13,9 +13,17 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import DType
-from .elementwise import is_quantized, reject_quantized
-from . import integer_more
-from .record import KernelCall, OpDef, OptionsSpec, input_dtype, input_rank, on_codes
+from . import quantized_kernels
+from .record import (
+    KernelCall,
+    OpDef,
+    OptionsSpec,
+    input_dtype,
+    input_rank,
+    is_quantized,
+    on_codes,
+    reject_quantized,
+)
 
 _F32 = np.float32
 
@@ -110,7 +118,7 @@ RESIZE_BILINEAR = OpDef(
     }),
     version=_resize_bilinear_version,
     max_version=4,
-    quantized=integer_more.RESIZE_BILINEAR,
+    quantized=quantized_kernels.RESIZE_BILINEAR,
     runtime_versions=("1.7.0", "1.14.0", "2.2.0", "2.5.0"),
 )
 

@@ -15,7 +15,16 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import DType
-from .record import HYBRID, UNLISTED, KernelCall, OpDef, OptionsSpec, input_dtype, input_rank, on_codes
+from .record import (
+    HYBRID,
+    UNLISTED,
+    KernelCall,
+    OpDef,
+    OptionsSpec,
+    input_dtype,
+    input_rank,
+    on_codes,
+)
 from .shape import dense, int_scalar, int_values, norm_axis
 
 _POSITION_TYPES = (np.dtype(np.int16), np.dtype(np.int32), np.dtype(np.int64))

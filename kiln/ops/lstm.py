@@ -24,8 +24,16 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import Activation, DType
-from . import integer_lstm
-from .record import KernelCall, OpDef, OptionsSpec, apply_activation, input_dtype, output_dtype, with_state
+from . import quantized_kernels
+from .record import (
+    KernelCall,
+    OpDef,
+    OptionsSpec,
+    apply_activation,
+    input_dtype,
+    output_dtype,
+    with_state,
+)
 
 _GATES = ("i", "f", "c", "o")  # input, forget, cell (candidate), output — LiteRT's operand order
 _QUANTIZED = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))
@@ -580,7 +588,7 @@ OPS: tuple = (
         version=_uni_lstm_version, max_version=4,
         runtime_versions=("1.13.1", "1.14.0", "2.3.0", "2.12.0"),
         state_operands=(_UNI.output_state, _UNI.cell_state),
-        quantized=integer_lstm.UNIDIRECTIONAL_SEQUENCE_LSTM,
+        quantized=quantized_kernels.UNIDIRECTIONAL_SEQUENCE_LSTM,
     ),
     OpDef(
         "LSTM", _lstm_kernel,

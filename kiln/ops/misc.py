@@ -29,9 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import OpError
-from .elementwise import reject_quantized
-from .record import KernelCall, OpDef, OptionsSpec
-
+from .record import KernelCall, OpDef, OptionsSpec, reject_quantized
 
 # -- LOCAL_RESPONSE_NORMALIZATION -----------------------------------------------------------------
 

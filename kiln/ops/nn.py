@@ -11,7 +11,7 @@ exactly: the extra pixel of an odd total padding goes after, not before.
 
 Fused activations clamp like LiteRT's builtin kernels (``elementwise.activation_range``).
 These are the float kernels; the records' ``quantized`` kernels (int8, 16x8 and hybrid:
-float input, int8 weights) are in kiln.ops.integer.
+float input, int8 weights) are in kiln.ops.quantized_kernels.
 """
 
 from __future__ import annotations
@@ -20,11 +20,25 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import Activation, DType, Padding
-from . import integer, integer_more
-from .elementwise import reject_quantized
-from .record import UNLISTED, KernelCall, OpDef, OptionsSpec, input_dtype, output_dtype
+from . import quantized_kernels
+from .record import (
+    UNLISTED,
+    KernelCall,
+    OpDef,
+    OptionsSpec,
+    input_dtype,
+    output_dtype,
+    reject_quantized,
+)
 from .windowed import (
-    _add_bias, _finish, _float_operand, _nhwc, _tap, padded_windows, transpose_conv_geometry, window_geometry,
+    _add_bias,
+    _finish,
+    _float_operand,
+    _nhwc,
+    _tap,
+    padded_windows,
+    transpose_conv_geometry,
+    window_geometry,
 )
 
 #: The fused activations LiteRT's FULLY_CONNECTED accepts at all.
@@ -113,7 +127,7 @@ def _fc_kernel(call: KernelCall, x, w, bias=None):
 
 FULLY_CONNECTED = OpDef(
     name="FULLY_CONNECTED",
-    quantized={**integer.FULLY_CONNECTED, **integer_more.FULLY_CONNECTED},
+    quantized=quantized_kernels.FULLY_CONNECTED,
     kernel=_fc_kernel,
     options=OptionsSpec("FullyConnectedOptions", {
         "fused_activation_function": Activation.NONE,
@@ -223,7 +237,7 @@ _CONV_OPTIONS = {
 
 CONV_2D = OpDef(
     name="CONV_2D",
-    quantized={**integer.CONV_2D, **integer_more.CONV_2D},
+    quantized=quantized_kernels.CONV_2D,
     kernel=_conv_kernel,
     options=OptionsSpec("Conv2DOptions", _CONV_OPTIONS),
     version=_conv_version,
@@ -318,7 +332,7 @@ def _dw_kernel(call: KernelCall, x, w, bias=None):
 
 DEPTHWISE_CONV_2D = OpDef(
     name="DEPTHWISE_CONV_2D",
-    quantized={**integer.DEPTHWISE_CONV_2D, **integer_more.DEPTHWISE_CONV_2D},
+    quantized=quantized_kernels.DEPTHWISE_CONV_2D,
     kernel=_dw_kernel,
     options=OptionsSpec("DepthwiseConv2DOptions", {
         "padding": Padding.SAME,
@@ -378,7 +392,7 @@ def _tconv_kernel(call: KernelCall, output_shape, w, x, bias=None):
 
 TRANSPOSE_CONV = OpDef(
     name="TRANSPOSE_CONV",
-    quantized=integer.TRANSPOSE_CONV,
+    quantized=quantized_kernels.TRANSPOSE_CONV,
     kernel=_tconv_kernel,
     options=OptionsSpec("TransposeConvOptions", {
         "padding": Padding.SAME,
@@ -438,7 +452,7 @@ def _bmm_kernel(call: KernelCall, a, b):
 
 BATCH_MATMUL = OpDef(
     name="BATCH_MATMUL",
-    quantized=integer.BATCH_MATMUL,
+    quantized=quantized_kernels.BATCH_MATMUL,
     kernel=_bmm_kernel,
     options=OptionsSpec("BatchMatMulOptions", {
         "adj_x": False,

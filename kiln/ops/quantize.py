@@ -14,7 +14,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import OpError
-from ..quant.arith import multiply_by_quantized_multiplier_double_rounding, quantize_multiplier, round_half_away
+from ..kernels.fixedpoint import (
+    multiply_by_quantized_multiplier_double_rounding,
+    quantize_multiplier,
+    round_half_away,
+)
 from ..schema import DType
 from .record import UNLISTED, OpDef, input_dtype, on_codes, output_dtype
 

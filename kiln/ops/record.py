@@ -37,7 +37,7 @@ A kernel that meets a case it does not support raises ``OpError`` saying what is
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
@@ -97,7 +97,7 @@ _QUANTIZABLE = frozenset({DType.INT8, DType.UINT8, DType.INT16, DType.INT4})
 _FLOATS = frozenset({DType.FLOAT32, DType.FLOAT16})
 
 
-def _quantized(tensor) -> bool:
+def is_quantized(tensor) -> bool:
     """An integer tensor with affine quantization parameters."""
     if tensor is None or tensor.dtype not in _QUANTIZABLE:
         return False
@@ -111,13 +111,13 @@ def operand_types(op: "Operator") -> str | None:
     else the element type of the first quantized of input 0 and output 0 ("int8", ...)."""
     ins = [t for t in op.inputs if t is not None]
     outs = [t for t in op.outputs if t is not None]
-    if not any(_quantized(t) for t in (*ins, *outs)):
+    if not any(is_quantized(t) for t in (*ins, *outs)):
         return None
     first_in = op.inputs[0] if op.inputs else None
-    if outs and outs[0].dtype in _FLOATS and not _quantized(first_in):
+    if outs and outs[0].dtype in _FLOATS and not is_quantized(first_in):
         return HYBRID
     for t in (first_in, outs[0] if outs else None, *ins):
-        if _quantized(t):
+        if is_quantized(t):
             return t.dtype.name.lower()
     return HYBRID  # pragma: no cover - only outputs beyond the first are quantized
 
@@ -286,3 +286,72 @@ def input_rank(op: "Operator", i: int = 0) -> int:
 def dtype_version(op: "Operator", table: Mapping[DType, int], i: int = 0, default: int = 1) -> int:
     """Version picked by the type of input ``i`` (the most common shape of a version rule)."""
     return table.get(input_dtype(op, i), default)
+
+
+# -- fused activations and quantized operands, for every family's kernels ----------------------
+
+def reject_quantized(call: KernelCall, *, shared_ok: bool = False) -> None:
+    """Refuse quantized operands (no quantized kernel yet).
+
+    With ``shared_ok`` an op that only compares, selects or moves raw values accepts them
+    when every quantized input and output uses the same scale and zero point, because its
+    result on the raw integers is then exactly the quantized result.
+    """
+    op = call.op
+    tensors = [t for t in (*op.inputs, *op.outputs) if t is not None]
+    quantized = [t for t in tensors if t.dtype in _QUANTIZABLE and is_quantized(t)]
+    if not quantized:
+        return
+    if shared_ok:
+        first = quantized[0].quantization
+        ints = [t for t in tensors if t.dtype in _QUANTIZABLE]
+        if len(ints) == len(quantized) and all(t.quantization == first for t in quantized):
+            return
+    t = quantized[0]
+    raise OpError(
+        f"{call.op.name}: quantized kernel not implemented yet (tensor {t.name!r} is "
+        f"{t.dtype.name} with quantization parameters)"
+    )
+
+
+def activation_range(act: int, dtype: np.dtype) -> tuple:
+    """The (min, max) clamp LiteRT applies for a fused activation on ``dtype`` outputs.
+
+    Mirrors LiteRT's CalculateActivationRange: TANH and SIGN_BIT have no range of their own
+    and fall back to the type's limits, like NONE.
+    """
+    return _activation_range(act, np.dtype(dtype))
+
+
+@lru_cache(maxsize=None)
+def _activation_range(act: int, dtype: np.dtype) -> tuple:
+    info = np.finfo(dtype) if np.issubdtype(dtype, np.floating) else np.iinfo(dtype)
+    lo, hi = info.min, info.max
+    if act == Activation.RELU:
+        return 0, hi
+    if act == Activation.RELU6:
+        return 0, 6
+    if act == Activation.RELU_N1_TO_1:
+        return -1, 1
+    if act in (Activation.NONE, Activation.TANH, Activation.SIGN_BIT):
+        return lo, hi
+    raise OpError(f"unknown fused activation function {act}")
+
+
+def clamp_activation(x: np.ndarray, act: int, *, in_place: bool = False) -> np.ndarray:
+    """Apply a fused activation the way LiteRT's arithmetic kernels do (a clamp).
+
+    ``in_place`` lets the clamp overwrite ``x`` (a fresh result the caller owns).
+    """
+    kind = x.dtype.kind
+    if kind == "f":
+        lo, hi = _activation_range(act, x.dtype)
+        return x.clip(lo, hi, out=x if in_place else None)  # np.clip, without its wrappers
+    if kind in "iu" and act == Activation.NONE:
+        return x
+    if x.dtype == np.bool_ or not np.issubdtype(x.dtype, np.number):
+        return x
+    if np.issubdtype(x.dtype, np.integer) and act == Activation.NONE:
+        return x
+    lo, hi = activation_range(act, x.dtype)
+    return np.clip(x, lo, hi).astype(x.dtype, copy=False)

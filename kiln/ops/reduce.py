@@ -20,9 +20,16 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import DType
-from .elementwise import reject_quantized
-from . import integer
-from .record import KernelCall, OpDef, OptionsSpec, input_dtype, on_codes, output_dtype
+from . import quantized_kernels
+from .record import (
+    KernelCall,
+    OpDef,
+    OptionsSpec,
+    input_dtype,
+    on_codes,
+    output_dtype,
+    reject_quantized,
+)
 
 # -- axes ---------------------------------------------------------------------------------
 
@@ -238,7 +245,7 @@ _ARG_MAX, _ARG_MIN = _arg(True), _arg(False)
 
 OPS: tuple[OpDef, ...] = (
     OpDef("MEAN", _reducer(_mean), _REDUCER, _MEAN_MAX_MIN, 3,
-          runtime_versions=("1.6.0", "1.14.0", "2.4.0"), quantized=integer.MEAN),
+          runtime_versions=("1.6.0", "1.14.0", "2.4.0"), quantized=quantized_kernels.MEAN),
     OpDef("SUM", _reducer(_sum), _REDUCER, _by_input_type({_I8: 2}), 2,
           runtime_versions=("1.10.0", "1.15.0")),
     OpDef("REDUCE_PROD", _reducer(_prod), _REDUCER,

@@ -19,9 +19,17 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import DType, MirrorPadMode
-from . import integer
+from . import quantized_kernels
 from .record import (
-    UNLISTED, KernelCall, OpDef, OptionsSpec, apply_activation, input_dtype, input_rank, on_codes, output_dtype,
+    UNLISTED,
+    KernelCall,
+    OpDef,
+    OptionsSpec,
+    apply_activation,
+    input_dtype,
+    input_rank,
+    on_codes,
+    output_dtype,
 )
 
 # -- helpers shared with indexing.py ---------------------------------------------------------
@@ -562,10 +570,10 @@ OPS = (
     _movement("CONCATENATION", _concatenation,
               options=OptionsSpec("ConcatenationOptions", {"axis": 0, "fused_activation_function": 0}),
               version=_concat_version, max_version=7,
-              quantized={**on_codes(_concatenation), **integer.CONCATENATION},
+              quantized={**on_codes(_concatenation), **quantized_kernels.CONCATENATION},
               runtime_versions=("1.5.0", "1.14.0", "2.3.0", "2.14.0", UNLISTED, UNLISTED, UNLISTED)),
     _movement("PACK", _pack, options=OptionsSpec("PackOptions", {"values_count": 0, "axis": 0}),
-              version=_pack_version, max_version=5, quantized={**on_codes(_pack), **integer.PACK},
+              version=_pack_version, max_version=5, quantized={**on_codes(_pack), **quantized_kernels.PACK},
               runtime_versions=("1.11.0", "1.14.0", "2.3.0", "2.13.0", UNLISTED)),
     _movement("UNPACK", _unpack, options=OptionsSpec("UnpackOptions", {"num": 0, "axis": 0}),
               version=_unpack_version, max_version=6,

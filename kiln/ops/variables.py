@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import OpError
-from .record import UNLISTED, OpDef, OptionsSpec, input_dtype, on_codes
 from ..schema import DType
+from .record import UNLISTED, OpDef, OptionsSpec, input_dtype, on_codes
 
 
 def _var_handle(call):

@@ -14,7 +14,12 @@ from ..ir import Model
 from ..schema import BUILTIN_CODES
 from .int16 import quantize_int16x8
 from .static import quantize_int4_weights, quantize_int8
-from .weights import MIN_WEIGHT_ELEMENTS, quantize_dynamic_range, quantize_float16, quantize_weight_only
+from .weights import (
+    MIN_WEIGHT_ELEMENTS,
+    quantize_dynamic_range,
+    quantize_float16,
+    quantize_weight_only,
+)
 
 MODES = ("dynamic", "float16", "int8", "int16x8", "int4", "weight_only")
 

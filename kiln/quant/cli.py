@@ -76,7 +76,7 @@ def run(args) -> int:
 def _debug(args, float_model: bytes, quantized: bytes) -> None:
     """Write the debugger's page and print the ops adding the most error."""
     from ..errors import KilnError, OpError
-    from .debugger import QuantizationDebugger
+    from .debug import QuantizationDebugger
 
     debugger = QuantizationDebugger(float_model, quantized, args.data, runner=args.debug_runner)
     try:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .arith import round_half_away
+from ..kernels.fixedpoint import round_half_away
 
 #: Smallest calibrated range; narrower ones are widened so the scale is never 0.
 MIN_RANGE = 1e-6

@@ -11,7 +11,7 @@ A rule says where an op's output parameters come from:
   PACK): LiteRT's int8 kernels requantize nothing and refuse inputs whose scale or zero
   point differ (measured), so, as in TensorFlow's quantizer, the inputs' producers write
   the output's parameters and an input that cannot is requantized by a QUANTIZE.
-- ``lstm``: TF's full-integer LSTM layout (kiln.quant.lstm_integer).
+- ``lstm``: TF's full-integer LSTM layout (kiln.quant.lstm).
 
 An op without a rule has no int8 kernel in LiteRT: it stays float between DEQUANTIZE and
 QUANTIZE, or is refused in integer-only mode.

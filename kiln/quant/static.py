@@ -19,13 +19,12 @@ import numpy as np
 from .. import ops
 from ..errors import KilnError
 from ..ir import Model, Operator, QuantParams, Tensor
+from ..kernels.fixedpoint import round_half_away
 from ..schema import DType
+from . import lstm as lstm_layout
 from . import params
-from .arith import round_half_away
-from . import lstm_integer
 from .calibrate import Range, calibrate
 from .rules import RULES, Rule
-
 
 #: Ops that read only their input's shape: they take an int8 tensor as it is.
 SHAPE_ONLY = frozenset({"SHAPE", "RANK"})
@@ -107,7 +106,7 @@ class _Rewriter:
         if op.op_type in self.denylist or any(t is not None and t.name in self.denylist for t in op.outputs):
             return "denylisted"
         if rule.kind == "lstm":
-            reason = lstm_integer.refusal(op)
+            reason = lstm_layout.refusal(op)
             if reason is None and (id(op.inputs[0]) not in self.ranges or id(op.outputs[0]) not in self.ranges):
                 reason = "input or output was not calibrated"
             return reason
@@ -230,8 +229,8 @@ class _Rewriter:
         # The zero FILLs of the LSTMs that will be quantized: rewritten with their LSTM.
         state_writers = {id(w) for op in self.sg.operators
                          if op.op_type in RULES and RULES[op.op_type].kind == "lstm" and self.refusal(op) is None
-                         for w in (lstm_integer.zero_fill(op.inputs[i])
-                                   for i in (lstm_integer.OUTPUT_STATE, lstm_integer.CELL_STATE)) if w is not None}
+                         for w in (lstm_layout.zero_fill(op.inputs[i])
+                                   for i in (lstm_layout.OUTPUT_STATE, lstm_layout.CELL_STATE)) if w is not None}
         for op in list(self.sg.operators):
             if id(op) in state_writers:
                 continue
@@ -261,7 +260,7 @@ class _Rewriter:
     def quantize_op(self, op: Operator) -> None:
         rule = RULES[op.op_type]
         if rule.kind == "lstm":
-            lstm_integer.quantize_lstm(self, op)
+            lstm_layout.quantize_lstm(self, op)
             return
         positions = self._activation_positions(op, rule)
         if rule.kind == "fixed":
@@ -358,7 +357,7 @@ def quantize_static(model: Model, dataset: Any, scheme: Scheme, *, integer_only:
         if not {"BIDIRECTIONAL_SEQUENCE_LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM"} & denylist and \
                 (scheme.ops is None or "UNIDIRECTIONAL_SEQUENCE_LSTM" in scheme.ops):
             for op in [op for op in model.main.operators if op.op_type == "BIDIRECTIONAL_SEQUENCE_LSTM"]:
-                lstm_integer.split_bidirectional(op)
+                lstm_layout.split_bidirectional(op)
         ranges = calibrate_for(model, dataset, progress=progress)
     rewriter = _Rewriter(model, ranges, denylist, IO_TYPES[input_type], IO_TYPES[output_type],
                          scheme)
@@ -374,9 +373,9 @@ def quantize_static(model: Model, dataset: Any, scheme: Scheme, *, integer_only:
 def calibrate_for(model: Model, dataset: Any, *, progress: bool = True) -> dict[int, Range]:
     """`calibrate`, plus what the integer rewrite needs from inside fused ops: each quantizable
     LSTM's cell state range over every time step."""
-    cells = [lstm_integer.CellRange(op) for op in model.main.operators
+    cells = [lstm_layout.CellRange(op) for op in model.main.operators
              if RULES.get(op.op_type) is not None and RULES[op.op_type].kind == "lstm"
-             and lstm_integer.refusal(op) is None]
+             and lstm_layout.refusal(op) is None]
     ranges = calibrate(model, dataset, progress=progress, observers=cells)
     for cell in cells:
         if cell.range.min <= cell.range.max:

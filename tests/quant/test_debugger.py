@@ -19,8 +19,8 @@ import pytest
 import kiln
 from kiln.format import read_model, write_model
 from kiln.quant.calibrate import DatasetError, Range, calibrate
-from kiln.quant.debug_match import MismatchError
-from kiln.quant.debugger import QuantizationDebugger, detect_mode
+from kiln.quant.debug.match import MismatchError
+from kiln.quant.debug.debugger import QuantizationDebugger, detect_mode
 from kiln.quant.static import quantize_int8
 
 tf = pytest.importorskip("tensorflow")

@@ -1,4 +1,4 @@
-"""kiln.quant.integer against LiteRT's reference kernels (BUILTIN_REF), bit for bit, on
+"""kiln.kernels.nn against LiteRT's reference kernels (BUILTIN_REF), bit for bit, on
 one-op int8 models with quantized inputs, weights and outputs."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from kiln.ir import QuantParams
 from kiln.ops.windowed import window_geometry
-from kiln.quant import integer, integer_activations, integer_elementwise
+from kiln.kernels import activations as integer_activations, elementwise as integer_elementwise, nn as integer
 from kiln.schema import Activation, Padding
 from tests.quant.test_dispatch import Const, In, one_op, qp, reference
 
@@ -126,7 +126,7 @@ def test_depthwise_conv2d_per_tensor_filter(act):
 def test_rounding_modes_are_the_measured_ones(monkeypatch):
     """BUILTIN_REF's FULLY_CONNECTED rounds once, its CONV_2D / DEPTHWISE_CONV_2D twice: on
     enough outputs the other rounding is caught (guards the finding in integer's docstring)."""
-    from kiln.quant import arith
+    from kiln.kernels import fixedpoint as arith
 
     x, w = int8(128, 64), int8(96, 64, low=-127)
     x_qp, w_qp, out_qp = qp(0.03, 3), qp(RNG.uniform(0.005, 0.02, 96)), qp(0.5, -1)

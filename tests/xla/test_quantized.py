@@ -1,6 +1,6 @@
 """Quantized lowerings, bit for bit: QUANTIZE / DEQUANTIZE and int8 FULLY_CONNECTED / CONV_2D
 through XlaDelegate against LiteRT's reference kernels (BUILTIN_REF), kiln's reference
-kernels and kiln.quant.integer's pure kernels; the fixed-point steps against kiln.quant.arith."""
+kernels and kiln.kernels.nn's pure kernels; the fixed-point steps against kiln.kernels.fixedpoint."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from kiln import ops  # noqa: E402
 from kiln.format import write_model  # noqa: E402
 from kiln.ir import Model, Operator, QuantParams  # noqa: E402
 from kiln.ops.windowed import window_geometry  # noqa: E402
-from kiln.quant import arith, integer  # noqa: E402
+from kiln.kernels import fixedpoint as arith, nn as integer  # noqa: E402
 from kiln.schema import Activation, DType, Padding  # noqa: E402
 from kiln.xla import XlaDelegate  # noqa: E402
 from kiln.xla._jax import x64  # noqa: E402
@@ -329,7 +329,7 @@ def test_int8_depthwise(multiplier, stride, padding):
 @pytest.mark.parametrize("act", [Activation.NONE, Activation.RELU])
 @pytest.mark.parametrize("shapes", [((3, 8), (3, 8)), ((2, 3, 8), (8,))])
 def test_int8_elementwise(op_type, act, shapes):
-    from kiln.quant import integer_elementwise
+    from kiln.kernels import elementwise as integer_elementwise
 
     a, b = int8(*shapes[0]), int8(*shapes[1])
     a_qp, b_qp, out_qp = qp(0.03, -5), qp(0.011, 7), qp(0.05 if op_type != "MUL" else 0.004, 3)

@@ -6,12 +6,12 @@ biases; an int16 cell state whose scale is a power of two ``2^cell_scale``; gate
 (the four float "intermediates" give their scales only with layer norm); the fifth
 intermediate holds the hidden state's (= the output's) parameters. Per step and gate::
 
-    gate = sat16(sat16(rescale(W_x·x + b − zp_x·ΣW_x)) + rescale(W_h·h − zp_h·ΣW_h))
+    gate = sat16(sat16(xp_rescale(W_x·x + b − zp_x·ΣW_x)) + xp_rescale(W_h·h − zp_h·ΣW_h))
 
 with ``rescale`` LiteRT's MultiplyByQuantizedMultiplier by ``s_w·s_x / 2^-12`` (float32
 arithmetic, then QuantizeMultiplier), sigmoid / tanh by gemmlowp's int16 fixed point
-(kiln.quant.fixedpoint16), then ``c = wrap16(f·c >> 15) ⊕ wrap16(i·g >> (30 + cell_scale))``
-(rounding shifts, saturating add, optional clip) and ``h = sat8(rescale(o·tanh(c)) + zp)``
+(kiln.kernels.gemmlowp), then ``c = wrap16(f·c >> 15) ⊕ wrap16(i·g >> (30 + cell_scale))``
+(rounding shifts, saturating add, optional clip) and ``h = sat8(xp_rescale(o·tanh(c)) + zp)``
 with ``tanh`` taking the cell at ``15 + cell_scale`` integer bits.
 
 Quirk reproduced on purpose: for a cell scale below 2^-15 LiteRT's ApplyTanh does nothing
@@ -37,15 +37,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import OpError
-from .arith import quantize_multiplier
-from .fixedpoint16 import logistic_table, tanh_table
+from .fixedpoint import quantize_multiplier, xp_clamp, xp_divide_by_pot, xp_rescale
+from .gemmlowp import logistic_table, tanh_table
 
 NAME = "UNIDIRECTIONAL_SEQUENCE_LSTM"
 INPUT_WEIGHTS, RECURRENT_WEIGHTS, BIASES = (1, 2, 3, 4), (5, 6, 7, 8), (12, 13, 14, 15)
 PEEPHOLES, PROJECTION, LAYER_NORM = (9, 10, 11), (16, 17), (20, 21, 22, 23)
 OUTPUT_STATE, CELL_STATE = 18, 19
 _GATE_NAMES = ("input", "forget", "cell", "output")
-_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 
 
 @dataclass(frozen=True)
@@ -253,31 +252,6 @@ def _quantized_clip(clip: float, scale: float, limit: int) -> int:
 
 # -- the arithmetic, over an array namespace (numpy or jax.numpy) ------------------------------
 
-def _high_mul(xp, a, b):
-    """gemmlowp's SaturatingRoundingDoublingHighMul on int32 values held in int64."""
-    product = a * b
-    total = product + xp.where(product >= 0, 1 << 30, 1 - (1 << 30))
-    high = xp.where(total >= 0, total >> 31, -((-total) >> 31))
-    return xp.where((a == _INT32_MIN) & (b == _INT32_MIN), _INT32_MAX, high)
-
-
-def _divide_by_pot(xp, x, exponent):
-    mask = (1 << exponent) - 1
-    threshold = (mask >> 1) + (x < 0)
-    return (x >> exponent) + ((x & mask) > threshold)
-
-
-def rescale(xp, x, multiplier, shift):
-    """LiteRT's MultiplyByQuantizedMultiplier (two roundings, as its build computes it)."""
-    left, right = xp.maximum(shift, 0), xp.maximum(-shift, 0)
-    scaled = _clamp(xp, x << left, _INT32_MIN, _INT32_MAX)
-    return _divide_by_pot(xp, _high_mul(xp, scaled, multiplier), right)
-
-
-def _clamp(xp, x, lo, hi):
-    return xp.minimum(xp.maximum(x, lo), hi)   # (np.clip's per-call dtype checks cost more)
-
-
 def _wrap16(x):
     return ((x + (1 << 15)) & 0xFFFF) - (1 << 15)
 
@@ -291,41 +265,41 @@ def input_part(xp, p: Prepared, x):
     [..., 4, n_cell], already rescaled and saturated to int16 (LiteRT adds the recurrent
     part to this saturated value)."""
     acc = xp.einsum("...i,gci->...gc", x, p.w_x) + p.bias_x
-    return _clamp(xp, rescale(xp, acc, p.mult_x, p.shift_x), -(1 << 15), (1 << 15) - 1)
+    return xp_clamp(xp, xp_rescale(xp, acc, p.mult_x, p.shift_x), -(1 << 15), (1 << 15) - 1)
 
 
 def step(xp, p: Prepared, pre, h, c):
     """One time step for a batch: ``pre`` [B, G, n_cell] from `input_part`, ``h`` [B, n_output]
     and ``c`` [B, n_cell] int64 codes; returns the new (h, c)."""
     acc = xp.einsum("bo,gco->bgc", h, p.w_h) + p.bias_h
-    gates = _clamp(xp, pre + rescale(xp, acc, p.mult_h, p.shift_h), -(1 << 15), (1 << 15) - 1)
+    gates = xp_clamp(xp, pre + xp_rescale(xp, acc, p.mult_h, p.shift_h), -(1 << 15), (1 << 15) - 1)
 
     def gate(name, table, cell):
         z = gates[:, p.gates.index(name)]
         if name in p.peephole:      # LiteRT: i and f see the old cell, o the new one
             w, m, s = p.peephole[name]
-            z = _clamp(xp, z + rescale(xp, w * cell, xp.asarray(m, z.dtype), xp.asarray(s, z.dtype)),
+            z = xp_clamp(xp, z + xp_rescale(xp, w * cell, xp.asarray(m, z.dtype), xp.asarray(s, z.dtype)),
                         -(1 << 15), (1 << 15) - 1)
         return _lookup(xp, table, z)
 
     f = gate("f", p.sigmoid, c)
     g = gate("c", p.tanh_gate, c)
     i = (32767 - f) if "i" not in p.gates else gate("i", p.sigmoid, c)
-    c = _wrap16(_divide_by_pot(xp, f * c, 15))
-    c = _clamp(xp, c + _wrap16(_divide_by_pot(xp, i * g, p.cell_shift)), -(1 << 15), (1 << 15) - 1)
+    c = _wrap16(xp_divide_by_pot(xp, f * c, 15))
+    c = xp_clamp(xp, c + _wrap16(xp_divide_by_pot(xp, i * g, p.cell_shift)), -(1 << 15), (1 << 15) - 1)
     if p.cell_clip > 0:
-        c = _clamp(xp, c, -p.cell_clip, p.cell_clip)
+        c = xp_clamp(xp, c, -p.cell_clip, p.cell_clip)
     o = gate("o", p.sigmoid, c)
     t = i if p.tanh_cell is None else _lookup(xp, p.tanh_cell, c)
-    hidden = rescale(xp, o * t, xp.asarray(p.hidden_mult, c.dtype), xp.asarray(p.hidden_shift, c.dtype))
+    hidden = xp_rescale(xp, o * t, xp.asarray(p.hidden_mult, c.dtype), xp.asarray(p.hidden_shift, c.dtype))
     if p.projection is None:
-        return _clamp(xp, hidden + p.hidden_zp, -128, 127), c
+        return xp_clamp(xp, hidden + p.hidden_zp, -128, 127), c
     w, bias, m, s = p.projection     # LiteRT subtracts the hidden zero point here (b/246629213)
-    hidden = _clamp(xp, hidden - p.hidden_zp, -128, 127)
-    out = rescale(xp, xp.einsum("bc,oc->bo", hidden, w) + bias, xp.asarray(m, c.dtype), xp.asarray(s, c.dtype))
-    out = _clamp(xp, out + p.output_zp, -128, 127)
+    hidden = xp_clamp(xp, hidden - p.hidden_zp, -128, 127)
+    out = xp_rescale(xp, xp.einsum("bc,oc->bo", hidden, w) + bias, xp.asarray(m, c.dtype), xp.asarray(s, c.dtype))
+    out = xp_clamp(xp, out + p.output_zp, -128, 127)
     if p.proj_clip > 0:
-        out = _clamp(xp, out, -p.proj_clip, p.proj_clip)
+        out = xp_clamp(xp, out, -p.proj_clip, p.proj_clip)
     return out, c
 
 

@@ -1,4 +1,5 @@
-"""LiteRT's int8 (and 16x8) kernels for the weighted, windowed and reducing ops, as pure functions.
+"""LiteRT's int8 / 16x8 (and legacy uint8) kernels of the weighted, windowed and reducing ops
+and CONCATENATION, as pure functions.
 
 Each function takes integer tensors with their `QuantParams` and returns what LiteRT 2.3's
 reference kernels (``BUILTIN_REF``) compute, bit for bit: integer accumulation with the
@@ -6,14 +7,14 @@ zero points subtracted, a requantization, the output zero point, and the fused
 activation's clamp.
 
 Measured on LiteRT 2.3 (thousands of outputs each): FULLY_CONNECTED requantizes with one
-rounding (`arith.multiply_by_quantized_multiplier`; two roundings differ on ~0.05 % of
+rounding (`fixedpoint.multiply_by_quantized_multiplier`; two roundings differ on ~0.05 % of
 outputs) while CONV_2D and DEPTHWISE_CONV_2D round twice
-(`arith.multiply_by_quantized_multiplier_double_rounding`; one rounding differs on ~0.1 %).
+(`fixedpoint.multiply_by_quantized_multiplier_double_rounding`; one rounding differs on ~0.1 %).
 The int16 (16x8) variants take int16 activations with zero point 0 and int64 biases:
 FULLY_CONNECTED still rounds once, the convolutions use the int64-accumulator rescaling.
 
 Windowed ops take their geometry (``out_hw``, ``pads``, ``strides``, ``dilation``) from the
-caller (`kiln.ops.windowed.window_geometry`), as `kiln.quant.hybrid` does.
+caller (`kiln.ops.windowed.window_geometry`), as `kiln.kernels.hybrid` does.
 """
 
 from __future__ import annotations
@@ -22,44 +23,26 @@ from functools import lru_cache
 
 import numpy as np
 
-from kiln.errors import KilnError
 from kiln.ir import QuantParams
 from kiln.schema import Activation
 
+from .fixedpoint import (
+    IntegerKernelError,
+    activation_range,
+    dtype_range,
+    multiply_by_quantized_multiplier,
+    multiply_by_quantized_multiplier_double_rounding,
+    multiply_by_quantized_multiplier_int64,
+    quantize_multiplier,
+    quantize_multipliers,
+)
 from .hybrid import int_matmul, tap_windows, transpose_conv_sums
-from .arith import (multiply_by_quantized_multiplier, multiply_by_quantized_multiplier_double_rounding,
-                    multiply_by_quantized_multiplier_int64, quantize_multiplier, quantize_multipliers)
+
+F32 = np.float32
 
 
-class IntegerKernelError(KilnError):
-    """An integer kernel was given operands LiteRT's kernel would refuse."""
-
-
-def dtype_range(dtype) -> tuple[int, int]:
-    info = np.iinfo(dtype)
-    return int(info.min), int(info.max)
-
-
-def activation_range(activation, out_qp: QuantParams, dtype=np.int8) -> tuple[int, int]:
-    """LiteRT's CalculateActivationRangeQuantized: the fused activation's bounds in the
-    output's integer domain; ``f / scale`` is a float32 division rounded half away."""
-    qmin, qmax = dtype_range(dtype)
-    scale, zp = np.float32(out_qp.scale[0]), int(out_qp.zero_point[0])
-
-    def quantize(f: float) -> int:
-        v = np.float32(np.float32(f) / scale)
-        return zp + int(np.sign(v) * np.floor(np.abs(v) + np.float32(0.5)))
-
-    activation = Activation(activation)
-    if activation == Activation.RELU:
-        return max(qmin, quantize(0.0)), qmax
-    if activation == Activation.RELU6:
-        return max(qmin, quantize(0.0)), min(qmax, quantize(6.0))
-    if activation == Activation.RELU_N1_TO_1:
-        return max(qmin, quantize(-1.0)), min(qmax, quantize(1.0))
-    if activation == Activation.NONE:
-        return qmin, qmax
-    raise IntegerKernelError(f"fused activation {activation.name} has no integer kernel")
+def _zp(qp: QuantParams) -> int:
+    return int(qp.zero_point[0])
 
 
 def _requantize(acc, multiplier, shift, out_qp: QuantParams, activation, dtype, *,
@@ -293,3 +276,74 @@ def concatenation(inputs, input_qps, out_qp: QuantParams, *, axis: int, activati
                 f"CONCATENATION: input {k} has scale {q.scale[0]} zero point {q.zero_point[0]}, the output "
                 f"{out_qp.scale[0]} / {out_qp.zero_point[0]}; int8 inputs must share the output's params")
     return np.concatenate([np.asarray(x) for x in inputs], axis=axis).astype(out_dtype)
+
+
+# -- uint8 FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D -------------------------------------------
+
+def _uint8_multiplier(x_qp: QuantParams, w_qp: QuantParams, out_qp: QuantParams) -> tuple[int, int]:
+    """GetQuantizedConvolutionMultipler: ``double(float32(s_x · s_w)) / double(s_y)``."""
+    if np.asarray(w_qp.scale).size != 1:
+        raise IntegerKernelError(f"uint8 kernels take per-tensor weights, got {np.asarray(w_qp.scale).size} scales")
+    product = F32(F32(x_qp.scale[0]) * F32(w_qp.scale[0]))
+    return quantize_multiplier(float(product) / float(F32(out_qp.scale[0])))
+
+
+def _finish(acc, m: int, shift: int, out_qp: QuantParams, activation, *, double_rounding: bool) -> np.ndarray:
+    lo, hi = activation_range(activation, out_qp, np.uint8)
+    rescale = multiply_by_quantized_multiplier_double_rounding if double_rounding else multiply_by_quantized_multiplier
+    out = rescale(acc, m, shift).astype(np.int64) + _zp(out_qp)
+    return np.clip(out, lo, hi).astype(np.uint8)
+
+
+
+def fully_connected_uint8(x_q, x_qp: QuantParams, w_q, w_qp: QuantParams, bias_q, out_qp: QuantParams, *,
+                          activation=Activation.NONE, keep_num_dims: bool = False) -> np.ndarray:
+    """uint8 FULLY_CONNECTED (reference FullyConnected, uint8): ``Σ (x − zp_x)(w − zp_w) + b``."""
+    x_q, w_q = np.asarray(x_q), np.asarray(w_q)
+    units, depth = w_q.shape
+    if depth == 0 or x_q.size % depth:
+        raise IntegerKernelError(f"FULLY_CONNECTED: input {list(x_q.shape)} does not split into rows of {depth}")
+    rows = x_q.reshape(-1, depth).astype(np.int64) - _zp(x_qp)
+    acc = int_matmul(rows, (w_q.astype(np.int64) - _zp(w_qp)).T) + _bias(bias_q, units)
+    out = _finish(acc, *_uint8_multiplier(x_qp, w_qp, out_qp), out_qp, activation, double_rounding=False)
+    return out.reshape(x_q.shape[:-1] + (units,) if keep_num_dims else (rows.shape[0], units))
+
+
+def _windows(x_q, x_qp: QuantParams, kh: int, kw: int, *, out_hw, pads, strides, dilation) -> np.ndarray:
+    """Each output pixel's taps, zero point removed (padding contributes nothing)."""
+    (t, b), (l, r) = pads
+    centered = np.asarray(x_q, np.int64) - _zp(x_qp)
+    if t or b or l or r:
+        centered = np.pad(centered, ((0, 0), (t, b), (l, r), (0, 0)))
+    return tap_windows(centered, kh, kw, out_hw, strides, dilation)
+
+
+def conv2d_uint8(x_q, x_qp: QuantParams, w_q, w_qp: QuantParams, bias_q, out_qp: QuantParams, *,
+                 out_hw, pads, strides, dilation, activation=Activation.NONE) -> np.ndarray:
+    """uint8 CONV_2D (reference Conv, uint8): weights [out_c, kh, kw, in_c] with a zero point."""
+    x_q, w_q = np.asarray(x_q), np.asarray(w_q)
+    out_c, kh, kw, in_c = w_q.shape
+    if x_q.shape[3] != in_c:
+        raise IntegerKernelError(f"CONV_2D: input has {x_q.shape[3]} channels, the filter {in_c}")
+    cols = _windows(x_q, x_qp, kh, kw, out_hw=out_hw, pads=pads, strides=strides, dilation=dilation)
+    w = (w_q.astype(np.int64) - _zp(w_qp)).reshape(out_c, -1)
+    acc = int_matmul(cols.reshape(-1, kh * kw * in_c), w.T) + _bias(bias_q, out_c)
+    out = _finish(acc, *_uint8_multiplier(x_qp, w_qp, out_qp), out_qp, activation, double_rounding=True)
+    return out.reshape(x_q.shape[0], out_hw[0], out_hw[1], out_c)
+
+
+def depthwise_conv2d_uint8(x_q, x_qp: QuantParams, w_q, w_qp: QuantParams, bias_q, out_qp: QuantParams, *,
+                           multiplier: int, out_hw, pads, strides, dilation,
+                           activation=Activation.NONE) -> np.ndarray:
+    """uint8 DEPTHWISE_CONV_2D (reference DepthwiseConv, uint8): weights [1, kh, kw, c·multiplier]."""
+    x_q, w_q = np.asarray(x_q), np.asarray(w_q)
+    _, kh, kw, out_c = w_q.shape
+    if out_c != x_q.shape[3] * multiplier:
+        raise IntegerKernelError(f"DEPTHWISE_CONV_2D: {x_q.shape[3]} input channels × multiplier {multiplier} "
+                                 f"!= {out_c} filter channels")
+    cols = _windows(x_q, x_qp, kh, kw, out_hw=out_hw, pads=pads, strides=strides, dilation=dilation)
+    if multiplier > 1:
+        cols = np.repeat(cols, multiplier, axis=-1)
+    w = w_q[0].astype(np.int64) - _zp(w_qp)
+    acc = np.einsum("nyxhwc,hwc->nyxc", cols, w) + _bias(bias_q, out_c)
+    return _finish(acc, *_uint8_multiplier(x_qp, w_qp, out_qp), out_qp, activation, double_rounding=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .arith import round_half_away
+from .fixedpoint import round_half_away
 
 F32 = np.float32
 

@@ -1,10 +1,11 @@
-"""Quantized kernels of the op records: the KernelCall adapters of `kiln.quant.integer*`
-(int8 / int16 activations) and `kiln.quant.hybrid` (float activations, int8 weights).
+"""The op records' quantized kernels: adapters from a node to LiteRT's integer and hybrid
+arithmetic in `kiln.kernels`.
 
-Each adapter reads the node's options, geometry and quantization parameters and calls the
-pure integer function, which is bit-exact with LiteRT's reference kernels (``BUILTIN_REF``).
-The records list them under ``quantized`` (`kiln.ops.record.OpDef.kernel_for` picks one per
-node from its operand types); the dictionaries at the end of this module are those entries.
+Each adapter reads the node's options, geometry and quantization parameters, checks what
+LiteRT's Prepare checks, and calls the pure function of kiln.kernels, which is bit-exact with
+LiteRT's reference kernels (``BUILTIN_REF``). The dictionaries at the end are the records'
+``quantized`` entries, keyed by operand types (`kiln.ops.record.OpDef.kernel_for` picks one
+per node); the families import them from here.
 """
 
 from __future__ import annotations
@@ -12,11 +13,98 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import OpError
-from ..quant import hybrid, integer, integer_activations as act
-from .elementwise import activation_range
-from .integer_arith import fused_activation, int16_zero_points, out_params, params
-from .record import HYBRID, INT8, INT16, UINT8, KernelCall
+from ..kernels import activations as act
+from ..kernels import elementwise as elementwise_kernels
+from ..kernels import hybrid as hybrid_kernels
+from ..kernels import image as image_kernels
+from ..kernels import lstm as lstm_kernels
+from ..kernels import nn as nn_kernels
+from ..kernels.fixedpoint import IntegerKernelError
+from ..schema import Activation
+from .record import HYBRID, INT8, INT16, UINT8, KernelCall, activation_range, with_state
 from .windowed import transpose_conv_geometry, window_geometry
+
+# -- operand parameters and the fused activation --------------------------------------------
+
+def params(call: KernelCall, i: int, what: str, *, per_tensor: bool = True):
+    """Input ``i``'s (or, with i < 0, the output's) QuantParams, checked."""
+    t = call.op.outputs[0] if i < 0 else call.op.inputs[i]
+    q = None if t is None else t.quantization
+    if q is None or q.scale.size == 0:
+        raise OpError(f"{call.op.name}: {what} {t.name if t is not None else ''!r} has no quantization "
+                      "parameters")
+    if per_tensor and q.scale.size != 1:
+        raise OpError(f"{call.op.name}: {what} {t.name!r} is quantized per channel ({q.scale.size} "
+                      "scales); this kernel takes one scale")
+    return q
+
+
+def out_params(call: KernelCall):
+    return params(call, -1, "output")
+
+
+def int16_zero_points(call: KernelCall, *indices: int) -> None:
+    """16x8 kernels take symmetric int16 activations (LiteRT checks zero point 0)."""
+    for i in indices:
+        t = call.op.outputs[0] if i < 0 else call.op.inputs[i]
+        if t is not None and t.quantization is not None and np.any(t.quantization.zero_point):
+            raise OpError(f"{call.op.name}: int16 tensor {t.name!r} has zero point "
+                          f"{int(t.quantization.zero_point[0])}; 16x8 kernels need 0")
+
+
+def fused_activation(call: KernelCall) -> Activation:
+    return Activation(call.opts.fused_activation_function)
+
+
+def _binary(fn):
+    def kernel(call: KernelCall, a, b):
+        try:
+            np.broadcast_shapes(a.shape, b.shape)
+        except ValueError:
+            raise OpError(f"{call.op.name}: shapes {list(a.shape)} and {list(b.shape)} do not broadcast") from None
+        return fn(a, params(call, 0, "input 0"), b, params(call, 1, "input 1"), out_params(call),
+                  activation=fused_activation(call), out_dtype=call.out_dtypes[0])
+    return kernel
+
+
+
+
+def _squared_difference(call: KernelCall, a, b):
+    try:
+        np.broadcast_shapes(a.shape, b.shape)
+    except ValueError:
+        raise OpError(f"{call.op.name}: shapes {list(a.shape)} and {list(b.shape)} do not broadcast") from None
+    return elementwise_kernels.squared_difference(a, params(call, 0, "input 0"), b, params(call, 1, "input 1"),
+                                          out_params(call), out_dtype=call.out_dtypes[0])
+
+
+
+def _int16_table(fn):
+    """A 16x8 table kernel: int16 in and out (zero points 0, checked by ``fn``)."""
+    def kernel(call: KernelCall, x):
+        if call.out_dtypes[0] != np.int16:
+            raise OpError(f"{call.op.name}: int16 input needs an int16 output, got {np.dtype(call.out_dtypes[0])}")
+        return fn(x, params(call, 0, "input"), out_params(call))
+    return kernel
+
+
+def _abs(call: KernelCall, x):
+    if x.dtype == np.int16:
+        int16_zero_points(call, 0, -1)
+    return act.abs_(x, params(call, 0, "input"), out_params(call), out_dtype=call.out_dtypes[0])
+
+
+
+
+def comparison(fn):
+    """An int8 comparison's kernel: ``fn`` on LiteRT's rescaled values (`comparison_values`)."""
+    def kernel(call: KernelCall, a, b):
+        try:
+            np.broadcast_shapes(a.shape, b.shape)
+        except ValueError:
+            raise OpError(f"{call.op.name}: shapes {list(a.shape)} and {list(b.shape)} do not broadcast") from None
+        return fn(*elementwise_kernels.comparison_values(a, params(call, 0, "input 0"), b, params(call, 1, "input 1")))
+    return kernel
 
 
 # -- weighted ops ----------------------------------------------------------------------------
@@ -26,7 +114,7 @@ def _fully_connected(call: KernelCall, x, w, bias=None):
         int16_zero_points(call, 0, -1)
     if w.ndim != 2:
         raise OpError(f"{call.op.name}: weights must be 2-D [units, depth], got {list(w.shape)}")
-    return integer.fully_connected(
+    return nn_kernels.fully_connected(
         x, params(call, 0, "input"), w, params(call, 1, "weights", per_tensor=False), bias, out_params(call),
         activation=fused_activation(call), keep_num_dims=bool(call.opts.keep_num_dims), out_dtype=call.out_dtypes[0])
 
@@ -46,7 +134,7 @@ def _conv(call: KernelCall, x, w, bias=None):
     if x.dtype == np.int16:
         int16_zero_points(call, 0, -1)
     geometry = _geometry(call, x, w.shape[1:3], _dilation(call))
-    return integer.conv2d(x, params(call, 0, "input"), w, params(call, 1, "filter", per_tensor=False), bias,
+    return nn_kernels.conv2d(x, params(call, 0, "input"), w, params(call, 1, "filter", per_tensor=False), bias,
                           out_params(call), dilation=_dilation(call), activation=fused_activation(call),
                           out_dtype=call.out_dtypes[0], **geometry)
 
@@ -58,7 +146,7 @@ def _depthwise(call: KernelCall, x, w, bias=None):
     if x.shape[3] == 0 or w.shape[3] % x.shape[3]:
         raise OpError(f"{call.op.name}: filter channels {w.shape[3]} are not a multiple of input channels "
                       f"{x.shape[3]}")
-    return integer.depthwise_conv2d(
+    return nn_kernels.depthwise_conv2d(
         x, params(call, 0, "input"), w, params(call, 1, "filter", per_tensor=False), bias, out_params(call),
         multiplier=w.shape[3] // x.shape[3], dilation=_dilation(call), activation=fused_activation(call),
         out_dtype=call.out_dtypes[0], **geometry)
@@ -68,7 +156,7 @@ def _transpose_conv(call: KernelCall, output_shape, w, x, bias=None):
     if x.dtype == np.int16:
         int16_zero_points(call, 2, -1)
     out_hw, pads = transpose_conv_geometry(call.opts, output_shape, x.shape, w.shape)
-    return integer.transpose_conv(
+    return nn_kernels.transpose_conv(
         x, params(call, 2, "input"), w, params(call, 1, "filter", per_tensor=False), bias, out_params(call),
         out_hw=out_hw, pads=pads, strides=(call.opts.stride_h, call.opts.stride_w),
         activation=fused_activation(call), out_dtype=call.out_dtypes[0])
@@ -82,7 +170,7 @@ def _transpose_conv_hybrid(call: KernelCall, output_shape, w, x, bias=None):
     scales = _weight_scales(call, "filter")
     if scales.size not in (1, w.shape[0]):
         raise OpError(f"{call.op.name}: filter has {scales.size} scales for {w.shape[0]} output channels")
-    y = hybrid.transpose_conv(x, w, scales, _float_bias(call, bias, w.shape[0]), out_hw=out_hw, pads=pads,
+    y = hybrid_kernels.transpose_conv(x, w, scales, _float_bias(call, bias, w.shape[0]), out_hw=out_hw, pads=pads,
                               strides=(call.opts.stride_h, call.opts.stride_w))
     return _float_finish(call, y)
 
@@ -90,7 +178,7 @@ def _transpose_conv_hybrid(call: KernelCall, output_shape, w, x, bias=None):
 def _batch_matmul(call: KernelCall, a, b):
     if a.dtype == np.int16:
         int16_zero_points(call, 0, 1, -1)
-    return integer.batch_matmul(a, params(call, 0, "lhs"), b, params(call, 1, "rhs"), out_params(call),
+    return nn_kernels.batch_matmul(a, params(call, 0, "lhs"), b, params(call, 1, "rhs"), out_params(call),
                                 adj_x=bool(call.opts.adj_x), adj_y=bool(call.opts.adj_y),
                                 out_dtype=call.out_dtypes[0])
 
@@ -122,7 +210,7 @@ def _fully_connected_hybrid(call: KernelCall, x, w, bias=None):
     units, depth = w.shape
     if depth == 0 or x.size % depth:
         raise OpError(f"{call.op.name}: input {list(x.shape)} does not split into rows of {depth}")
-    y = hybrid.fully_connected(x.reshape(-1, depth), w, _weight_scales(call, "weights"),
+    y = hybrid_kernels.fully_connected(x.reshape(-1, depth), w, _weight_scales(call, "weights"),
                                _float_bias(call, bias, units), asymmetric=bool(call.opts.asymmetric_quantize_inputs))
     y = _float_finish(call, y)
     return y.reshape(x.shape[:-1] + (units,)) if call.opts.keep_num_dims else y
@@ -144,12 +232,12 @@ def _conv_hybrid(call: KernelCall, x, w, bias, *, depthwise: bool):
         if x.shape[3] == 0 or channels % x.shape[3]:
             raise OpError(f"{call.op.name}: filter channels {channels} are not a multiple of input "
                           f"channels {x.shape[3]}")
-        y = hybrid.depthwise_per_channel(x, w, scales, b, multiplier=channels // x.shape[3], **geometry)
+        y = hybrid_kernels.depthwise_per_channel(x, w, scales, b, multiplier=channels // x.shape[3], **geometry)
     else:
         if w.shape[3] != x.shape[3]:
             raise OpError(f"{call.op.name}: hybrid kernel needs filter channels {w.shape[3]} == input "
                           f"channels {x.shape[3]} (no grouped hybrid convolution)")
-        y = hybrid.conv2d_per_channel(x, w, scales, b, **geometry)
+        y = hybrid_kernels.conv2d_per_channel(x, w, scales, b, **geometry)
     return _float_finish(call, y)
 
 
@@ -177,18 +265,18 @@ def _pool(call: KernelCall, x, pool):
 
 
 def _max_pool(call: KernelCall, x):
-    return _pool(call, x, integer.max_pool2d)
+    return _pool(call, x, nn_kernels.max_pool2d)
 
 
 def _average_pool(call: KernelCall, x):
-    return _pool(call, x, integer.average_pool2d)
+    return _pool(call, x, nn_kernels.average_pool2d)
 
 
 def _mean(call: KernelCall, x, axes):
     axes = np.asarray(axes).reshape(-1)
     if np.any((axes < -x.ndim) | (axes >= max(x.ndim, 1))):
         raise OpError(f"{call.op.name}: axes {axes.tolist()} out of range for rank {x.ndim}")
-    return integer.mean(x, params(call, 0, "input"), axes, out_params(call), keep_dims=bool(call.opts.keep_dims),
+    return nn_kernels.mean(x, params(call, 0, "input"), axes, out_params(call), keep_dims=bool(call.opts.keep_dims),
                         out_dtype=call.out_dtypes[0])
 
 
@@ -199,7 +287,7 @@ def _concatenation(call: KernelCall, *xs):
     if not -rank <= axis < rank:
         raise OpError(f"{call.op.name}: axis {axis} out of range for rank {rank}")
     try:
-        return integer.concatenation(xs, inputs, out_params(call), axis=axis, activation=fused_activation(call),
+        return nn_kernels.concatenation(xs, inputs, out_params(call), axis=axis, activation=fused_activation(call),
                                      out_dtype=call.out_dtypes[0])
     except ValueError as exc:
         raise OpError(f"{call.op.name}: inputs {[list(x.shape) for x in xs]} do not concatenate on axis "
@@ -282,11 +370,100 @@ def _relu(op_type: str):
     return kernel
 
 
+def _run(call: KernelCall, fn, *args, **kwargs):
+    """The pure function's refusals as the node's OpError."""
+    try:
+        return fn(*args, **kwargs)
+    except IntegerKernelError as exc:
+        raise OpError(f"{call.op.name}: {exc}") from exc
+
+
+def _prelu(call: KernelCall, x, alpha):
+    try:
+        np.broadcast_to(alpha, x.shape)
+    except ValueError as exc:
+        raise OpError(f"{call.op.name}: alpha shape {list(alpha.shape)} does not broadcast into the input shape "
+                      f"{list(x.shape)}") from exc
+    return act.prelu(x, params(call, 0, "input"), alpha, params(call, 1, "alpha"), out_params(call),
+                      out_dtype=call.out_dtypes[0])
+
+
+def _l2_normalization(call: KernelCall, x):
+    if Activation(call.opts.fused_activation_function) != Activation.NONE:
+        raise OpError(f"{call.op.name}: fused activation {Activation(call.opts.fused_activation_function).name} is "
+                      "not supported (LiteRT's L2_NORMALIZATION takes NONE only)")
+    out_q = out_params(call)
+    if np.float32(out_q.scale[0]) != np.float32(1 / 128) or int(out_q.zero_point[0]) != 0:
+        raise OpError(f"{call.op.name}: int8 output must have scale 1/128 and zero point 0 (LiteRT's Prepare), got "
+                      f"{out_q.scale[0]} / {out_q.zero_point[0]}")
+    return _run(call, act.l2_normalization, x, params(call, 0, "input"), out_dtype=call.out_dtypes[0])
+
+
+def _sqrt(call: KernelCall, x):
+    if x.dtype == np.int16:   # 16x8: LiteRT's elementwise Prepare checks zero points 0
+        int16_zero_points(call, 0, -1)
+    return _run(call, act.sqrt, x, params(call, 0, "input"), out_params(call), out_dtype=call.out_dtypes[0])
+
+
+def _elu(call: KernelCall, x):
+    return act.elu(x, params(call, 0, "input"), out_params(call), out_dtype=call.out_dtypes[0])
+
+
+def _resize_bilinear(call: KernelCall, x, size):
+    size = np.asarray(size).reshape(-1)
+    if size.size != 2 or size.dtype.kind not in "iu" or np.any(size <= 0):
+        raise OpError(f"{call.op.name}: size must be a positive integer [new_height, new_width], got {size}")
+    return _run(call, image_kernels.resize_bilinear, x, (int(size[0]), int(size[1])),
+                align_corners=bool(call.opts.align_corners), half_pixel_centers=bool(call.opts.half_pixel_centers))
+
+
+# -- uint8 weighted ops --------------------------------------------------------------------------
+
+def _uint8_geometry(call: KernelCall, x, kernel_hw) -> dict:
+    return dict(_geometry(call, x, kernel_hw, _dilation(call)), dilation=_dilation(call))
+
+
+def _fully_connected_uint8(call: KernelCall, x, w, bias=None):
+    if w.ndim != 2:
+        raise OpError(f"{call.op.name}: weights must be 2-D [units, depth], got {list(w.shape)}")
+    return _run(call, nn_kernels.fully_connected_uint8, x, params(call, 0, "input"), w, params(call, 1, "weights"), bias,
+                out_params(call), activation=fused_activation(call), keep_num_dims=bool(call.opts.keep_num_dims))
+
+
+def _conv_uint8(call: KernelCall, x, w, bias=None):
+    return _run(call, nn_kernels.conv2d_uint8, x, params(call, 0, "input"), w, params(call, 1, "filter"), bias,
+                out_params(call), activation=fused_activation(call), **_uint8_geometry(call, x, w.shape[1:3]))
+
+
+def _depthwise_uint8(call: KernelCall, x, w, bias=None):
+    geometry = _uint8_geometry(call, x, w.shape[1:3])
+    if x.shape[3] == 0 or w.shape[3] % x.shape[3]:
+        raise OpError(f"{call.op.name}: filter channels {w.shape[3]} are not a multiple of input channels "
+                      f"{x.shape[3]}")
+    return _run(call, nn_kernels.depthwise_conv2d_uint8, x, params(call, 0, "input"), w, params(call, 1, "filter"), bias,
+                out_params(call), multiplier=w.shape[3] // x.shape[3], activation=fused_activation(call), **geometry)
+
+
+# -- UNIDIRECTIONAL_SEQUENCE_LSTM -----------------------------------------------------------
+
+def _uni_lstm_int8(call: KernelCall, *inputs):
+    op, opts = call.op, call.opts
+    lstm_kernels.check_operands(op, inputs)
+    if opts.cell_clip < 0 or opts.proj_clip < 0:
+        raise OpError(f"{lstm_kernels.NAME}: cell_clip and proj_clip must be >= 0, got {opts.cell_clip} "
+                      f"and {opts.proj_clip}")
+    p = lstm_kernels.prepare(op, inputs, cell_clip=float(opts.cell_clip), proj_clip=float(opts.proj_clip))
+    out, h, c = lstm_kernels.run(p, np.asarray(inputs[0]), np.asarray(inputs[lstm_kernels.OUTPUT_STATE]),
+                                 np.asarray(inputs[lstm_kernels.CELL_STATE]), bool(opts.time_major))
+    return with_state(call, [out], (h, c))
+
+
 # -- the records' ``quantized`` entries ---------------------------------------------------------
 
-FULLY_CONNECTED = {INT8: _fully_connected, INT16: _fully_connected, HYBRID: _fully_connected_hybrid}
-CONV_2D = {INT8: _conv, INT16: _conv, HYBRID: _conv_hybrid_2d}
-DEPTHWISE_CONV_2D = {INT8: _depthwise, INT16: _depthwise, HYBRID: _depthwise_hybrid}
+FULLY_CONNECTED = {INT8: _fully_connected, INT16: _fully_connected, UINT8: _fully_connected_uint8,
+                   HYBRID: _fully_connected_hybrid}
+CONV_2D = {INT8: _conv, INT16: _conv, UINT8: _conv_uint8, HYBRID: _conv_hybrid_2d}
+DEPTHWISE_CONV_2D = {INT8: _depthwise, INT16: _depthwise, UINT8: _depthwise_uint8, HYBRID: _depthwise_hybrid}
 TRANSPOSE_CONV = {INT8: _transpose_conv, INT16: _transpose_conv, HYBRID: _transpose_conv_hybrid}
 BATCH_MATMUL = {INT8: _batch_matmul, INT16: _batch_matmul}
 MAX_POOL_2D = {INT8: _max_pool, UINT8: _max_pool, INT16: _max_pool}
@@ -304,3 +481,18 @@ LEAKY_RELU = {INT8: _leaky_relu, INT16: _leaky_relu}
 GELU = {INT8: _gelu, INT16: _gelu}
 HARD_SWISH = {INT8: _hard_swish}
 LOG_SOFTMAX = {INT8: _log_softmax}
+ADD = dict.fromkeys((INT8, INT16), _binary(elementwise_kernels.add))
+SUB = dict.fromkeys((INT8, INT16), _binary(elementwise_kernels.sub))
+MUL = dict.fromkeys((INT8, INT16), _binary(elementwise_kernels.mul))
+DIV = {INT8: _binary(elementwise_kernels.div)}
+SQUARED_DIFFERENCE = {INT8: _squared_difference}
+RSQRT = {INT8: _unary(act.rsqrt), INT16: _int16_table(act.rsqrt_int16)}
+EXP = {INT8: _unary(act.exp), INT16: _int16_table(act.exp_int16)}
+LOG = {INT8: _unary(act.log), INT16: _int16_table(act.log_int16)}
+ABS = {INT8: _abs, INT16: _abs}
+PRELU = {INT8: _prelu, UINT8: _prelu, INT16: _prelu}   # 16x8: int16 input and output, int8 alpha
+L2_NORMALIZATION = {INT8: _l2_normalization}
+SQRT = {INT8: _sqrt, INT16: _sqrt}
+ELU = {INT8: _elu}
+RESIZE_BILINEAR = {INT8: _resize_bilinear, INT16: _resize_bilinear}   # on the codes: any width
+UNIDIRECTIONAL_SEQUENCE_LSTM = {INT8: _uni_lstm_int8}

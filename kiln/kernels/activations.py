@@ -1,8 +1,10 @@
-"""LiteRT's int8 activation kernels (SOFTMAX, LOGISTIC, TANH, RELU, ...) as pure
-functions, bit-exact with its reference kernels (``BUILTIN_REF``).
+"""LiteRT's integer kernels of the unary ops — activations (SOFTMAX, LOGISTIC, TANH, RELU,
+PRELU, ELU, ...), unary math (EXP, LOG, RSQRT, SQRT, ABS) and L2_NORMALIZATION — int8 and
+16x8, as pure functions bit-exact with its reference kernels (``BUILTIN_REF``; ELU, which
+BUILTIN_REF lacks, with the builtin one).
 
 Measured on LiteRT 2.3: the requantizing ones (RELU family, LEAKY_RELU) rescale with two
-roundings (`arith.multiply_by_quantized_multiplier_double_rounding`)."""
+roundings (`fixedpoint.multiply_by_quantized_multiplier_double_rounding`)."""
 
 from __future__ import annotations
 
@@ -12,12 +14,23 @@ from functools import lru_cache
 import numpy as np
 
 from kiln.ir import QuantParams
-
 from kiln.schema import Activation
 
-from .arith import (INT32_MAX, multiply_by_quantized_multiplier_double_rounding as rescale, quantize_multiplier,
-                    round_half_away, rounding_divide_by_pot, saturating_rounding_doubling_high_mul as srdhm)
-from .integer import IntegerKernelError, activation_range, dtype_range
+from .fixedpoint import (
+    INT32_MAX,
+    INT32_MIN,
+    IntegerKernelError,
+    activation_range,
+    dtype_range,
+    quantize_multiplier,
+    round_half_away,
+    rounding_divide_by_pot,
+    xp_divide_by_pot,
+    xp_high_mul,
+    xp_rescale,
+)
+from .fixedpoint import multiply_by_quantized_multiplier_double_rounding as rescale
+from .fixedpoint import saturating_rounding_doubling_high_mul as srdhm
 
 F32 = np.float32
 
@@ -521,3 +534,111 @@ def rsqrt_int16(x_q, x_qp: QuantParams, out_qp: QuantParams) -> np.ndarray:
 def gelu_int16(x_q, x_qp: QuantParams, out_qp: QuantParams, *, approximate: bool = False) -> np.ndarray:
     """16x8 GELU: the int8 kernel's GELU transforms through the float32 int16 table."""
     return lut16_lookup_int16(x_q, lut16_float(_gelu_transform(approximate), x_qp, out_qp))
+
+
+def _zp(qp: QuantParams) -> int:
+    return int(qp.zero_point[0])
+
+
+# -- PRELU -------------------------------------------------------------------------------------
+
+def prelu(x_q, x_qp: QuantParams, alpha_q, alpha_qp: QuantParams, out_qp: QuantParams, *,
+          out_dtype=np.int8) -> np.ndarray:
+    """PRELU (reference Prelu / BroadcastPrelu4DSlow): two multipliers, ``s_x / s_y`` where
+    ``x − zp_x ≥ 0`` and ``s_x · s_α / s_y`` applied to ``(x − zp_x)(α − zp_α)`` elsewhere,
+    both formed in float32; alpha broadcasts into the input's shape. 16x8 PRELU is the same
+    with int16 input and output and an int8 alpha."""
+    x = np.asarray(x_q, np.int64) - _zp(x_qp)
+    alpha = np.broadcast_to(np.asarray(alpha_q, np.int64) - _zp(alpha_qp), x.shape)
+    s_x, s_a, s_y = F32(x_qp.scale[0]), F32(alpha_qp.scale[0]), F32(out_qp.scale[0])
+    m1, e1 = quantize_multiplier(float(F32(s_x / s_y)))          # float32 arithmetic, as Prepare
+    m2, e2 = quantize_multiplier(float(F32(F32(s_x * s_a) / s_y)))
+    positive = rescale(x, m1, e1).astype(np.int64)
+    negative = rescale(x * alpha, m2, e2).astype(np.int64)
+    out = np.where(x >= 0, positive, negative) + _zp(out_qp)
+    return np.clip(out, *dtype_range(out_dtype)).astype(out_dtype)
+
+
+# -- L2_NORMALIZATION --------------------------------------------------------------------------
+# Written once over an array namespace ``xp`` (NumPy here, jax.numpy in kiln.xla's lowering),
+# as kiln.kernels.lstm's step: the Newton–Raphson steps are the kernel's arithmetic.
+
+def _saturating_shift_left(xp, x, exponent: int):
+    """gemmlowp's SaturatingRoundingMultiplyByPOT for a positive exponent."""
+    threshold = (1 << (31 - exponent)) - 1
+    return xp.where(x > threshold, INT32_MAX, xp.where(x < -threshold, INT32_MIN, x << exponent))
+
+
+#: ``acc`` (an int64 sum of squares) is divided by 4 at most this often to fall below 2^29.
+_MAX_QUARTERINGS = 17
+
+
+def inv_sqrt_multiplier(acc, xp=np):
+    """GetInvSqrtQuantizedMultiplierExp (reverse shift −1), vectorised: ``1 / sqrt(acc)`` as a
+    31-bit multiplier and a left shift, by five Newton–Raphson steps in gemmlowp's Q3.28."""
+    acc = xp.asarray(acc).astype(xp.int64)
+    small = acc <= 1
+    acc = xp.where(small, 4, acc)   # any valid value; replaced below
+    shift = xp.full(acc.shape, 11, xp.int64)
+    for _ in range(_MAX_QUARTERINGS):   # the kernel's `while (acc >= 2^29)`: once past, a no-op
+        big = acc >= (1 << 29)
+        acc = xp.where(big, acc // 4, acc)
+        shift = shift + big
+    leading_zeros = 32 - xp.frexp(acc.astype(xp.float64))[1].astype(xp.int64)   # exact below 2^53
+    pairs = (leading_zeros - 1) // 2 - 1
+    shift = shift - pairs
+    acc = acc << (2 * pairs)
+    x_in = acc >> 1                                  # F3 raw
+    half_in = xp_divide_by_pot(xp, x_in, 1)
+    half_three = (1 << 28) + (1 << 27)
+    x = xp.full(acc.shape, 1 << 28, xp.int64)        # F3 one
+    for _ in range(5):
+        x3 = _saturating_shift_left(xp, xp_high_mul(xp, xp_high_mul(xp, x, x), x), 6)
+        diff = xp_high_mul(xp, half_three, x) - xp_high_mul(xp, half_in, x3)
+        diff = ((diff + (1 << 31)) % (1 << 32)) - (1 << 31)   # int32 wrap-around, as gemmlowp
+        x = _saturating_shift_left(xp, diff, 3)
+    x = xp_high_mul(xp, x, 1518500250)
+    negative = shift < 0
+    x = xp.where(negative, x << xp.where(negative, -shift, 0), x)
+    shift = xp.where(negative, 0, shift)
+    return xp.where(small, INT32_MAX, x), xp.where(small, 0, -shift)
+
+
+def l2_normalize_centered(xp, x):
+    """The kernel on int64 ``x − zp`` (last axis): each value rescaled by the row's
+    inverse-square-root multiplier with an extra ``2^7``, before the clamp."""
+    m, shift = inv_sqrt_multiplier((x * x).sum(axis=-1, keepdims=True), xp)
+    return xp_rescale(xp, x, m, shift + 7)
+
+
+def l2_normalization(x_q, x_qp: QuantParams, *, out_dtype=np.int8) -> np.ndarray:
+    """int8 L2_NORMALIZATION over the last axis: ``Σ (x − zp)²`` gives an inverse-square-root
+    multiplier, applied to each ``x − zp`` with an extra ``2^7`` (output scale 1/128, zero
+    point 0, which LiteRT's Prepare requires)."""
+    x = np.asarray(x_q, np.int64) - _zp(x_qp)
+    if x.ndim == 0:
+        raise IntegerKernelError("L2_NORMALIZATION: input must have at least one dimension")
+    out = l2_normalize_centered(np, x).astype(np.int64)
+    return np.clip(out, *dtype_range(out_dtype)).astype(out_dtype)
+
+
+# -- SQRT, ELU ------------------------------------------------------------------------------------
+
+def sqrt(x_q, x_qp: QuantParams, out_qp: QuantParams, *, out_dtype=np.int8) -> np.ndarray:
+    """int8 SQRT (elementwise SqrtEvalQuantized): dequantize in float32, float32 sqrt, divide
+    by the output scale and truncate toward zero, add the zero point, clamp. A negative
+    input is refused, as LiteRT's kernel refuses it."""
+    real = (F32(x_qp.scale[0]) * (np.asarray(x_q, np.int64) - _zp(x_qp)).astype(F32)).astype(F32)
+    if np.any(real < 0):
+        raise IntegerKernelError(f"SQRT: input dequantizes to a negative value ({float(real.min())}); "
+                                 "SQRT is defined for non-negative values only")
+    scaled = (np.sqrt(real) / F32(out_qp.scale[0])).astype(F32)
+    out = np.trunc(scaled).astype(np.int64) + _zp(out_qp)
+    return np.clip(out, *dtype_range(out_dtype)).astype(out_dtype)
+
+
+def elu(x_q, x_qp: QuantParams, out_qp: QuantParams, *, out_dtype=np.int8) -> np.ndarray:
+    """int8 ELU: LiteRT's float lookup table of ``expm1(x)`` for x < 0, ``x`` elsewhere."""
+    def transform(v):
+        return np.where(v < 0, np.expm1(v), v).astype(F32)
+    return lookup_table(x_q, x_qp, out_qp, transform, out_dtype)

@@ -2,7 +2,7 @@
 
 Integer kernels rescale an int32 accumulator by a real multiplier ``m`` held as a 31-bit
 fixed-point mantissa and a power-of-two shift (`quantize_multiplier`). Which rounding a
-LiteRT 2.3 kernel uses is measured per op (see kiln.quant.integer*): its reference
+LiteRT 2.3 kernel uses is measured per op (see kiln.kernels.nn*): its reference
 FULLY_CONNECTED and XNNPACK round once (`multiply_by_quantized_multiplier`), its reference
 CONV_2D, DEPTHWISE_CONV_2D, ADD, MUL, MEAN, ... and QUANTIZE round twice
 (`..._double_rounding`); the two differ by one LSB on a few outputs.
@@ -13,6 +13,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from kiln.errors import KilnError
+from kiln.ir import QuantParams
+from kiln.schema import Activation
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
@@ -123,3 +127,65 @@ def requantize(acc, real_multiplier, zero_point: int, qmin: int, qmax: int) -> n
         m, s = m[0], s[0]
     out = multiply_by_quantized_multiplier(acc, m, s).astype(np.int64) + int(zero_point)
     return np.clip(out, qmin, qmax)
+
+
+# -- the same arithmetic over any array namespace ``xp`` (numpy or jax.numpy) -------------------
+# Kernels written once for NumPy and for kiln.xla's lowerings (the integer LSTM step, L2
+# normalization's inverse square root) call these; values are int32 held in int64.
+
+def xp_high_mul(xp, a, b):
+    """gemmlowp's SaturatingRoundingDoublingHighMul on int32 values held in int64."""
+    product = a * b
+    total = product + xp.where(product >= 0, 1 << 30, 1 - (1 << 30))
+    high = xp.where(total >= 0, total >> 31, -((-total) >> 31))
+    return xp.where((a == INT32_MIN) & (b == INT32_MIN), INT32_MAX, high)
+
+
+def xp_divide_by_pot(xp, x, exponent):
+    mask = (1 << exponent) - 1
+    threshold = (mask >> 1) + (x < 0)
+    return (x >> exponent) + ((x & mask) > threshold)
+
+
+def xp_rescale(xp, x, multiplier, shift):
+    """LiteRT's MultiplyByQuantizedMultiplier (two roundings, as its build computes it)."""
+    left, right = xp.maximum(shift, 0), xp.maximum(-shift, 0)
+    scaled = xp_clamp(xp, x << left, INT32_MIN, INT32_MAX)
+    return xp_divide_by_pot(xp, xp_high_mul(xp, scaled, multiplier), right)
+
+
+def xp_clamp(xp, x, lo, hi):
+    return xp.minimum(xp.maximum(x, lo), hi)   # (np.clip's per-call dtype checks cost more)
+
+
+# -- output ranges -----------------------------------------------------------------------------
+
+class IntegerKernelError(KilnError):
+    """An integer kernel was given operands LiteRT's kernel would refuse."""
+
+
+def dtype_range(dtype) -> tuple[int, int]:
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+def activation_range(activation, out_qp: QuantParams, dtype=np.int8) -> tuple[int, int]:
+    """LiteRT's CalculateActivationRangeQuantized: the fused activation's bounds in the
+    output's integer domain; ``f / scale`` is a float32 division rounded half away."""
+    qmin, qmax = dtype_range(dtype)
+    scale, zp = np.float32(out_qp.scale[0]), int(out_qp.zero_point[0])
+
+    def quantize(f: float) -> int:
+        v = np.float32(np.float32(f) / scale)
+        return zp + int(np.sign(v) * np.floor(np.abs(v) + np.float32(0.5)))
+
+    activation = Activation(activation)
+    if activation == Activation.RELU:
+        return max(qmin, quantize(0.0)), qmax
+    if activation == Activation.RELU6:
+        return max(qmin, quantize(0.0)), min(qmax, quantize(6.0))
+    if activation == Activation.RELU_N1_TO_1:
+        return max(qmin, quantize(-1.0)), min(qmax, quantize(1.0))
+    if activation == Activation.NONE:
+        return qmin, qmax
+    raise IntegerKernelError(f"fused activation {activation.name} has no integer kernel")

@@ -2,7 +2,7 @@
 bit-exact with its reference kernels (``BUILTIN_REF``); operands broadcast NumPy-style.
 
 Measured on LiteRT 2.3: these kernels rescale with two roundings
-(`arith.multiply_by_quantized_multiplier_double_rounding`; one rounding differs on up to
+(`fixedpoint.multiply_by_quantized_multiplier_double_rounding`; one rounding differs on up to
 a quarter of ADD's outputs when both input scales are equal)."""
 
 from __future__ import annotations
@@ -12,9 +12,14 @@ import numpy as np
 from kiln.ir import QuantParams
 from kiln.schema import Activation
 
-from .arith import (multiply_by_quantized_multiplier_double_rounding as rescale, quantize_multiplier,
-                    saturating_rounding_doubling_high_mul)
-from .integer import IntegerKernelError, activation_range, dtype_range
+from .fixedpoint import (
+    IntegerKernelError,
+    activation_range,
+    dtype_range,
+    quantize_multiplier,
+    saturating_rounding_doubling_high_mul,
+)
+from .fixedpoint import multiply_by_quantized_multiplier_double_rounding as rescale
 
 # ADD / SUB lift 8-bit inputs by 2^20 before rescaling them to a common scale, so the
 # input rescaling loses no precision that the output rescaling would keep.

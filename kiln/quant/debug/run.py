@@ -15,12 +15,12 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..errors import KilnError, UnsupportedError
-from ..format import write_model
-from ..ir import Model, Operator, QuantParams, Tensor
-from ..runtime import Interpreter
-from ..schema import DType
-from .arith import round_half_away
+from ...errors import KilnError, UnsupportedError
+from ...format import write_model
+from ...ir import Model, Operator, QuantParams, Tensor
+from ...kernels.fixedpoint import round_half_away
+from ...runtime import Interpreter
+from ...schema import DType
 
 Session = Callable[[Sequence[np.ndarray], Iterable[int]], dict]
 Runner = Callable[[bytes], Session]
@@ -73,7 +73,8 @@ def kiln_runner(model: bytes) -> Session:
 def litert_runner(model: bytes) -> Session:
     """LiteRT's reference kernels (``BUILTIN_REF``) with every intermediate preserved."""
     try:
-        from ai_edge_litert.interpreter import Interpreter as LiteRT, OpResolverType
+        from ai_edge_litert.interpreter import Interpreter as LiteRT
+        from ai_edge_litert.interpreter import OpResolverType
     except ImportError as exc:
         raise UnsupportedError("runner='litert' needs the ai-edge-litert package "
                                "(pip install ai-edge-litert)") from exc

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import KilnError
-from ..ir import Operator, Subgraph, Tensor
-from ..schema import DType
+from ...errors import KilnError
+from ...ir import Operator, Subgraph, Tensor
+from ...schema import DType
 
 #: Ops that move a value between representations without computing anything.
 CONVERSIONS = frozenset({"QUANTIZE", "DEQUANTIZE", "CAST"})

@@ -23,13 +23,13 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from ..errors import KilnError
-from ..format import read_model, write_model
-from ..ir import Model, Operator, Tensor
-from ..schema import DType
-from .calibrate import DatasetError, _feeds, samples
-from .debug_match import Matching, constant_derived, match, real_valued
-from .debug_run import is_quantized, isolate, real_values, resolve_runner, stored_values
+from ...errors import KilnError
+from ...format import read_model, write_model
+from ...ir import Model, Operator, Tensor
+from ...schema import DType
+from ..calibrate import DatasetError, _feeds, samples
+from .match import Matching, constant_derived, match, real_valued
+from .run import is_quantized, isolate, real_values, resolve_runner, stored_values
 
 #: Model-level metrics ``suggest_denylist`` can aim at (the worst over the model's outputs).
 TARGET_METRICS = ("max_abs_error", "rmse", "relative_error")
@@ -197,7 +197,7 @@ class QuantizationDebugger:
       dataset: samples as for `kiln.quantize` (a callable returning an iterable, an iterable,
         or an .npz or TFRecord path, as kiln.quant.datasets reads), float values in the float model's input order.
       runner: ``"kiln"`` (kiln's Interpreter), ``"litert"`` (LiteRT's reference kernels) or a
-        callable (see kiln.quant.debug_run).
+        callable (see kiln.quant.debug.run).
       max_samples: use at most this many samples.
       layer_wise: also run every op alone (the layer-wise error); False skips it.
       metrics: extra metrics, ``{name: fn(float_values, dequantized_values) -> float}``,
@@ -262,19 +262,19 @@ class QuantizationDebugger:
     # -- output --------------------------------------------------------------------------------
     def table(self) -> str:
         """A text table of every measured tensor, then the model outputs and the worst op."""
-        from .debug_report import text_table
+        from .report import text_table
 
         return text_table(self)
 
     def to_csv(self, path=None) -> str:
         """The rows as CSV (written to ``path`` when given); returns the text."""
-        from .debug_report import csv_text
+        from .report import csv_text
 
         return _save(csv_text(self), path)
 
     def to_html(self, path=None) -> str:
         """A self-contained HTML page (per-op error chart, tables), written to ``path`` when given."""
-        from .debug_report import html_page
+        from .report import html_page
 
         return _save(html_page(self), path)
 
@@ -303,7 +303,7 @@ class QuantizationDebugger:
         if not np.isfinite(target) or target < 0:
             raise KilnError(f"suggest_denylist: target_error must be a finite number ≥ 0, got {target_error!r}")
         target_error = target
-        from .api import quantize as requantize
+        from ..api import quantize as requantize
 
         mode = mode or detect_mode(self.quantized_model)
         qsg = self.quantized_model.main
