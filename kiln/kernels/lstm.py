@@ -37,13 +37,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import OpError
+from ..schema import UNIDIRECTIONAL_LSTM as LAYOUT
 from .fixedpoint import quantize_multiplier, xp_clamp, xp_divide_by_pot, xp_rescale
 from .gemmlowp import logistic_table, tanh_table
 
 NAME = "UNIDIRECTIONAL_SEQUENCE_LSTM"
-INPUT_WEIGHTS, RECURRENT_WEIGHTS, BIASES = (1, 2, 3, 4), (5, 6, 7, 8), (12, 13, 14, 15)
-PEEPHOLES, PROJECTION, LAYER_NORM = (9, 10, 11), (16, 17), (20, 21, 22, 23)
-OUTPUT_STATE, CELL_STATE = 18, 19
 _GATE_NAMES = ("input", "forget", "cell", "output")
 
 
@@ -130,13 +128,13 @@ def check_operands(op, inputs) -> None:
                       "for int8 activations only)")
     if np.ndim(x) != 3:
         raise OpError(f"{NAME}: input must have rank 3, got shape {list(np.shape(x))}")
-    if any(present(i) for i in LAYER_NORM):
-        raise OpError(f"{NAME}: layer-norm integer LSTM: not implemented yet (operands {list(LAYER_NORM)})")
-    cifg = not present(INPUT_WEIGHTS[0])
-    if cifg and (present(RECURRENT_WEIGHTS[0]) or present(BIASES[0]) or present(PEEPHOLES[0])):
+    if any(present(i) for i in LAYOUT.layer_norm):
+        raise OpError(f"{NAME}: layer-norm integer LSTM: not implemented yet (operands {list(LAYOUT.layer_norm)})")
+    cifg = not present(LAYOUT.input_weights[0])
+    if cifg and (present(LAYOUT.recurrent_weights[0]) or present(LAYOUT.biases[0]) or present(LAYOUT.peepholes[0])):
         raise OpError(f"{NAME}: a CIFG LSTM (no input_to_input weights, operand 1) must have no input gate "
                       "recurrent weights, bias or peephole (operands 5, 12, 9)")
-    for g, (w, r, b) in enumerate(zip(INPUT_WEIGHTS, RECURRENT_WEIGHTS, BIASES)):
+    for g, (w, r, b) in enumerate(zip(LAYOUT.input_weights, LAYOUT.recurrent_weights, LAYOUT.biases)):
         if cifg and g == 0:
             continue
         for i, kind, dtype in ((w, "input_to_", np.int8), (r, "recurrent_to_", np.int8), (b, "bias of ", np.int32)):
@@ -144,18 +142,18 @@ def check_operands(op, inputs) -> None:
             if not present(i):
                 raise OpError(f"{NAME}: operand {i} ({what}) is missing")
             typed(i, what, dtype, params=dtype == np.int8)
-    peepholes = [i for i in PEEPHOLES if present(i)]
+    peepholes = [i for i in LAYOUT.peepholes if present(i)]
     if peepholes and len(peepholes) != (2 if cifg else 3):
         raise OpError(f"{NAME}: peephole weights (operands 9-11) must be given for every gate or none")
     for i in peepholes:
         typed(i, "peephole weights", np.int16)
-    if present(PROJECTION[1]) and not present(PROJECTION[0]):
+    if present(LAYOUT.projection_bias) and not present(LAYOUT.projection_weights):
         raise OpError(f"{NAME}: projection bias (operand 17) without projection weights (operand 16)")
-    if present(PROJECTION[0]):
-        typed(PROJECTION[0], "projection weights", np.int8)
-        if present(PROJECTION[1]):
-            typed(PROJECTION[1], "projection bias", np.int32, params=False)
-    for i, dtype, what in ((OUTPUT_STATE, np.int8, "output state"), (CELL_STATE, np.int16, "cell state")):
+    if present(LAYOUT.projection_weights):
+        typed(LAYOUT.projection_weights, "projection weights", np.int8)
+        if present(LAYOUT.projection_bias):
+            typed(LAYOUT.projection_bias, "projection bias", np.int32, params=False)
+    for i, dtype, what in ((LAYOUT.output_state, np.int8, "output state"), (LAYOUT.cell_state, np.int16, "cell state")):
         t = tensor(i)
         if not present(i) or t is None:
             raise OpError(f"{NAME}: the {what} operand {i} (a variable tensor) is missing")
@@ -169,9 +167,9 @@ def check_operands(op, inputs) -> None:
         raise OpError(f"{NAME}: intermediate 4 (the hidden state) has no quantization parameters")
     if not _has_params(op.outputs[0]):
         raise OpError(f"{NAME}: output 0 has no quantization parameters")
-    cell_scale = _checked_log2(_scale(op.inputs[CELL_STATE]))
+    cell_scale = _checked_log2(_scale(op.inputs[LAYOUT.cell_state]))
     if cell_scale is None:
-        raise OpError(f"{NAME}: the cell state's scale {_scale(op.inputs[CELL_STATE])} is not a power of two")
+        raise OpError(f"{NAME}: the cell state's scale {_scale(op.inputs[LAYOUT.cell_state])} is not a power of two")
     if cifg and not 0 <= 15 + cell_scale <= 6:
         raise OpError(f"{NAME}: CIFG LSTM with cell scale 2^{cell_scale}: LiteRT's hidden state then reads "
                       "a buffer it never wrote (not reproducible)")
@@ -180,29 +178,29 @@ def check_operands(op, inputs) -> None:
 def prepare(op, inputs, cell_clip: float = 0.0, proj_clip: float = 0.0) -> Prepared:
     """LiteRT's PopulateQuantizedLstmParams8x8_16 and PopulatePrecomputedZPTimesWeightsWithBias
     on operands `check_operands` accepted."""
-    x_t, h_t, c_t = op.inputs[0], op.inputs[OUTPUT_STATE], op.inputs[CELL_STATE]
+    x_t, h_t, c_t = op.inputs[0], op.inputs[LAYOUT.output_state], op.inputs[LAYOUT.cell_state]
     x_scale, h_scale = np.float32(_scale(x_t)), np.float32(_scale(h_t))
     gate_scale = np.float32(2.0 ** -12)          # Q3.12, no layer norm
-    present = [g for g in range(4) if inputs[INPUT_WEIGHTS[g]] is not None]
+    present = [g for g in range(4) if inputs[LAYOUT.input_weights[g]] is not None]
     gates = "".join("ifco"[g] for g in present)
-    w_x = np.stack([np.asarray(inputs[INPUT_WEIGHTS[g]], np.int64) for g in present])
-    w_h = np.stack([np.asarray(inputs[RECURRENT_WEIGHTS[g]], np.int64) for g in present])
+    w_x = np.stack([np.asarray(inputs[LAYOUT.input_weights[g]], np.int64) for g in present])
+    w_h = np.stack([np.asarray(inputs[LAYOUT.recurrent_weights[g]], np.int64) for g in present])
     n_cell, n_input = w_x.shape[1:]
     n_output = w_h.shape[2]
-    projection_w = inputs[PROJECTION[0]] if len(inputs) > PROJECTION[0] else None
-    sizes_ok = (w_h.shape[1] == n_cell and all(np.shape(inputs[BIASES[g]]) == (n_cell,) for g in present)
+    projection_w = inputs[LAYOUT.projection_weights] if len(inputs) > LAYOUT.projection_weights else None
+    sizes_ok = (w_h.shape[1] == n_cell and all(np.shape(inputs[LAYOUT.biases[g]]) == (n_cell,) for g in present)
                 and (n_output == n_cell if projection_w is None else np.shape(projection_w) == (n_output, n_cell)))
     if not sizes_ok:
         raise OpError(f"{NAME}: gate weights, biases and projection disagree on the cell and output sizes: "
                       f"weights {[list(a.shape) for a in (*w_x, *w_h)][:2]}, biases "
-                      f"{[list(np.shape(inputs[BIASES[g]])) for g in present]}")
+                      f"{[list(np.shape(inputs[LAYOUT.biases[g]])) for g in present]}")
     if projection_w is not None and n_output != n_cell and any(
-            len(inputs) > i and inputs[i] is not None for i in PEEPHOLES):
+            len(inputs) > i and inputs[i] is not None for i in LAYOUT.peepholes):
         raise OpError(f"{NAME}: peephole with a projection to {n_output} != {n_cell} cells: LiteRT's integer "
                       "peephole then walks the cell state in rows of n_output (not reproduced)")
     if np.shape(inputs[0])[-1] != n_input:
         raise OpError(f"{NAME}: input has {np.shape(inputs[0])[-1]} features, the weights take {n_input}")
-    bias = np.stack([np.asarray(inputs[BIASES[g]], np.int64) for g in present])
+    bias = np.stack([np.asarray(inputs[LAYOUT.biases[g]], np.int64) for g in present])
 
     def multipliers(indices, state_scale):
         pairs = [quantize_multiplier(float(np.float32(np.float32(_scale(op.inputs[i]) * state_scale) / gate_scale)))
@@ -210,24 +208,24 @@ def prepare(op, inputs, cell_clip: float = 0.0, proj_clip: float = 0.0) -> Prepa
         return (np.asarray([m for m, _ in pairs], np.int64)[:, None],
                 np.asarray([s for _, s in pairs], np.int64)[:, None])
 
-    mult_x, shift_x = multipliers([INPUT_WEIGHTS[g] for g in present], x_scale)
-    mult_h, shift_h = multipliers([RECURRENT_WEIGHTS[g] for g in present], h_scale)
+    mult_x, shift_x = multipliers([LAYOUT.input_weights[g] for g in present], x_scale)
+    mult_h, shift_h = multipliers([LAYOUT.recurrent_weights[g] for g in present], h_scale)
     hidden = op.intermediates[4]
     hidden_scale = np.float32(_scale(hidden))
     hidden_mult, hidden_shift = quantize_multiplier(float(np.float32(2.0 ** -15 / float(hidden_scale) * 2.0 ** -15)))
     cell_scale = _checked_log2(_scale(c_t))
     tanh_bits = 15 + cell_scale
     peephole = {}
-    for g, i in zip("ifo", PEEPHOLES):
+    for g, i in zip("ifo", LAYOUT.peepholes):
         if len(inputs) > i and inputs[i] is not None:
             m, s = quantize_multiplier(float(np.float32(2.0 ** cell_scale * _scale(op.inputs[i]) / float(gate_scale))))
             peephole[g] = (np.asarray(inputs[i], np.int64), m, s)
     projection = None
     if projection_w is not None:
         w = np.asarray(projection_w, np.int64)
-        b = inputs[PROJECTION[1]] if len(inputs) > PROJECTION[1] else None
+        b = inputs[LAYOUT.projection_bias] if len(inputs) > LAYOUT.projection_bias else None
         b = np.zeros(n_output, np.int64) if b is None else np.asarray(b, np.int64)
-        scale = np.float32(np.float32(_scale(op.inputs[PROJECTION[0]]) * hidden_scale) / h_scale)
+        scale = np.float32(np.float32(_scale(op.inputs[LAYOUT.projection_weights]) * hidden_scale) / h_scale)
         projection = (w, b + _zero_point(hidden) * w.sum(axis=1), *quantize_multiplier(float(scale)))
     return Prepared(
         gates=gates, w_x=w_x, w_h=w_h,

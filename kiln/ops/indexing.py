@@ -26,6 +26,7 @@ from .record import (
     on_codes,
 )
 from .shape import dense, int_scalar, int_values, norm_axis
+from .traits import same
 
 _POSITION_TYPES = (np.dtype(np.int16), np.dtype(np.int32), np.dtype(np.int64))
 
@@ -480,7 +481,8 @@ OPS = (
     _movement("SLICE", _slice, options=OptionsSpec("SliceOptions"), version=_slice_version,
               max_version=8,
               runtime_versions=("1.14.0", "1.14.0", "1.14.0", "2.4.0", "2.5.0", "2.14.0", UNLISTED,
-                                UNLISTED)),
+                                UNLISTED),
+                                quantization=same()),
     _movement("STRIDED_SLICE", _strided_slice,
               options=OptionsSpec("StridedSliceOptions", {
                   "begin_mask": 0, "end_mask": 0, "ellipsis_mask": 0, "new_axis_mask": 0,
@@ -488,11 +490,13 @@ OPS = (
               }),
               version=_strided_slice_version, max_version=8,
               runtime_versions=("1.6.0", "1.14.0", "2.1.0", "2.2.0", "2.5.0", "2.6.0", "2.14.0",
-                                "2.14.0")),
+                                "2.14.0"),
+                                quantization=same()),
     _movement("GATHER", _gather, options=OptionsSpec("GatherOptions", {"axis": 0, "batch_dims": 0}),
               version=_gather_version, max_version=8,
               runtime_versions=("1.6.0", "1.14.0", "1.15.0", "2.4.0", "2.5.0", "2.13.0", "2.15.0",
-                                UNLISTED)),
+                                UNLISTED),
+                                quantization=same()),
     _movement("GATHER_ND", _gather_nd, options=OptionsSpec("GatherNdOptions"),
               version=_gather_nd_version, max_version=6,
               runtime_versions=("1.14.0", "2.3.0", "2.5.0", "2.13.0", "2.16.0", UNLISTED)),

@@ -16,6 +16,8 @@ float input, int8 weights) are in kiln.ops.quantized_kernels.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..errors import OpError
@@ -30,6 +32,7 @@ from .record import (
     output_dtype,
     reject_quantized,
 )
+from .traits import Shapes, Weights, elements, output_times_weights, own, shape_of
 from .windowed import (
     _add_bias,
     _finish,
@@ -125,6 +128,22 @@ def _fc_kernel(call: KernelCall, x, w, bias=None):
     return _finish(call, y, opts.fused_activation_function).reshape(out_shape)
 
 
+# -- multiply-accumulate counts ------------------------------------------------------------------
+
+def _transpose_conv_macs(op, shapes: Shapes | None = None) -> int:
+    """Every input element meets every kh × kw × out_c tap of the filter."""
+    w = op.inputs[1]
+    return elements(op.inputs[2], shapes) * w.shape[0] * w.shape[1] * w.shape[2] if w is not None else 0
+
+
+def _batch_matmul_macs(op, shapes: Shapes | None = None) -> int:
+    """Output elements × the contracted dimension of input 0."""
+    if op.inputs[0] is None or not op.outputs or op.outputs[0] is None:
+        return 0
+    x = shape_of(op.inputs[0], shapes)
+    return elements(op.outputs[0], shapes) * (x[-2] if op.options["adj_x"] else x[-1])
+
+
 FULLY_CONNECTED = OpDef(
     name="FULLY_CONNECTED",
     quantized=quantized_kernels.FULLY_CONNECTED,
@@ -142,6 +161,8 @@ FULLY_CONNECTED = OpDef(
     fused_activation_host=True,
     runtime_versions=("1.5.0", "1.10.0", "1.14.0", "1.14.0", "2.0.0", "2.1.0", "2.3.0", "2.3.0",
                       "2.3.0", "2.11.0", "2.15.0", "2.17.0", "2.18.0", UNLISTED),
+                      operands=("input", "weights", "bias"), weights=Weights((1,), axis=0, bias=2),
+    quantization=own(int4_weights=True, hybrid=True), macs=output_times_weights(lambda w: w[-1])
 )
 
 
@@ -245,6 +266,8 @@ CONV_2D = OpDef(
     shape=_conv_shape,
     fused_activation_host=True,
     runtime_versions=("1.5.0", "1.14.0", "1.14.0", "2.3.0", "2.4.0", "2.9.0", "2.11.0", "2.15.0"),
+    operands=("input", "filter", "bias"), weights=Weights((1,), axis=0, bias=2),
+    quantization=own(int4_weights=True, hybrid=True), macs=output_times_weights(lambda w: math.prod(w[1:]))
 )
 
 
@@ -348,6 +371,8 @@ DEPTHWISE_CONV_2D = OpDef(
     shape=_dw_shape,
     fused_activation_host=True,
     runtime_versions=("1.5.0", "1.12.0", "1.14.0", "2.2.0", "2.3.0", "2.3.0", "2.11.0"),
+    operands=("input", "filter", "bias"), weights=Weights((1,), axis=3, bias=2),
+    quantization=own(int4_weights=True, hybrid=True), macs=output_times_weights(lambda w: w[1] * w[2])
 )
 
 
@@ -404,6 +429,8 @@ TRANSPOSE_CONV = OpDef(
     version=_tconv_version,
     max_version=5,
     runtime_versions=("1.9.0", "2.2.0", "2.3.0", "2.13.0", "2.15.0"),
+    operands=("output_shape", "weights", "input", "bias"), weights=Weights((1,), axis=0, bias=3, input=2),
+    quantization=own(2, hybrid=True), macs=_transpose_conv_macs
 )
 
 
@@ -463,6 +490,8 @@ BATCH_MATMUL = OpDef(
     max_version=4,
     shape=_bmm_shape,
     runtime_versions=("2.3.0", "2.3.0", "2.4.0", "2.5.0"),
+    quantization=own(0, 1),
+    macs=_batch_matmul_macs
 )
 
 

@@ -21,6 +21,7 @@ from .record import (
     output_dtype,
     reject_quantized,
 )
+from .traits import same
 from .windowed import (
     _float_operand,
     _nhwc,
@@ -120,11 +121,13 @@ MAX_POOL_2D = OpDef(
     name="MAX_POOL_2D", kernel=_max_pool_kernel, options=_POOL_OPTIONS,
     version=_pool_version, max_version=3, shape=_pool_shape, fused_activation_host=True,
     runtime_versions=("1.5.0", "1.14.0", "2.3.0"), quantized=quantized_kernels.MAX_POOL_2D,
+    quantization=same()
 )
 AVERAGE_POOL_2D = OpDef(
     name="AVERAGE_POOL_2D", kernel=_avg_pool_kernel, options=_POOL_OPTIONS,
     version=_pool_version, max_version=3, shape=_pool_shape, fused_activation_host=True,
     runtime_versions=("1.5.0", "1.14.0", "2.3.0"), quantized=quantized_kernels.AVERAGE_POOL_2D,
+    quantization=same()
 )
 
 

@@ -453,8 +453,8 @@ def _uni_lstm_int8(call: KernelCall, *inputs):
         raise OpError(f"{lstm_kernels.NAME}: cell_clip and proj_clip must be >= 0, got {opts.cell_clip} "
                       f"and {opts.proj_clip}")
     p = lstm_kernels.prepare(op, inputs, cell_clip=float(opts.cell_clip), proj_clip=float(opts.proj_clip))
-    out, h, c = lstm_kernels.run(p, np.asarray(inputs[0]), np.asarray(inputs[lstm_kernels.OUTPUT_STATE]),
-                                 np.asarray(inputs[lstm_kernels.CELL_STATE]), bool(opts.time_major))
+    out, h, c = lstm_kernels.run(p, np.asarray(inputs[0]), np.asarray(inputs[lstm_kernels.LAYOUT.output_state]),
+                                 np.asarray(inputs[lstm_kernels.LAYOUT.cell_state]), bool(opts.time_major))
     return with_state(call, [out], (h, c))
 
 

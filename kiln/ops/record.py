@@ -45,6 +45,7 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import BUILTIN_CODES, Activation, DType, options_defaults
+from .traits import HYBRID, INT8, INT16, UINT8, MacRule, Quantization, Weights
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..ir import Operator
@@ -88,9 +89,9 @@ class KernelCall:
 
 Kernel = Callable[..., Any]
 
-#: Keys of `OpDef.quantized`: the element type of a node's quantized activations, or HYBRID
-#: for float activations with quantized weights (LiteRT's dynamic-range kernels).
-INT8, UINT8, INT16, HYBRID = "int8", "uint8", "int16", "hybrid"
+#: Keys of `OpDef.quantized` (defined in traits.py): the element type of a node's quantized
+#: activations — INT8, UINT8, INT16 — or HYBRID for float activations with quantized weights
+#: (LiteRT's dynamic-range kernels).
 #: The integer types a quantized activation may have.
 CODE_TYPES = (INT8, UINT8, INT16)
 _QUANTIZABLE = frozenset({DType.INT8, DType.UINT8, DType.INT16, DType.INT4})
@@ -199,6 +200,26 @@ class OpDef:
     #: Kernels for quantized operands, keyed by `operand_types` (INT8, UINT8, INT16, HYBRID);
     #: same contract as ``kernel``. A quantized node whose key is missing is refused.
     quantized: Mapping[str, Kernel] = field(default_factory=dict, hash=False)
+
+    #: Names of the input slots, in operand order ("input", "filter", "bias"; the fused
+    #: LSTMs' layout is kiln.schema's). Empty where the positions need no names.
+    operands: tuple[str, ...] = ()
+    #: The operands holding constant weights (and the bias), quantized per channel along an
+    #: axis (kiln.ops.traits.Weights).
+    weights: Weights | None = None
+    #: How the quantizer makes it integer and which integer / hybrid kernels LiteRT has for it
+    #: (kiln.ops.traits.Quantization); None: it stays float in every quantized model.
+    quantization: Quantization | None = None
+    #: Multiply-accumulates of one execution (kiln.ops.traits.MacRule); None: it carries none.
+    macs: MacRule | None = None
+
+    def operand(self, name: str) -> int:
+        """The position of the input slot called ``name``."""
+        try:
+            return self.operands.index(name)
+        except ValueError:
+            raise OpError(f"{self.name} has no operand {name!r} (its operands: "
+                          f"{', '.join(self.operands) or 'unnamed'})") from None
 
     def kernel_for(self, op: "Operator") -> Kernel:
         """The kernel that runs node ``op``, chosen by its operand types (`operand_types`)."""

@@ -30,6 +30,7 @@ from .record import (
     output_dtype,
     reject_quantized,
 )
+from .traits import own, same
 
 # -- axes ---------------------------------------------------------------------------------
 
@@ -245,16 +246,19 @@ _ARG_MAX, _ARG_MIN = _arg(True), _arg(False)
 
 OPS: tuple[OpDef, ...] = (
     OpDef("MEAN", _reducer(_mean), _REDUCER, _MEAN_MAX_MIN, 3,
-          runtime_versions=("1.6.0", "1.14.0", "2.4.0"), quantized=quantized_kernels.MEAN),
+          runtime_versions=("1.6.0", "1.14.0", "2.4.0"), quantized=quantized_kernels.MEAN,
+          quantization=own()),
     OpDef("SUM", _reducer(_sum), _REDUCER, _by_input_type({_I8: 2}), 2,
           runtime_versions=("1.10.0", "1.15.0")),
     OpDef("REDUCE_PROD", _reducer(_prod), _REDUCER,
           _by_input_type({(DType.INT8, DType.INT16): 2}), 2,
           runtime_versions=("1.11.0", "2.6.0")),
     OpDef("REDUCE_MAX", _REDUCE_MAX, _REDUCER, _MEAN_MAX_MIN, 3,
-          runtime_versions=("1.11.0", "1.14.0", "2.5.0"), quantized=on_codes(_REDUCE_MAX)),
+          runtime_versions=("1.11.0", "1.14.0", "2.5.0"), quantized=on_codes(_REDUCE_MAX),
+          quantization=same()),
     OpDef("REDUCE_MIN", _REDUCE_MIN, _REDUCER, _MEAN_MAX_MIN, 3,
-          runtime_versions=("1.11.0", "1.14.0", "2.5.0"), quantized=on_codes(_REDUCE_MIN)),
+          runtime_versions=("1.11.0", "1.14.0", "2.5.0"), quantized=on_codes(_REDUCE_MIN),
+          quantization=same()),
     OpDef("REDUCE_ANY", _reducer(_any), _REDUCER,
           runtime_versions=("1.11.0",)),
     OpDef("REDUCE_ALL", _reducer(_all), _REDUCER,

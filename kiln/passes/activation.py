@@ -12,8 +12,8 @@ CONCATENATION is no host: LiteRT's kernel rejects any fused activation. TANH is 
 from __future__ import annotations
 
 from .. import ops
-from ..schema import Activation, DType
 from ..rules import Decline, Rule
+from ..schema import Activation, DType
 from .manager import RulePass
 from .rewrite import bypass, describe, sole_user, writes_variable
 

@@ -5,11 +5,10 @@ refuses the 5-D form."""
 
 from __future__ import annotations
 
-from ..schema import Padding
 from ..rules import Rule
+from ..schema import Padding
 from .manager import PassError, RulePass
 from .rewrite import bypass, const, describe, sole_user
-
 
 #: Per convolution: where the filter's spatial dims sit, and the spatial axes' option suffixes.
 _SPATIAL = {

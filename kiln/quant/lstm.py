@@ -25,13 +25,11 @@ import math
 import numpy as np
 
 from ..ir import Operator, QuantParams, Tensor
+from ..schema import UNIDIRECTIONAL_LSTM as LAYOUT
 from ..schema import Activation, DType
 from . import params
 from .calibrate import Range
 
-INPUT_WEIGHTS, RECURRENT_WEIGHTS, BIASES = (1, 2, 3, 4), (5, 6, 7, 8), (12, 13, 14, 15)
-PEEPHOLES, PROJECTION, LAYER_NORM = (9, 10, 11), (16, 17), (20, 21, 22, 23)
-OUTPUT_STATE, CELL_STATE = 18, 19
 #: The Q3.12 tanh input takes the cell state at most 2^6 (cell scale 2^-9).
 MAX_CELL_POWER = 6
 
@@ -70,7 +68,7 @@ def split_bidirectional(op: Operator) -> bool:
         signature = None if x.shape_signature is None else [*x.shape_signature[:2], width]
         return sg.add_tensor(sg.unique_name(name), DType.FLOAT32, [*x.shape[:2], width], shape_signature=signature)
 
-    widths = [half[RECURRENT_WEIGHTS[0]].shape[1] for half in halves]
+    widths = [half[LAYOUT.recurrent_weights[0]].shape[1] for half in halves]
     fw_out = sequence(f"{originals[0].name}_fw", widths[0]) if merged else originals[0]
     bw_out = sequence(f"{originals[0].name}_bw", widths[1]) if merged else originals[1]
     time_axis = np.asarray([0 if opts["time_major"] else 1], np.int32)
@@ -102,13 +100,15 @@ def _cell_refusal(inputs: list, opts, owner: Operator) -> str | None:
     def operand(i: int) -> Tensor | None:
         return inputs[i] if i < len(inputs) else None
 
-    if any(operand(i) is not None for i in PEEPHOLES + PROJECTION + LAYER_NORM):
+    optional = (*LAYOUT.peepholes, LAYOUT.projection_weights, LAYOUT.projection_bias, *LAYOUT.layer_norm)
+    gates = (*LAYOUT.input_weights, *LAYOUT.recurrent_weights, *LAYOUT.biases)
+    if any(operand(i) is not None for i in optional):
         return "peephole, projection or layer-norm LSTM (kiln quantizes the plain cell only)"
-    if any(operand(i) is None or not operand(i).is_constant for i in INPUT_WEIGHTS + RECURRENT_WEIGHTS + BIASES):
+    if any(operand(i) is None or not operand(i).is_constant for i in gates):
         return "gate weights and biases must all be constants (no CIFG)"
     if opts["fused_activation_function"] != Activation.TANH or opts.get("diagonal_recurrent_tensors", False):
         return "the integer kernel computes tanh cells only"
-    for i in (OUTPUT_STATE, CELL_STATE):
+    for i in LAYOUT.states:
         t = operand(i)
         if t is None or not t.is_variable or t.dtype != DType.FLOAT32:
             return f"operand {i} (state) must be a float variable tensor"
@@ -139,11 +139,11 @@ class CellRange:
     the variables before each sample)."""
 
     def __init__(self, op: Operator):
-        self.op, self.cell = op, op.inputs[CELL_STATE]
+        self.op, self.cell = op, op.inputs[LAYOUT.cell_state]
         self.range = Range(np.inf, -np.inf)
-        self.w = np.concatenate([op.inputs[i].data for i in INPUT_WEIGHTS]).astype(np.float32)
-        self.r = np.concatenate([op.inputs[i].data for i in RECURRENT_WEIGHTS]).astype(np.float32)
-        self.b = np.concatenate([op.inputs[i].data for i in BIASES]).astype(np.float32)
+        self.w = np.concatenate([op.inputs[i].data for i in LAYOUT.input_weights]).astype(np.float32)
+        self.r = np.concatenate([op.inputs[i].data for i in LAYOUT.recurrent_weights]).astype(np.float32)
+        self.b = np.concatenate([op.inputs[i].data for i in LAYOUT.biases]).astype(np.float32)
         self.clip = float(op.options["cell_clip"])
 
     def __call__(self, value_of) -> None:
@@ -189,19 +189,19 @@ def quantize_lstm(rewriter, op: Operator) -> None:
     out = op.outputs[0]
     r = rewriter.ranges[id(out)]
     out_qp = QuantParams(*_affine(params.activation_int8(r.min, r.max)))
-    for gate, (w_i, b_i) in enumerate(zip(INPUT_WEIGHTS, BIASES)):
+    for gate, (w_i, b_i) in enumerate(zip(LAYOUT.input_weights, LAYOUT.biases)):
         w = op.inputs[w_i]
         qw, wa = params.symmetric_weights(w.data, None)
         op.set_input(w_i, sg.add_constant(w.name, qw, quantization=QuantParams(wa.scale, wa.zero_point)))
         b = op.inputs[b_i]
         qb, ba = params.bias(b.data, float(x_scale), wa.scale)
         op.set_input(b_i, sg.add_constant(b.name, qb, quantization=QuantParams(ba.scale[:1], ba.zero_point[:1])))
-    for w_i in RECURRENT_WEIGHTS:
+    for w_i in LAYOUT.recurrent_weights:
         w = op.inputs[w_i]
         qw, wa = params.symmetric_weights(w.data, None)
         op.set_input(w_i, sg.add_constant(w.name, qw, quantization=QuantParams(wa.scale, wa.zero_point)))
-    _state(op.inputs[OUTPUT_STATE], DType.INT8, out_qp)
-    cell = op.inputs[CELL_STATE]
+    _state(op.inputs[LAYOUT.output_state], DType.INT8, out_qp)
+    cell = op.inputs[LAYOUT.cell_state]
     _state(cell, DType.INT16, cell_state_params(rewriter.ranges.get(id(cell), Range(-1.0, 1.0))))
     names = ("input_to_input", "input_to_forget", "input_to_cell", "input_to_output")
     op.intermediates = [sg.add_tensor(sg.unique_name(f"{n}_intermediate"), DType.FLOAT32, (0,)) for n in names]

@@ -29,28 +29,26 @@ import numpy as np
 
 from .. import ops
 from ..ir import Model, Operator, QuantParams, Subgraph, Tensor
-from ..ops.tables import OpTable
+from ..ops.traits import Weights
 from ..schema import DType
 from . import params
 
 #: TensorFlow's ``minimum_elements_for_weights`` for dynamic-range quantization.
 MIN_WEIGHT_ELEMENTS = 1024
 
-#: op -> (weight operand, quantized dimension) of the hybrid kernels LiteRT has; an open
-#: table, so an op gaining a hybrid kernel registers here (and only ops with a record can).
-HYBRID_WEIGHTS: OpTable[tuple[int, int]] = OpTable("dynamic-range hybrid weights")
-HYBRID_WEIGHTS.register("FULLY_CONNECTED", (1, 0))
-HYBRID_WEIGHTS.register("CONV_2D", (1, 0))
-HYBRID_WEIGHTS.register("DEPTHWISE_CONV_2D", (1, 3))
-HYBRID_WEIGHTS.register("TRANSPOSE_CONV", (1, 0))
+def hybrid_weights(op_type: str) -> Weights | None:
+    """The weights a dynamic-range mode makes int8 for ``op_type``: the record's ``weights``
+    where its quantization trait says LiteRT has a hybrid kernel (None: it keeps float
+    weights). Fused LSTMs (``axis`` None: per tensor) are rewritten all or nothing."""
+    record = ops.get(op_type)
+    if record is None or record.weights is None or record.quantization is None or not record.quantization.hybrid:
+        return None
+    return record.weights
 
 
-#: Fused LSTMs: the weight operands (gates, peepholes, projection) of each direction.
-_UNI_WEIGHTS = tuple(range(1, 12)) + (16,)
-LSTM_WEIGHTS = {
-    "UNIDIRECTIONAL_SEQUENCE_LSTM": _UNI_WEIGHTS,
-    "BIDIRECTIONAL_SEQUENCE_LSTM": _UNI_WEIGHTS + tuple(i + 17 for i in _UNI_WEIGHTS) + tuple(range(40, 48)),
-}
+def _is_sequence_lstm(op_type: str) -> bool:
+    weights = hybrid_weights(op_type)
+    return weights is not None and weights.axis is None
 
 
 @dataclass
@@ -105,14 +103,15 @@ def _weight_sites(model: Model, min_elements: int, denylist, report: WeightRepor
     versions) once its ops were rewritten."""
     for sg in model.subgraphs:
         for op in list(sg.operators):
-            if lstm and op.op_type in LSTM_WEIGHTS:
-                _hybrid_lstm(sg, op, min_elements, denylist, report)
+            if _is_sequence_lstm(op.op_type):
+                if lstm:
+                    _hybrid_lstm(sg, op, min_elements, denylist, report)
                 continue
             reason = _hybrid_refusal(op, min_elements, denylist)
             if reason is None:
-                index, axis = HYBRID_WEIGHTS[op.op_type]
-                yield sg, op, index, axis, op.inputs[index]
-            elif op.op_type in HYBRID_WEIGHTS:
+                weights = hybrid_weights(op.op_type)
+                yield sg, op, weights.first, weights.axis, op.inputs[weights.first]
+            elif hybrid_weights(op.op_type) is not None:
                 report.skipped.append((op.op_type, op.outputs[0].name if op.outputs else "", reason))
         sg.remove_unused_tensors()
         _refresh_versions(sg)
@@ -138,15 +137,16 @@ def quantize_dynamic_range(model: Model, *, min_elements: int = MIN_WEIGHT_ELEME
 
 def _hybrid_refusal(op: Operator, min_elements: int, denylist) -> str | None:
     """Why ``op`` keeps float weights, or None when it gets int8 ones."""
-    if op.op_type not in HYBRID_WEIGHTS:
+    weights = hybrid_weights(op.op_type)
+    if weights is None:
         return "no hybrid kernel"
     if op.op_type in denylist or any(t is not None and t.name in denylist for t in op.outputs):
         return "denylisted"
-    index, _ = HYBRID_WEIGHTS[op.op_type]
+    index = weights.first
     w = op.inputs[index] if index < len(op.inputs) else None
     if not _float_constant(w):
         return "weights are not a float constant"
-    x = op.inputs[0 if op.op_type != "TRANSPOSE_CONV" else 2]
+    x = op.inputs[weights.input]
     if x is None or x.dtype != DType.FLOAT32:
         return "input is not float"
     if w.data.size < min_elements:
@@ -156,7 +156,7 @@ def _hybrid_refusal(op: Operator, min_elements: int, denylist) -> str | None:
 
 def _hybrid_lstm(sg: Subgraph, op: Operator, min_elements: int, denylist, report: WeightReport) -> None:
     """int8 weights for a fused LSTM: all of them or none (LiteRT's hybrid kernel)."""
-    positions = [i for i in LSTM_WEIGHTS[op.op_type] if i < len(op.inputs) and op.inputs[i] is not None]
+    positions = [i for i in hybrid_weights(op.op_type).operands if i < len(op.inputs) and op.inputs[i] is not None]
     weights = [op.inputs[i] for i in positions]
     name = op.outputs[0].name if op.outputs and op.outputs[0] is not None else ""
     if op.op_type in denylist or name in denylist:
@@ -178,8 +178,8 @@ def _hybrid_lstm(sg: Subgraph, op: Operator, min_elements: int, denylist, report
 
 def quantize_weight_only(model: Model, *, min_elements: int = MIN_WEIGHT_ELEMENTS,
                          denylist: frozenset[str] = frozenset()) -> WeightReport:
-    """Per-channel int8 weights behind DEQUANTIZE for the ops of `HYBRID_WEIGHTS`; the ops
-    themselves stay float."""
+    """Per-channel int8 weights behind DEQUANTIZE for the ops with hybrid weights
+    (`hybrid_weights`); the ops themselves stay float."""
     report = WeightReport()
     restored: dict[int, Tensor] = {}   # id(float weights) -> their DEQUANTIZE output
     for sg, op, index, axis, w in _weight_sites(model, min_elements, denylist, report):

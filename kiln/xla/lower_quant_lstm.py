@@ -31,7 +31,7 @@ def _uni_lstm_int8(call, *inputs):
         raise OpError(f"{il.NAME}: cell_clip and proj_clip must be >= 0, got {opts.cell_clip} and {opts.proj_clip}")
     p = il.prepare(op, inputs, cell_clip=float(opts.cell_clip), proj_clip=float(opts.proj_clip))
     time_major = bool(opts.time_major)
-    x, h_in, c_in = inputs[0], inputs[il.OUTPUT_STATE], inputs[il.CELL_STATE]
+    x, h_in, c_in = inputs[0], inputs[il.LAYOUT.output_state], inputs[il.LAYOUT.cell_state]
     batch = np.shape(x)[1 if time_major else 0]
     if np.size(h_in) != batch * p.n_output or np.size(c_in) != batch * p.n_cell:
         raise OpError(f"{il.NAME}: states have {np.size(h_in)} and {np.size(c_in)} elements, expected batch "

@@ -17,9 +17,9 @@ import numpy as np
 from jax import lax
 
 from ..errors import OpError
-from ..ops.lstm import _UNI, _check_clips, _check_lstm_sizes, _read_lstm, _state
+from ..ops.lstm import _check_clips, _check_lstm_sizes, _read_lstm, _state
 from ..ops.record import with_state
-from ..schema import Activation
+from ..schema import UNIDIRECTIONAL_LSTM, Activation
 from .table import register_lowering
 
 _NAME = "UNIDIRECTIONAL_SEQUENCE_LSTM"
@@ -113,10 +113,10 @@ def _uni_lstm(call, *inputs):
         raise OpError(f"{_NAME}: input must be 3-D, got shape {list(x.shape)}")
     xt = inputs[0] if time_major else jnp.swapaxes(inputs[0], 0, 1)
     _check_clips(_NAME, opts)
-    p = _read_lstm(_NAME, inputs, _UNI)
+    p = _read_lstm(_NAME, inputs, UNIDIRECTIONAL_LSTM)
     _check_lstm_sizes(_NAME, p, xt.shape[2], None)
     batch = xt.shape[1]
-    h_in, c_in = inputs[_UNI.output_state], inputs[_UNI.cell_state]
+    h_in, c_in = inputs[UNIDIRECTIONAL_LSTM.output_state], inputs[UNIDIRECTIONAL_LSTM.cell_state]
     for what, a, cols in (("output/activation state", h_in, p.n_output), ("cell_state", c_in, p.n_cell)):
         _state(_NAME, what, np.zeros(np.shape(a)) if a is not None else None, batch, cols)  # size check
     h0 = jnp.asarray(h_in).astype(jnp.float32).reshape(batch, p.n_output)
@@ -134,4 +134,4 @@ def _uni_lstm_check(op, opts):
     return None
 
 
-register_lowering(_NAME, _uni_lstm, static=tuple(_UNI.weights), check=_uni_lstm_check)
+register_lowering(_NAME, _uni_lstm, static=tuple(UNIDIRECTIONAL_LSTM.weights), check=_uni_lstm_check)

@@ -16,12 +16,17 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..errors import OpError
-from ..ops.lstm import (_BIDI_AUX_INPUT, _BW, _FW, _UNI, _check_clips, _check_lstm_sizes,
-                        _get, _read_lstm, _state, bidi_aux_routing)
 from .. import ops
+from ..errors import OpError
+from ..ops.lstm import _check_clips, _check_lstm_sizes, _get, _read_lstm, _state, bidi_aux_routing
 from ..ops.record import with_state
-from ..schema import Activation
+from ..schema import (
+    BIDIRECTIONAL_LSTM_AUX_INPUT,
+    BIDIRECTIONAL_LSTM_BW,
+    BIDIRECTIONAL_LSTM_FW,
+    UNIDIRECTIONAL_LSTM,
+    Activation,
+)
 from .lower_rnn import _activation, lstm_scan
 from .table import register_lowering
 
@@ -58,15 +63,15 @@ def _bidi_lstm(call, *inputs):
     time_major = bool(opts.time_major)
     _check_clips(_BIDI_LSTM, opts)
     xt = _time_major(_f32(x), time_major)
-    fw, bw = _read_lstm(_BIDI_LSTM, inputs, _FW), _read_lstm(_BIDI_LSTM, inputs, _BW)
-    aux_in = _get(inputs, _BIDI_AUX_INPUT)
+    fw, bw = _read_lstm(_BIDI_LSTM, inputs, BIDIRECTIONAL_LSTM_FW), _read_lstm(_BIDI_LSTM, inputs, BIDIRECTIONAL_LSTM_BW)
+    aux_in = _get(inputs, BIDIRECTIONAL_LSTM_AUX_INPUT)
     cross_linked = bidi_aux_routing(_BIDI_LSTM, fw, bw, x.shape, None if aux_in is None else aux_in.shape)
     aux_t = None if aux_in is None else _time_major(_f32(aux_in), time_major)
     bw_x = xt if cross_linked else aux_t
     aux = aux_t if cross_linked else None
     batch = xt.shape[1]
     updates, outs = {}, []
-    for p, lay, src, reverse in ((fw, _FW, xt, False), (bw, _BW, bw_x, True)):
+    for p, lay, src, reverse in ((fw, BIDIRECTIONAL_LSTM_FW, xt, False), (bw, BIDIRECTIONAL_LSTM_BW, bw_x, True)):
         h0 = _state0(_BIDI_LSTM, f"output/activation state (operand {lay.output_state})",
                      _get(inputs, lay.output_state), batch, p.n_output)
         c0 = _state0(_BIDI_LSTM, f"cell_state (operand {lay.cell_state})", _get(inputs, lay.cell_state),
@@ -86,7 +91,7 @@ def _bidi_lstm_check(op, opts):
     return None
 
 
-register_lowering(_BIDI_LSTM, _bidi_lstm, static=tuple(sorted(set(_FW.weights) | set(_BW.weights))),
+register_lowering(_BIDI_LSTM, _bidi_lstm, static=tuple(sorted(set(BIDIRECTIONAL_LSTM_FW.weights) | set(BIDIRECTIONAL_LSTM_BW.weights))),
                   check=_bidi_lstm_check)
 
 
@@ -98,11 +103,11 @@ def _lstm_step(call, *inputs):
     if x is None or x.ndim != 2 or x.dtype != np.float32:
         raise OpError(f"LSTM: input must be 2-D float32, got {None if x is None else (list(x.shape), x.dtype)}")
     _check_clips("LSTM", call.opts)
-    p = _read_lstm("LSTM", inputs, _UNI)
+    p = _read_lstm("LSTM", inputs, UNIDIRECTIONAL_LSTM)
     _check_lstm_sizes("LSTM", p, x.shape[1], None)
     batch = x.shape[0]
-    h0 = _state0("LSTM", "output/activation state", _get(inputs, _UNI.output_state), batch, p.n_output)
-    c0 = _state0("LSTM", "cell_state", _get(inputs, _UNI.cell_state), batch, p.n_cell)
+    h0 = _state0("LSTM", "output/activation state", _get(inputs, UNIDIRECTIONAL_LSTM.output_state), batch, p.n_output)
+    c0 = _state0("LSTM", "cell_state", _get(inputs, UNIDIRECTIONAL_LSTM.cell_state), batch, p.n_cell)
     out, h, c = lstm_scan(p, _f32(x)[None], h0, c0, call.opts)
     return with_state(call, [out[0]], (h, c))
 
@@ -115,7 +120,7 @@ def _lstm_step_check(op, opts):
     return None
 
 
-register_lowering("LSTM", _lstm_step, static=tuple(_UNI.weights), check=_lstm_step_check)
+register_lowering("LSTM", _lstm_step, static=tuple(UNIDIRECTIONAL_LSTM.weights), check=_lstm_step_check)
 
 
 # -- the plain RNN ops ---------------------------------------------------------------------------
