@@ -6,8 +6,9 @@ import enum
 
 import flatbuffers
 
+from ..errors import ConversionError, ModelError
+from ..format.runtime_version import min_runtime_version_bytes, model_runtime_version
 from ..ir import Model
-from .runtime_version import min_runtime_version_bytes, model_runtime_version
 
 
 class ModelType(enum.IntEnum):
@@ -53,7 +54,10 @@ def conversion_metadata(*, tf_version: str, model_type: ModelType, model_hash: i
 def write_metadata(model: Model, *, tf_version: str, model_type: ModelType, model_hash: int,
                    allow_custom_ops: bool) -> str:
     """Store both metadata entries on ``model``; returns the min runtime version."""
-    version = model_runtime_version(model)
+    try:
+        version = model_runtime_version(model)
+    except ModelError as exc:
+        raise ConversionError(str(exc)) from None
     model.metadata["min_runtime_version"] = min_runtime_version_bytes(version)
     model.metadata["CONVERSION_METADATA"] = conversion_metadata(
         tf_version=tf_version, model_type=model_type, model_hash=model_hash, allow_custom_ops=allow_custom_ops)

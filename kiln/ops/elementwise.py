@@ -439,9 +439,9 @@ _COMPARISONS = (  # name, function, options table, version rule, max version, ru
     ("GREATER_EQUAL", np.greater_equal, "GreaterEqualOptions", _by_type({_I16: 3, _I8: 2}), 3,
      ("1.14.0", "1.14.0", "2.13.0")),
     ("EQUAL", np.equal, "EqualOptions", _by_type({_I16: 5, DType.STRING: 3, _I8: 2}), 5,
-     ("1.14.0", "1.14.0", "2.3.0", "2.13.0", UNLISTED)),
+     ("1.14.0", "1.14.0", "2.3.0", "2.13.0", "2.21.0")),
     ("NOT_EQUAL", np.not_equal, "NotEqualOptions",
-     _by_type({_I16: 4, DType.STRING: 3, _I8: 2}), 4, ("1.14.0", "1.14.0", "2.3.0", UNLISTED)),
+     _by_type({_I16: 4, DType.STRING: 3, _I8: 2}), 4, ("1.14.0", "1.14.0", "2.3.0", "2.21.0")),
 )
 
 
@@ -464,7 +464,7 @@ OPS: tuple[OpDef, ...] = (
     # arithmetic with fused activation
     OpDef("ADD", _binary(_add, act=True, fresh=True, quiet_ints=True), _table("AddOptions", **_ADD_OPTS),
           _add_version, 6,
-          runtime_versions=("1.5.0", "1.14.0", "2.4.0", "2.6.0", "2.13.0", UNLISTED),
+          runtime_versions=("1.5.0", "1.14.0", "2.4.0", "2.6.0", "2.13.0", "2.23.0"),
           fused_activation_host=True, quantized=quantized_kernels.ADD,
           quantization=own(0, 1)),
     OpDef("SUB", _binary(_sub, act=True, fresh=True, quiet_ints=True), _table("SubOptions", **_ADD_OPTS),
@@ -474,7 +474,7 @@ OPS: tuple[OpDef, ...] = (
           quantization=own(0, 1)),
     OpDef("MUL", _binary(_mul, act=True, fresh=True, quiet_ints=True), _table("MulOptions", **_ACT_OPTS),
           _mul_version, 8,
-          runtime_versions=("1.5.0", "1.14.0", "1.15.0", "2.3.0", "2.6.0", "2.11.0", "2.13.0", UNLISTED),
+          runtime_versions=("1.5.0", "1.14.0", "1.15.0", "2.3.0", "2.6.0", "2.11.0", "2.13.0", "2.23.0"),
           fused_activation_host=True, quantized=quantized_kernels.MUL,
           quantization=own(0, 1)),
     OpDef("DIV", _binary(_div, act=True, fresh=True), _table("DivOptions", **_ACT_OPTS),
@@ -506,7 +506,7 @@ OPS: tuple[OpDef, ...] = (
           runtime_versions=("1.10.0", "2.5.0", "2.15.0"), quantized=quantized_kernels.RSQRT,
           quantization=own()),
     OpDef("SQRT", _unary_float("SQRT"), None, _by_type({(_I8, _I16): 2}), 2,
-          runtime_versions=("1.10.0", UNLISTED), quantized=quantized_kernels.SQRT,
+          runtime_versions=("1.10.0", "2.21.0"), quantized=quantized_kernels.SQRT,
           quantization=own()),
     OpDef("EXP", _unary_float("EXP"), _table("ExpOptions"), _by_type({(_I8, _I16): 2}), 2,
           runtime_versions=("1.7.0", "2.12.0"), quantized=quantized_kernels.EXP,
@@ -550,7 +550,7 @@ OPS: tuple[OpDef, ...] = (
           runtime_versions=("2.2.0", "2.12.0"), quantized=on_codes(_select_v2)),
     OpDef("CAST", _cast, _table("CastOptions", in_data_type=DType.FLOAT32,
                                 out_data_type=DType.FLOAT32), _cast_version, 9,
-          runtime_versions=("1.5.0", "2.7.0", "2.8.0", "2.9.0", "2.12.0", "2.15.0", "2.17.0", UNLISTED,
+          runtime_versions=("1.5.0", "2.7.0", "2.8.0", "2.9.0", "2.12.0", "2.15.0", "2.17.0", "2.21.0",
                             UNLISTED)),
     OpDef("ZEROS_LIKE", _zeros_like, _table("ZerosLikeOptions"),
           runtime_versions=("1.12.0",)),

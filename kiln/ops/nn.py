@@ -160,7 +160,7 @@ FULLY_CONNECTED = OpDef(
     shape=_fc_shape,
     fused_activation_host=True,
     runtime_versions=("1.5.0", "1.10.0", "1.14.0", "1.14.0", "2.0.0", "2.1.0", "2.3.0", "2.3.0",
-                      "2.3.0", "2.11.0", "2.15.0", "2.17.0", "2.18.0", UNLISTED),
+                      "2.3.0", "2.11.0", "2.15.0", "2.17.0", "2.18.0", "2.21.0"),
                       operands=("input", "weights", "bias"), weights=Weights((1,), axis=0, bias=2),
     quantization=own(int4_weights=True, hybrid=True), macs=output_times_weights(lambda w: w[-1])
 )

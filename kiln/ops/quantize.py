@@ -107,5 +107,5 @@ OPS = (
           runtime_versions=("1.13.1", "1.14.0", "1.15.0", "2.2.0", "2.7.0", "2.18.0")),
     OpDef(name="QUANTIZE", kernel=_quantize, version=_quantize_version, max_version=3,
           quantized=on_codes(_quantize),
-          runtime_versions=("1.14.0", "1.15.0", "2.7.0", UNLISTED)),
+          runtime_versions=("1.14.0", "1.15.0", "2.7.0", "2.21.0")),
 )

@@ -118,6 +118,9 @@ def quantize(model, mode: str = "dynamic", *, representative_dataset=None,
     """
     _check_mode(mode)
     ir = _load(model)
+    # A quantized model states the runtime its integer ops need, as TF's quantized models do;
+    # the writer computes the value from the rewritten ops and their versions.
+    ir.metadata.setdefault("min_runtime_version", b"\0" * 16)
     quantize_model(ir, mode, representative_dataset=representative_dataset, denylist=denylist,
                    min_elements=min_elements, integer_only=integer_only,
                    inference_input_type=inference_input_type, inference_output_type=inference_output_type,
