@@ -104,17 +104,15 @@ def softmax(x_q, x_qp: QuantParams, out_qp: QuantParams, *, beta: float = 1.0, o
 
 
 
-_RELU_FAMILY = {"RELU": Activation.RELU, "RELU6": Activation.RELU6, "RELU_N1_TO_1": Activation.RELU_N1_TO_1}
-
-
-def relu(x_q, x_qp: QuantParams, out_qp: QuantParams, *, op_type: str = "RELU", out_dtype=np.int8) -> np.ndarray:
-    """int8 RELU / RELU6 / RELU_N1_TO_1: rescaled by ``s_x / s_y``, then clamped to the
-    activation's range in the output's integer domain."""
-    if op_type not in _RELU_FAMILY:
-        raise IntegerKernelError(f"relu: op_type must be one of {sorted(_RELU_FAMILY)}, got {op_type!r}")
+def relu(x_q, x_qp: QuantParams, out_qp: QuantParams, *, activation: Activation = Activation.RELU,
+         out_dtype=np.int8) -> np.ndarray:
+    """int8 RELU / RELU6 / RELU_N1_TO_1 (``activation``: the range it clamps to): rescaled by
+    ``s_x / s_y``, then clamped to the activation's range in the output's integer domain."""
+    if activation not in (Activation.RELU, Activation.RELU6, Activation.RELU_N1_TO_1):
+        raise IntegerKernelError(f"relu: activation must be RELU, RELU6 or RELU_N1_TO_1, got {activation!r}")
     m, shift = quantize_multiplier(float(x_qp.scale[0]) / float(out_qp.scale[0]))
     out = rescale(np.asarray(x_q, np.int64) - int(x_qp.zero_point[0]), m, shift).astype(np.int64)
-    lo, hi = activation_range(_RELU_FAMILY[op_type], out_qp, out_dtype)
+    lo, hi = activation_range(activation, out_qp, out_dtype)
     return np.clip(out + int(out_qp.zero_point[0]), lo, hi).astype(out_dtype)
 
 

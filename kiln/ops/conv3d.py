@@ -211,7 +211,7 @@ def _conv3d_transpose_macs(op, shapes: Shapes | None = None) -> int:
 OPS: tuple[OpDef, ...] = (
     OpDef("CONV_3D", _conv3d_kernel, _CONV3D_OPTIONS,
           runtime_versions=("2.5.0",),
-          weights=Weights((1,), axis=4, bias=2), macs=output_times_weights(lambda w: math.prod(w[:4]))),
+          weights=Weights((1,), axis=4, bias=2, spatial=(0, 1, 2)), macs=output_times_weights(lambda w: math.prod(w[:4]))),
     OpDef("CONV_3D_TRANSPOSE", _conv3d_transpose_kernel, _CONV3D_OPTIONS,
           runtime_versions=("2.6.0",),
           macs=_conv3d_transpose_macs),

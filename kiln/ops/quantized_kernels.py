@@ -360,8 +360,8 @@ def _hard_swish(call: KernelCall, x):
     return act.hard_swish(x, params(call, 0, "input"), out_params(call), out_dtype=call.out_dtypes[0])
 
 
-def _relu(op_type: str):
-    unary = _unary(act.relu, op_type=op_type)
+def _relu(activation: Activation):
+    unary = _unary(act.relu, activation=activation)
 
     def kernel(call: KernelCall, x):
         if x.dtype == np.int16:   # the same rescale and clamp, LiteRT checks zero points 0
@@ -474,9 +474,9 @@ PACK = {INT8: _pack, INT16: _pack}
 SOFTMAX = {INT8: _softmax, INT16: _softmax}
 LOGISTIC = {INT8: _unary(act.logistic), INT16: _int16_unary(act.logistic_int16)}
 TANH = {INT8: _unary(act.tanh), INT16: _int16_unary(act.tanh_int16)}
-RELU = dict.fromkeys((INT8, UINT8, INT16), _relu("RELU"))
-RELU6 = dict.fromkeys((INT8, UINT8, INT16), _relu("RELU6"))
-RELU_N1_TO_1 = {INT8: _relu("RELU_N1_TO_1"), UINT8: _relu("RELU_N1_TO_1")}
+RELU = dict.fromkeys((INT8, UINT8, INT16), _relu(Activation.RELU))
+RELU6 = dict.fromkeys((INT8, UINT8, INT16), _relu(Activation.RELU6))
+RELU_N1_TO_1 = {INT8: _relu(Activation.RELU_N1_TO_1), UINT8: _relu(Activation.RELU_N1_TO_1)}
 LEAKY_RELU = {INT8: _leaky_relu, INT16: _leaky_relu}
 GELU = {INT8: _gelu, INT16: _gelu}
 HARD_SWISH = {INT8: _hard_swish}

@@ -213,6 +213,26 @@ class OpDef:
     #: Multiply-accumulates of one execution (kiln.ops.traits.MacRule); None: it carries none.
     macs: MacRule | None = None
 
+    # -- what it does to its data, for passes and backends that move ops around --------------
+    #: Its output is input 0's data in another shape, in the same order (RESHAPE, SQUEEZE,
+    #: EXPAND_DIMS): a channel-keeping reshape between two ops changes nothing they compute.
+    reshapes: bool = False
+    #: It reads only its input's shape, never the values (SHAPE, RANK).
+    reads_shape_only: bool = False
+    #: It moves a value between representations and computes nothing (QUANTIZE, DEQUANTIZE, CAST).
+    converts: bool = False
+    #: It reduces input 0 over the axes in input 1 (an axis of size 1 reduces nothing).
+    reduces: bool = False
+    #: The fused_activation_function a producer applies in its place (RELU: Activation.RELU).
+    fuses_as: Activation | None = None
+    #: It reads or writes resource variables, or runs the init subgraph that creates them.
+    resource: bool = False
+
+    @property
+    def calls_subgraphs(self) -> bool:
+        """It runs other subgraphs (WHILE, IF, CALL_ONCE): it cannot be cut out of its model."""
+        return bool(self.subgraph_fields)
+
     def operand(self, name: str) -> int:
         """The position of the input slot called ``name``."""
         try:

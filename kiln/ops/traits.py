@@ -52,13 +52,15 @@ class Weights:
     ``operands``: the weight operand positions (one for FULLY_CONNECTED / convolutions, every
     gate, peephole and projection matrix for a fused LSTM); ``axis``: the dimension quantized
     per channel (None: per tensor); ``bias``: the bias operand (None: the op has none);
-    ``input``: the activation operand the weights multiply (TRANSPOSE_CONV: 2).
+    ``input``: the activation operand the weights multiply (TRANSPOSE_CONV: 2); ``spatial``:
+    a convolution filter's spatial dimensions (CONV_2D: 1, 2 — height, width).
     """
 
     operands: tuple[int, ...]
     axis: int | None
     bias: int | None = None
     input: int = 0
+    spatial: tuple[int, ...] = ()
 
     @property
     def first(self) -> int:

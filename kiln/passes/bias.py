@@ -28,15 +28,12 @@ def out_channels(op: Operator) -> int:
     return op.inputs[weights.first].signature[weights.axis]
 
 
-_RESHAPES = ("RESHAPE", "EXPAND_DIMS", "SQUEEZE")
-
-
 def through_reshapes(t):
     """Follow ``t`` back through reshapes that keep the last (channel) dim and are the only
     readers of their inputs; returns the tensor an affine op may produce."""
     while True:
         op = t.producer
-        if op is None or op.op_type not in _RESHAPES or sole_user(t) is None:
+        if op is None or not ops.states(op.op_type, "reshapes") or sole_user(t) is None:
             return t
         src = op.inputs[0]
         if not src.signature or not t.signature or src.signature[-1] != t.signature[-1] or src.signature[-1] < 0:
@@ -68,9 +65,9 @@ def _blocking_reshape(t) -> str | None:
     """When reshapes lead from ``t`` back to an affine op but `through_reshapes` stopped at
     ``t``: why it could not go through."""
     reshape, src = t.producer, t
-    while src.producer is not None and src.producer.op_type in _RESHAPES:
+    while src.producer is not None and ops.states(src.producer.op_type, "reshapes"):
         src = src.producer.inputs[0]
-    if reshape is None or reshape.op_type not in _RESHAPES or src.producer is None \
+    if reshape is None or not ops.states(reshape.op_type, "reshapes") or src.producer is None \
             or bias_operand(src.producer.op_type) is None:
         return None
     if sole_user(t) is None:

@@ -21,15 +21,12 @@ import numpy as np
 from .. import ops
 from ..errors import KilnError
 from ..ir import Model, Operator, QuantParams, Tensor
-from ..ops.traits import OutputScale, Quantization, Weights
 from ..kernels.fixedpoint import round_half_away
+from ..ops.traits import OutputScale, Quantization, Weights
 from ..schema import DType
 from . import lstm as lstm_layout
 from . import params
 from .calibrate import Range, calibrate
-
-#: Ops that read only their input's shape: they take an int8 tensor as it is.
-SHAPE_ONLY = frozenset({"SHAPE", "RANK"})
 
 
 class QuantizationError(KilnError):
@@ -324,7 +321,7 @@ class _Rewriter:
             op.set_input(b_index, self.sg.add_constant(b.name, qb, quantization=_qp(ba)))
 
     def keep_float(self, op: Operator, reason: str) -> None:
-        if op.op_type in SHAPE_ONLY:
+        if ops.states(op.op_type, "reads_shape_only"):   # it takes an integer tensor as it is
             return
         for i, t in enumerate(op.inputs):
             if t is not None and self.q_of.get(id(t)) is t:   # turned integer in place

@@ -17,12 +17,13 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ..errors import OpError, UnsupportedError
-from ..schema import DType
 from ..runtime.delegate import DelegateKernel, NodeInfo, Partition, ReportingDelegate
+from ..schema import DType
 from ._jax import require_jax, x64
-from .table import lowered_ops
 from .graph import param_tensors, prepare_nodes, run_nodes, static_tensors, why_not_lowered
-from .partition_vars import PartitionVariables, why_not as why_not_vars
+from .partition_vars import PartitionVariables
+from .partition_vars import why_not as why_not_vars
+from .table import lowered_ops
 
 _POLICIES = {None: None, "float32": None, "bfloat16": "bfloat16"}
 #: NumPy type codes of the 64-bit types JAX narrows outside its 64-bit mode.

@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import KilnError, UnsupportedError
 from ..runtime.environment import reset_value
 from ._jax import require_jax, x64
-from .graph import RESOURCE_OPS, param_tensors, prepare_nodes, run_nodes, static_tensors, why_not_lowered
+from .graph import is_resource_op, param_tensors, prepare_nodes, run_nodes, static_tensors, why_not_lowered
 
 
 def _load(model):
@@ -81,7 +81,7 @@ def to_jax(model, signature_key: str | None = None):
     n_inputs = len(inputs)
     variables = [t for t in sg.tensors if t.is_variable]
 
-    stateful = any(op.op_type in RESOURCE_OPS for op in sg.operators)
+    stateful = any(is_resource_op(op.op_type) for op in sg.operators)
     inits = [n for n in nodes if n.op.op_type == "CALL_ONCE"]
 
     def run(params, args, store):

@@ -15,7 +15,7 @@ import numpy as np
 from jax import lax
 
 from ..errors import OpError
-from .graph import RESOURCE_OPS, prepare_nodes, run_nodes, static_tensors, why_not_lowered
+from .graph import is_resource_op, prepare_nodes, run_nodes, static_tensors, why_not_lowered
 from .table import node_options, register_lowering
 
 
@@ -35,7 +35,7 @@ def _subgraph_problem(sg, seen: set, variables: bool = False) -> str | None:
     static = static_tensors(sg)
     for i, op in enumerate(sg.operators):
         reason = why_not_lowered(op, None, static)
-        if reason is None and not variables and op.op_type in RESOURCE_OPS:
+        if reason is None and not variables and is_resource_op(op.op_type):
             reason = f"{op.name} inside a WHILE / IF subgraph is not lowered"
         if reason is None and op.op_type in ("WHILE", "IF"):
             reason = _calls_problem(op, seen)

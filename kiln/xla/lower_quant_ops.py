@@ -73,13 +73,9 @@ def _per_tensor(op, kinds=(DType.INT8,)) -> str | None:
 
 # -- data movement on the codes ------------------------------------------------------------------
 
-#: Ops that read only the input's shape.
-_SHAPE_ONLY = ("SHAPE", "RANK")
-
-
 def codes_check(op, opts) -> str | None:
     """None when the node's quantized kernel is the op's float kernel run on the codes."""
-    if op.op_type in _SHAPE_ONLY:
+    if ops.states(op.op_type, "reads_shape_only"):
         return None
     record = ops.require(op.op_type)
     key = operand_types(op)
@@ -99,7 +95,7 @@ def _allow_codes() -> None:
         record = ops.get(name)
         if low.quantized or record is None:
             continue
-        if name in _SHAPE_ONLY or any(k is record.kernel for k in record.quantized.values()):
+        if record.reads_shape_only or any(k is record.kernel for k in record.quantized.values()):
             add_quantized_rule(name, low.fn, codes_check, float_check=True)
 
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import jax.numpy as jnp
-from jax import lax
 import numpy as np
+from jax import lax
 
 from .. import ops
 from ..errors import OpError

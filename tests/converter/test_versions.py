@@ -13,7 +13,7 @@ import kiln  # noqa: E402
 from kiln.format.runtime_version import (  # noqa: E402
     max_version, min_runtime_version_bytes, model_runtime_version, op_runtime_version,
 )
-from kiln.errors import ConversionError, ModelError  # noqa: E402
+from kiln.errors import ModelError  # noqa: E402
 from kiln.ir import Model  # noqa: E402
 from tests.converter import zoo  # noqa: E402
 

@@ -281,7 +281,7 @@ def test_softmax_over_the_last_axis_of_4d():
 @pytest.mark.parametrize("x_qp,out_qp", [(qp(0.05, 3), qp(0.04, -128)), (qp(0.1, -128), qp(0.1, -128)),
                                          (qp(0.0123, 0), qp(0.03, 12)), (qp(0.3, 127), qp(0.02, -5))])
 def test_relu_family_every_level(op_type, x_qp, out_qp):
-    got = integer_activations.relu(LEVELS, x_qp, out_qp, op_type=op_type)
+    got = integer_activations.relu(LEVELS, x_qp, out_qp, activation=Activation[op_type])
     np.testing.assert_array_equal(got, run_ref(op_type, [Q(LEVELS, x_qp)], LEVELS.shape, out_qp))
 
 

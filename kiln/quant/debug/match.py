@@ -13,14 +13,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ... import ops
 from ...errors import KilnError
 from ...ir import Operator, Subgraph, Tensor
 from ...schema import DType
 
-#: Ops that move a value between representations without computing anything.
-CONVERSIONS = frozenset({"QUANTIZE", "DEQUANTIZE", "CAST"})
-#: Ops that only reshape: one converter may emit them where another folds them away.
-SHAPE_ONLY = frozenset({"RESHAPE", "SQUEEZE", "EXPAND_DIMS"})
+
+def _converts(op: Operator) -> bool:
+    """It moves a value between representations, computing nothing (QUANTIZE, DEQUANTIZE, CAST)."""
+    return ops.states(op.op_type, "converts")
+
+
+def _reshapes(op: Operator) -> bool:
+    """It only reshapes: one converter may emit it where another folds it away."""
+    return ops.states(op.op_type, "reshapes")
 
 
 class MismatchError(KilnError, ValueError):
@@ -73,7 +79,7 @@ def match(fsg: Subgraph, qsg: Subgraph) -> Matching:
 
 def _source(t: Tensor) -> Tensor:
     """The tensor ``t`` reshapes (through any chain of shape-only ops), else ``t``."""
-    while t.producer is not None and t.producer.op_type in SHAPE_ONLY and t.producer.inputs[0] is not None:
+    while t.producer is not None and _reshapes(t.producer) and t.producer.inputs[0] is not None:
         t = t.producer.inputs[0]
     return t
 
@@ -117,7 +123,7 @@ class _Matcher:
                 continue
             source = op.inputs[0] if op.inputs else None
             carried = m.float_of.get(id(source)) if source is not None else None
-            if op.op_type in CONVERSIONS:
+            if _converts(op):
                 if carried is not None:
                     m.float_of[id(outs[0])] = carried
                 else:
@@ -125,7 +131,7 @@ class _Matcher:
                 continue
             partner, why = self.partner(op)
             if partner is None:
-                if op.op_type in SHAPE_ONLY and carried is not None:  # a reshape the float model does not have
+                if _reshapes(op) and carried is not None:  # a reshape the float model does not have
                     m.float_of[id(outs[0])] = carried
                 else:
                     m.unmatched.append((op.op_type, outs[0].name, why))
@@ -136,7 +142,7 @@ class _Matcher:
                 if q is not None and f is not None:
                     m.float_of[id(q)] = f
         for op in self.fsg.operators:
-            if id(op) not in self.taken and op.op_type not in CONVERSIONS | SHAPE_ONLY and op.outputs and \
+            if id(op) not in self.taken and not (_converts(op) or _reshapes(op)) and op.outputs and \
                     not all(t is None or id(t) in self.f_derived or not real_valued(t) for t in op.outputs):
                 m.float_only.append((op.op_type, op.outputs[0].name))
         return m

@@ -15,6 +15,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
+from ... import ops
 from ...errors import KilnError, UnsupportedError
 from ...format import write_model
 from ...ir import Model, Operator, QuantParams, Tensor
@@ -24,10 +25,6 @@ from ...schema import DType
 
 Session = Callable[[Sequence[np.ndarray], Iterable[int]], dict]
 Runner = Callable[[bytes], Session]
-
-#: Ops that call other subgraphs: they cannot be cut out of their model.
-CALLS_SUBGRAPHS = frozenset({"WHILE", "IF", "CALL_ONCE", "CALL", "STABLEHLO_WHILE", "STABLEHLO_CASE"})
-
 
 class _InterpreterSession:
     """One model in an interpreter of LiteRT's Python API, inputs resized as samples need."""
@@ -156,7 +153,7 @@ class Isolated:
 def isolate(op: Operator) -> Isolated | None:
     """``op`` alone in a model: its non-constant inputs become the model's inputs, constants
     and variables are copied. None for ops that call other subgraphs."""
-    if op.op_type in CALLS_SUBGRAPHS:
+    if ops.subgraph_fields(op) or any("subgraph" in k for k in op.options):   # it calls other subgraphs
         return None
     model = Model("kiln quantization debugger: one op")
     sg = model.add_subgraph("op")
