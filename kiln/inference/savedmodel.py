@@ -142,6 +142,35 @@ def signature_function(model: SavedModelFile, key: str) -> str:
     return inner[0] if len(inner) == 1 else wrapper
 
 
+def bound_inputs(model) -> dict:
+    """(function, arg index) -> object-graph node id of what is captured there: a variable, a constant
+    (``tf.constant``, a table's default value) or another resource (a lookup table)."""
+    binding = {}
+    for name, saved in model.meta.object_graph_def.concrete_functions.items():
+        fdef = model.functions.get(name)
+        if fdef is None or not saved.bound_inputs:
+            continue
+        first = len(fdef.signature.input_arg) - len(saved.bound_inputs)
+        for k, node_id in enumerate(saved.bound_inputs):
+            binding[(name, first + k)] = node_id
+    changed = True
+    while changed:  # push bindings down direct call edges until nothing new appears
+        changed = False
+        for fdef in model.meta.graph_def.library.function:
+            caller = fdef.signature.name
+            arg_index = {a.name: i for i, a in enumerate(fdef.signature.input_arg)}
+            for node in fdef.node_def:
+                if node.op not in CALL_OPS and node.op != "BatchFunction":
+                    continue
+                callee = node.attr["f"].func.name
+                for pos, inp in enumerate(i for i in node.input if not i.startswith("^")):
+                    src = arg_index.get(inp)
+                    if src is not None and (caller, src) in binding and (callee, pos) not in binding:
+                        binding[(callee, pos)] = binding[(caller, src)]
+                        changed = True
+    return binding
+
+
 # -- selection -------------------------------------------------------------------------------
 
 def _by_alias(model: SavedModelFile, alias: str, field_name: str) -> list[str]:

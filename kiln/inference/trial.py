@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass
 
 from ..errors import KilnError
-from .savedmodel import CALL_OPS, DT_RESOURCE, arg_shape, callees, reachable, signature_wrapper, user_name
+from .savedmodel import DT_RESOURCE, arg_shape, bound_inputs, callees, reachable, signature_wrapper, user_name
 
 
 class TrialCompileError(KilnError, RuntimeError):
@@ -32,34 +32,6 @@ class FunctionCost:
 
 
 # -- variables behind resource arguments -----------------------------------------------------
-
-def resource_bindings(model) -> dict:
-    """(function, arg index) -> object-graph node id of the variable passed there."""
-    binding = {}
-    for name, saved in model.meta.object_graph_def.concrete_functions.items():
-        fdef = model.functions.get(name)
-        if fdef is None or not saved.bound_inputs:
-            continue
-        first = len(fdef.signature.input_arg) - len(saved.bound_inputs)
-        for k, node_id in enumerate(saved.bound_inputs):
-            binding[(name, first + k)] = node_id
-    changed = True
-    while changed:  # push bindings down direct call edges until nothing new appears
-        changed = False
-        for fdef in model.meta.graph_def.library.function:
-            caller = fdef.signature.name
-            arg_index = {a.name: i for i, a in enumerate(fdef.signature.input_arg)}
-            for node in fdef.node_def:
-                if node.op not in CALL_OPS and node.op != "BatchFunction":
-                    continue
-                callee = node.attr["f"].func.name
-                for pos, inp in enumerate(i for i in node.input if not i.startswith("^")):
-                    src = arg_index.get(inp)
-                    if src is not None and (caller, src) in binding and (callee, pos) not in binding:
-                        binding[(callee, pos)] = binding[(caller, src)]
-                        changed = True
-    return binding
-
 
 def _variable_values(model) -> dict:
     """object-graph node id -> numpy value, from the SavedModel's checkpoint."""
@@ -123,7 +95,7 @@ class Trial:
         for fdef in _renamed_library(model, self.prefix):
             ctx.add_function_def(fdef)
             self.renamed[fdef.signature.name[len(self.prefix):]] = fdef
-        self.binding = resource_bindings(model)
+        self.binding = bound_inputs(model)
         self.values = None
         self.variables = {}
 
