@@ -7,7 +7,8 @@ gets ``T: DT_BFLOAT16``; constants that feed only converted ops are stored in bf
 inserted on every edge whose two ends now disagree, so function arguments, results, variable reads
 and calls into other functions stay float32. Kept in float32: the ops of grappler's bfloat16
 deny list, Softmax/LogSoftmax/Mean/Sum whose result reaches a signature output through
-identity-like ops, stateful ops and ops on resources, and the ``filterlist``.
+identity-like ops, ops computing a value written back into a variable (a state update would
+drift by a rounding error per call), stateful ops and ops on resources, and the ``filterlist``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import difflib
 
 from ..errors import KilnError
 from .options import OptionsError
-from .savedmodel import CALL_OPS, reachable, signature_wrapper
+from . import effects
+from .savedmodel import CALL_OPS, bound_inputs, reachable, signature_wrapper
 
 DT_FLOAT, DT_BFLOAT16, DT_RESOURCE = 1, 14, 20
 #: grappler's bfloat16 deny list (auto_mixed_precision_lists.h, AutoMixedPrecisionListsMkl).
@@ -308,7 +310,11 @@ def rewrite(model, accelerator, options, workdir) -> tuple[list[str], int]:
     from . import bf16vars  # it uses this module's helpers
 
     lines, total_ops, total_casts = [], 0, 0
-    plans = {name: plan_function(model.functions[name], on_xla, keep, {n for f, n in feeders if f == name})
+    bindings = bound_inputs(model)
+    updates = {name: effects.state_update_nodes(model.functions[name], effects.writers(model, name, bindings))
+               for name in functions}
+    plans = {name: plan_function(model.functions[name], on_xla, keep,
+                                 {n for f, n in feeders if f == name} | updates[name])
              for name, on_xla in functions.items()}
     stored = bf16vars.select(model, plans)  # variables read only by converted ops: stored in bfloat16
     for reads in stored.values():
@@ -326,6 +332,9 @@ def rewrite(model, accelerator, options, workdir) -> tuple[list[str], int]:
         kept = sorted({n for n in keep_nodes})
         if kept:
             lines.append(f"{name}: kept float32 (feed a signature output): {', '.join(kept)}")
+        if updates[name]:
+            lines.append(f"{name}: kept float32 (compute a state update, which would drift in bfloat16): "
+                         f"{', '.join(sorted(updates[name]))}")
     lines.insert(0, f"scope {scope}: {total_ops} op(s) in {len(functions)} function(s) to bfloat16, "
                     f"{total_casts} cast(s); kept float32: {', '.join(sorted(keep))}"
                     + (" (skip_safety_checks: the model already held bfloat16 ops)" if existing else ""))

@@ -308,3 +308,158 @@ def save_keras_text_classifier(path) -> str:
 
     w = Wrap()
     return save_module(w, path, {"serving_default": w.serve.get_concrete_function()}, {"body": w.body})
+
+
+class RunningMean(tf.Module):
+    """Keeps state: a running mean of its outputs, subtracted from them; ``set_w`` overwrites the weights.
+
+    Warm-up must never call ``set_w``; batching changes what the running mean sees (padding rows,
+    batches instead of requests); bfloat16 must leave the state update in float32."""
+
+    def __init__(self):
+        self.w = tf.Variable(tf.reshape(tf.range(12, dtype=tf.float32), [4, 3]) / 10.0)
+        self.mean = tf.Variable(tf.zeros([3]))
+
+    @tf.function
+    def body(self, x):
+        y = tf.matmul(x, self.w)
+        self.mean.assign(0.9 * self.mean + 0.1 * tf.reduce_mean(y, axis=0))
+        return y - self.mean
+
+    @tf.function(input_signature=[SPEC])
+    def serve(self, x):
+        return {"y": self.body(x)}
+
+    @tf.function(input_signature=[tf.TensorSpec([4, 3], tf.float32)])
+    def set_w(self, w):
+        self.w.assign(w)
+        return {"ok": tf.constant(True)}
+
+    @tf.function(input_signature=[])
+    def state(self):
+        return {"mean": self.mean.read_value(), "w": self.w.read_value()}
+
+
+def save_running_mean(path) -> str:
+    m = RunningMean()
+    return save_module(m, path, {"serving_default": m.serve.get_concrete_function(),
+                                 "set_w": m.set_w.get_concrete_function(),
+                                 "state": m.state.get_concrete_function()}, {"body": m.body})
+
+
+class Captures(tf.Module):
+    """Batched functions that capture non-variable tensors: a tf.constant and a lookup table's default."""
+
+    def __init__(self):
+        self.scale = tf.constant([1.0, 2.0, 3.0, 4.0])
+        self.w = tf.Variable(tf.reshape(tf.range(8, dtype=tf.float32), [4, 2]) / 8.0)
+        self.table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(["a", "b", "c"], [1, 2, 3]), default_value=-1)
+
+    @tf.function
+    def body(self, x):
+        return tf.matmul(x * self.scale, self.w)
+
+    @tf.function
+    def ids(self, words):
+        return self.table.lookup(words)
+
+    @tf.function(input_signature=[SPEC, tf.TensorSpec([None], tf.string)])
+    def serve(self, x, words):
+        return {"y": self.body(x), "ids": self.ids(words)}
+
+
+def save_captures(path) -> str:
+    m = Captures()
+    return save_module(m, path, {"serving_default": m.serve.get_concrete_function()},
+                       {"body": m.body, "ids": m.ids})
+
+
+class NotBatchMajor(tf.Module):
+    """Outputs whose dim 0 is not the batch: a flattened result (dynamic) and a column sum (static)."""
+
+    @tf.function
+    def flat(self, x):
+        return tf.reshape(x * 2.0, [-1])
+
+    @tf.function
+    def total(self, x):
+        return tf.reduce_sum(x, axis=0)
+
+    @tf.function(input_signature=[SPEC])
+    def serve_flat(self, x):
+        return {"y": self.flat(x)}
+
+    @tf.function(input_signature=[SPEC])
+    def serve_total(self, x):
+        return {"y": self.total(x)}
+
+
+class Sparse(tf.Module):
+    """A function taking a SparseTensor: BatchFunction batches dense tensors only."""
+
+    @tf.function
+    def body(self, x):
+        return tf.sparse.reduce_sum(x, axis=1)
+
+    @tf.function(input_signature=[tf.SparseTensorSpec([None, 4], tf.float32)])
+    def serve(self, x):
+        return {"y": self.body(x)}
+
+
+class ParsesStrings(tf.Module):
+    """A signature taking CSV text ("0.5,1,2,3"): parsed on the CPU, the numbers go to ``body``.
+    An empty string cannot be parsed, so zero-valued warm-up records would fail."""
+
+    def __init__(self):
+        self.w = tf.Variable(tf.reshape(tf.range(8, dtype=tf.float32), [4, 2]) / 8.0)
+
+    @tf.function
+    def body(self, x):
+        return tf.nn.relu(tf.matmul(x, self.w))
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def serve(self, text):
+        x = tf.strings.to_number(tf.strings.split(text, ",").to_tensor(shape=[None, 4]))
+        return {"y": self.body(x)}
+
+
+def save_parses_strings(path) -> str:
+    m = ParsesStrings()
+    return save_module(m, path, {"serving_default": m.serve.get_concrete_function()}, {"body": m.body})
+
+
+def csv_rows(rows: int, seed: int = 0) -> np.ndarray:
+    values = np.random.default_rng(seed).uniform(-2, 2, (rows, 4))
+    return np.array([",".join(f"{v:.3f}" for v in row).encode() for row in values], dtype=object)
+
+
+class DirectCall(tf.Module):
+    """``outer`` calls ``inner`` directly: both may be placed (the original allows direct calls)."""
+
+    def __init__(self):
+        self.w = tf.Variable(tf.reshape(tf.range(16, dtype=tf.float32), [4, 4]) / 16.0)
+
+    @tf.function
+    def inner(self, x):
+        return tf.matmul(x, self.w)
+
+    @tf.function
+    def outer(self, x):
+        return tf.nn.relu(self.inner(x)) + 1.0
+
+    @tf.function(input_signature=[SPEC])
+    def serve(self, x):
+        return {"y": self.outer(x), "z": self.inner(x) * 2.0}
+
+
+class ShapeFromInput(tf.Module):
+    """``body`` reshapes with a shape computed outside it: not a compile-time constant for XLA."""
+
+    @tf.function
+    def body(self, x, n):
+        return tf.reshape(x, [n[0], -1]) * 2.0
+
+    @tf.function(input_signature=[SPEC])
+    def serve(self, x):
+        return {"y": self.body(x, tf.shape(x))}
