@@ -288,8 +288,8 @@ def scope_functions(model, accelerator, scope: str) -> dict[str, bool]:
     return {name: name in on_xla for name in sorted(served | on_xla)}
 
 
-def rewrite(model, accelerator, options, workdir) -> tuple[list[str], int]:
-    """The stage: convert the functions in scope; (report lines, ops converted). Refuses a model
+def rewrite(model, accelerator, options, workdir) -> tuple[list[str], set[str]]:
+    """The stage: convert the functions in scope; (report lines, functions changed). Refuses a model
     that already holds bfloat16 ops unless ``skip_safety_checks``. Variables stored in bfloat16 are
     written to a copy of the model under ``workdir``, which becomes ``model.path``."""
     bo = options.bfloat16_optimization_options
@@ -304,12 +304,12 @@ def rewrite(model, accelerator, options, workdir) -> tuple[list[str], int]:
     functions = scope_functions(model, accelerator, scope)
     if not functions:
         return [f"scope {scope}: no accelerator functions, nothing converted (scope ALL converts CPU "
-                f"functions too)"], 0
+                f"functions too)"], set()
     keep = set(DENY) | set(bo.filterlist)
     feeders = output_feeders(model)
     from . import bf16vars  # it uses this module's helpers
 
-    lines, total_ops, total_casts = [], 0, 0
+    lines, total_ops, total_casts, changed = [], 0, 0, set()
     bindings = bound_inputs(model)
     updates = {name: effects.state_update_nodes(model.functions[name], effects.writers(model, name, bindings))
                for name in functions}
@@ -327,6 +327,7 @@ def rewrite(model, accelerator, options, workdir) -> tuple[list[str], int]:
         total_ops += n_ops
         total_casts += result["casts"]
         if n_ops:
+            changed.add(name)
             ops = ", ".join(f"{op} x{k}" for op, k in sorted(result["ops"].items()))
             lines.append(f"{name} ({'XLA' if on_xla else 'CPU'}): {ops} to bfloat16, {result['casts']} cast(s)")
         kept = sorted({n for n in keep_nodes})
@@ -340,4 +341,4 @@ def rewrite(model, accelerator, options, workdir) -> tuple[list[str], int]:
                     + (" (skip_safety_checks: the model already held bfloat16 ops)" if existing else ""))
     if stored:
         lines.insert(1, bf16vars.store(model, stored, workdir))
-    return lines, total_ops
+    return lines, changed

@@ -71,16 +71,31 @@ def snapshot(model, directory) -> str:
 
 def run(model_dir: str, key: str, samples: list[dict]) -> list[dict]:
     """Outputs of signature ``key`` for each sample (numpy), in TensorFlow."""
+    result = run_all(model_dir, {key: samples})[key]
+    if isinstance(result, Exception):
+        raise result
+    return result
+
+
+def run_all(model_dir: str, inputs: dict) -> dict:
+    """signature -> outputs per sample, or the exception it raised; the model is loaded once."""
     import tensorflow as tf
 
-    fn = tf.saved_model.load(model_dir).signatures[key]
-    inputs = fn.structured_input_signature[1]
-    results = []
-    for sample in samples:
-        feeds = {name: tf.constant(np.asarray(sample[name]), dtype=spec.dtype) for name, spec in inputs.items()
-                 if name in sample}
-        results.append({k: v.numpy() for k, v in fn(**feeds).items()})
-    return results
+    loaded = tf.saved_model.load(model_dir)
+    out = {}
+    for key, samples in inputs.items():
+        fn = loaded.signatures[key]
+        specs = fn.structured_input_signature[1]
+        try:
+            results = []
+            for sample in samples:
+                feeds = {name: tf.constant(np.asarray(sample[name]), dtype=spec.dtype)
+                         for name, spec in specs.items() if name in sample}
+                results.append({k: v.numpy() for k, v in fn(**feeds).items()})
+            out[key] = results
+        except Exception as exc:  # noqa: BLE001 (TF raises many kinds; callers decide)
+            out[key] = exc
+    return out
 
 
 def compare(reference: list[dict], other: list[dict]) -> dict:
@@ -126,20 +141,34 @@ def measure(before_dir, after_dir: str, inputs: dict, stage: str, remedy: str, r
     is recorded as not measured. Raises StageError when the model after the stage fails where the
     one before runs: a broken conversion is never written."""
     result, after = {}, {}
-    for key, (samples, source) in inputs.items():
-        try:
-            ref = reference[key] if reference and key in reference else run(before_dir, key, samples)
-        except Exception as exc:  # noqa: BLE001 (e.g. generated ids out of an embedding's range)
-            result[key] = {"samples": len(samples), "source": source, "error": _first_line(exc)}
+    known = {k: reference[k] for k in inputs if reference and k in reference}
+    missing = {k: samples for k, (samples, _) in inputs.items() if k not in known}
+    before = {**known, **(run_all(str(before_dir), missing) if missing else {})}
+    runnable = {k: inputs[k][0] for k in inputs if not isinstance(before[k], Exception)}
+    got_all = run_all(after_dir, runnable) if runnable else {}
+    for key, (samples, source) in sorted(inputs.items()):
+        ref = before[key]
+        if isinstance(ref, Exception):  # e.g. generated ids out of an embedding's range
+            result[key] = {"samples": len(samples), "rows": _rows(samples), "source": source,
+                           "error": _first_line(ref)}
             continue
-        try:
-            got = run(after_dir, key, samples)
-        except Exception as exc:  # noqa: BLE001
+        got = got_all[key]
+        if isinstance(got, Exception):
             raise StageError(f"{stage}: signature {key!r} fails after the stage on inputs the model before it runs: "
-                             f"{_first_line(exc)}; {remedy}") from None
+                             f"{_first_line(got)}; {remedy}") from None
         after[key] = got
-        result[key] = {"samples": len(samples), "source": source, "outputs": compare(ref, got)}
+        result[key] = {"samples": len(samples), "rows": _rows(samples), "source": source,
+                       "outputs": compare(ref, got)}
     return result, after
+
+
+def _rows(samples: list) -> int:
+    """Input rows over all samples (dimension 0 of the first input; 1 for a scalar)."""
+    total = 0
+    for sample in samples:
+        first = np.asarray(next(iter(sample.values()))) if sample else np.zeros(())
+        total += int(first.shape[0]) if first.ndim else 1
+    return total
 
 
 class Scratch:
@@ -170,5 +199,5 @@ def summary(measured: dict) -> list[str]:
         worst = max(floats, key=lambda k: floats[k]["max_rel"])
         e = floats[worst]
         lines.append(f"{key}: max abs error {e['max_abs']:.3g}, max relative error {e['max_rel']:.3g} "
-                     f"(output {worst!r}, {m['samples']} {m['source']} samples)")
+                     f"(output {worst!r}, {m.get('rows', m['samples'])} rows of {m['source']})")
     return lines

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 import uuid
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 
 from ..errors import KilnError
-from ..quant import datasets
 from . import options as opts
-from . import bfloat16, buckets, evaluate, quantize, rewrite, savedmodel, sharding, trial, warmup
+from . import bfloat16, buckets, evaluate, guard, quantize, rewrite, savedmodel, sharding, trial, warmup
 from .report import ConversionReport, FunctionEntry, StageEntry
 
 
@@ -30,7 +31,7 @@ class OutputError(KilnError, OSError):
 class _State:
     """What the stages share: the model being edited, the options, and the report being filled."""
 
-    def __init__(self, model, options, report):
+    def __init__(self, model, options, report, evaluation_data=None):
         self.model = model
         self.options = options
         self.report = report
@@ -39,9 +40,7 @@ class _State:
         self.batched: list = []
         self.token = uuid.uuid4().hex[:8]  # shared_name prefix: unique per conversion
         self.scratch = None  # evaluate.Scratch: snapshots and the quantized model, removed at the end
-        self.held_out: dict = {}  # signature -> representative samples kept out of calibration
-        self.eval_inputs = None
-        self.reference = None  # outputs of the model as the last measured stage left it (batching keeps them)
+        self.guard = guard.Guard(model, options, evaluation_data)
         self.bucketed: list = []
 
 
@@ -98,25 +97,6 @@ def _stage_sharding(s: _State) -> list[str]:
     return sharding.plan(s.options)
 
 
-def _eval_inputs(s: _State) -> dict:
-    """Per signature: (samples, source) the accuracy measurements run on."""
-    if s.eval_inputs is None:
-        s.eval_inputs = {}
-        files = dict(s.options.experimental.evaluation_datasets)
-        for key in sorted(s.model.signatures):
-            held = s.held_out.get(key)
-            if key in files:
-                samples = datasets.load(files[key], what=f"evaluation dataset {files[key]!r} (signature {key!r})",
-                                        min_samples=1)
-                quantize.check_inputs(samples, s.model.meta.signature_def[key], files[key])
-                s.eval_inputs[key] = (samples, "representative")
-            elif held:
-                s.eval_inputs[key] = (held[:32], "held-out representative")
-            else:
-                s.eval_inputs[key] = (evaluate.generated_inputs(s.model.meta.signature_def[key]), "generated")
-    return s.eval_inputs
-
-
 def _stage_quantize(s: _State) -> list[str]:
     o = s.options
     if not (o.HasField("external_feature_configs") and o.external_feature_configs.HasField("quantization_options")):
@@ -125,25 +105,24 @@ def _stage_quantize(s: _State) -> list[str]:
     plan = quantize.plan(s.model, q)
     calibration = {}
     for key, samples in plan["samples"].items():
-        calibration[key], s.held_out[key] = quantize.split(samples)
+        calibration[key], s.guard.held_out[key] = quantize.split(samples)
     out = s.scratch.path / "quantized"
     quantize.quantize(s.model.path, out, q, calibration)
     before = s.model
     s.model = savedmodel.read(out)
-    inputs = {k: v for k, v in _eval_inputs(s).items() if k in plan["keys"]}
-    measured, s.reference = evaluate.measure(str(before.path), str(out), inputs, "quantize",
-                                             "remove external_feature_configs.quantization_options or try "
-                                             "another method")
+    measured = s.guard.measure("quantize", s.model, str(before.path), str(out), plan["keys"],
+                               "remove external_feature_configs.quantization_options or try another method")
     size_before, size_after = quantize.sizes(before.path, out)
-    s.report.accuracy["quantization"] = measured
+    if measured is not None:
+        s.report.accuracy["quantization"] = measured
     s.report.quantization = {"method": plan["method"], "signature_keys": plan["keys"],
                              "calibration_samples": {k: len(v) for k, v in calibration.items()},
-                             "held_out_samples": {k: len(v) for k, v in s.held_out.items()},
+                             "held_out_samples": {k: len(v) for k, v in s.guard.held_out.items()},
                              "bytes_before": size_before, "bytes_after": size_after}
     lines = [f"{plan['method']} (op set XLA) on {', '.join(plan['keys'])}: model {size_before} -> {size_after} "
              f"bytes ({size_after / max(size_before, 1):.2f}x); calibration samples "
              f"{dict(s.report.quantization['calibration_samples']) or 'none (no dataset needed)'}"]
-    return lines + [f"error vs float: {line}" for line in evaluate.summary(measured)]
+    return lines + s.guard.lines(measured, "error vs float")
 
 
 def _stage_bfloat16(s: _State) -> list[str]:
@@ -154,14 +133,16 @@ def _stage_bfloat16(s: _State) -> list[str]:
         return ["skipped: the model is int8-quantized, and bfloat16 would re-round its quantize/dequantize "
                 "arithmetic; bfloat16_optimization: ENABLED applies both"]
     before = s.scratch.snapshot(s.model, "before_bf16")
-    lines, converted = bfloat16.rewrite(s.model, s.accelerator, s.options, s.scratch.path / "bf16_model")
-    if not converted:
+    lines, changed = bfloat16.rewrite(s.model, s.accelerator, s.options, s.scratch.path / "bf16_model")
+    if not changed:
         return lines
-    measured, s.reference = evaluate.measure(before, s.scratch.snapshot(s.model, "after_bf16"), _eval_inputs(s),
-                                             "bfloat16", "add the failing op type to bfloat16_optimization_options."
-                                             "filterlist or set bfloat16_optimization: DISABLED", s.reference)
-    s.report.accuracy["bfloat16"] = measured
-    return lines + [f"error vs float32: {line}" for line in evaluate.summary(measured)]
+    measured = s.guard.measure("bfloat16", s.model, before, s.scratch.snapshot(s.model, "after_bf16"),
+                               savedmodel.signatures_reaching(s.model, changed),
+                               "add the failing op type to bfloat16_optimization_options.filterlist or set "
+                               "bfloat16_optimization: DISABLED")
+    if measured is not None:
+        s.report.accuracy["bfloat16"] = measured
+    return lines + s.guard.lines(measured, "error vs float32")
 
 
 def _stage_io_shapes(s: _State) -> list[str]:
@@ -186,12 +167,14 @@ def _stage_io_shapes(s: _State) -> list[str]:
              + (" (BatchFunction splits larger requests)" if b.function in sizes else
                 " up to the largest bucket, then one per multiple of it")
              + f" ({b.call_sites} call site(s))" for b in done]
-    if any(b.wrapper.startswith(buckets.PREFIX) for b in done):
-        measured, s.reference = evaluate.measure(before, s.scratch.snapshot(s.model, "after_io"), _eval_inputs(s),
-                                                 "I/O shapes", "set io_shape_optimization: DISABLED", s.reference)
-        s.report.accuracy["io_shapes"] = measured
-        _refuse_row_mixing(measured)
-        lines += [f"padded vs unpadded: {line}" for line in evaluate.summary(measured)]
+    padded = {b.wrapper for b in done if b.wrapper.startswith(buckets.PREFIX)}
+    if padded:
+        measured = s.guard.measure("I/O shapes", s.model, before, s.scratch.snapshot(s.model, "after_io"),
+                                   savedmodel.signatures_reaching(s.model, padded), "set io_shape_optimization: DISABLED")
+        if measured is not None:
+            s.report.accuracy["io_shapes"] = measured
+            _refuse_row_mixing(measured)
+        lines += s.guard.lines(measured, "padded vs unpadded")
     return (lines or ["nothing bucketed"]) + notes
 
 
@@ -292,32 +275,59 @@ def _write_fingerprint(model_dir: Path) -> None:
     stale.write_bytes(fingerprinting.CreateFingerprintDef(str(model_dir)))
 
 
-def _prepare_output(output_model_dir) -> tuple[Path, Path]:
+def _prepare_output(output_model_dir) -> tuple[Path, Path, list[Path]]:
+    """(output, temporary directory next to it, parent directories created for it)."""
     out = Path(output_model_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise OutputError(f"output_model_dir {str(out)!r} already exists and is not an empty directory")
     parent = out.parent if str(out.parent) else Path(".")
+    created = []
+    for missing in reversed([p for p in [parent, *parent.parents] if not p.exists()]):
+        try:
+            missing.mkdir()
+        except OSError as exc:
+            _remove_created(created)
+            raise OutputError(f"cannot create {str(missing)!r}, a parent of output_model_dir: {exc.strerror}") from None
+        created.append(missing)
     if not parent.is_dir():
-        raise OutputError(f"the parent directory of output_model_dir {str(out)!r} does not exist")
+        raise OutputError(f"the parent of output_model_dir {str(out)!r} is not a directory")
     tmp = parent / f".{out.name}.kiln-tmp-{uuid.uuid4().hex[:8]}"
-    return out, tmp
+    return out, tmp, created
 
 
-def convert(input_model_dir, output_model_dir, options=None) -> ConversionReport:
-    """Convert; ``options`` is a ConverterOptions text proto or message. Returns the report."""
+def _remove_created(created: list[Path]) -> None:
+    for path in reversed(created):
+        try:
+            path.rmdir()
+        except OSError:
+            break
+
+
+def convert(input_model_dir, output_model_dir, options=None, *, evaluation_data=None) -> ConversionReport:
+    """Convert; ``options`` is a ConverterOptions text proto or message; ``evaluation_data`` the real
+    inputs the accuracy guard runs on ({signature: file or iterable of {input: array}}). Returns the
+    report; warns (AccuracyNotMeasuredWarning) when a stage that can change results was not measured."""
     options = opts.coerce(options)
     model = savedmodel.read(input_model_dir)
-    out, tmp = _prepare_output(output_model_dir)
     report = ConversionReport(str(input_model_dir), str(output_model_dir))
-    unknown = sorted(set(options.experimental.evaluation_datasets) - set(model.signatures))
-    if unknown:
-        raise opts.OptionsError(f"experimental.evaluation_datasets: {unknown} are not signatures of the model "
-                                f"{sorted(model.signatures)}")
-    state = _State(model, options, report)
-    with evaluate.Scratch() as state.scratch:
-        for name, stage in STAGES:
-            report.stages.append(StageEntry(name, "applied", stage(state)))
-        _write(state, out, tmp)
+    state = _State(model, options, report, evaluation_data)
+    out, tmp, created = _prepare_output(output_model_dir)
+    try:
+        with evaluate.Scratch() as state.scratch:
+            for name, stage in STAGES:
+                start = time.perf_counter()
+                changes = stage(state)
+                report.stages.append(StageEntry(name, "applied", changes, round(time.perf_counter() - start, 3)))
+                report.timings[name] = report.stages[-1].seconds
+            report.unmeasured = list(state.guard.unmeasured)
+            report.accuracy_skipped = state.guard.skip
+            _write(state, out, tmp)
+    except BaseException:
+        _remove_created(created)
+        raise
+    message = state.guard.warning()
+    if message:
+        warnings.warn(message, guard.AccuracyNotMeasuredWarning, stacklevel=2)
     return report
 
 

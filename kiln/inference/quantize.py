@@ -16,6 +16,8 @@ import io
 import os
 from pathlib import Path
 
+import numpy as np
+
 from ..errors import KilnError
 from ..quant import datasets
 from .options import OptionsError
@@ -71,7 +73,8 @@ def plan(model, q) -> dict:
             path = q.representative_datasets[key].tfrecord_file_path
             if not path:
                 raise OptionsError(f"{WHERE}.representative_datasets[{key!r}] has no tfrecord_file_path")
-            samples[key] = datasets.load(path, what=f"representative dataset {path!r} (signature {key!r})")
+            samples[key] = datasets.load(path, what=f"representative dataset {path!r} (signature {key!r})",
+                                         progress=False)
             check_inputs(samples[key], model.meta.signature_def[key], path)
         elif method == "METHOD_STATIC_RANGE_INT8":
             raise OptionsError(f"{WHERE}: static-range int8 quantization calibrates on a representative dataset; "
@@ -88,9 +91,9 @@ def check_inputs(samples: list, signature_def, path: str) -> None:
                 f"{path!r}, record {index}: inputs {sorted(sample)} but the signature takes {sorted(want)}")
         for name, info in signature_def.inputs.items():
             rank = None if info.tensor_shape.unknown_rank else len(info.tensor_shape.dim)
-            if rank is not None and sample[name].ndim != rank:
+            if rank is not None and np.ndim(sample[name]) != rank:
                 raise datasets.DatasetError(f"{path!r}, record {index}: input {name!r} has shape "
-                                            f"{list(sample[name].shape)}, the signature takes rank {rank}")
+                                            f"{list(np.shape(sample[name]))}, the signature takes rank {rank}")
 
 
 def split(samples: list) -> tuple[list, list]:

@@ -27,6 +27,7 @@ class StageEntry:
     name: str
     status: str  # "applied", "skipped", "not implemented (issue #13)"
     changes: list = field(default_factory=list)
+    seconds: float = 0.0  # wall time of the stage at conversion
 
 
 @dataclass
@@ -44,6 +45,9 @@ class ConversionReport:
     accuracy: dict = field(default_factory=dict)  # stage -> signature -> {"outputs": {name: errors}, ...}
     quantization: dict = field(default_factory=dict)  # method, samples, sizes
     io_shapes: list = field(default_factory=list)  # one dict per bucketed function
+    unmeasured: list = field(default_factory=list)  # {"stage", "signature", "why"}: applied, error not measured
+    accuracy_skipped: bool = False  # skip_accuracy_check: nothing was measured, by request
+    timings: dict = field(default_factory=dict)  # conversion step -> seconds (stages and the final steps)
     cost_source: str = ("accelerator: flops counted on the HLO TensorFlow's tf2xla bridge emits "
                         "(experimental_get_compiler_ir stage='hlo'); CPU: TensorFlow's registered per-op flops")
 
@@ -65,15 +69,17 @@ class ConversionReport:
     @property
     def text(self) -> str:
         total = self.total_cost
-        rule = "-" * 32
+        costs = [self.cpu_cost] + [f.cost for f in self.served_functions]
+        width = max(8, max(len(str(c)) for c in costs) + 2)  # the original's 8, wider for 7+ digit costs
+        rule = "-" * (24 + width)
         lines = ["-------- Conversion Report --------",
                  f"{ACCELERATOR} cost of the model: {self._pct(self.accelerator_cost):5.2f}% "
                  f"({self.accelerator_cost}/{total})",
                  f"CPU cost of the model: {self._pct(self.cpu_cost):5.2f}% ({self.cpu_cost}/{total})",
-                 "", "Cost breakdown", "=" * 32, f"{'%':<10}{'Cost':<8}Name", rule,
-                 f"{self._pct(self.cpu_cost):<10.2f}{self.cpu_cost:<8}[CPU cost]"]
+                 "", "Cost breakdown", "=" * len(rule), f"{'%':<10}{'Cost':<{width}}Name", rule,
+                 f"{self._pct(self.cpu_cost):<10.2f}{self.cpu_cost:<{width}}[CPU cost]"]
         for f in self.served_functions:
-            lines.append(f"{self._pct(f.cost):<10.2f}{f.cost:<8}{f.name}")
+            lines.append(f"{self._pct(f.cost):<10.2f}{f.cost:<{width}}{f.name}")
         lines.append(rule)
         optimizations = [s for s in self.stages if s.name in OPTIMIZATION_STAGES]
         if optimizations:
@@ -81,7 +87,18 @@ class ConversionReport:
             for stage in optimizations:
                 lines += [f"{stage.name}: {stage.changes[0] if stage.changes else stage.status}"]
                 lines += [f"  {c}" for c in stage.changes[1:]]
+        lines += self._accuracy_lines()
         return "\n".join(lines)
+
+    def _accuracy_lines(self) -> list[str]:
+        if self.accuracy_skipped:
+            return ["", "Accuracy check: skipped (skip_accuracy_check): the stages that can change results "
+                        "were applied without measuring their error"]
+        if self.unmeasured:
+            return ["", "WARNING: applied without a measured error (inputs the model does not run; give real "
+                        "inputs with --evaluation_data):"] + \
+                [f"  {u['stage']} on signature {u['signature']!r}: {u['why']}" for u in self.unmeasured]
+        return []
 
     def __str__(self) -> str:
         return self.text
@@ -106,6 +123,9 @@ class ConversionReport:
             "accuracy": self.accuracy,
             "quantization": dict(self.quantization),
             "io_shapes": list(self.io_shapes),
+            "unmeasured": list(self.unmeasured),
+            "accuracy_skipped": self.accuracy_skipped,
+            "timings": dict(self.timings),
         }
 
     def to_json(self) -> str:

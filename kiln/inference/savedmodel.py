@@ -132,6 +132,18 @@ def signature_wrapper(model: SavedModelFile, key: str) -> str:
     raise InputModelError(f"cannot find the function behind signature {key!r}")
 
 
+def signatures_reaching(model: SavedModelFile, functions) -> list[str]:
+    """The signature keys whose call graph holds one of ``functions``: the ones a stage changing
+    those functions can change (the others need no measurement)."""
+    functions = set(functions)
+    keys = []
+    for key in sorted(model.signatures):
+        wrapper = signature_wrapper(model, key)
+        if functions & (reachable(model, wrapper) | {wrapper}):
+            keys.append(key)
+    return keys
+
+
 def signature_function(model: SavedModelFile, key: str) -> str:
     """The function signature ``key`` calls: the wrapper's only callee, else the wrapper itself."""
     if key not in model.signatures:

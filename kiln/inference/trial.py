@@ -240,6 +240,7 @@ def cpu_flops(model, names, batch_of, renamed) -> dict[str, int]:
     """
     import tensorflow as tf
     from tensorflow.python.framework import function_def_to_graph, ops
+    from tensorflow.python.util import deprecation
 
     out = {}
     for name in names:
@@ -279,12 +280,13 @@ def cpu_flops(model, names, batch_of, renamed) -> dict[str, int]:
                     graph.get_operation_by_name(arg.name).outputs[0].set_shape(shapes[i])
                 except (KeyError, ValueError):
                     pass
-        for op in graph.get_operations():
-            try:
-                stat = ops.get_stats_for_node_def(graph, op.node_def, "flops")
-            except (ValueError, TypeError, tf.errors.OpError):
-                continue
-            total += int(stat.value or 0)
+        with deprecation.silence():  # the flop registry calls a TF1 helper that logs a deprecation notice
+            for op in graph.get_operations():
+                try:
+                    stat = ops.get_stats_for_node_def(graph, op.node_def, "flops")
+                except (ValueError, TypeError, tf.errors.OpError):
+                    continue
+                total += int(stat.value or 0)
         out[name] = total
     return out
 
