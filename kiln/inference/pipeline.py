@@ -54,12 +54,18 @@ def _stage_place(s: _State) -> list[str]:
     return [f"{name}: _XlaMustCompile on {n} call site(s)" for name, n in s.call_sites.items()]
 
 
-def _batch_targets(s: _State, entry, index: int) -> list[str]:
+def _batch_targets(s: _State, entry, index: int) -> tuple[list[str], set | None]:
+    """(functions to batch, the callers whose call sites to batch: None for all of them). A signature
+    target batches the function only where that signature calls it, not under other signatures."""
     kind = entry.experimental.WhichOneof("batch_function") if entry.HasField("experimental") else None
-    if kind:
-        return savedmodel.resolve_target(s.model, kind, getattr(entry.experimental, kind),
-                                         f"batch_options[{index}].experimental")
-    return list(s.accelerator)
+    if not kind:
+        return list(s.accelerator), None
+    value = getattr(entry.experimental, kind)
+    names = savedmodel.resolve_target(s.model, kind, value, f"batch_options[{index}].experimental")
+    if kind != "signature_name":
+        return names, None
+    wrapper = savedmodel.signature_wrapper(s.model, value)
+    return names, savedmodel.reachable(s.model, wrapper) | {wrapper}
 
 
 def _stage_batch(s: _State) -> list[str]:
@@ -73,18 +79,21 @@ def _stage_batch(s: _State) -> list[str]:
             changes += [f"updated existing BatchFunction {b.node} in {b.caller}" for b in sites]
             s.batched += sites
             continue
-        targets = _batch_targets(s, entry, i)
+        targets, callers = _batch_targets(s, entry, i)
         if not targets:
             raise savedmodel.SelectionError(
                 f"batch_options[{i}] has no function to batch: no accelerator functions are selected and "
                 f"experimental.function_alias / concrete_function_name / signature_name is not set")
         added = []
         for name in targets:
-            if name in batched_by:
-                raise savedmodel.SelectionError(f"function {name!r} is batched twice: by {batched_by[name]} and "
-                                                f"by batch_options[{i}]")
-            batched_by[name] = f"batch_options[{i}]"
-            added += rewrite.batch_function(s.model, name, entry, s.token, set(s.accelerator), f"batch_options[{i}]")
+            for (function, caller), by in batched_by.items():
+                if function == name and (callers is None or caller in callers):
+                    raise savedmodel.SelectionError(f"function {name!r} is batched twice: by {by} and "
+                                                    f"by batch_options[{i}]")
+            sites = rewrite.batch_function(s.model, name, entry, s.token, set(s.accelerator), f"batch_options[{i}]",
+                                           callers)
+            batched_by.update({(b.function, b.caller): f"batch_options[{i}]" for b in sites})
+            added += sites
         if not added:
             raise rewrite.BatchingError(f"batch_options[{i}]: no function of {targets} is called from another "
                                         f"function, so there is no call site to batch")
@@ -253,7 +262,7 @@ def _signatures(s: _State) -> dict:
         wrapper = savedmodel.signature_wrapper(s.model, key)
         below = savedmodel.reachable(s.model, wrapper) | {wrapper}
         on_xla = sorted(a for a in s.accelerator if a in below)
-        batched = sorted({b.shared_name for b in s.batched if b.caller in below or b.function in below})
+        batched = sorted({b.shared_name for b in s.batched if b.caller in below})
         sizes = sorted({n for b in s.batched if b.caller in below
                         for n in (b.attrs["allowed_batch_sizes"] or [b.attrs["max_batch_size"]])})
         sizes = sizes or sorted({n for b in s.bucketed if b.function in below for n in b.batch_buckets})

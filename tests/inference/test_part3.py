@@ -106,3 +106,76 @@ def test_report_columns_widen_for_large_costs():
     assert lines[header] == "%         Cost       Name"
     assert lines[header + 3] == f"{100 * 123456789 / 123458023:<10.2f}123456789  __inference_big_7"
     assert len(lines[header - 1]) == len(lines[header + 1]) == len(lines[header + 4]) == 24 + 11
+
+
+# -- batching: captured tensors, signature scope, sparse inputs (items 2, 9) --------------------
+
+BATCH = "max_batch_size: 8 allowed_batch_sizes: [2, 4, 8] batch_timeout_micros: 20000 num_batch_threads: 1"
+
+
+def _batch_ops(model_dir):
+    model = savedmodel.read(str(model_dir))
+    return model, [(f.signature.name, n) for f in model.meta.graph_def.library.function for n in f.node_def
+                   if n.op == "BatchFunction"]
+
+
+def test_captured_constants_and_table_defaults_are_batched(root):
+    from .test_serving import _concurrent
+
+    src = models.save_captures(root / "captures")
+    out = root / "captures_batched"
+    convert(src, str(out), 'tpu_functions { function_alias: "body" } '
+            f'batch_options {{ {BATCH} }} batch_options {{ {BATCH} experimental {{ function_alias: "ids" }} }}' + F32)
+    _, ops = _batch_ops(out)
+    assert {n.attr["f"].func.name.split("_")[-2] for _, n in ops} >= {"body", "ids"}
+    assert all(n.attr["Tcaptured"].list.type for _, n in ops)  # the constant / table default ride along
+    before, after = _load(src).signatures["serving_default"], _load(out).signatures["serving_default"]
+    rng = np.random.default_rng(1)
+    feeds = [(rng.standard_normal((1 + i % 3, 4)).astype(np.float32),
+              np.array([b"a", b"zz", b"c"][: 1 + i % 3], dtype=object)) for i in range(12)]
+    results, errors = _concurrent(lambda f: after(x=tf.constant(f[0]), words=tf.constant(f[1])), feeds)
+    assert not errors
+    for (x, words), got in zip(feeds, results):
+        want = before(x=tf.constant(x), words=tf.constant(words))
+        np.testing.assert_allclose(got["y"].numpy(), want["y"].numpy(), rtol=1e-6)
+        np.testing.assert_array_equal(got["ids"].numpy(), want["ids"].numpy())  # -1: the table's default
+
+
+def test_signature_batching_leaves_other_signatures_alone(root):
+    class Shared(tf.Module):
+        @tf.function
+        def f(self, x):
+            return x * 3.0
+
+        @tf.function(input_signature=[models.SPEC])
+        def a(self, x):
+            return {"y": self.f(x)}
+
+        @tf.function(input_signature=[models.SPEC])
+        def b(self, x):
+            return {"y": self.f(x) + 1.0}
+
+    m = Shared()
+    a = m.a.get_concrete_function()  # one function behind two signatures (and f under a third)
+    src = models.save_module(m, root / "shared", {"a": a, "b": a, "c": m.b.get_concrete_function()}, {})
+    out = root / "shared_batched"
+    report = convert(src, str(out), f'batch_options {{ {BATCH} experimental {{ signature_name: "a" }} }}' + F32)
+    model, ops = _batch_ops(out)
+    wrapper_a, wrapper_b = savedmodel.signature_wrapper(model, "a"), savedmodel.signature_wrapper(model, "b")
+    under_a = savedmodel.reachable(model, wrapper_a) | {wrapper_a}
+    under_b = savedmodel.reachable(model, wrapper_b) | {wrapper_b}
+    assert ops and all(caller in under_a and caller not in under_b for caller, _ in ops)
+    assert report.signatures["b"]["batched"] == report.signatures["c"]["batched"] == []
+    assert report.signatures["a"]["batched"]
+    x = np.ones((3, 4), np.float32)
+    assert _call(_load(out), "b", x=x)["y"].tolist() == _call(_load(src), "b", x=x)["y"].tolist()
+
+
+def test_batching_a_sparse_input_names_it(root):
+    m = models.Sparse()
+    src = models.save_module(m, root / "sparse", {"serving_default": m.serve.get_concrete_function()},
+                             {"body": m.body})
+    with pytest.raises(KilnError, match=r"cannot batch function '__inference_body_\d+': input 'x' is a SparseTensor; "
+                                        r"BatchFunction batches dense tensors along dimension 0 only"):
+        convert(src, str(root / "sparse_out"), f'batch_options {{ {BATCH} experimental {{ function_alias: "body" '
+                f"}} }}" + F32)
