@@ -51,6 +51,10 @@ def _stage_select(s: _State) -> list[str]:
 
 def _stage_place(s: _State) -> list[str]:
     s.call_sites = rewrite.place_on_xla(s.model, s.accelerator)
+    if s.accelerator:  # trial-compile now: a function XLA cannot take fails before anything is measured
+        runner = trial.Trial(s.model)
+        for name in s.accelerator:
+            runner.compile(name, 1)
     return [f"{name}: _XlaMustCompile on {n} call site(s)" for name, n in s.call_sites.items()]
 
 
@@ -223,15 +227,16 @@ def _costs(s: _State, model_dir: Path) -> None:
     batch_of = _batch_of(s)
     runner = trial.Trial(savedmodel.SavedModelFile(model_dir, s.model.proto, s.model.meta, s.model.functions))
     aliases = s.model.aliases
-    served = set()
-    for key in s.model.signatures:
-        wrapper = savedmodel.signature_wrapper(s.model, key)
-        served |= savedmodel.reachable(s.model, wrapper) | {wrapper}
+    cpu = trial.cpu_functions(s.model, set(s.accelerator))
+    # an accelerator function the CPU part calls runs (and is counted) on its own; one only another
+    # accelerator function calls compiles into that one's cluster (its cost is already in the caller's)
+    called_from_cpu = set().union(*(savedmodel.callees(s.model, c) for c in cpu)) if cpu else set()
     for name, how in s.accelerator.items():
         cost = runner.compile(name, batch_of(name))
+        inside = sorted(a for a in s.accelerator if a != name and name in savedmodel.callees(s.model, a))
         s.report.functions.append(FunctionEntry(name, how, cost.flops, cost.bytes_accessed, cost.shapes,
-                                                s.call_sites.get(name, 0), aliases.get(name), name in served))
-    cpu = trial.cpu_functions(s.model, set(s.accelerator))
+                                                s.call_sites.get(name, 0), aliases.get(name),
+                                                name in called_from_cpu, inside))
     s.report.cpu_functions = {k: v for k, v in trial.cpu_flops(s.model, cpu, batch_of, runner.renamed).items()}
     s.report.cpu_cost = sum(s.report.cpu_functions.values())
     s.report.cpu_ops = {name: _cpu_ops(s, name) for name in cpu}

@@ -19,7 +19,8 @@ class FunctionEntry:
     shapes: list
     call_sites: int
     alias: str | None = None
-    served: bool = True  # reached from a signature; other traces are compiled but not counted
+    served: bool = True  # called from the CPU part of a signature; other traces are compiled but not counted
+    compiled_into: list = field(default_factory=list)  # accelerator functions that call it directly
 
 
 @dataclass

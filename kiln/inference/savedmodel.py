@@ -235,13 +235,25 @@ def select_accelerator_functions(model: SavedModelFile, tpu_functions) -> dict[s
                 raise SelectionError(f"function {name!r} is selected twice: by {chosen[name]} and by {how}")
             chosen[name] = how
     for a in chosen:
-        below = reachable(model, a)
-        for b in chosen:
-            if b != a and b in below:
+        for b in sorted(_reached_through_others(model, a, set(chosen))):
+            if b in chosen:
                 raise SelectionError(
                     f'Unable to place both "{a}" and "{b}" on the accelerator because "{a}" indirectly calls '
                     f'"{b}". This behavior is unsupported because it can cause invalid graphs to be generated.')
     return chosen
+
+
+def _reached_through_others(model: SavedModelFile, start: str, selected: set) -> set[str]:
+    """The selected functions ``start`` reaches through a function that is not selected. A selected
+    function calling another one directly is allowed, as in the original (the callee compiles into
+    the caller's XLA cluster); a call through an unselected function in between is not."""
+    todo, seen = [c for c in callees(model, start) if c not in selected], set()
+    while todo:
+        f = todo.pop()
+        if f not in seen:
+            seen.add(f)
+            todo += list(callees(model, f)) if f not in selected else []
+    return seen & selected
 
 
 def arg_shape(fdef, index: int):

@@ -179,3 +179,35 @@ def test_batching_a_sparse_input_names_it(root):
                                         r"BatchFunction batches dense tensors along dimension 0 only"):
         convert(src, str(root / "sparse_out"), f'batch_options {{ {BATCH} experimental {{ function_alias: "body" '
                 f"}} }}" + F32)
+
+
+# -- placement (item 7) ---------------------------------------------------------------------------
+
+def test_a_selected_function_may_call_another_directly(root):
+    m = models.DirectCall()
+    src = models.save_module(m, root / "direct", {"serving_default": m.serve.get_concrete_function()},
+                             {"inner": m.inner, "outer": m.outer})
+    out = root / "direct_out"
+    report = convert(src, str(out), 'tpu_functions { function_alias: "outer" } tpu_functions { function_alias: '
+                     '"inner" } bfloat16_optimization: DISABLED')
+    entries = {f.name.split("_")[-2]: f for f in report.served_functions}
+    assert set(entries) == {"outer", "inner"}  # inner also runs on its own, from the CPU part
+    assert entries["inner"].compiled_into == [entries["outer"].name]
+    x = np.random.default_rng(2).standard_normal((3, 4)).astype(np.float32)
+    got, want = _call(_load(out), "serving_default", x=x), _call(_load(src), "serving_default", x=x)
+    for key in want:
+        np.testing.assert_allclose(got[key], want[key], rtol=1e-6)
+    model = savedmodel.read(str(out))
+    outer = next(n for n in report.functions if n.name.startswith("__inference_outer"))
+    inner_calls = [n for n in model.functions[outer.name].node_def if n.op in savedmodel.CALL_OPS]
+    assert inner_calls and all(n.attr["_XlaMustCompile"].b for n in inner_calls)  # not routed through padding
+
+
+def test_a_shape_computed_outside_is_diagnosed_as_not_constant(root):
+    m = models.ShapeFromInput()
+    src = models.save_module(m, root / "shape", {"serving_default": m.serve.get_concrete_function()},
+                             {"body": m.body})
+    with pytest.raises(KilnError, match=r"input 1 of node 'Reshape' \(Reshape\) must be a compile-time constant "
+                                        r"\(a shape, axis or size\).*Its value comes from input\(s\) 'n'") as info:
+        convert(src, str(root / "shape_out"), 'tpu_functions { function_alias: "body" }')
+    assert "cannot be compiled by XLA" not in str(info.value) and not (root / "shape_out").exists()
