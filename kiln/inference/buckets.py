@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from .options import OptionsError
 from .rewrite import call_sites
-from .savedmodel import DT_RESOURCE, arg_shape, reachable, user_name
+from .savedmodel import DT_RESOURCE, arg_shape, live_functions, reachable, user_name
 
 DEFAULT_MAX_BATCH_BUCKET = 64
 PREFIX = "__kiln_bucketed_"
@@ -182,10 +182,12 @@ def apply(model, accelerator, batched: dict, experimental) -> tuple[list[Buckete
                                f"{e.input!r}; their inputs are {sorted(all_inputs)}")
     done, notes = [], []
     on_xla = set(accelerator).union(*(reachable(model, a) for a in accelerator)) if accelerator else set()
+    live = live_functions(model)
     for name in sorted(accelerator):
         target = model.functions[name]
         # calls inside another accelerator function compile into its cluster, at its shapes: no padding
-        sites = [(c, n) for c, n in call_sites(model, name) if c is not None and c.signature.name not in on_xla]
+        sites = [(c, n) for c, n in call_sites(model, name)
+                 if c is not None and c.signature.name not in on_xla and c.signature.name in live]
         if not sites:
             continue
         out_shapes = _known_output_shapes(model, name, sites)

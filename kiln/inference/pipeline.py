@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..errors import KilnError
 from . import options as opts
-from . import bfloat16, buckets, evaluate, guard, quantize, rewrite, savedmodel, sharding, trial, warmup
+from . import bfloat16, buckets, evaluate, graft, guard, quantize, rewrite, savedmodel, sharding, trial, warmup
 from .report import ConversionReport, FunctionEntry, StageEntry
 
 
@@ -52,22 +52,24 @@ def _stage_select(s: _State) -> list[str]:
 def _stage_place(s: _State) -> list[str]:
     s.call_sites = rewrite.place_on_xla(s.model, s.accelerator)
     if s.accelerator:  # trial-compile now: a function XLA cannot take fails before anything is measured
-        runner = trial.Trial(s.model)
+        runner, live = trial.Trial(s.model), savedmodel.live_functions(s.model)
         for name in s.accelerator:
-            runner.compile(name, 1)
+            if name in live:
+                runner.compile(name, 1)
     return [f"{name}: _XlaMustCompile on {n} call site(s)" for name, n in s.call_sites.items()]
 
 
 def _batch_targets(s: _State, entry, index: int) -> tuple[list[str], set | None]:
-    """(functions to batch, the callers whose call sites to batch: None for all of them). A signature
-    target batches the function only where that signature calls it, not under other signatures."""
+    """(functions to batch, the callers whose call sites to batch). A signature target batches the
+    function only where that signature calls it, not under other signatures; dead code is left alone."""
     kind = entry.experimental.WhichOneof("batch_function") if entry.HasField("experimental") else None
+    live = savedmodel.live_functions(s.model)
     if not kind:
-        return list(s.accelerator), None
+        return list(s.accelerator), live
     value = getattr(entry.experimental, kind)
     names = savedmodel.resolve_target(s.model, kind, value, f"batch_options[{index}].experimental")
     if kind != "signature_name":
-        return names, None
+        return names, live
     wrapper = savedmodel.signature_wrapper(s.model, value)
     return names, savedmodel.reachable(s.model, wrapper) | {wrapper}
 
@@ -119,22 +121,28 @@ def _stage_quantize(s: _State) -> list[str]:
     calibration = {}
     for key, samples in plan["samples"].items():
         calibration[key], s.guard.held_out[key] = quantize.split(samples)
-    out = s.scratch.path / "quantized"
-    quantize.quantize(s.model.path, out, q, calibration)
-    before = s.model
-    s.model = savedmodel.read(out)
-    measured = s.guard.measure("quantize", s.model, str(before.path), str(out), plan["keys"],
+    prepared, out = s.scratch.path / "quantizer_input", s.scratch.path / "quantized"
+    removed = graft.prepare(s.model, plan["keys"], prepared)
+    quantize.quantize(prepared, out, q, calibration)
+    before = str(s.model.path)  # the input on disk; the model is edited in memory from here
+    s.model.twins = graft.graft(s.model, out, plan["keys"], removed)
+    after = s.scratch.snapshot(s.model, "after_quantize")
+    measured = s.guard.measure("quantize", s.model, before, after, plan["keys"],
                                "remove external_feature_configs.quantization_options or try another method")
-    size_before, size_after = quantize.sizes(before.path, out)
     if measured is not None:
         s.report.accuracy["quantization"] = measured
+    size_before, size_after = quantize.sizes(before, after)
     s.report.quantization = {"method": plan["method"], "signature_keys": plan["keys"],
                              "calibration_samples": {k: len(v) for k, v in calibration.items()},
                              "held_out_samples": {k: len(v) for k, v in s.guard.held_out.items()},
                              "bytes_before": size_before, "bytes_after": size_after}
     lines = [f"{plan['method']} (op set XLA) on {', '.join(plan['keys'])}: model {size_before} -> {size_after} "
-             f"bytes ({size_after / max(size_before, 1):.2f}x); calibration samples "
+             f"bytes ({size_after / max(size_before, 1):.2f}x; the float32 variables stay for the object graph "
+             f"and the signatures not quantized); calibration samples "
              f"{dict(s.report.quantization['calibration_samples']) or 'none (no dataset needed)'}"]
+    unlisted = sorted(set(s.model.signatures) - set(plan["keys"]))
+    if unlisted:
+        lines.append(f"kept in float32 (not in signature_keys): {', '.join(unlisted)}")
     return lines + s.guard.lines(measured, "error vs float")
 
 
@@ -231,7 +239,12 @@ def _costs(s: _State, model_dir: Path) -> None:
     # an accelerator function the CPU part calls runs (and is counted) on its own; one only another
     # accelerator function calls compiles into that one's cluster (its cost is already in the caller's)
     called_from_cpu = set().union(*(savedmodel.callees(s.model, c) for c in cpu)) if cpu else set()
+    live = savedmodel.live_functions(s.model)
     for name, how in s.accelerator.items():
+        if name not in live:  # e.g. the float body of a quantized signature: nothing runs it
+            s.report.functions.append(FunctionEntry(name, how + " (unused: nothing in the model calls it)", 0, 0,
+                                                    [], 0, aliases.get(name), False))
+            continue
         cost = runner.compile(name, batch_of(name))
         inside = sorted(a for a in s.accelerator if a != name and name in savedmodel.callees(s.model, a))
         s.report.functions.append(FunctionEntry(name, how, cost.flops, cost.bytes_accessed, cost.shapes,

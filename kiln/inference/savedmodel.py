@@ -33,6 +33,7 @@ class SavedModelFile:
     proto: object  # saved_model_pb2.SavedModel
     meta: object  # the MetaGraphDef tagged "serve"
     functions: dict = field(default_factory=dict)  # name -> FunctionDef
+    twins: dict = field(default_factory=dict)  # function -> its quantized copies (graft.py)
 
     @property
     def aliases(self) -> dict:
@@ -144,6 +145,17 @@ def signatures_reaching(model: SavedModelFile, functions) -> list[str]:
     return keys
 
 
+def live_functions(model: SavedModelFile) -> set[str]:
+    """Functions a loaded model can run: those the signatures reach and the object graph's saved
+    functions with what they call. (Quantization leaves the old bodies of quantized signatures dead.)"""
+    starts = {signature_wrapper(model, key) for key in model.signatures}
+    starts |= {n for n in model.meta.object_graph_def.concrete_functions if n in model.functions}
+    live = set(starts)
+    for name in starts:
+        live |= reachable(model, name)
+    return live
+
+
 def signature_function(model: SavedModelFile, key: str) -> str:
     """The function signature ``key`` calls: the wrapper's only callee, else the wrapper itself."""
     if key not in model.signatures:
@@ -198,7 +210,7 @@ def _by_name(model: SavedModelFile, name: str, field_name: str) -> list[str]:
     if name not in model.functions:
         raise SelectionError(f"{field_name} {name!r} does not exist; the model's concrete functions are "
                              f"{model.public_functions()}")
-    return [name]
+    return [name] + model.twins.get(name, [])  # a quantized function is selected by its original name too
 
 
 def resolve_target(model: SavedModelFile, kind: str, value, where: str) -> list[str]:

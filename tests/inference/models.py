@@ -463,3 +463,35 @@ class ShapeFromInput(tf.Module):
     @tf.function(input_signature=[SPEC])
     def serve(self, x):
         return {"y": self.body(x, tf.shape(x))}
+
+
+class JitTwoSignatures(tf.Module):
+    """A jit_compile=True function with an alias behind two signatures, and one without an alias:
+    TensorFlow's quantizer inlines both and drops ``other`` unless kiln keeps the model whole."""
+
+    def __init__(self):
+        rng = np.random.default_rng(0)
+        self.w = tf.Variable(rng.standard_normal((64, 32)).astype(np.float32) / 8.0)
+        self.v = tf.Variable(rng.standard_normal((32, 8)).astype(np.float32) / 4.0)
+
+    @tf.function(jit_compile=True)
+    def body(self, x):
+        return tf.nn.relu(tf.matmul(x, self.w))
+
+    @tf.function(jit_compile=True)
+    def head(self, h):
+        return tf.matmul(h, self.v)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 64], tf.float32)])
+    def serve(self, x):
+        return {"y": self.head(self.body(x))}
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 64], tf.float32)])
+    def other(self, x):
+        return {"z": self.body(x) * 2.0}
+
+
+def save_jit_two_signatures(path) -> str:
+    m = JitTwoSignatures()
+    return save_module(m, path, {"serving_default": m.serve.get_concrete_function(),
+                                 "other": m.other.get_concrete_function()}, {"body": m.body})

@@ -211,3 +211,42 @@ def test_a_shape_computed_outside_is_diagnosed_as_not_constant(root):
                                         r"\(a shape, axis or size\).*Its value comes from input\(s\) 'n'") as info:
         convert(src, str(root / "shape_out"), 'tpu_functions { function_alias: "body" }')
     assert "cannot be compiled by XLA" not in str(info.value) and not (root / "shape_out").exists()
+
+
+# -- quantization keeps the model whole (item 4) --------------------------------------------------
+
+@pytest.fixture(scope="module")
+def jit_two(root):
+    return models.save_jit_two_signatures(root / "jit_two")
+
+
+QUANT = ("external_feature_configs { quantization_options { quantization_method { preset_method: "
+         "METHOD_DYNAMIC_RANGE_INT8 } op_set: XLA min_num_elements_for_weights: 256 } }")
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_quantization_keeps_signatures_aliases_and_jit_marks(root, jit_two):
+    out = root / "jit_two_int8"
+    report = convert(jit_two, str(out), 'tpu_functions { function_alias: "body" } ' + QUANT + F32)
+    model = savedmodel.read(str(out))
+    assert sorted(model.signatures) == ["other", "serving_default"]
+    # the alias names existing functions, among them the quantized twin: int8 dots, still marked for XLA
+    named = [n for n, a in model.aliases.items() if a == "body"]
+    assert named and all(n in model.functions for n in named)
+    twins = [n for n in named if n.startswith("__kiln_int8_")]
+    assert twins and all(model.functions[n].attr["_XlaMustCompile"].b for n in twins)
+    assert any(node.op == "XlaDotV2" for n in twins for node in model.functions[n].node_def)
+    # head had no alias: it survives as a function (its twin) and keeps its jit mark
+    heads = [n for n in model.functions if n.startswith("__kiln_int8_") and "head" in n]
+    assert heads and all(model.functions[n].attr["_XlaMustCompile"].b for n in heads)
+    assert any(e.name in twins and e.served for e in report.functions)
+    x = np.random.default_rng(3).standard_normal((5, 64)).astype(np.float32)
+    before, after = _load(jit_two), _load(out)
+    np.testing.assert_array_equal(_call(after, "other", x=x)["z"], _call(before, "other", x=x)["z"])  # not listed
+    want, got = _call(before, "serving_default", x=x)["y"], _call(after, "serving_default", x=x)["y"]
+    assert 0 < np.max(np.abs(got - want)) < 0.05 * np.max(np.abs(want))
+    assert "kept in float32 (not in signature_keys): other" in report.text
+    # the twins are selected by jit_compile_functions and by the original's concrete name too
+    report2 = convert(jit_two, str(root / "jit_two_int8_jit"), "tpu_functions { jit_compile_functions: true } "
+                      + QUANT + F32)
+    assert {e.name for e in report2.served_functions} >= set(twins) | set(heads)
