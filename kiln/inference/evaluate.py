@@ -133,11 +133,13 @@ def _first_line(exc: Exception) -> str:
     return (said or lines or [type(exc).__name__])[0].strip()
 
 
-def measure(before_dir, after_dir: str, inputs: dict, stage: str, remedy: str, reference=None) -> tuple:
+def measure(before_dir, after_dir: str, inputs: dict, stage: str, remedy: str, reference=None,
+            runner=None) -> tuple:
     """({signature: {"samples": n, "source": ..., "outputs": compare(...)}}, outputs after the stage).
 
     ``reference``: outputs of the model before, already computed (the previous stage's ``after``),
-    used instead of running ``before_dir``. A signature the model before cannot run on these inputs
+    used instead of running ``before_dir``; ``runner(after_dir, {key: samples})`` runs the model after
+    (default ``run_all``: one request at a time). A signature the model before cannot run on these inputs
     is recorded as not measured. Raises StageError when the model after the stage fails where the
     one before runs: a broken conversion is never written."""
     result, after = {}, {}
@@ -145,7 +147,7 @@ def measure(before_dir, after_dir: str, inputs: dict, stage: str, remedy: str, r
     missing = {k: samples for k, (samples, _) in inputs.items() if k not in known}
     before = {**known, **(run_all(str(before_dir), missing) if missing else {})}
     runnable = {k: inputs[k][0] for k in inputs if not isinstance(before[k], Exception)}
-    got_all = run_all(after_dir, runnable) if runnable else {}
+    got_all = (runner or run_all)(after_dir, runnable) if runnable else {}
     for key, (samples, source) in sorted(inputs.items()):
         ref = before[key]
         if isinstance(ref, Exception):  # e.g. generated ids out of an embedding's range

@@ -138,17 +138,21 @@ class Guard:
         samples = self.user_samples(model).get(key) or self.held_out.get(key)
         return list(samples) if samples else None
 
-    def measure(self, stage: str, model, before_dir, after_dir: str, keys, remedy: str):
+    def measure(self, stage: str, model, before_dir, after_dir: str, keys, remedy: str, runner=None,
+                keep_reference: bool = False):
         """{signature: measurement} on ``keys`` (the signatures the stage changed), or None when skipped.
 
-        Signatures the model before the stage cannot run on these inputs are recorded as unmeasured;
+        ``runner``: how the model after runs (evaluate.measure); ``keep_reference``: its outputs are not the
+        next stage's reference (a probe, not the model as served). Signatures the model before the stage
+        cannot run on these inputs are recorded as unmeasured;
         a model after the stage that fails where the one before runs is a StageError."""
         if self.skip:
             return None
         keys = set(keys)
         inputs = {k: v for k, v in self.inputs(model).items() if k in keys}
-        measured, after = evaluate.measure(before_dir, after_dir, inputs, stage, remedy, self.reference)
-        self.reference = {**(self.reference or {}), **after}
+        measured, after = evaluate.measure(before_dir, after_dir, inputs, stage, remedy, self.reference, runner)
+        if not keep_reference:
+            self.reference = {**(self.reference or {}), **after}
         for key, m in sorted(measured.items()):
             if "error" in m:
                 why = f"the model before {stage} fails on {m['source']} inputs: {m['error']}"

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from ..errors import KilnError
 from . import options as opts
-from . import bfloat16, buckets, evaluate, graft, guard, quantize, rewrite, savedmodel, sharding, trial, warmup
+from . import (batchcheck, bfloat16, buckets, effects, evaluate, graft, guard, quantize, rewrite, savedmodel,
+               sharding, trial, warmup)
 from .report import ConversionReport, FunctionEntry, StageEntry
 
 
@@ -75,6 +76,9 @@ def _batch_targets(s: _State, entry, index: int) -> tuple[list[str], set | None]
 
 
 def _stage_batch(s: _State) -> list[str]:
+    if not s.options.batch_options:
+        return ["no batch_options: nothing batched"]
+    before = s.scratch.snapshot(s.model, "before_batch")
     changes, batched_by = [], {}
     existing = list(rewrite.existing_batch_ops(s.model))
     for i, entry in enumerate(s.options.batch_options):
@@ -103,9 +107,38 @@ def _stage_batch(s: _State) -> list[str]:
         if not added:
             raise rewrite.BatchingError(f"batch_options[{i}]: no function of {targets} is called from another "
                                         f"function, so there is no call site to batch")
+        runner = trial.Trial(s.model)
+        for name in sorted({b.function for b in added}):
+            changes += batchcheck.check_batch_major(runner, name, rewrite.check_batchable(s.model, name, ""),
+                                                    f"batch_options[{i}]")
         changes += [f"{b.function} in {b.caller}: BatchFunction shared_name {b.shared_name}" for b in added]
         s.batched += added
-    return changes
+    return changes + _measure_batching(s, before)
+
+
+def _measure_batching(s: _State, before: str) -> list[str]:
+    """Concurrent requests through the batched model against the model before (batchcheck.py)."""
+    callers = {b.caller for b in s.batched}
+    keys = savedmodel.signatures_reaching(s.model, callers)
+    if not keys:
+        return []
+    stateful = {}
+    for key in keys:
+        below = savedmodel.reachable(s.model, savedmodel.signature_wrapper(s.model, key))
+        found = [e for f in sorted({b.function for b in s.batched if b.caller in below | {b.caller}})
+                 if f in s.model.functions for e in effects.effects(s.model, f)]
+        if found:
+            stateful[key] = [effects.describe(found)]
+    if s.guard.skip:
+        return [f"{key}: the batched function keeps state ({'; '.join(v)}); not measured (skip_accuracy_check)"
+                for key, v in sorted(stateful.items())] + s.guard.lines(None, "batched vs unbatched")
+    inputs = {k: v[0] for k, v in s.guard.inputs(s.model).items() if k in keys}
+    probe = batchcheck.probe_snapshot(s.model, s.scratch.path / "after_batch", batchcheck.rows_of(inputs))
+    measured = s.guard.measure("batching", s.model, before, probe, keys, "remove the batch_options entry",
+                               runner=batchcheck.run_concurrently, keep_reference=True)
+    s.report.accuracy["batching"] = measured
+    notes = batchcheck.refuse_changed(measured, stateful)
+    return notes + s.guard.lines(measured, "concurrent requests batched vs one at a time")
 
 
 def _stage_sharding(s: _State) -> list[str]:

@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict, dataclass, field
 
 ACCELERATOR = "XLA"  # the original says "TPU"; kiln places functions on any XLA device
-OPTIMIZATION_STAGES = ("sharding", "quantize", "bfloat16", "I/O shapes")
+OPTIMIZATION_STAGES = ("sharding", "quantize", "bfloat16", "batch in the graph", "I/O shapes")
 
 
 @dataclass

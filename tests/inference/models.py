@@ -495,3 +495,15 @@ def save_jit_two_signatures(path) -> str:
     m = JitTwoSignatures()
     return save_module(m, path, {"serving_default": m.serve.get_concrete_function(),
                                  "other": m.other.get_concrete_function()}, {"body": m.body})
+
+
+class FiltersRows(tf.Module):
+    """Drops rows with a negative first value: dimension 0 of the output is known only when it runs."""
+
+    @tf.function
+    def body(self, x):
+        return tf.boolean_mask(x, x[:, 0] > 0.0)
+
+    @tf.function(input_signature=[SPEC])
+    def serve(self, x):
+        return {"y": self.body(x)}

@@ -6,7 +6,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from kiln.errors import KilnError  # noqa: E402
-from kiln.inference import convert, effects, savedmodel  # noqa: E402
+from kiln.inference import convert, effects, evaluate, savedmodel  # noqa: E402
 
 from . import models  # noqa: E402
 
@@ -250,3 +250,60 @@ def test_quantization_keeps_signatures_aliases_and_jit_marks(root, jit_two):
     report2 = convert(jit_two, str(root / "jit_two_int8_jit"), "tpu_functions { jit_compile_functions: true } "
                       + QUANT + F32)
     assert {e.name for e in report2.served_functions} >= set(twins) | set(heads)
+
+
+# -- batching cannot change results unchecked (item 3) -------------------------------------------
+
+def _one(m, root, name, fn="body", key="serving_default", serve="serve"):
+    return models.save_module(m, root / name, {key: getattr(m, serve).get_concrete_function()},
+                              {fn: getattr(m, fn)})
+
+
+def test_outputs_that_are_not_batch_major_are_refused_at_conversion(root):
+    m = models.NotBatchMajor()
+    src = models.save_module(m, root / "not_batch_major", {"serve_flat": m.serve_flat.get_concrete_function(),
+                                                           "serve_total": m.serve_total.get_concrete_function()},
+                             {"flat": m.flat, "total": m.total})
+    for fn, shape in (("flat", r"\[12\]"), ("total", r"\[4\]")):
+        with pytest.raises(KilnError, match=rf"cannot batch function '__inference_{fn}_\d+': output 0 \('identity'\) "
+                                            rf"has shape {shape} for 3 input rows; BatchFunction splits its outputs "
+                                            rf"by rows"):
+            convert(src, str(root / "nbm_out"), f'batch_options {{ {BATCH} experimental {{ function_alias: "{fn}" '
+                    "} } skip_accuracy_check: true" + F32)
+    assert not (root / "nbm_out").exists()
+
+
+def test_a_dimension_0_known_only_at_run_time_is_measured(root):
+    src = _one(models.FiltersRows(), root, "filters")
+    with pytest.raises(evaluate.StageError, match=r"batching: signature 'serving_default' fails after the stage on "
+                                                  r"inputs the model before it runs: .*0th dimension"):
+        convert(src, str(root / "filters_out"), f'batch_options {{ {BATCH} experimental {{ function_alias: "body" '
+                "} }" + F32)
+
+
+def test_batching_a_function_that_mixes_rows_is_refused_with_the_measured_error(root):
+    src = _one(models.MixesRows(), root, "mixes_batched", fn="center")
+    with pytest.raises(evaluate.StageError, match=r"batching: concurrent requests merged and padded as BatchFunction "
+                                                  r"does change output 'y' of signature 'serving_default' \(max "
+                                                  r"relative error [\d.e-]+.*mixes rows"):
+        convert(src, str(root / "mixes_batched_out"), f'batch_options {{ {BATCH} experimental {{ function_alias: '
+                '"center" } }' + F32)
+    assert not (root / "mixes_batched_out").exists()
+
+
+def test_batching_a_function_whose_state_changes_results_is_refused(root, running_mean):
+    with pytest.raises(evaluate.StageError, match=r"change output 'y' of signature 'serving_default'.*keeps state "
+                                                  r"\(AssignVariableOp on variable"):
+        convert(running_mean, str(root / "running_mean_batched"), 'tpu_functions { function_alias: "body" } '
+                f"batch_options {{ {BATCH} }}" + F32)
+
+
+def test_state_that_does_not_change_results_is_noted(root):
+    m = models.Counting()
+    src = models.save_module(m, root / "counting", {"serving_default": m.serve.get_concrete_function(),
+                                                    "stats": m.stats.get_concrete_function()}, {"body": m.body})
+    report = convert(src, str(root / "counting_out"), f'tpu_functions {{ function_alias: "body" }} batch_options '
+                     f"{{ {BATCH} }}" + F32)
+    stage = next(s for s in report.stages if s.name == "batch in the graph")
+    assert any("keeps state (AssignAddVariableOp on variable" in c and "once per batch" in c for c in stage.changes)
+    assert report.accuracy["batching"]["serving_default"]["outputs"]["y"]["max_rel"] < 1e-6
