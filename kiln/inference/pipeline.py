@@ -211,6 +211,9 @@ def _stage_io_shapes(s: _State) -> list[str]:
     before = s.scratch.snapshot(s.model, "before_io")
     done, notes = buckets.apply(s.model, s.accelerator, sizes, s.options.experimental)
     s.bucketed = done
+    for b in done:  # a router in front of a batch op: one queue per bucket replaces the op
+        if b.replaced:
+            s.batched = [x for x in s.batched if (x.caller, x.node) not in b.replaced] + b.batch_ops
     s.report.io_shapes = [dict(function=b.function, wrapper=b.wrapper, batch_buckets=b.batch_buckets,
                                dimension_buckets=b.dimension_buckets, call_sites=b.call_sites,
                                max_compiles=b.max_compiles) for b in done]
@@ -220,8 +223,10 @@ def _stage_io_shapes(s: _State) -> list[str]:
              + f" -> at most {b.max_compiles} XLA compilation(s)"
              + (" (BatchFunction splits larger requests)" if b.function in sizes else
                 " up to the largest bucket, then one per multiple of it")
-             + f" ({b.call_sites} call site(s))" for b in done]
-    padded = {b.wrapper for b in done if b.wrapper.startswith(buckets.PREFIX)}
+             + f" ({b.call_sites} call site(s))"
+             + (f"; padded before the batch op, one BatchFunction queue per bucket, longer inputs run "
+                f"unbatched" if b.replaced else "") for b in done]
+    padded = {b.wrapper for b in done if b.wrapper.startswith((buckets.PREFIX, buckets.ROUTER))}
     if padded:
         measured = s.guard.measure("I/O shapes", s.model, before, s.scratch.snapshot(s.model, "after_io"),
                                    savedmodel.signatures_reaching(s.model, padded), "set io_shape_optimization: DISABLED")

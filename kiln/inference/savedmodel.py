@@ -166,6 +166,19 @@ def signature_function(model: SavedModelFile, key: str) -> str:
     return inner[0] if len(inner) == 1 else wrapper
 
 
+def _argument_passing(node) -> list[tuple[str, int]]:
+    """(function, inputs to skip) for each function a node passes its inputs on to, in order."""
+    if node.op in CALL_OPS or node.op == "BatchFunction":
+        return [(node.attr["f"].func.name, 0)]
+    if node.op in ("Case", "StatelessCase"):
+        return [(f.name, 1) for f in node.attr["branches"].list.func]
+    if node.op in ("If", "StatelessIf"):
+        return [(node.attr[k].func.name, 1) for k in ("then_branch", "else_branch")]
+    if node.op in ("While", "StatelessWhile"):
+        return [(node.attr[k].func.name, 0) for k in ("cond", "body")]
+    return []
+
+
 def bound_inputs(model) -> dict:
     """(function, arg index) -> object-graph node id of what is captured there: a variable, a constant
     (``tf.constant``, a table's default value) or another resource (a lookup table)."""
@@ -184,14 +197,16 @@ def bound_inputs(model) -> dict:
             caller = fdef.signature.name
             arg_index = {a.name: i for i, a in enumerate(fdef.signature.input_arg)}
             for node in fdef.node_def:
-                if node.op not in CALL_OPS and node.op != "BatchFunction":
+                targets = _argument_passing(node)
+                if not targets:
                     continue
-                callee = node.attr["f"].func.name
-                for pos, inp in enumerate(i for i in node.input if not i.startswith("^")):
-                    src = arg_index.get(inp)
-                    if src is not None and (caller, src) in binding and (callee, pos) not in binding:
-                        binding[(callee, pos)] = binding[(caller, src)]
-                        changed = True
+                data = [i for i in node.input if not i.startswith("^")]
+                for callee, skip in targets:
+                    for pos, inp in enumerate(data[skip:]):
+                        src = arg_index.get(inp)
+                        if src is not None and (caller, src) in binding and (callee, pos) not in binding:
+                            binding[(callee, pos)] = binding[(caller, src)]
+                            changed = True
     return binding
 
 

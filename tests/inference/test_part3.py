@@ -307,3 +307,28 @@ def test_state_that_does_not_change_results_is_noted(root):
     stage = next(s for s in report.stages if s.name == "batch in the graph")
     assert any("keeps state (AssignAddVariableOp on variable" in c and "once per batch" in c for c in stage.changes)
     assert report.accuracy["batching"]["serving_default"]["outputs"]["y"]["max_rel"] < 1e-6
+
+
+# -- sequence buckets in front of the batch op (item 5) --------------------------------------------
+
+def test_mixed_length_concurrent_requests_with_buckets_succeed_and_equal_the_original(root):
+    """Lengths 5, 11, 7, 20 and 16 arrive together: each is padded to its bucket (8, 16, or beyond: unbatched)
+    before the batch op, so every BatchFunction queue holds one length and concatenation never fails."""
+    from .test_serving import _concurrent
+
+    src = _one(models.Sequence(), root, "seq", fn="tokens")
+    out = root / "seq_batched"
+    report = convert(src, str(out), 'tpu_functions { function_alias: "tokens" } bfloat16_optimization: DISABLED '
+                     f"batch_options {{ {BATCH} }} "
+                     'experimental { dimension_buckets { input: "x" dimension: 1 sizes: [8, 16] } }')
+    (entry,) = [b for b in report.io_shapes if b["call_sites"]][:1]
+    assert entry["dimension_buckets"] == {"x[1]": [8, 16]} and entry["wrapper"].startswith("__kiln_routed_")
+    queues = {b["shared_name"] for b in report.batching}
+    assert any(q.endswith("/8") for q in queues) and any(q.endswith("/16") for q in queues)
+    before, after = _load(src).signatures["serving_default"], _load(out).signatures["serving_default"]
+    rng = np.random.default_rng(0)
+    feeds = [rng.standard_normal((1 + i % 2, (5, 11, 7, 20, 16)[i % 5], 4)).astype(np.float32) for i in range(15)]
+    results, errors = _concurrent(lambda x: after(x=tf.constant(x))["y"].numpy(), feeds)
+    assert errors == []
+    for x, got in zip(feeds, results):
+        np.testing.assert_allclose(got, before(x=tf.constant(x))["y"].numpy(), rtol=1e-6, atol=1e-6)
