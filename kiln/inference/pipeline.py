@@ -396,6 +396,22 @@ def convert(input_model_dir, output_model_dir, options=None, *, evaluation_data=
     return report
 
 
+def _warmup(s: _State, path: Path) -> None:
+    """Records TF Serving replays at load: never for a state-changing signature, only ones that run."""
+    start = time.perf_counter()
+    sizes = {key: info["warmup_batch_sizes"] for key, info in s.report.signatures.items()}
+    stateful = {k: effects.describe(v) for k, v in effects.signature_effects(s.model).items()}
+    samples = {key: s.guard.real_inputs(s.model, key) for key in sizes}
+    requests, skipped = warmup.plan(s.model, sizes, samples, stateful)
+    requests, failed = warmup.verify(s.report.input_model_dir, requests)
+    s.report.warmup_records = warmup.write_records(path, requests)
+    s.report.warmup = {"records": {k: [len(next(iter(f.values()))) if f else 0 for key, f in requests if key == k]
+                                   for k in sorted({key for key, _ in requests})},
+                       "real_inputs": sorted(k for k, v in samples.items() if v),
+                       "skipped": skipped + failed}
+    s.report.timings["warm-up records"] = round(time.perf_counter() - start, 3)
+
+
 def _write(state: _State, out: Path, tmp: Path) -> None:
     model, report, options = state.model, state.report, state.options
     try:
@@ -407,9 +423,7 @@ def _write(state: _State, out: Path, tmp: Path) -> None:
         report.batching = [asdict(b) for b in state.batched]
         extra = tmp / "assets.extra"
         (extra / "kiln").mkdir(parents=True, exist_ok=True)
-        requests = [(key, warmup.representative_inputs(model.meta.signature_def[key], n))
-                    for key, info in report.signatures.items() for n in info["warmup_batch_sizes"]]
-        report.warmup_records = warmup.write_records(extra / warmup.WARMUP_FILE, requests)
+        _warmup(state, extra / warmup.WARMUP_FILE)
         (extra / "kiln" / "converter_options.pbtxt").write_text(opts.to_text(options))
         (extra / "kiln" / "report.txt").write_text(report.text + "\n")
         (extra / "kiln" / "report.json").write_text(report.to_json() + "\n")

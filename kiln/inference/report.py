@@ -43,6 +43,7 @@ class ConversionReport:
     batching: list = field(default_factory=list)  # dicts of BatchedSite
     stages: list = field(default_factory=list)  # StageEntry
     warmup_records: int = 0
+    warmup: dict = field(default_factory=dict)  # {"records": {signature: [rows...]}, "real_inputs", "skipped"}
     accuracy: dict = field(default_factory=dict)  # stage -> signature -> {"outputs": {name: errors}, ...}
     quantization: dict = field(default_factory=dict)  # method, samples, sizes
     io_shapes: list = field(default_factory=list)  # one dict per bucketed function
@@ -88,8 +89,19 @@ class ConversionReport:
             for stage in optimizations:
                 lines += [f"{stage.name}: {stage.changes[0] if stage.changes else stage.status}"]
                 lines += [f"  {c}" for c in stage.changes[1:]]
-        lines += self._accuracy_lines()
+        lines += self._warmup_lines() + self._accuracy_lines()
         return "\n".join(lines)
+
+    def _warmup_lines(self) -> list[str]:
+        if not self.warmup:
+            return []
+        records = self.warmup.get("records", {})
+        real = set(self.warmup.get("real_inputs", []))
+        lines = ["", f"Warm-up: {self.warmup_records} record(s) for TF Serving"
+                     + (": " + "; ".join(f"{k} at {rows} rows ({'real inputs' if k in real else 'zeros'})"
+                                         for k, rows in records.items()) if records else "")]
+        lines += [f"  no records for {s['signature']!r}: {s['why']}" for s in self.warmup.get("skipped", [])]
+        return lines
 
     def _accuracy_lines(self) -> list[str]:
         if self.accuracy_skipped:
@@ -121,6 +133,7 @@ class ConversionReport:
             "batching": list(self.batching),
             "stages": [asdict(s) for s in self.stages],
             "warmup_records": self.warmup_records,
+            "warmup": dict(self.warmup),
             "accuracy": self.accuracy,
             "quantization": dict(self.quantization),
             "io_shapes": list(self.io_shapes),

@@ -1,5 +1,13 @@
 """TF Serving warm-up records (``assets.extra/tf_serving_warmup_requests``).
 
+TF Serving replays these at every model load and aborts the load when one fails, so a record
+must be harmless and must run: a signature that changes state (assigns a variable, writes a file)
+gets none — replaying ``set_w`` with zeros would leave a model answering zeros — and string inputs
+come only from real samples (the user's evaluation data or held-out representative samples; an
+empty string parses as nothing), else that signature is skipped with the reason. Numeric inputs
+without samples are zeros. Every record is replayed through the input model at conversion, and
+one that fails there is not written.
+
 TF Serving reads a TFRecord of ``tensorflow.serving.PredictionLog`` protos. The
 tensorflow-serving-api wheel requires the full ``tensorflow`` package (not tensorflow-cpu), so
 kiln builds the few messages it needs itself, with TF Serving's field numbers
@@ -81,6 +89,71 @@ def representative_inputs(signature_def, batch: int) -> dict:
         else:
             feeds[key] = np.zeros(shape, dtype=dtype.as_numpy_dtype)
     return feeds
+
+
+def _string_inputs(signature_def) -> list[str]:
+    return sorted(k for k, info in signature_def.inputs.items() if info.dtype == 7)  # DT_STRING
+
+
+def _rows_to(sample: dict, rows: int) -> dict:
+    """The sample's rows repeated (or cut) to ``rows`` along dimension 0."""
+    import numpy as np
+
+    out = {}
+    for name, value in sample.items():
+        value = np.asarray(value)
+        if value.ndim == 0 or value.shape[0] == 0:
+            return {}
+        out[name] = np.take(value, np.arange(rows) % value.shape[0], axis=0)
+    return out
+
+
+def plan(model, sizes: dict, samples: dict, stateful: dict) -> tuple[list, list]:
+    """(requests [(signature, feeds)], skipped [{"signature", "why"}]) for ``sizes`` (signature -> batch
+    sizes); ``samples``: signature -> real samples or None; ``stateful``: signature -> what it changes."""
+    requests, skipped = [], []
+    for key in sorted(sizes):
+        if key in stateful:
+            skipped.append({"signature": key, "why": f"it changes state ({stateful[key]}); TF Serving replays "
+                                                    f"warm-up records at every load"})
+            continue
+        real = [s for s in (samples.get(key) or []) if _rows_to(s, 1)]
+        signature_def = model.meta.signature_def[key]
+        if not real and _string_inputs(signature_def):
+            skipped.append({"signature": key, "why": f"string input(s) {_string_inputs(signature_def)} and no real "
+                                                    f"samples to take them from (an empty string may not parse); "
+                                                    f"give --evaluation_data"})
+            continue
+        for n in sizes[key]:
+            requests.append((key, _rows_to(real[0], n) if real else representative_inputs(signature_def, n)))
+    return requests, skipped
+
+
+def verify(model_dir: str, requests: list) -> tuple[list, list]:
+    """(requests that run on the model in ``model_dir``, skipped [{"signature", "why"}] for the others)."""
+    import numpy as np
+    import tensorflow as tf
+
+    from .evaluate import _first_line
+
+    if not requests:
+        return [], []
+    loaded = tf.saved_model.load(model_dir)
+    ok, failed = [], {}
+    for key, feeds in requests:
+        if key in failed:
+            continue
+        fn = loaded.signatures[key]
+        specs = fn.structured_input_signature[1]
+        try:
+            fn(**{n: tf.constant(np.asarray(v), dtype=specs[n].dtype) for n, v in feeds.items() if n in specs})
+        except Exception as exc:  # noqa: BLE001 (TensorFlow raises many kinds)
+            rows = len(next(iter(feeds.values()))) if feeds else 0
+            failed[key] = f"a {rows}-row record fails on the input model: {_first_line(exc)}"
+            continue
+        ok.append((key, feeds))
+    ok = [(k, f) for k, f in ok if k not in failed]
+    return ok, [{"signature": k, "why": why} for k, why in sorted(failed.items())]
 
 
 def write_records(path, requests) -> int:

@@ -332,3 +332,69 @@ def test_mixed_length_concurrent_requests_with_buckets_succeed_and_equal_the_ori
     assert errors == []
     for x, got in zip(feeds, results):
         np.testing.assert_allclose(got, before(x=tf.constant(x))["y"].numpy(), rtol=1e-6, atol=1e-6)
+
+
+# -- warm-up records that cannot hurt the model (item 1) ------------------------------------------
+
+def _replay(model_dir, loaded):
+    """Run every warm-up record through ``loaded`` as TF Serving does at load; the signatures replayed."""
+    from kiln.inference import warmup
+
+    keys = []
+    for log in warmup.read_records(model_dir / "assets.extra" / warmup.WARMUP_FILE):
+        req = log.predict_log.request
+        feeds = {}
+        for name, proto in req.inputs.items():
+            tensor = tf.make_tensor_proto(np.zeros(1))
+            tensor.ParseFromString(proto.SerializeToString())
+            feeds[name] = tf.constant(tf.make_ndarray(tensor))
+        loaded.signatures[req.model_spec.signature_name](**feeds)  # raises if a record fails
+        keys.append(req.model_spec.signature_name)
+    return keys
+
+
+def test_warmup_never_calls_a_state_changing_signature(root, running_mean):
+    out = root / "running_mean_warm"
+    report = convert(running_mean, str(out), 'tpu_functions { function_alias: "body" } skip_accuracy_check: true')
+    skipped = {s["signature"]: s["why"] for s in report.warmup["skipped"]}
+    assert set(skipped) == {"serving_default", "set_w"}
+    assert "AssignVariableOp on variable" in skipped["set_w"] and "replays warm-up" in skipped["set_w"]
+    assert "no records for 'set_w': it changes state" in report.text
+    x = np.random.default_rng(4).standard_normal((3, 4)).astype(np.float32)
+    fresh, replayed = _load(out), _load(out)
+    assert set(_replay(out, replayed)) == {"state"}
+    want, got = _call(fresh, "serving_default", x=x), _call(replayed, "serving_default", x=x)
+    np.testing.assert_array_equal(got["y"], want["y"])
+    np.testing.assert_array_equal(_call(replayed, "state")["w"], _call(fresh, "state")["w"])
+
+
+def test_string_inputs_get_real_values_or_no_record(root, parses_strings):
+    options = 'tpu_functions { function_alias: "body" } skip_accuracy_check: true'
+    report = convert(parses_strings, str(root / "csv_warm_none"), options)
+    assert report.warmup_records == 0
+    (skip,) = report.warmup["skipped"]
+    assert skip["signature"] == "serving_default" and "string input(s) ['text']" in skip["why"]
+    out = root / "csv_warm_real"
+    samples = [{"text": models.csv_rows(1, seed)} for seed in range(4)]
+    report = convert(parses_strings, str(out), options, evaluation_data=samples)
+    assert report.warmup_records == 7 and report.warmup["real_inputs"] == ["serving_default"]  # buckets 1..64
+    loaded = _load(out)
+    assert _replay(out, loaded) == ["serving_default"] * 7
+    text = models.csv_rows(2, 9)
+    np.testing.assert_allclose(_call(loaded, "serving_default", text=text)["y"],
+                               _call(_load(parses_strings), "serving_default", text=text)["y"], rtol=2e-2, atol=2e-2)
+
+
+def test_a_record_that_fails_on_the_model_is_not_written(root):
+    """Zeros are not valid for every model: a record the input model refuses is dropped, with the reason."""
+    class NeedsPositive(tf.Module):
+        @tf.function(input_signature=[models.SPEC])
+        def serve(self, x):
+            tf.debugging.assert_positive(x, message="inputs must be positive")
+            return {"y": tf.math.log(x)}
+
+    m = NeedsPositive()
+    src = models.save_module(m, root / "positive", {"serving_default": m.serve.get_concrete_function()}, {})
+    report = convert(src, str(root / "positive_out"), "skip_accuracy_check: true")
+    assert report.warmup_records == 0
+    assert "record fails on the input model: assertion failed: [inputs must be positive" in report.warmup["skipped"][0]["why"]
