@@ -402,11 +402,13 @@ def _warmup(s: _State, path: Path) -> None:
     sizes = {key: info["warmup_batch_sizes"] for key, info in s.report.signatures.items()}
     stateful = {k: effects.describe(v) for k, v in effects.signature_effects(s.model).items()}
     samples = {key: s.guard.real_inputs(s.model, key) for key in sizes}
-    requests, skipped = warmup.plan(s.model, sizes, samples, stateful)
+    dimensions = [(e.input, e.dimension, list(e.sizes)) for e in s.options.experimental.dimension_buckets] \
+        if opts.enabled(s.options, "io_shape_optimization") else []
+    requests, skipped = warmup.plan(s.model, sizes, samples, stateful, dimensions)
     requests, failed = warmup.verify(s.report.input_model_dir, requests)
     s.report.warmup_records = warmup.write_records(path, requests)
-    s.report.warmup = {"records": {k: [len(next(iter(f.values()))) if f else 0 for key, f in requests if key == k]
-                                   for k in sorted({key for key, _ in requests})},
+    s.report.warmup = {"records": {k: [list(next(iter(f.values())).shape) if f else [] for key, f in requests
+                                       if key == k] for k in sorted({key for key, _ in requests})},
                        "real_inputs": sorted(k for k, v in samples.items() if v),
                        "skipped": skipped + failed}
     s.report.timings["warm-up records"] = round(time.perf_counter() - start, 3)

@@ -98,8 +98,8 @@ class ConversionReport:
         records = self.warmup.get("records", {})
         real = set(self.warmup.get("real_inputs", []))
         lines = ["", f"Warm-up: {self.warmup_records} record(s) for TF Serving"
-                     + (": " + "; ".join(f"{k} at {rows} rows ({'real inputs' if k in real else 'zeros'})"
-                                         for k, rows in records.items()) if records else "")]
+                     + (": " + "; ".join(f"{k} {_shapes(shapes)} ({'real inputs' if k in real else 'zeros'})"
+                                         for k, shapes in records.items()) if records else "")]
         lines += [f"  no records for {s['signature']!r}: {s['why']}" for s in self.warmup.get("skipped", [])]
         return lines
 
@@ -147,6 +147,13 @@ class ConversionReport:
 
     def to_html(self) -> str:
         return render_html(self)
+
+
+def _shapes(shapes: list) -> str:
+    """"at 1, 2, 4 rows" when only the batch varies, else the shapes of the first input."""
+    if all(len(x) == len(shapes[0]) and x[1:] == shapes[0][1:] for x in shapes) and shapes and shapes[0]:
+        return "at " + ", ".join(str(x[0]) for x in shapes) + " rows"
+    return "of shapes " + ", ".join("x".join(map(str, x)) for x in shapes)
 
 
 def _bars(report: ConversionReport) -> str:

@@ -108,9 +108,27 @@ def _rows_to(sample: dict, rows: int) -> dict:
     return out
 
 
-def plan(model, sizes: dict, samples: dict, stateful: dict) -> tuple[list, list]:
+def _length_to(feeds: dict, name: str, dim: int, length: int) -> dict:
+    """``feeds`` with dimension ``dim`` of input ``name`` (and of the inputs sharing its length there,
+    e.g. a mask) repeated or cut to ``length``."""
+    import numpy as np
+
+    base = np.asarray(feeds[name])
+    if base.ndim <= dim or base.shape[dim] == 0:
+        return {}
+    out = {}
+    for key, value in feeds.items():
+        value = np.asarray(value)
+        if value.ndim > dim and value.shape[dim] == base.shape[dim]:
+            value = np.take(value, np.arange(length) % value.shape[dim], axis=dim)
+        out[key] = value
+    return out
+
+
+def plan(model, sizes: dict, samples: dict, stateful: dict, dimensions=()) -> tuple[list, list]:
     """(requests [(signature, feeds)], skipped [{"signature", "why"}]) for ``sizes`` (signature -> batch
-    sizes); ``samples``: signature -> real samples or None; ``stateful``: signature -> what it changes."""
+    sizes); ``samples``: signature -> real samples or None; ``stateful``: signature -> what it changes;
+    ``dimensions``: (input, dimension, sizes) buckets, warmed where a signature input has that name."""
     requests, skipped = [], []
     for key in sorted(sizes):
         if key in stateful:
@@ -126,6 +144,13 @@ def plan(model, sizes: dict, samples: dict, stateful: dict) -> tuple[list, list]
             continue
         for n in sizes[key]:
             requests.append((key, _rows_to(real[0], n) if real else representative_inputs(signature_def, n)))
+        first = requests[-len(sizes[key])][1] if sizes[key] else {}
+        for name, dim, lengths in dimensions:
+            info = signature_def.inputs.get(name)
+            if info is None or info.tensor_shape.unknown_rank or len(info.tensor_shape.dim) <= dim \
+                    or info.tensor_shape.dim[dim].size >= 0 or name not in first:
+                continue
+            requests += [(key, feeds) for feeds in (_length_to(first, name, dim, n) for n in lengths) if feeds]
     return requests, skipped
 
 
