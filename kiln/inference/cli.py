@@ -114,6 +114,7 @@ def run(args) -> int:
         if issubclass(w.category, guard.AccuracyNotMeasuredWarning):
             print(f"kiln infer-convert: WARNING: {w.message}", file=sys.stderr)
             status = NOT_MEASURED
-        elif issubclass(w.category, UserWarning) and f"{os.sep}kiln{os.sep}" in str(w.filename):
+        elif issubclass(w.category, UserWarning) and (f"{os.sep}kiln{os.sep}" in str(w.filename)
+                                                        or w.category.__module__.startswith("kiln.")):
             print(f"kiln infer-convert: warning: {w.message}", file=sys.stderr)
     return status

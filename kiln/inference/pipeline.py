@@ -20,8 +20,8 @@ from pathlib import Path
 
 from ..errors import KilnError
 from . import options as opts
-from . import (batchcheck, bfloat16, buckets, effects, evaluate, graft, guard, quantize, rewrite, savedmodel,
-               sharding, trial, warmup)
+from . import (batchcheck, bfloat16, buckets, effects, evaluate, graft, guard, latency, quantize, rewrite,
+               savedmodel, sharding, trial, warmup)
 from .report import ConversionReport, FunctionEntry, StageEntry
 
 
@@ -291,6 +291,27 @@ def _costs(s: _State, model_dir: Path) -> None:
     s.report.cpu_functions = {k: v for k, v in trial.cpu_flops(s.model, cpu, batch_of, runner.renamed).items()}
     s.report.cpu_cost = sum(s.report.cpu_functions.values())
     s.report.cpu_ops = {name: _cpu_ops(s, name) for name in cpu}
+    return runner
+
+
+def _latency(s: _State, runner) -> None:
+    """Each served accelerator function timed before (input model) and after (converted), here."""
+    start = time.perf_counter()
+    served = [f.name for f in s.report.served_functions]
+    if served:
+        original = savedmodel.read(s.report.input_model_dir)
+        pairs = []
+        for name in served:
+            fdef = s.model.functions[name]
+            before = fdef.attr["_original_func_name"].s.decode() if "_original_func_name" in fdef.attr else name
+            if before in original.functions:
+                pairs.append((before, name))
+        largest = {b.function: max(b.attrs["allowed_batch_sizes"] or [b.attrs["max_batch_size"]]) for b in s.batched}
+        cap = s.options.experimental.max_batch_bucket or buckets.DEFAULT_MAX_BATCH_BUCKET
+        s.report.latency = latency.measure(trial.Trial(original), runner, pairs,
+                                           lambda name: largest.get(name, min(latency.ROWS, cap)))
+        s.report.machine = latency.machine()
+    s.report.timings["latency"] = round(time.perf_counter() - start, 3)
 
 
 _PLUMBING = {"NoOp", "Identity", "Const", "StatefulPartitionedCall", "PartitionedCall", "ReadVariableOp"}
@@ -393,6 +414,13 @@ def convert(input_model_dir, output_model_dir, options=None, *, evaluation_data=
     message = state.guard.warning()
     if message:
         warnings.warn(message, guard.AccuracyNotMeasuredWarning, stacklevel=2)
+    ratio = latency.slower(report.latency)
+    if ratio:
+        warnings.warn(f"the converted functions run {ratio:.1f}x slower than the input's on this machine "
+                      f"({report.machine}; see the report's latency lines). That is expected on a CPU: XLA's CPU "
+                      f"backend and bfloat16 without native support are slower than TensorFlow's own kernels. "
+                      f"The conversion targets accelerators (GPU, TPU): measure there before deploying",
+                      latency.SlowerOnThisMachineWarning, stacklevel=2)
     return report
 
 
@@ -420,7 +448,10 @@ def _write(state: _State, out: Path, tmp: Path) -> None:
         shutil.copytree(model.path, tmp, ignore=shutil.ignore_patterns("saved_model.pb"))
         (tmp / "saved_model.pb").write_bytes(model.proto.SerializeToString())
         _write_fingerprint(tmp)
-        _costs(state, tmp)  # trial compilation: raises before anything is published
+        start = time.perf_counter()
+        runner = _costs(state, tmp)  # trial compilation: raises before anything is published
+        report.timings["costs"] = round(time.perf_counter() - start, 3)
+        _latency(state, runner)
         report.signatures = _signatures(state)
         report.batching = [asdict(b) for b in state.batched]
         extra = tmp / "assets.extra"

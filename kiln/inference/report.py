@@ -50,6 +50,8 @@ class ConversionReport:
     unmeasured: list = field(default_factory=list)  # {"stage", "signature", "why"}: applied, error not measured
     accuracy_skipped: bool = False  # skip_accuracy_check: nothing was measured, by request
     timings: dict = field(default_factory=dict)  # conversion step -> seconds (stages and the final steps)
+    latency: dict = field(default_factory=dict)  # function -> {"rows", "before_ms", "after_ms", ...} (latency.py)
+    machine: str = ""  # where the latency was measured
     cost_source: str = ("accelerator: flops counted on the HLO TensorFlow's tf2xla bridge emits "
                         "(experimental_get_compiler_ir stage='hlo'); CPU: TensorFlow's registered per-op flops")
 
@@ -89,8 +91,22 @@ class ConversionReport:
             for stage in optimizations:
                 lines += [f"{stage.name}: {stage.changes[0] if stage.changes else stage.status}"]
                 lines += [f"  {c}" for c in stage.changes[1:]]
-        lines += self._warmup_lines() + self._accuracy_lines()
+        lines += self._latency_lines() + self._warmup_lines() + self._accuracy_lines()
         return "\n".join(lines)
+
+    def _latency_lines(self) -> list[str]:
+        if not self.latency:
+            return []
+        lines = ["", f"Latency on this machine ({self.machine}), median per call, before -> after:"]
+        for name, t in self.latency.items():
+            if "error" in t:
+                lines.append(f"  {name}: not timed ({t['error']})")
+                continue
+            ratio = t["after_ms"] / t["before_ms"] if t["before_ms"] else float("inf")
+            how = f"{ratio:.2f}x slower" if ratio > 1 else f"{1 / ratio:.2f}x faster"
+            lines.append(f"  {name} at {t['rows']} rows: {t['before_ms']:.3f} ms -> {t['after_ms']:.3f} ms ({how}; "
+                         f"first call {t['first_call_after_ms']:.0f} ms with XLA compilation)")
+        return lines
 
     def _warmup_lines(self) -> list[str]:
         if not self.warmup:
@@ -140,6 +156,8 @@ class ConversionReport:
             "unmeasured": list(self.unmeasured),
             "accuracy_skipped": self.accuracy_skipped,
             "timings": dict(self.timings),
+            "latency": dict(self.latency),
+            "machine": self.machine,
         }
 
     def to_json(self) -> str:

@@ -398,3 +398,25 @@ def test_a_record_that_fails_on_the_model_is_not_written(root):
     report = convert(src, str(root / "positive_out"), "skip_accuracy_check: true")
     assert report.warmup_records == 0
     assert "record fails on the input model: assertion failed: [inputs must be positive" in report.warmup["skipped"][0]["why"]
+
+
+# -- latency before/after on the converting machine (item 8) --------------------------------------
+
+def test_report_gives_the_latency_of_each_placed_function_before_and_after(root, parses_strings):
+    report = convert(parses_strings, str(root / "csv_latency"), 'tpu_functions { function_alias: "body" } '
+                     "skip_accuracy_check: true")
+    (name,) = [f.name for f in report.served_functions]
+    t = report.latency[name]
+    assert t["rows"] == 16 and t["before_ms"] > 0 and t["after_ms"] > 0 and t["first_call_after_ms"] > 0
+    assert f"{name} at 16 rows: {t['before_ms']:.3f} ms -> {t['after_ms']:.3f} ms" in report.text
+    assert "Latency on this machine (" in report.text and report.machine in report.text
+    assert set(report.timings) >= {"quantize", "bfloat16", "batch in the graph", "I/O shapes", "costs", "latency",
+                                   "warm-up records"}
+
+
+def test_slower_is_flagged_only_beyond_ten_percent():
+    from kiln.inference import latency
+
+    assert latency.slower({"f": {"before_ms": 1.0, "after_ms": 1.05}}) is None
+    assert latency.slower({"f": {"before_ms": 1.0, "after_ms": 3.0}, "g": {"rows": 1, "error": "x"}}) == 3.0
+    assert latency.slower({}) is None
