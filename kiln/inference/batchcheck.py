@@ -11,9 +11,9 @@ sees batches instead of requests). Two checks:
   dimension 0 is not that batch size is refused (the original requires this and TensorFlow fails
   every request of more than one row at serving);
 * measured, by the accuracy guard: the converted model is loaded with every BatchFunction set to
-  hold the requests of one measurement together (a long timeout, one allowed size above their
-  rows, so padding happens), the measurement inputs are sent as concurrent requests, and each
-  answer is compared with the model before batching. A difference beyond ``TOLERANCE`` (a function
+  hold the requests of one measurement together (one allowed size, a long timeout), the measurement
+  inputs are sent as concurrent requests plus a filler request of other rows that completes the
+  batch, and each answer is compared with the model before batching. A difference beyond ``TOLERANCE`` (a function
   mixing rows or keeping state) is refused with the measured error.
 """
 
@@ -32,8 +32,8 @@ from .savedmodel import DT_RESOURCE, arg_shape
 TOLERANCE = 1e-2
 #: the concrete batch size of the static check (not 1: a broadcast would pass)
 PROBE_ROWS = 3
-#: how long the probe's batch waits for all its requests
-PROBE_TIMEOUT_MICROS = 250_000
+#: how long the probe's batch waits for all its requests (a filler request completes it sooner)
+PROBE_TIMEOUT_MICROS = 2_000_000
 
 
 def _stripped(fdef):
@@ -96,9 +96,8 @@ def check_batch_major(runner, name: str, batched: list[int], where: str) -> list
     return notes
 
 
-def probe_snapshot(model, directory, rows: int) -> str:
-    """A snapshot whose BatchFunctions hold ``rows`` rows of concurrent requests in one batch, padded."""
-    size = rows + 1
+def probe_snapshot(model, directory, size: int) -> str:
+    """A snapshot whose BatchFunctions hold ``size`` rows of concurrent requests in one batch."""
     path = evaluate.snapshot(model, directory)
     proto_path = Path(path) / "saved_model.pb"
     proto = type(model.proto)()
@@ -121,9 +120,16 @@ def _shape_key(sample: dict) -> tuple:
     return tuple(sorted((k, np.shape(v)[1:], np.asarray(v).dtype.str) for k, v in sample.items()))
 
 
-def run_concurrently(model_dir: str, inputs: dict) -> dict:
+def _filler(sample: dict, rows: int) -> dict:
+    """``rows`` rows repeating the sample's first row: another request in the same batch."""
+    return {k: np.repeat(np.asarray(v)[:1], rows, axis=0) for k, v in sample.items()}
+
+
+def run_concurrently(model_dir: str, inputs: dict, size: int | None = None) -> dict:
     """signature -> outputs per sample, every sample of a signature sent at once from its own thread
-    (samples of different non-batch shapes in separate rounds: the batch op cannot concatenate them)."""
+    (samples of different non-batch shapes in separate rounds: the batch op cannot concatenate them).
+    ``size``: the probe batch size; a filler request completes each round to it, so the batch runs at
+    once instead of at the timeout."""
     import tensorflow as tf
 
     loaded = tf.saved_model.load(model_dir)
@@ -137,24 +143,36 @@ def run_concurrently(model_dir: str, inputs: dict) -> dict:
             groups.setdefault(_shape_key(sample), []).append(i)
         errors = []
         for members in groups.values():
-            barrier = threading.Barrier(len(members))
+            round_samples = {i: samples[i] for i in members}
+            rows = sum(_rows(samples[i]) for i in members)
+            if size is not None and size > rows and all(np.ndim(v) for v in samples[members[0]].values()):
+                round_samples[-1] = _filler(samples[members[0]], size - rows)
+            barrier = threading.Barrier(len(round_samples))
 
             def work(i):
-                feeds = {n: tf.constant(np.asarray(samples[i][n]), dtype=spec.dtype) for n, spec in specs.items()
-                         if n in samples[i]}
+                sample = round_samples[i]
+                feeds = {n: tf.constant(np.asarray(sample[n]), dtype=spec.dtype) for n, spec in specs.items()
+                         if n in sample}
                 barrier.wait()
                 try:
-                    results[i] = {k: v.numpy() for k, v in fn(**feeds).items()}
+                    result = {k: v.numpy() for k, v in fn(**feeds).items()}
+                    if i >= 0:
+                        results[i] = result
                 except Exception as exc:  # noqa: BLE001 (reported as the stage's failure)
                     errors.append(exc)
 
-            threads = [threading.Thread(target=work, args=(i,)) for i in members]
+            threads = [threading.Thread(target=work, args=(i,)) for i in round_samples]
             for t in threads:
                 t.start()
             for t in threads:
                 t.join()
         out[key] = errors[0] if errors else results
     return out
+
+
+def _rows(sample: dict) -> int:
+    first = np.asarray(next(iter(sample.values()))) if sample else np.zeros(())
+    return int(first.shape[0]) if first.ndim else 1
 
 
 def rows_of(samples_by_key: dict) -> int:
@@ -180,7 +198,7 @@ def refuse_changed(measured: dict, stateful: dict) -> list[str]:
                     f"batching: concurrent requests merged and padded as BatchFunction does change output {name!r} "
                     f"of signature {key!r} (max relative error {e.get('max_rel', 0):.3g}, max abs error "
                     f"{e.get('max_abs', 0):.3g}): the batched function {why}. Remove its batch_options, or batch a "
-                    f"function whose rows are independent")
+                    f"function whose rows are independent" + evaluate.on_generated(m))
     return [f"{key}: the batched function keeps state ({'; '.join(effects)}): it runs once per batch, not once per "
             f"request, and padding rows reach it; outputs measured unchanged" for key, effects in sorted(stateful.items())
             if key in measured]

@@ -34,6 +34,7 @@ class Bucketed:
     dimension_buckets: dict = field(default_factory=dict)  # "input[dim]" -> sizes
     call_sites: int = 0
     batch_ops: list = field(default_factory=list)  # rewrite.BatchedSite: one queue per bucket (routed)
+    routers: list = field(default_factory=list)  # the router functions put in front of batch ops
     replaced: list = field(default_factory=list)  # (caller, node) of the batch ops the router took over
 
     @property
@@ -356,7 +357,8 @@ def route_batched(model, name: str, entries, batch_sizes: list, live: set) -> Bu
         done.replaced.append((caller.signature.name, node.name))
         node.CopyFrom(call)
         _rename_back(caller, node.name)
-        done.wrapper = base if not done.wrapper else done.wrapper
+        done.wrapper = done.wrapper or base
+        done.routers.append(base)
         done.call_sites += 1
         done.dimension_buckets = {f"{user_name(wrapper, i)}[{d}]": s for i, (d, s) in dims.items()}
     model.reindex()

@@ -24,7 +24,7 @@ GENERATED_ROWS = (3, 5)
 
 
 def generated_inputs(signature_def, seed: int = 0) -> list[dict]:
-    """Inputs when no dataset is given, GENERATED_ROWS rows: standard normal floats, integers 0-9,
+    """Inputs when no dataset is given, GENERATED_ROWS rows: standard normal floats, integers 1-9,
     random booleans, empty strings (a model that cannot run them is reported as not measured)."""
     import tensorflow as tf
 
@@ -38,8 +38,8 @@ def generated_inputs(signature_def, seed: int = 0) -> list[dict]:
             dtype = tf.dtypes.as_dtype(info.dtype)
             if dtype.is_floating:
                 feeds[key] = rng.standard_normal(shape).astype(dtype.as_numpy_dtype)
-            elif dtype.is_integer:  # small ids, valid for most vocabularies and tables
-                feeds[key] = rng.integers(0, 10, shape).astype(dtype.as_numpy_dtype)
+            elif dtype.is_integer:  # small ids, valid for most vocabularies; not 0 (padding id, masked-out)
+                feeds[key] = rng.integers(1, 10, shape).astype(dtype.as_numpy_dtype)
             elif dtype == tf.bool:
                 feeds[key] = rng.integers(0, 2, shape).astype(bool)
             elif dtype == tf.string:
@@ -123,6 +123,14 @@ def compare(reference: list[dict], other: list[dict]) -> dict:
 
 class StageError(KilnError, RuntimeError):
     """A stage produced a model that fails where the model before it runs."""
+
+
+def on_generated(m: dict) -> str:
+    """A note for a refusal measured on generated inputs (they may mean nothing to the model)."""
+    if m.get("source") != "generated inputs":
+        return ""
+    return (" (measured on generated inputs, which may not be valid for this model, e.g. an attention mask: give "
+            "real inputs with --evaluation_data / evaluation_data= to measure on them)")
 
 
 def _first_line(exc: Exception) -> str:

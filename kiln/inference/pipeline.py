@@ -133,9 +133,11 @@ def _measure_batching(s: _State, before: str) -> list[str]:
         return [f"{key}: the batched function keeps state ({'; '.join(v)}); not measured (skip_accuracy_check)"
                 for key, v in sorted(stateful.items())] + s.guard.lines(None, "batched vs unbatched")
     inputs = {k: v[0] for k, v in s.guard.inputs(s.model).items() if k in keys}
-    probe = batchcheck.probe_snapshot(s.model, s.scratch.path / "after_batch", batchcheck.rows_of(inputs))
+    size = batchcheck.rows_of(inputs) + 2  # at least two rows of another request in every batch
+    probe = batchcheck.probe_snapshot(s.model, s.scratch.path / "after_batch", size)
     measured = s.guard.measure("batching", s.model, before, probe, keys, "remove the batch_options entry",
-                               runner=batchcheck.run_concurrently, keep_reference=True)
+                               runner=lambda path, feeds: batchcheck.run_concurrently(path, feeds, size),
+                               keep_reference=True)
     s.report.accuracy["batching"] = measured
     notes = batchcheck.refuse_changed(measured, stateful)
     return notes + s.guard.lines(measured, "concurrent requests batched vs one at a time")
@@ -226,7 +228,7 @@ def _stage_io_shapes(s: _State) -> list[str]:
              + f" ({b.call_sites} call site(s))"
              + (f"; padded before the batch op, one BatchFunction queue per bucket, longer inputs run "
                 f"unbatched" if b.replaced else "") for b in done]
-    padded = {b.wrapper for b in done if b.wrapper.startswith((buckets.PREFIX, buckets.ROUTER))}
+    padded = {b.wrapper for b in done if b.wrapper.startswith(buckets.PREFIX)} | {r for b in done for r in b.routers}
     if padded:
         measured = s.guard.measure("I/O shapes", s.model, before, s.scratch.snapshot(s.model, "after_io"),
                                    savedmodel.signatures_reaching(s.model, padded), "set io_shape_optimization: DISABLED")
@@ -250,7 +252,8 @@ def _refuse_row_mixing(measured: dict) -> None:
                 raise evaluate.StageError(
                     f"I/O shapes: padding to buckets changes output {name!r} of signature {key!r} (max relative error "
                     f"{e.get('max_rel', 0):.3g}): an accelerator function mixes rows (e.g. a batch statistic) or "
-                    f"padded positions; set io_shape_optimization: DISABLED, or bucket only dimensions it keeps apart")
+                    f"padded positions; set io_shape_optimization: DISABLED, or bucket only dimensions it keeps apart"
+                    + evaluate.on_generated(m))
 
 
 STAGES = [

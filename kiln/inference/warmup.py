@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+import numpy as np
+
 WARMUP_FILE = "tf_serving_warmup_requests"
 MAX_RECORDS = 1000  # TF Serving reads at most this many
 
@@ -151,7 +153,13 @@ def plan(model, sizes: dict, samples: dict, stateful: dict, dimensions=()) -> tu
                     or info.tensor_shape.dim[dim].size >= 0 or name not in first:
                 continue
             requests += [(key, feeds) for feeds in (_length_to(first, name, dim, n) for n in lengths) if feeds]
-    return requests, skipped
+    unique, seen = [], set()
+    for key, feeds in requests:  # inputs bucketed together (ids and mask) give the same records
+        shapes = (key, tuple(sorted((n, tuple(np.shape(v))) for n, v in feeds.items())))
+        if shapes not in seen:
+            seen.add(shapes)
+            unique.append((key, feeds))
+    return unique, skipped
 
 
 def verify(model_dir: str, requests: list) -> tuple[list, list]:
