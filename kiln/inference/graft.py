@@ -148,10 +148,11 @@ def graft(model, quantized_dir, keys, removed: dict) -> dict[str, list[str]]:
     for fdef in quantized.meta.graph_def.library.function:
         library.function.add().CopyFrom(_renamed(fdef, names))
     model.reindex()
+    model.twins = {}
     for key in keys:
         _rewire(model, quantized, key)
-    twins: dict[str, list[str]] = {}
     aliases = model.meta.meta_info_def.function_aliases
+    twins: dict[str, list[str]] = model.twins
     jit = {}
     for name in names:
         fdef = model.functions[PREFIX + name]
@@ -183,6 +184,8 @@ def _rewire(model, quantized, key: str) -> None:
                          f"{sorted(q_outputs)})")
     order = sorted(q_inputs, key=q_inputs.get)
     args = wrapper.signature.input_arg
+    shapes = _result_shapes(wrapper)
+    original = [n.attr["f"].func.name for n in wrapper.node_def if n.op in CALL_OPS]
     del wrapper.node_def[:]
     wrapper.ClearField("control_ret")
     wrapper.signature.ClearField("control_output")
@@ -198,4 +201,24 @@ def _rewire(model, quantized, key: str) -> None:
             raise GraftError(f"signature {key!r}: output {out!r} is dtype {produced.type} after quantization, "
                              f"{result.type} before")
         wrapper.ret[result.name] = f"kiln_int8:output:{q_outputs[out]}"
+    known = {q_outputs[out]: shapes.get(wrapper.signature.output_arg[index].name)
+             for out, index in wrapper_outputs.items()}
+    if all(known.get(k) is not None for k in range(len(target.signature.output_arg))):
+        call.attr["_output_shapes"].list.shape.extend(known[k] for k in range(len(target.signature.output_arg)))
+    if len(original) == 1:  # the signature's own function: the quantized one is its twin
+        model.twins.setdefault(original[0], []).append(target.signature.name)
+
+
+def _result_shapes(fdef) -> dict:
+    """result name -> the TensorShapeProto its producing node recorded (``_output_shapes``)."""
+    nodes = {n.name: n for n in fdef.node_def}
+    out = {}
+    for result, tensor in fdef.ret.items():
+        parts = tensor.split(":")
+        node = nodes.get(parts[0])
+        if node is not None and len(parts) == 3 and "_output_shapes" in node.attr:
+            shapes = node.attr["_output_shapes"].list.shape
+            if int(parts[2]) < len(shapes):
+                out[result] = shapes[int(parts[2])]
+    return out
 

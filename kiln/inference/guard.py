@@ -85,8 +85,20 @@ def batches(samples: list, sizes=evaluate.GENERATED_ROWS) -> list[dict]:
             i += 1
         out.append({k: np.concatenate([np.asarray(g[k]) for g in group]) if len(group) > 1 else g0
                     for k, g0 in group[0].items()})
-    out += samples[i:i + max(0, MAX_SAMPLES // 4)]  # a few more as they come (other lengths, other shapes)
+    # a few more with shapes not seen yet (other lengths): every new shape is one more XLA compilation
+    # per measured model, so samples that only repeat a shape add time and no coverage
+    seen = {_shape_of(b) for b in out}
+    for sample in samples[i:]:
+        if len(out) >= len(sizes) + 4:
+            break
+        if _shape_of(sample) not in seen:
+            seen.add(_shape_of(sample))
+            out.append(sample)
     return out
+
+
+def _shape_of(sample: dict) -> tuple:
+    return tuple(sorted((k, np.shape(v)[1:]) for k, v in sample.items()))
 
 
 def _rows(sample: dict) -> int:

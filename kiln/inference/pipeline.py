@@ -188,7 +188,9 @@ def _stage_bfloat16(s: _State) -> list[str]:
     if s.report.quantization and opts.state_name(s.options, "bfloat16_optimization") != "ENABLED":
         return ["skipped: the model is int8-quantized, and bfloat16 would re-round its quantize/dequantize "
                 "arithmetic; bfloat16_optimization: ENABLED applies both"]
-    before = s.scratch.snapshot(s.model, "before_bf16")
+    # before: the model as placed; numerically that is the input model (XLA float32 equals TensorFlow's
+    # kernels to rounding) unless quantized, so the input is run instead (no XLA compilation to wait for)
+    before = s.scratch.snapshot(s.model, "before_bf16") if s.report.quantization else s.report.input_model_dir
     lines, changed = bfloat16.rewrite(s.model, s.accelerator, s.options, s.scratch.path / "bf16_model")
     if not changed:
         return lines
@@ -303,10 +305,9 @@ def _latency(s: _State, runner) -> None:
     served = [f.name for f in s.report.served_functions]
     if served:
         original = savedmodel.read(s.report.input_model_dir)
-        pairs = []
+        pairs, twin_of = [], {t: o for o, twins in s.model.twins.items() for t in twins}
         for name in served:
-            fdef = s.model.functions[name]
-            before = fdef.attr["_original_func_name"].s.decode() if "_original_func_name" in fdef.attr else name
+            before = twin_of.get(name, name)
             if before in original.functions:
                 pairs.append((before, name))
         largest = {b.function: max(b.attrs["allowed_batch_sizes"] or [b.attrs["max_batch_size"]]) for b in s.batched}
