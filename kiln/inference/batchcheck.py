@@ -198,7 +198,7 @@ def refuse_changed(measured: dict, stateful: dict) -> list[str]:
                     f"batching: concurrent requests merged and padded as BatchFunction does change output {name!r} "
                     f"of signature {key!r} (max relative error {e.get('max_rel', 0):.3g}, max abs error "
                     f"{e.get('max_abs', 0):.3g}): the batched function {why}. Remove its batch_options, or batch a "
-                    f"function whose rows are independent" + evaluate.on_generated(m))
+                    f"function whose rows are independent" + ("" if key in stateful else evaluate.on_generated(m)))
     return [f"{key}: the batched function keeps state ({'; '.join(effects)}): it runs once per batch, not once per "
             f"request, and padding rows reach it; outputs measured unchanged" for key, effects in sorted(stateful.items())
             if key in measured]

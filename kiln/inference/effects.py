@@ -46,7 +46,8 @@ class Effect:
     what: str  # e.g. "AssignVariableOp on variable 'w'", "writes a file"
 
     def __str__(self) -> str:
-        return f"{self.what} ({self.node} in {self.function})"
+        where = self.function if self.node.split("/")[-1].split("_")[0] == self.op else f"{self.node} in {self.function}"
+        return f"{self.what}, in {where}"
 
 
 def _op_def(op: str):

@@ -236,7 +236,7 @@ def _stage_io_shapes(s: _State) -> list[str]:
                                    savedmodel.signatures_reaching(s.model, padded), "set io_shape_optimization: DISABLED")
         if measured is not None:
             s.report.accuracy["io_shapes"] = measured
-            _refuse_row_mixing(measured)
+            _refuse_row_mixing(s, measured, padded)
         lines += s.guard.lines(measured, "padded vs unpadded")
     return (lines or ["nothing bucketed"]) + notes
 
@@ -247,15 +247,18 @@ def _stage_io_shapes(s: _State) -> list[str]:
 PADDING_TOLERANCE = 1e-2
 
 
-def _refuse_row_mixing(measured: dict) -> None:
+def _refuse_row_mixing(s: _State, measured: dict, padded: set) -> None:
     for key, m in sorted(measured.items()):
         for name, e in sorted(m.get("outputs", {}).items()):
             if e.get("max_rel", 0) > PADDING_TOLERANCE or e.get("exact") is False:
+                below = savedmodel.reachable(s.model, savedmodel.signature_wrapper(s.model, key))
+                found = [x for f in sorted(padded & below) for x in effects.effects(s.model, f)]
+                why = f"keeps state that padding rows reach ({effects.describe(found)})" if found else \
+                    "mixes rows (e.g. a batch statistic) or padded positions"
                 raise evaluate.StageError(
                     f"I/O shapes: padding to buckets changes output {name!r} of signature {key!r} (max relative error "
-                    f"{e.get('max_rel', 0):.3g}): an accelerator function mixes rows (e.g. a batch statistic) or "
-                    f"padded positions; set io_shape_optimization: DISABLED, or bucket only dimensions it keeps apart"
-                    + evaluate.on_generated(m))
+                    f"{e.get('max_rel', 0):.3g}): an accelerator function {why}; set io_shape_optimization: DISABLED, "
+                    f"or bucket only dimensions it keeps apart" + ("" if found else evaluate.on_generated(m)))
 
 
 STAGES = [
@@ -437,7 +440,7 @@ def _warmup(s: _State, path: Path) -> None:
     dimensions = [(e.input, e.dimension, list(e.sizes)) for e in s.options.experimental.dimension_buckets] \
         if opts.enabled(s.options, "io_shape_optimization") else []
     requests, skipped = warmup.plan(s.model, sizes, samples, stateful, dimensions)
-    requests, failed = warmup.verify(s.report.input_model_dir, requests)
+    requests, failed = warmup.verify(s.report.input_model_dir, requests, [k for k in sizes if not samples[k]])
     s.report.warmup_records = warmup.write_records(path, requests)
     s.report.warmup = {"records": {k: [list(next(iter(f.values())).shape) if f else [] for key, f in requests
                                        if key == k] for k in sorted({key for key, _ in requests})},

@@ -114,7 +114,7 @@ class ConversionReport:
         records = self.warmup.get("records", {})
         real = set(self.warmup.get("real_inputs", []))
         lines = ["", f"Warm-up: {self.warmup_records} record(s) for TF Serving"
-                     + (": " + "; ".join(f"{k} {_shapes(shapes)} ({'real inputs' if k in real else 'zeros'})"
+                     + (": " + "; ".join(f"{k} {_shapes(shapes)} ({'real inputs' if k in real else 'zeros, empty strings'})"
                                          for k, shapes in records.items()) if records else "")]
         lines += [f"  no records for {s['signature']!r}: {s['why']}" for s in self.warmup.get("skipped", [])]
         return lines

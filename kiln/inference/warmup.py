@@ -2,11 +2,11 @@
 
 TF Serving replays these at every model load and aborts the load when one fails, so a record
 must be harmless and must run: a signature that changes state (assigns a variable, writes a file)
-gets none — replaying ``set_w`` with zeros would leave a model answering zeros — and string inputs
-come only from real samples (the user's evaluation data or held-out representative samples; an
-empty string parses as nothing), else that signature is skipped with the reason. Numeric inputs
-without samples are zeros. Every record is replayed through the input model at conversion, and
-one that fails there is not written.
+gets none — replaying ``set_w`` with zeros would leave a model answering zeros. Inputs come from
+real samples (the user's evaluation data or held-out representative samples), else zeros and
+empty strings. Every record is replayed through the input model at conversion, and a signature
+whose record fails there (e.g. an empty string that does not parse as a number) gets none, with
+the reason in the report, instead of a record that would abort TF Serving's load.
 
 TF Serving reads a TFRecord of ``tensorflow.serving.PredictionLog`` protos. The
 tensorflow-serving-api wheel requires the full ``tensorflow`` package (not tensorflow-cpu), so
@@ -93,8 +93,15 @@ def representative_inputs(signature_def, batch: int) -> dict:
     return feeds
 
 
-def _string_inputs(signature_def) -> list[str]:
-    return sorted(k for k, info in signature_def.inputs.items() if info.dtype == 7)  # DT_STRING
+def _string_inputs(signature) -> list[str]:
+    """Names of the string inputs of a SignatureDef or of a loaded signature's input specs."""
+    if isinstance(signature, dict):
+        return sorted(k for k, spec in signature.items() if spec.dtype.name == "string")
+    return sorted(k for k, info in signature.inputs.items() if info.dtype == 7)  # DT_STRING
+
+
+def model_signature(loaded, key: str) -> dict:
+    return loaded.signatures[key].structured_input_signature[1]
 
 
 def _rows_to(sample: dict, rows: int) -> dict:
@@ -139,11 +146,6 @@ def plan(model, sizes: dict, samples: dict, stateful: dict, dimensions=()) -> tu
             continue
         real = [s for s in (samples.get(key) or []) if _rows_to(s, 1)]
         signature_def = model.meta.signature_def[key]
-        if not real and _string_inputs(signature_def):
-            skipped.append({"signature": key, "why": f"string input(s) {_string_inputs(signature_def)} and no real "
-                                                    f"samples to take them from (an empty string may not parse); "
-                                                    f"give --evaluation_data"})
-            continue
         for n in sizes[key]:
             requests.append((key, _rows_to(real[0], n) if real else representative_inputs(signature_def, n)))
         first = requests[-len(sizes[key])][1] if sizes[key] else {}
@@ -162,8 +164,11 @@ def plan(model, sizes: dict, samples: dict, stateful: dict, dimensions=()) -> tu
     return unique, skipped
 
 
-def verify(model_dir: str, requests: list) -> tuple[list, list]:
-    """(requests that run on the model in ``model_dir``, skipped [{"signature", "why"}] for the others)."""
+def verify(model_dir: str, requests: list, guessed=()) -> tuple[list, list]:
+    """(requests that run on the model in ``model_dir``, skipped [{"signature", "why"}] for the others).
+
+    ``guessed``: signatures whose records hold zeros / empty strings (no real samples): a failure there
+    says to give real inputs."""
     import numpy as np
     import tensorflow as tf
 
@@ -183,6 +188,10 @@ def verify(model_dir: str, requests: list) -> tuple[list, list]:
         except Exception as exc:  # noqa: BLE001 (TensorFlow raises many kinds)
             rows = len(next(iter(feeds.values()))) if feeds else 0
             failed[key] = f"a {rows}-row record fails on the input model: {_first_line(exc)}"
+            if key in guessed:
+                strings = _string_inputs(model_signature(loaded, key))
+                failed[key] += (f" (it holds {'empty strings for ' + str(strings) if strings else 'zeros'}: no real "
+                                f"samples to take values from; give --evaluation_data)")
             continue
         ok.append((key, feeds))
     ok = [(k, f) for k, f in ok if k not in failed]
