@@ -21,8 +21,8 @@ import numpy as np
 
 #: batch size of functions not batched by a BatchFunction
 ROWS = 16
-#: timing budget per function and variant, seconds (the rounds stop earlier when it is spent)
-BUDGET = 0.4
+#: timing budget per function, seconds (a function slower than this gets 3 rounds of one call each)
+BUDGET = 0.1
 ROUNDS = 5
 
 
@@ -88,15 +88,13 @@ def measure(before_runner, after_runner, pairs: list, rows_of) -> dict:
             args_b = _inputs(specs_b)
             args_a = args_b if [s.shape for s in specs_a] == [s.shape for s in specs_b] else _inputs(specs_a)
             first_b, first_a = _timed(before, args_b), _timed(after, args_a)  # compilation included
-            steady = _timed(before, args_b) + _timed(after, args_a)
+            pair = _timed(before, args_b) + _timed(after, args_a)  # one more call each: caches, thread pools
+            rounds = ROUNDS if pair < BUDGET else 3
+            per_round = max(1, min(20, int(BUDGET / rounds / max(pair, 1e-5))))
             times_b, times_a = [], []
-            per_round = max(1, min(50, int(BUDGET / ROUNDS / max(steady, 1e-5))))
-            deadline = time.perf_counter() + 2 * BUDGET
-            for _ in range(ROUNDS):
+            for _ in range(rounds):  # alternate, so a busy machine slows both alike; best of each round
                 times_b.append(min(_timed(before, args_b) for _ in range(per_round)))
                 times_a.append(min(_timed(after, args_a) for _ in range(per_round)))
-                if time.perf_counter() > deadline:
-                    break
         except Exception as exc:  # noqa: BLE001 (timing is a report, never a failure)
             out[after_name] = {"rows": rows, "error": str(exc).strip().splitlines()[0] if str(exc).strip() else
                                type(exc).__name__}
