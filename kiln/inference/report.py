@@ -213,6 +213,13 @@ def render_html(report: ConversionReport) -> str:
                 for stage, per_sig in sorted(report.accuracy.items()) for key, m in sorted(per_sig.items())
                 for out, e in sorted(m.get("outputs", {}).items())]
     buckets = [(b["function"], b["batch_buckets"], b["dimension_buckets"], b["max_compiles"]) for b in report.io_shapes]
+    latency = [(name, t.get("rows"), t.get("before_ms", ""), t.get("after_ms", ""), t.get("first_call_after_ms", ""),
+                t.get("error", "")) for name, t in report.latency.items()]
+    warm = [(k, "; ".join("x".join(map(str, shape)) for shape in shapes), "") for k, shapes in
+            report.warmup.get("records", {}).items()] + [(x["signature"], "none", x["why"])
+                                                         for x in report.warmup.get("skipped", [])]
+    unmeasured = [(u["stage"], u["signature"], u["why"]) for u in report.unmeasured]
+    timings = [(k, f"{v:.2f}") for k, v in report.timings.items()]
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>kiln conversion report</title>
 <style>
@@ -243,8 +250,17 @@ pre {{ background: #f5f7fa; padding: 12px; }}
 {_table(["stage", "signature", "inputs", "samples", "output", "max abs error", "max relative error"], accuracy)}
 <h2>I/O shape buckets</h2>
 {_table(["function", "batch buckets", "other dimensions", "max XLA compilations"], buckets)}
+<h2>Latency on this machine</h2>
+<p>{html.escape(report.machine)}; median per call, before (input model) and after (converted)</p>
+{_table(["function", "rows", "before ms", "after ms", "first call after ms (XLA compilation)", "not timed"], latency)}
+<h2>Warm-up records</h2>
+{_table(["signature", "record shapes (first input)", "why none"], warm)}
+{"<h2>Not measured</h2>" + _table(["stage", "signature", "why"], unmeasured) if unmeasured else ""}
+<p>{"Accuracy check skipped (skip_accuracy_check)." if report.accuracy_skipped else ""}</p>
 <h2>Stages</h2>
 {_table(["stage", "status", "changes"], stages)}
+<h2>Conversion time (seconds)</h2>
+{_table(["step", "seconds"], timings)}
 <p>{report.warmup_records} warm-up records written.</p>
 </body></html>
 """

@@ -414,6 +414,9 @@ def test_report_gives_the_latency_of_each_placed_function_before_and_after(root,
     assert "Latency on this machine (" in report.text and report.machine in report.text
     assert set(report.timings) >= {"quantize", "bfloat16", "batch in the graph", "I/O shapes", "costs", "latency",
                                    "warm-up records"}
+    page = report.to_html()
+    assert "<h2>Latency on this machine</h2>" in page and f"<td>{t['after_ms']}</td>" in page
+    assert "Accuracy check skipped" in page and "<h2>Conversion time (seconds)</h2>" in page
 
 
 def test_slower_is_flagged_only_beyond_ten_percent():
