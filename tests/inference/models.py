@@ -507,3 +507,50 @@ class FiltersRows(tf.Module):
     @tf.function(input_signature=[SPEC])
     def serve(self, x):
         return {"y": self.body(x)}
+
+
+def save_keras_encoder(path) -> str:
+    """A tf_keras transformer encoder block behind two signatures (pooled logits, per-token states),
+    jit-compiled, reading an attention mask: padding positions must stay masked."""
+    import tf_keras as keras
+
+    vocab, width = 100, 32
+
+    class Encoder(tf.Module):
+        def __init__(self):
+            self.embed = keras.layers.Embedding(vocab, width)
+            self.attend = keras.layers.MultiHeadAttention(num_heads=4, key_dim=8)
+            self.norm1, self.norm2 = keras.layers.LayerNormalization(), keras.layers.LayerNormalization()
+            self.ff1, self.ff2 = keras.layers.Dense(64, activation="gelu"), keras.layers.Dense(width)
+            self.head = keras.layers.Dense(3)
+            self.head(tf.zeros([1, width]))
+
+        @tf.function(jit_compile=True)
+        def encoder(self, ids, mask):
+            h = self.embed(ids)
+            h = self.norm1(h + self.attend(h, h, attention_mask=tf.cast(mask[:, None, :], tf.bool)))
+            return self.norm2(h + self.ff2(self.ff1(h)))
+
+        @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None], tf.int32)])
+        def classify(self, ids, mask):
+            h = self.encoder(ids, mask)
+            weights = tf.cast(mask, tf.float32)[:, :, None]
+            return {"logits": self.head(tf.reduce_sum(h * weights, 1) / tf.maximum(tf.reduce_sum(weights, 1), 1.0))}
+
+        @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None], tf.int32)])
+        def encode(self, ids, mask):
+            return {"hidden": self.encoder(ids, mask)}
+
+    m = Encoder()
+    return save_module(m, path, {"serving_default": m.classify.get_concrete_function(),
+                                 "encode": m.encode.get_concrete_function()}, {"encoder": m.encoder})
+
+
+def token_samples(count: int, seed: int = 0) -> list[dict]:
+    """Sentences of 3 to 13 tokens, one per sample, with their all-ones masks."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        n = int(rng.integers(3, 14))
+        out.append({"ids": rng.integers(1, 100, (1, n)).astype(np.int32), "mask": np.ones((1, n), np.int32)})
+    return out

@@ -425,3 +425,39 @@ def test_slower_is_flagged_only_beyond_ten_percent():
     assert latency.slower({"f": {"before_ms": 1.0, "after_ms": 1.05}}) is None
     assert latency.slower({"f": {"before_ms": 1.0, "after_ms": 3.0}, "g": {"rows": 1, "error": "x"}}) == 3.0
     assert latency.slower({}) is None
+
+
+# -- a whole model through every part-3 behaviour --------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_keras_encoder_with_two_signatures_end_to_end(root):
+    """Masked tf_keras encoder, jit-compiled, two signatures: real inputs, batching with sequence buckets in
+    front of the batch op, concurrent mixed lengths equal to the original, warm-up that replays cleanly."""
+    from .test_serving import _concurrent
+
+    src = models.save_keras_encoder(root / "encoder")
+    samples = models.token_samples(12)
+    out = root / "encoder_out"
+    report = convert(src, str(out), 'tpu_functions { function_alias: "encoder" } '
+                     f"batch_options {{ {BATCH} }} experimental {{ "
+                     'dimension_buckets { input: "ids" dimension: 1 sizes: [8, 16] } '
+                     'dimension_buckets { input: "mask" dimension: 1 sizes: [8, 16] } }',
+                     evaluation_data={"serving_default": samples, "encode": samples})
+    assert not report.unmeasured and {"bfloat16", "batching", "io_shapes"} <= set(report.accuracy)
+    assert all(m["source"] == "evaluation data" for stage in report.accuracy.values() for m in stage.values())
+    before, after = _load(src), _load(out)
+    assert set(_replay(out, _load(out))) == {"serving_default", "encode"}
+    rng = np.random.default_rng(5)
+    feeds = []
+    for i in range(8):
+        n = (5, 11, 7, 20)[i % 4]
+        feeds.append({"ids": rng.integers(1, 100, (1 + i % 2, n)).astype(np.int32),
+                      "mask": np.ones((1 + i % 2, n), np.int32)})
+    for key, name in (("serving_default", "logits"), ("encode", "hidden")):
+        results, errors = _concurrent(lambda f: after.signatures[key](**{k: tf.constant(v) for k, v in f.items()}),
+                                      feeds)
+        assert errors == []
+        for f, got in zip(feeds, results):
+            want = before.signatures[key](**{k: tf.constant(v) for k, v in f.items()})[name].numpy()
+            np.testing.assert_allclose(got[name].numpy(), want, atol=0.05 * np.max(np.abs(want)))  # bfloat16
