@@ -29,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -155,7 +156,9 @@ def precision(src: str, tmp: Path, args, rounds: int = 5) -> dict:
     models, errors, serves = {}, {}, {}
     for name, options in variants.items():
         models[name] = str(tmp / name.replace(" ", "_"))
-        report = convert(src, models[name], options)
+        with warnings.catch_warnings():  # the slower-on-this-CPU warning: the figures printed say it
+            warnings.simplefilter("ignore")
+            report = convert(src, models[name], options)
         stage = "quantization" if "int8" in name else "bfloat16"
         errors[name] = report.accuracy.get(stage, {}).get("serving_default", {}).get("outputs", {}).get("y", {})
         serves[name] = tf.saved_model.load(models[name]).signatures["serving_default"]
@@ -185,7 +188,6 @@ CONVERSION = ("tpu_functions {{ {selection} }} batch_options {{ max_batch_size: 
 def conversion_times(src: str, selection: str, tmp: Path, rounds: int, evaluation_data=None, label: str = "") -> dict:
     """Per-stage seconds (median of ``rounds``) with the accuracy guard and with it skipped, alternating."""
     import statistics
-    import warnings
 
     from kiln.inference import convert
 
@@ -269,7 +271,9 @@ def main() -> None:
             model = options if name.startswith("input") else None
             if model is None:
                 model = str(tmp / name.replace(" ", "_").replace("+", "and"))
-                convert(src, model, options)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    convert(src, model, options)
             rps = throughput(model, args.width, args.clients, args.requests)
             results[name] = round(rps, 1)
             print(f"{name:<16} {rps:9.1f} requests/s  ({args.clients} clients x {args.requests} single-row requests)")

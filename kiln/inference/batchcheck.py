@@ -136,7 +136,6 @@ def run_concurrently(model_dir: str, inputs: dict, size: int | None = None) -> d
     out = {}
     for key, samples in inputs.items():
         fn = loaded.signatures[key]
-        specs = fn.structured_input_signature[1]
         results: list = [None] * len(samples)
         groups: dict = {}
         for i, sample in enumerate(samples):
@@ -148,20 +147,8 @@ def run_concurrently(model_dir: str, inputs: dict, size: int | None = None) -> d
             if size is not None and size > rows and all(np.ndim(v) for v in samples[members[0]].values()):
                 round_samples[-1] = _filler(samples[members[0]], size - rows)
             barrier = threading.Barrier(len(round_samples))
-
-            def work(i):
-                sample = round_samples[i]
-                feeds = {n: tf.constant(np.asarray(sample[n]), dtype=spec.dtype) for n, spec in specs.items()
-                         if n in sample}
-                barrier.wait()
-                try:
-                    result = {k: v.numpy() for k, v in fn(**feeds).items()}
-                    if i >= 0:
-                        results[i] = result
-                except Exception as exc:  # noqa: BLE001 (reported as the stage's failure)
-                    errors.append(exc)
-
-            threads = [threading.Thread(target=work, args=(i,)) for i in round_samples]
+            threads = [threading.Thread(target=_request, args=(fn, sample, barrier, results, errors, i))
+                       for i, sample in round_samples.items()]
             for t in threads:
                 t.start()
             for t in threads:
@@ -173,6 +160,22 @@ def run_concurrently(model_dir: str, inputs: dict, size: int | None = None) -> d
 def _rows(sample: dict) -> int:
     first = np.asarray(next(iter(sample.values()))) if sample else np.zeros(())
     return int(first.shape[0]) if first.ndim else 1
+
+
+def _request(fn, sample: dict, barrier, results: list, errors: list, index: int) -> None:
+    """One client: wait for the others, call the signature; the filler (index -1) keeps no result."""
+    import tensorflow as tf
+
+    specs = fn.structured_input_signature[1]
+    feeds = {n: tf.constant(np.asarray(sample[n]), dtype=spec.dtype) for n, spec in specs.items() if n in sample}
+    barrier.wait()
+    try:
+        result = {k: v.numpy() for k, v in fn(**feeds).items()}
+    except Exception as exc:  # noqa: BLE001 (reported as the stage's failure)
+        errors.append(exc)
+        return
+    if index >= 0:
+        results[index] = result
 
 
 def rows_of(samples_by_key: dict) -> int:

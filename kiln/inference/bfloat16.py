@@ -16,8 +16,8 @@ from __future__ import annotations
 import difflib
 
 from ..errors import KilnError
-from .options import OptionsError
 from . import effects
+from .options import OptionsError
 from .savedmodel import CALL_OPS, bound_inputs, reachable, signature_wrapper
 
 DT_FLOAT, DT_BFLOAT16, DT_RESOURCE = 1, 14, 20

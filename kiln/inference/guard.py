@@ -171,11 +171,6 @@ class Guard:
                 self.unmeasured.append({"stage": stage, "signature": key, "why": why})
         return measured
 
-    def forget(self, keys=None) -> None:
-        """The model changed in a way the stored reference outputs do not describe (e.g. quantized)."""
-        self.reference = None if keys is None else {k: v for k, v in (self.reference or {}).items()
-                                                    if k not in keys}
-
     def lines(self, measured, label: str) -> list[str]:
         if measured is None:
             return [f"{label}: not measured (skip_accuracy_check)"]

@@ -1,8 +1,10 @@
 """The inference converter's pipeline: SavedModel -> accelerator-ready SavedModel, as named stages.
 
-Each stage edits the parsed SavedModel in memory and records what it changed in the report; the
-stages that can change results (quantize, bfloat16, I/O shapes) also record the error they cost,
-measured in TensorFlow on snapshots before and after. (The module is not called ``convert`` so
+Each stage edits the parsed SavedModel in memory and records what it changed (and its wall time)
+in the report; the stages that can change results (quantize, bfloat16, batching, I/O shapes) also
+record the error they cost, measured by the accuracy guard (guard.py) in TensorFlow on snapshots
+before and after. Then the output steps: costs, the placed functions' latency before and after,
+warm-up records, the report files. (The module is not called ``convert`` so
 importing it cannot rebind ``kiln.inference.convert``, the function.) The output is written to a
 temporary directory next to ``output_model_dir`` and renamed into place only when everything
 succeeded, so an error never leaves a half-written model behind.
@@ -228,8 +230,8 @@ def _stage_io_shapes(s: _State) -> list[str]:
              + (" (BatchFunction splits larger requests)" if b.function in sizes else
                 " up to the largest bucket, then one per multiple of it")
              + f" ({b.call_sites} call site(s))"
-             + (f"; padded before the batch op, one BatchFunction queue per bucket, longer inputs run "
-                f"unbatched" if b.replaced else "") for b in done]
+             + ("; padded before the batch op, one BatchFunction queue per bucket, longer inputs run "
+                "unbatched" if b.replaced else "") for b in done]
     padded = {b.wrapper for b in done if b.wrapper.startswith(buckets.PREFIX)} | {r for b in done for r in b.routers}
     if padded:
         measured = s.guard.measure("I/O shapes", s.model, before, s.scratch.snapshot(s.model, "after_io"),

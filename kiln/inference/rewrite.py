@@ -111,9 +111,8 @@ def composite_inputs(model, name: str) -> dict[int, tuple[str, str]]:
     fdef = model.functions[name]
     out = {}
     if saved is not None and saved.HasField("canonicalized_input_signature"):
-        from tensorflow.python.saved_model import nested_structure_coder
-
         import tensorflow as tf
+        from tensorflow.python.saved_model import nested_structure_coder
 
         try:
             structure = nested_structure_coder.decode_proto(saved.canonicalized_input_signature)

@@ -455,8 +455,8 @@ def test_keras_encoder_with_two_signatures_end_to_end(root):
         feeds.append({"ids": rng.integers(1, 100, (1 + i % 2, n)).astype(np.int32),
                       "mask": np.ones((1 + i % 2, n), np.int32)})
     for key, name in (("serving_default", "logits"), ("encode", "hidden")):
-        results, errors = _concurrent(lambda f: after.signatures[key](**{k: tf.constant(v) for k, v in f.items()}),
-                                      feeds)
+        results, errors = _concurrent(lambda f, key=key: after.signatures[key](**{k: tf.constant(v)
+                                                                                  for k, v in f.items()}), feeds)
         assert errors == []
         for f, got in zip(feeds, results):
             want = before.signatures[key](**{k: tf.constant(v) for k, v in f.items()})[name].numpy()
