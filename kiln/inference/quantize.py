@@ -62,6 +62,10 @@ def plan(model, q) -> dict:
     if unknown:
         raise OptionsError(f"{WHERE}.representative_datasets: {unknown} are not among signature_keys {keys}")
     method = _method(q)
+    if q.HasField("freeze_all_variables") and not q.freeze_all_variables:
+        raise OptionsError(f"{WHERE}.freeze_all_variables: false is not supported: kiln grafts the quantized "
+                           f"signatures into the original model, so their weights must be frozen into them "
+                           f"(TensorFlow's default, true)")
     if method == "METHOD_NO_QUANTIZE":
         raise OptionsError(f"{WHERE}.quantization_method METHOD_NO_QUANTIZE: remove quantization_options instead")
     if q.op_set not in (qo.OpSet.OP_SET_UNSPECIFIED, qo.XLA):

@@ -448,6 +448,8 @@ def test_padding_that_changes_results_is_refused(root):
     ('quantization_method { preset_method: METHOD_DYNAMIC_RANGE_INT8 } representative_datasets { key: "other" '
      'value { tfrecord_file_path: "x" } }', r"representative_datasets: \['other'\] are not among signature_keys"),
     ("quantization_method { preset_method: METHOD_NO_QUANTIZE }", r"METHOD_NO_QUANTIZE: remove quantization_options"),
+    ("quantization_method { preset_method: METHOD_DYNAMIC_RANGE_INT8 } freeze_all_variables: false",
+     r"freeze_all_variables: false is not supported"),
     ('representative_datasets { key: "serving_default" value { } }', r"\['serving_default'\] has no tfrecord_file_path"),
 ])
 def test_quantization_option_errors(root, mlp, quant, message):
