@@ -24,6 +24,8 @@ ROWS = 16
 #: timing budget per function, seconds (a function slower than this gets 3 rounds of one call each)
 BUDGET = 0.1
 ROUNDS = 5
+#: a first call slower than this (seconds) is the measurement: no repeated calls (compilation included)
+SLOW = 5.0
 
 
 class SlowerOnThisMachineWarning(UserWarning):
@@ -88,6 +90,11 @@ def measure(before_runner, after_runner, pairs: list, rows_of) -> dict:
             args_b = _inputs(specs_b)
             args_a = args_b if [s.shape for s in specs_a] == [s.shape for s in specs_b] else _inputs(specs_a)
             first_b, first_a = _timed(before, args_b), _timed(after, args_a)  # compilation included
+            if max(first_a, first_b) > SLOW:  # e.g. int8 convolutions on XLA's CPU backend: tens of seconds
+                out[after_name] = {"rows": rows, "before_ms": round(1e3 * first_b, 2),
+                                   "after_ms": round(1e3 * first_a, 2), "first_call_before_ms": round(1e3 * first_b, 2),
+                                   "first_call_after_ms": round(1e3 * first_a, 2), "first_call_only": True}
+                continue
             pair = _timed(before, args_b) + _timed(after, args_a)  # one more call each: caches, thread pools
             rounds = ROUNDS if pair < BUDGET else 3
             per_round = max(1, min(20, int(BUDGET / rounds / max(pair, 1e-5))))

@@ -104,6 +104,10 @@ class ConversionReport:
                 continue
             ratio = t["after_ms"] / t["before_ms"] if t["before_ms"] else float("inf")
             how = f"{ratio:.2f}x slower" if ratio > 1 else f"{1 / ratio:.2f}x faster"
+            if t.get("first_call_only"):
+                lines.append(f"  {name} at {t['rows']} rows: first calls only (too slow to repeat): "
+                             f"{t['before_ms']:.0f} ms -> {t['after_ms']:.0f} ms with compilation ({how})")
+                continue
             lines.append(f"  {name} at {t['rows']} rows: {t['before_ms']:.3f} ms -> {t['after_ms']:.3f} ms ({how}; "
                          f"first call {t['first_call_after_ms']:.0f} ms with XLA compilation)")
         return lines

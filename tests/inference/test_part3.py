@@ -461,3 +461,15 @@ def test_keras_encoder_with_two_signatures_end_to_end(root):
         for f, got in zip(feeds, results):
             want = before.signatures[key](**{k: tf.constant(v) for k, v in f.items()})[name].numpy()
             np.testing.assert_allclose(got[name].numpy(), want, atol=0.05 * np.max(np.abs(want)))  # bfloat16
+
+
+def test_a_very_slow_function_is_timed_by_its_first_call_only():
+    """A first call over latency.SLOW seconds (int8 convolutions on XLA's CPU backend took 64 s) is the
+    measurement, so timing never costs minutes; the report says so."""
+    from kiln.inference.report import ConversionReport
+
+    report = ConversionReport("in", "out", machine="cpu", latency={"f": {
+        "rows": 16, "before_ms": 80.0, "after_ms": 64000.0, "first_call_before_ms": 80.0,
+        "first_call_after_ms": 64000.0, "first_call_only": True}})
+    assert "f at 16 rows: first calls only (too slow to repeat): 80 ms -> 64000 ms with compilation (800.00x slower)" \
+        in report.text
