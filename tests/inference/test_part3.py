@@ -420,7 +420,10 @@ def test_report_gives_the_latency_of_each_placed_function_before_and_after(root,
 
 
 def test_slower_is_flagged_only_beyond_ten_percent():
+    import kiln.inference
     from kiln.inference import latency
+
+    assert kiln.inference.SlowerOnThisMachineWarning is latency.SlowerOnThisMachineWarning
 
     assert latency.slower({"f": {"before_ms": 1.0, "after_ms": 1.05}}) is None
     assert latency.slower({"f": {"before_ms": 1.0, "after_ms": 3.0}, "g": {"rows": 1, "error": "x"}}) == 3.0
