@@ -547,10 +547,11 @@ def save_keras_encoder(path) -> str:
 
 
 def token_samples(count: int, seed: int = 0) -> list[dict]:
-    """Sentences of 3 to 13 tokens, one per sample, with their all-ones masks."""
+    """Sentences of 5 tokens, then of 9 (two lengths: each new shape costs an XLA compilation per measured
+    model), one per sample, with their all-ones masks."""
     rng = np.random.default_rng(seed)
     out = []
-    for _ in range(count):
-        n = int(rng.integers(3, 14))
+    for i in range(count):
+        n = 5 if i < count // 2 else 9
         out.append({"ids": rng.integers(1, 100, (1, n)).astype(np.int32), "mask": np.ones((1, n), np.int32)})
     return out
