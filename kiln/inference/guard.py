@@ -119,16 +119,14 @@ class Guard:
 
     def __init__(self, model, options, evaluation_data=None):
         self.skip = bool(options.skip_accuracy_check)
-        self.given = user_data(evaluation_data, dict(options.experimental.evaluation_datasets), model)
-        self.user = None  # signature -> the user's samples (loaded on first use)
+        given = user_data(evaluation_data, dict(options.experimental.evaluation_datasets), model)
+        self.user = load_user_data(given, model)  # read now: a bad file fails before anything is done
         self.held_out: dict = {}  # signature -> quantization samples kept out of calibration
         self._inputs = None
         self.reference = None  # outputs of the model as the last measured stage left it
         self.unmeasured: list[dict] = []  # {"stage", "signature", "why"}
 
     def user_samples(self, model) -> dict:
-        if self.user is None:
-            self.user = load_user_data(self.given, model)
         return self.user
 
     def inputs(self, model) -> dict:
