@@ -288,6 +288,21 @@ def scope_functions(model, accelerator, scope: str) -> dict[str, bool]:
     return {name: name in on_xla for name in sorted(served | on_xla)}
 
 
+def _whole_callees(model, updates: dict) -> None:
+    """A call whose result feeds a state update keeps its callee (and what that calls) float32 too."""
+    todo = [(f, n) for f in updates for n in model.functions[f].node_def if n.name in updates[f] and n.op in CALL_OPS]
+    while todo:
+        _, node = todo.pop()
+        callee = node.attr["f"].func.name
+        if callee not in updates or callee not in model.functions:
+            continue
+        every = {n.name for n in model.functions[callee].node_def}
+        if every <= updates[callee]:
+            continue
+        updates[callee] |= every
+        todo += [(callee, n) for n in model.functions[callee].node_def if n.op in CALL_OPS]
+
+
 def rewrite(model, accelerator, options, workdir) -> tuple[list[str], set[str]]:
     """The stage: convert the functions in scope; (report lines, functions changed). Refuses a model
     that already holds bfloat16 ops unless ``skip_safety_checks``. Variables stored in bfloat16 are
@@ -313,6 +328,7 @@ def rewrite(model, accelerator, options, workdir) -> tuple[list[str], set[str]]:
     bindings = bound_inputs(model)
     updates = {name: effects.state_update_nodes(model.functions[name], effects.writers(model, name, bindings))
                for name in functions}
+    _whole_callees(model, updates)
     plans = {name: plan_function(model.functions[name], on_xla, keep,
                                  {n for f, n in feeders if f == name} | updates[name])
              for name, on_xla in functions.items()}

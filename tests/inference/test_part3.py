@@ -476,3 +476,40 @@ def test_a_very_slow_function_is_timed_by_its_first_call_only():
         "first_call_after_ms": 64000.0, "first_call_only": True}})
     assert "f at 16 rows: first calls only (too slow to repeat): 80 ms -> 64000 ms with compilation (800.00x slower)" \
         in report.text
+
+
+def test_a_state_update_computed_in_another_function_stays_float32_too(root):
+    class NestedUpdate(tf.Module):
+        def __init__(self):
+            self.w = tf.Variable(tf.reshape(tf.range(12, dtype=tf.float32), [4, 3]) / 10.0)
+            self.mean = tf.Variable(tf.zeros([3]))
+
+        @tf.function
+        def moving(self, y):
+            return 0.9 * self.mean + 0.1 * tf.reduce_mean(y, axis=0)
+
+        @tf.function
+        def body(self, x):
+            y = tf.matmul(x, self.w)
+            self.mean.assign(self.moving(y))
+            return y
+
+        @tf.function(input_signature=[models.SPEC])
+        def serve(self, x):
+            return {"y": self.body(x)}
+
+        @tf.function(input_signature=[])
+        def state(self):
+            return {"mean": self.mean.read_value()}
+
+    m = NestedUpdate()
+    src = models.save_module(m, root / "nested_update", {"serving_default": m.serve.get_concrete_function(),
+                                                         "state": m.state.get_concrete_function()}, {"body": m.body})
+    out = root / "nested_update_bf16"
+    convert(src, str(out), 'tpu_functions { function_alias: "body" } io_shape_optimization: DISABLED '
+            "skip_accuracy_check: true")
+    x = np.random.default_rng(6).standard_normal((5, 4)).astype(np.float32)
+    before, after = _load(src), _load(out)
+    for _ in range(10):
+        _call(before, "serving_default", x=x), _call(after, "serving_default", x=x)
+    np.testing.assert_allclose(_call(after, "state")["mean"], _call(before, "state")["mean"], rtol=1e-6)
