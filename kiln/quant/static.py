@@ -28,6 +28,9 @@ from . import lstm as lstm_layout
 from . import params
 from .calibrate import Range, calibrate
 
+#: Largest calibrated magnitude an activation may have (`_Rewriter`).
+MAX_RANGE = 1e30
+
 #: Ops that read only their input's shape: they take an int8 tensor as it is.
 SHAPE_ONLY = frozenset({"SHAPE", "RANK"})
 
@@ -89,6 +92,16 @@ def _same(a: QuantParams, b: QuantParams) -> bool:
     return np.array_equal(a.scale, b.scale) and np.array_equal(a.zero_point, b.zero_point)
 
 
+def _constant_refusal(t: Tensor) -> str | None:
+    """Why a float constant cannot take integer parameters of its own range (None: it can)."""
+    data = np.asarray(t.data)
+    if data.size == 0:
+        return "is empty"
+    if not np.all(np.isfinite(data)):
+        return "holds NaN or Inf"
+    return None
+
+
 def _label(op: Operator) -> str:
     out = op.outputs[0] if op.outputs and op.outputs[0] is not None else None
     return f"{op.op_type} '{out.name}'" if out is not None else op.op_type
@@ -100,7 +113,12 @@ class _Rewriter:
     def __init__(self, model: Model, ranges: dict[int, Range], denylist: frozenset[str],
                  input_type: DType, output_type: DType, scheme: Scheme = INT8):
         self.model, self.sg, self.scheme = model, model.main, scheme
-        self.ranges, self.denylist = dict(ranges), denylist   # a copy: shared ranges rewrite it
+        # a copy: shared ranges rewrite it. Ranges past ±MAX_RANGE (an overflow, or an
+        # infinity LiteRT's float kernels clamp to ±FLT_MAX) would give scales whose rescaling
+        # multipliers LiteRT's Prepare aborts on: those tensors count as uncalibrated.
+        self.overflowed = {k for k, r in ranges.items() if max(abs(r.min), abs(r.max)) > MAX_RANGE}
+        self.ranges = {k: r for k, r in ranges.items() if k not in self.overflowed}
+        self.denylist = denylist
         self.input_type, self.output_type = input_type, output_type
         self.q_of: dict[int, Tensor] = {}
         self.float_of: dict[int, Tensor] = {}
@@ -120,17 +138,26 @@ class _Rewriter:
             return "denylisted"
         if rule.output == OutputScale.LSTM:
             reason = lstm_layout.refusal(op)
-            if reason is None and (id(op.inputs[0]) not in self.ranges or id(op.outputs[0]) not in self.ranges):
-                reason = "input or output was not calibrated"
+            if reason is None:
+                reason = self.uncalibrated(op.inputs[0], "input") or self.uncalibrated(op.outputs[0], "output")
             return reason
         if any(t is None or t.dtype != DType.FLOAT32 for t in op.outputs):
             return "output is not float"
-        for i in self._activation_positions(op, rule):
+        positions = self._activation_positions(op, rule)
+        for i in positions:
             t = op.inputs[i]
             if t.dtype != DType.FLOAT32 and id(t) not in self.q_of:
                 return f"input {i} is not float"
-            if not t.is_constant and id(t) not in self.ranges:
-                return f"input {i} was not calibrated"
+            if t.is_constant:
+                reason = _constant_refusal(t)
+                if reason is not None:
+                    return f"constant input {i} {reason}"
+            elif id(t) not in self.ranges:
+                return self.uncalibrated(t, f"input {i}")
+        if rule.output == OutputScale.SAME and positions and op.inputs[positions[0]].is_constant:
+            for t in op.outputs:   # the constant takes the output's range
+                if t is not None and id(t) not in self.ranges:
+                    return f"constant input {positions[0]} and " + self.uncalibrated(t, "output")
         weights = ops.require(op.op_type).weights
         if weights is not None:
             w_index = weights.first
@@ -138,10 +165,19 @@ class _Rewriter:
                 return "weights are not constant"
         if op.op_type == "PRELU" and self.scheme.dtype == DType.INT16 and not op.inputs[1].is_constant:
             return "16x8 PRELU needs a constant alpha (LiteRT reads alpha as int8)"
-        if rule.output not in (OutputScale.SAME, OutputScale.FIXED) and \
-                any(id(t) not in self.ranges for t in op.outputs if t is not None):
-            return "output was not calibrated"
+        if rule.output not in (OutputScale.SAME, OutputScale.FIXED):
+            for t in op.outputs:
+                if t is not None and id(t) not in self.ranges:
+                    return self.uncalibrated(t, "output")
         return None
+
+    def uncalibrated(self, t: Tensor, what: str) -> str | None:
+        """Why ``t`` has no usable calibrated range (None: it has one)."""
+        if id(t) in self.ranges:
+            return None
+        if id(t) in self.overflowed:
+            return f"{what} overflowed in calibration (values beyond ±{MAX_RANGE:g})"
+        return f"{what} was not calibrated"
 
     def _activation_positions(self, op: Operator, rule: Quantization) -> list[int]:
         if rule.output == OutputScale.REQUANTIZE:   # every real-valued input, also those already turned integer
@@ -283,7 +319,12 @@ class _Rewriter:
         elif rule.output == OutputScale.SAME:
             first = op.inputs[positions[0]]
             src = self._own_type(first)
-            out_qp = src.quantization if src is not None else self.calibrated(first)
+            if src is not None:
+                out_qp = src.quantization
+            elif first.is_constant:   # e.g. an embedding table: TF gives it the output's range
+                out_qp = self.calibrated(op.outputs[0])
+            else:
+                out_qp = self.calibrated(first)
         else:
             out_qp = self.calibrated(op.outputs[0])
         for i in positions:
