@@ -52,8 +52,18 @@ def samples(dataset: Any) -> Iterator[Any]:
     yield from source
 
 
-def _feeds(sample: Any, inputs: list[Tensor], index: int) -> list[np.ndarray]:
-    """One sample as arrays in model-input order, checked against the inputs' signatures."""
+#: How to accept integer samples for a float input, named in the error that refuses them.
+INTEGER_SAMPLES_HINT = ("normalise them as the model expects (e.g. x / 255), or pass allow_integer_samples=True "
+                        "(CLI: --allow-integer-samples) if the raw integer values are what the model takes")
+
+
+def _feeds(sample: Any, inputs: list[Tensor], index: int, *,
+           allow_integer_samples: bool = False) -> list[np.ndarray]:
+    """One sample as arrays in model-input order, checked against the inputs' signatures.
+
+    Integer (or boolean) arrays for a float input are refused unless ``allow_integer_samples``:
+    they are almost always un-normalised data (uint8 images where the model takes [0, 1] or
+    [-1, 1]), which calibrates every range wrong without a word (TF refuses them too)."""
     names = [t.name for t in inputs]
     if isinstance(sample, dict):
         by_name = {_short(k, names): v for k, v in sample.items()}
@@ -75,6 +85,10 @@ def _feeds(sample: Any, inputs: list[Tensor], index: int) -> list[np.ndarray]:
             raise DatasetError(f"representative dataset, sample {index}, input {t.name!r}: shape "
                                f"{list(arr.shape)} does not fit the model's {list(want)}")
         if arr.dtype != t.dtype.numpy:
+            if arr.dtype.kind in "iub" and t.dtype in (DType.FLOAT32, DType.FLOAT16) and not allow_integer_samples:
+                raise DatasetError(f"representative dataset, sample {index}, input {t.name!r}: dtype {arr.dtype} "
+                                   f"where the model takes {np.dtype(t.dtype.numpy)}; integer samples for a float "
+                                   f"input are usually not normalised — {INTEGER_SAMPLES_HINT}")
             if not (arr.dtype.kind == "f" and t.dtype in (DType.FLOAT32, DType.FLOAT16)) and \
                     not np.can_cast(arr.dtype, t.dtype.numpy, "same_kind"):
                 raise DatasetError(f"representative dataset, sample {index}, input {t.name!r}: dtype "
@@ -101,8 +115,9 @@ Observer = Callable[[Callable[[Tensor], np.ndarray]], None]
 
 
 def calibrate(model: Model, dataset: Any, *, progress: bool = True, max_samples: int | None = None,
-              observers: Iterable[Observer] = ()) -> dict[int, Range]:
-    """Ranges of the main subgraph's float tensors, keyed by ``id(tensor)`` of ``model``."""
+              observers: Iterable[Observer] = (), allow_integer_samples: bool = False) -> dict[int, Range]:
+    """Ranges of the main subgraph's float tensors, keyed by ``id(tensor)`` of ``model``
+    (``allow_integer_samples``: see `_feeds`)."""
     interp = Interpreter(model_content=model, experimental_preserve_all_tensors=True)
     sg = model.main
     inputs = list(sg.inputs)
@@ -124,7 +139,7 @@ def calibrate(model: Model, dataset: Any, *, progress: bool = True, max_samples:
     for index, sample in enumerate(iterator):
         if max_samples is not None and index >= max_samples:
             break
-        feeds = _feeds(sample, inputs, index)
+        feeds = _feeds(sample, inputs, index, allow_integer_samples=allow_integer_samples)
         new_shapes = [a.shape for a in feeds]
         if new_shapes != shapes:
             positions = {id(t): k for k, t in enumerate(sg.tensors)}

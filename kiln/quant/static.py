@@ -400,9 +400,11 @@ IO_TYPES = {"float32": DType.FLOAT32, "int8": DType.INT8, "uint8": DType.UINT8, 
 
 def quantize_static(model: Model, dataset: Any, scheme: Scheme, *, integer_only: bool = False,
                     input_type: str = "float32", output_type: str = "float32", denylist: Iterable[str] = (),
-                    progress: bool = True, ranges: dict[int, Range] | None = None) -> StaticReport:
+                    progress: bool = True, ranges: dict[int, Range] | None = None,
+                    allow_integer_samples: bool = False) -> StaticReport:
     """Rewrite ``model`` (main subgraph) to ``scheme``'s integer type, calibrating on ``dataset``
-    (or using ``ranges`` from an earlier calibration)."""
+    (or using ``ranges`` from an earlier calibration; ``allow_integer_samples``: accept integer
+    samples for float inputs, kiln.quant.calibrate)."""
     allowed = ("float32", "uint8", scheme.name) if scheme.dtype == DType.INT8 else ("float32", scheme.name)
     for what, value in (("input", input_type), ("output", output_type)):
         if value not in allowed:
@@ -414,7 +416,7 @@ def quantize_static(model: Model, dataset: Any, scheme: Scheme, *, integer_only:
                 ops.require("UNIDIRECTIONAL_SEQUENCE_LSTM").quantization.quantized_in(scheme.name):
             for op in [op for op in model.main.operators if op.op_type == "BIDIRECTIONAL_SEQUENCE_LSTM"]:
                 lstm_layout.split_bidirectional(op)
-        ranges = calibrate_for(model, dataset, progress=progress)
+        ranges = calibrate_for(model, dataset, progress=progress, allow_integer_samples=allow_integer_samples)
     rewriter = _Rewriter(model, ranges, denylist, IO_TYPES[input_type], IO_TYPES[output_type],
                          scheme)
     report = rewriter.run()
@@ -426,12 +428,14 @@ def quantize_static(model: Model, dataset: Any, scheme: Scheme, *, integer_only:
     return report
 
 
-def calibrate_for(model: Model, dataset: Any, *, progress: bool = True) -> dict[int, Range]:
+def calibrate_for(model: Model, dataset: Any, *, progress: bool = True,
+                  allow_integer_samples: bool = False) -> dict[int, Range]:
     """`calibrate`, plus what the integer rewrite needs from inside fused ops: each quantizable
     LSTM's cell state range over every time step."""
     cells = [lstm_layout.CellRange(op) for op in model.main.operators
              if _is_lstm(quantization_of(op)) and lstm_layout.refusal(op) is None]
-    ranges = calibrate(model, dataset, progress=progress, observers=cells)
+    ranges = calibrate(model, dataset, progress=progress, observers=cells,
+                       allow_integer_samples=allow_integer_samples)
     for cell in cells:
         if cell.range.min <= cell.range.max:
             ranges[id(cell.cell)] = cell.range
