@@ -18,7 +18,11 @@ does (measured, shared/quantization.md §3):
   size ratio 1.00): every weight matrix of an LSTM whose weights reach the threshold
   together becomes per-tensor symmetric int8 — LiteRT's hybrid LSTM kernel reads all of
   them as int8 — with asymmetric input quantization (versions 3). Biases and layer-norm
-  coefficients stay float.
+  coefficients stay float. kiln's runtime runs them with LiteRT's hybrid LSTM kernel
+  (kiln.kernels.hybrid_lstm). In weight-only mode the same matrices become int8 (per row
+  for matrices, per tensor for peephole vectors) behind DEQUANTIZE, and the LSTM stays float.
+  LSTMs with diagonal recurrent weights keep them float (LiteRT's hybrid kernel would read
+  int8 ones as float).
 """
 
 from __future__ import annotations
@@ -95,17 +99,15 @@ def _int8_weights(sg: Subgraph, w: Tensor, axis: int) -> Tensor:
         affine.scale, affine.zero_point, quantized_dimension=axis))
 
 
-def _weight_sites(model: Model, min_elements: int, denylist, report: WeightReport,
-                  lstm: bool = False):
+def _weight_sites(model: Model, min_elements: int, denylist, report: WeightReport, lstm):
     """(subgraph, op, weight operand, quantized dimension, weights) of every op whose float
     weights a weight mode rewrites; skipped ops go into ``report`` with the reason. Fused
-    LSTMs (``lstm``) are handled on the way. Each subgraph is tidied (unused tensors,
-    versions) once its ops were rewritten."""
+    LSTMs go to ``lstm(sg, op, min_elements, denylist, report)`` on the way. Each subgraph is
+    tidied (unused tensors, versions) once its ops were rewritten."""
     for sg in model.subgraphs:
         for op in list(sg.operators):
             if _is_sequence_lstm(op.op_type):
-                if lstm:
-                    _hybrid_lstm(sg, op, min_elements, denylist, report)
+                lstm(sg, op, min_elements, denylist, report)
                 continue
             reason = _hybrid_refusal(op, min_elements, denylist)
             if reason is None:
@@ -125,7 +127,7 @@ def quantize_dynamic_range(model: Model, *, min_elements: int = MIN_WEIGHT_ELEME
     """
     report = WeightReport()
     quantized: dict[int, Tensor] = {}   # id(float weights) -> int8 copy, shared by users
-    for sg, op, index, axis, w in _weight_sites(model, min_elements, denylist, report, lstm=True):
+    for sg, op, index, axis, w in _weight_sites(model, min_elements, denylist, report, _hybrid_lstm):
         if id(w) not in quantized:
             quantized[id(w)] = _int8_weights(sg, w, axis)
         op.set_input(index, quantized[id(w)])
@@ -154,8 +156,9 @@ def _hybrid_refusal(op: Operator, min_elements: int, denylist) -> str | None:
     return None
 
 
-def _hybrid_lstm(sg: Subgraph, op: Operator, min_elements: int, denylist, report: WeightReport) -> None:
-    """int8 weights for a fused LSTM: all of them or none (LiteRT's hybrid kernel)."""
+def _lstm_weights(op: Operator, min_elements: int, denylist, report: WeightReport) -> list[int] | None:
+    """The weight-matrix operands of a fused LSTM a weight mode rewrites — all of them or
+    none; None (and the reason in ``report``) when it keeps them float."""
     positions = [i for i in hybrid_weights(op.op_type).operands if i < len(op.inputs) and op.inputs[i] is not None]
     weights = [op.inputs[i] for i in positions]
     name = op.outputs[0].name if op.outputs and op.outputs[0] is not None else ""
@@ -163,14 +166,23 @@ def _hybrid_lstm(sg: Subgraph, op: Operator, min_elements: int, denylist, report
         reason = "denylisted"
     elif not all(_float_constant(w) for w in weights) or op.inputs[0].dtype != DType.FLOAT32:
         reason = "weights or input are not float"
+    elif op.options.get("diagonal_recurrent_tensors"):
+        reason = "diagonal recurrent weights: LiteRT's hybrid LSTM kernel reads them as float"
     elif sum(w.data.size for w in weights) < min_elements:
         reason = f"{sum(w.data.size for w in weights)} weights < {min_elements}"
     else:
-        reason = None
-    if reason is not None:
-        report.skipped.append((op.op_type, name, reason))
+        return positions
+    report.skipped.append((op.op_type, name, reason))
+    return None
+
+
+def _hybrid_lstm(sg: Subgraph, op: Operator, min_elements: int, denylist, report: WeightReport) -> None:
+    """int8 weights for a fused LSTM: all of them or none (LiteRT's hybrid kernel)."""
+    positions = _lstm_weights(op, min_elements, denylist, report)
+    if positions is None:
         return
-    for i, w in zip(positions, weights):
+    for i in positions:
+        w = op.inputs[i]
         op.set_input(i, _int8_weights(sg, w, None))
         report.quantized.append((op.op_type, w.name))
     op.options["asymmetric_quantize_inputs"] = True
@@ -182,13 +194,24 @@ def quantize_weight_only(model: Model, *, min_elements: int = MIN_WEIGHT_ELEMENT
     (`hybrid_weights`); the ops themselves stay float."""
     report = WeightReport()
     restored: dict[int, Tensor] = {}   # id(float weights) -> their DEQUANTIZE output
-    for sg, op, index, axis, w in _weight_sites(model, min_elements, denylist, report):
+
+    def dequantized(sg: Subgraph, op: Operator, w: Tensor, axis: int | None) -> Tensor:
         if id(w) not in restored:
             q = _int8_weights(sg, w, axis)
             q.name = f"{w.name}_int8"
             out = sg.add_tensor(w.name, DType.FLOAT32, w.shape, shape_signature=w.shape_signature)
             sg.add_operator("DEQUANTIZE", [q], [out], index=sg.operators.index(op))
             restored[id(w)] = out
-        op.set_input(index, restored[id(w)])
+        return restored[id(w)]
+
+    def lstm(sg: Subgraph, op: Operator, min_elements: int, denylist, report: WeightReport) -> None:
+        positions = _lstm_weights(op, min_elements, denylist, report)
+        for i in positions or ():
+            w = op.inputs[i]
+            op.set_input(i, dequantized(sg, op, w, 0 if w.data.ndim == 2 else None))
+            report.quantized.append((op.op_type, w.name))
+
+    for sg, op, index, axis, w in _weight_sites(model, min_elements, denylist, report, lstm):
+        op.set_input(index, dequantized(sg, op, w, axis))
         report.quantized.append((op.op_type, w.name))
     return report

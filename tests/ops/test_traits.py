@@ -18,10 +18,7 @@ from kiln.ops.traits import OutputScale
 QUANTIZED = sorted(name for name, r in ops.OPS.items() if r.quantization is not None)
 
 #: Known gaps, each with the issue that closes it: LiteRT runs these, kiln's runtime does not yet.
-KNOWN_GAPS = {
-    ("UNIDIRECTIONAL_SEQUENCE_LSTM", HYBRID): "#22: no hybrid LSTM kernel in kiln's runtime yet",
-    ("BIDIRECTIONAL_SEQUENCE_LSTM", HYBRID): "#22: no hybrid LSTM kernel in kiln's runtime yet",
-}
+KNOWN_GAPS: dict = {}
 
 
 def _pairs():
