@@ -18,7 +18,7 @@ every gate accumulates in float32, in this order::
 then ``c = f·c + g·i`` (``g·(1 − f)`` for CIFG), clipped; ``m = o · act(c)``; with a
 projection the rows of ``m`` are quantized again and ``h = b_p + float(W_p·m_q − zp·ΣW_p) ·
 (s_m · s_Wp)``, clipped. The integer dot products are exact; every float step is one
-float32 operation in LiteRT's order, and sigmoid / tanh are Eigen's (kiln.kernels.eigen_math)
+float32 operation in LiteRT's order, and sigmoid / tanh are Eigen's (kiln.kernels.float_math)
 — whose logistic depends on where a gate's values sit in LiteRT's scratch buffer, so the
 buffer layout (gate slots, time- or batch-major stepping) is reproduced for it. A step whose
 input (or output state, or projection input) is all zeros skips its product in LiteRT; the
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import eigen_math
+from . import float_math
 from .hybrid import int_matmul, quantize_rows_asymmetric, quantize_rows_symmetric
 
 F32 = np.float32
@@ -84,11 +84,11 @@ class Cell:
 
 def activate(x: np.ndarray, activation: int, scalar: np.ndarray | None = None) -> np.ndarray:
     """ApplyActivationToVector (NONE is handled by the caller: LiteRT leaves the buffer);
-    ``scalar``: the positions Eigen's logistic computes one by one (`eigen_math.logistic`)."""
+    ``scalar``: the positions Eigen's logistic computes one by one (`float_math.logistic`)."""
     if activation == TANH:
-        return eigen_math.tanh(x)
+        return float_math.tanh(x)
     if activation == SIGMOID:
-        return eigen_math.logistic(x, scalar)
+        return float_math.logistic(x, scalar)
     if activation == RELU:
         return np.maximum(x, F32(0))
     if activation == RELU6:
@@ -109,9 +109,9 @@ def scalar_masks(gates: str, batch: int, n_cell: int, time_major: bool) -> dict[
     for slot, g in enumerate(slots):
         base = slot * batch * n_cell
         if time_major:
-            masks[g] = eigen_math.scalar_positions(batch * n_cell, base % eigen_math.PACKET).reshape(batch, n_cell)
+            masks[g] = float_math.scalar_positions(batch * n_cell, base % float_math.PACKET).reshape(batch, n_cell)
         else:
-            masks[g] = np.stack([eigen_math.scalar_positions(n_cell, (base + b * n_cell) % eigen_math.PACKET)
+            masks[g] = np.stack([float_math.scalar_positions(n_cell, (base + b * n_cell) % float_math.PACKET)
                                  for b in range(batch)])
     return masks
 

@@ -14,7 +14,7 @@ import pytest
 import kiln
 from kiln.errors import OpError
 from kiln.ir import QuantParams
-from kiln.kernels import eigen_math
+from kiln.kernels import float_math
 from kiln.quant import params
 from kiln.schema import Activation
 from tests.harness import Const, Var, _kernel_outputs, single_op_model
@@ -133,7 +133,7 @@ def test_refusals_name_the_operand():
 
 @pytest.mark.parametrize("activation", ["tanh", "logistic"])
 def test_eigen_activations_equal_litert(activation):
-    """kiln.kernels.eigen_math equals LiteRT's float TANH / LOGISTIC (Eigen) on every input
+    """kiln.kernels.float_math equals LiteRT's float TANH / LOGISTIC (Eigen) on every input
     of a dense sweep, tails of odd lengths included (Eigen's scalar path)."""
     from ai_edge_litert.interpreter import Interpreter as LiteRT, OpResolverType
 
@@ -147,7 +147,7 @@ def test_eigen_activations_equal_litert(activation):
         interp.set_tensor(interp.get_input_details()[0]["index"], x)
         interp.invoke()
         want = interp.get_tensor(interp.get_output_details()[0]["index"])
-        got = eigen_math.tanh(x) if activation == "tanh" else eigen_math.logistic(x)
+        got = float_math.tanh(x) if activation == "tanh" else float_math.logistic(x)
         np.testing.assert_array_equal(got, want)
 
 
