@@ -352,9 +352,9 @@ def trained(names: list[str]) -> int:
                 ours = kiln.quantize(float_model, kiln_mode, representative_dataset=t.calibration, progress=False,
                                      **options)
                 got = _predict(ours, t.x_test)
-                mine = f"{np.mean(got.argmax(-1) == t.y_test):>8.1%} ", f"{_sqnr(reference, got):>10.1f}"
+                mine = f"{np.mean(got.argmax(-1) == t.y_test):.1%}", f"{_sqnr(reference, got):.1f}"
             except kiln.KilnError as exc:
-                mine = (f"{'refuses':>9}", f"{'':>10}")
+                mine = ("refuses", "")
                 print(f"    kiln {mode}: {str(exc)[:120]}")
             if mode == "weight_only":
                 theirs = "-"             # kiln's extension
@@ -365,12 +365,12 @@ def trained(names: list[str]) -> int:
             if isinstance(theirs, bytes):
                 try:
                     got = _predict(theirs, t.x_test)
-                    tf_cells = f"{np.mean(got.argmax(-1) == t.y_test):>8.1%}", f"{_sqnr(reference, got):>10.1f}"
+                    tf_cells = f"{np.mean(got.argmax(-1) == t.y_test):.1%}", f"{_sqnr(reference, got):.1f}"
                 except RuntimeError:
-                    tf_cells = f"{'LiteRT fails':>8}", ""
+                    tf_cells = "LiteRT fails", ""
             else:
-                tf_cells = f"{theirs:>8}", ""
-            print(f"{'':<24} {mode:<14} {mine[0]}{tf_cells[0]} {mine[1]} {tf_cells[1]:>10}")
+                tf_cells = theirs, ""
+            print(f"{'':<24} {mode:<14} {mine[0]:>8} {tf_cells[0]:>8} {mine[1]:>10} {tf_cells[1]:>10}")
     print("\naccuracy on each dataset's held-out split, in LiteRT (default resolver); SQNR (dB) of the quantized")
     print("model's outputs against the float model's; kiln quantizes TF's float conversion (kiln's own for Keras 3")
     print("recurrent layers); segfault: TF's converter crashes calibrating them (not run); '-': kiln's extension.")

@@ -26,12 +26,14 @@ MODES = ("dynamic", "float16", "int8", "int16x8", "int4", "weight_only")
 
 @dataclass
 class QuantizationReport:
-    """What a quantization did: the mode, (op, tensor) pairs quantized, and ops kept float
-    (op, tensor, reason)."""
+    """What a quantization did: the mode, (op, tensor) pairs quantized, ops kept float
+    (op, tensor, reason), and ops rewritten to an integer equivalent (op, tensor)."""
 
     mode: str
     quantized: list[tuple[str, str]] = field(default_factory=list)
     kept_float: list[tuple[str, str, str]] = field(default_factory=list)
+    #: (op type, output name) rewritten to an integer equivalent in integer-only mode
+    rewritten: list[tuple[str, str]] = field(default_factory=list)
 
 
 def _load(model) -> Model:
@@ -99,7 +101,7 @@ def quantize_model(model: Model, mode: str = "dynamic", *, representative_datase
     done = static(model, representative_dataset, integer_only=integer_only, input_type=inference_input_type,
                   output_type=inference_output_type, denylist=denied, progress=progress,
                   allow_integer_samples=allow_integer_samples)
-    return QuantizationReport(mode, done.quantized, done.float_ops)
+    return QuantizationReport(mode, done.quantized, done.float_ops, done.rewritten)
 
 
 def quantize(model, mode: str = "dynamic", *, representative_dataset=None,

@@ -70,6 +70,8 @@ def run(args) -> int:
         before = source.stat().st_size
         print(f"{out}: {len(data):,} bytes ({len(data) / before:.2f} of {before:,}), mode {report.mode}, "
               f"{len(report.quantized)} tensors quantized")
+        for op, name in report.rewritten:
+            print(f"  rewritten: {op} '{name}' as its integer equivalent")
         for op, name, why in report.kept_float:
             print(f"  kept float: {op} '{name}': {why}")
     if args.debug:

@@ -7,7 +7,8 @@ to the output. An op is quantized to a type only where its record says LiteRT ha
 for it (``Quantization.types``). Weights become per-channel int8 and biases int32
 (int64 in 16x8; kiln.quant.params). Ops without a kernel for the activation type stay float
 between DEQUANTIZE and QUANTIZE — or, in integer-only mode, the whole conversion is refused
-with the list of them (TensorFlow silently keeps them float).
+with the list of them (TensorFlow silently keeps them float), after ops with a float-exact
+integer equivalent (NEG as ``0 − x``, SQUARE as ``x · x``: kiln.quant.rewrites) were rewritten.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ..ops.traits import OutputScale, Quantization, Weights
 from ..kernels.fixedpoint import round_half_away
 from ..schema import DType
 from . import lstm as lstm_layout
-from . import params
+from . import params, rewrites
 from .calibrate import Range, calibrate
 
 #: Largest calibrated magnitude an activation may have (`_Rewriter`).
@@ -82,6 +83,8 @@ class StaticReport:
 
     quantized: list[tuple[str, str]] = field(default_factory=list)
     float_ops: list[tuple[str, str, str]] = field(default_factory=list)
+    #: (op type, output name) of ops rewritten to an integer equivalent (kiln.quant.rewrites)
+    rewritten: list[tuple[str, str]] = field(default_factory=list)
 
 
 def _qp(a: params.Affine) -> QuantParams:
@@ -411,6 +414,7 @@ def quantize_static(model: Model, dataset: Any, scheme: Scheme, *, integer_only:
             raise QuantizationError(f"inference_{what}_type must be one of {list(allowed)} for {scheme.name} "
                                     f"activations, got {value!r}")
     denylist = frozenset(denylist)
+    rewritten = rewrites.integer_equivalents(model, scheme.name, denylist) if integer_only and ranges is None else []
     if ranges is None:
         if not {"BIDIRECTIONAL_SEQUENCE_LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM"} & denylist and \
                 ops.require("UNIDIRECTIONAL_SEQUENCE_LSTM").quantization.quantized_in(scheme.name):
@@ -420,6 +424,7 @@ def quantize_static(model: Model, dataset: Any, scheme: Scheme, *, integer_only:
     rewriter = _Rewriter(model, ranges, denylist, IO_TYPES[input_type], IO_TYPES[output_type],
                          scheme)
     report = rewriter.run()
+    report.rewritten = rewritten
     if integer_only and report.float_ops:
         listed = "; ".join(f"{op} '{name}' ({why})" for op, name, why in report.float_ops)
         raise QuantizationError(f"integer-only quantization: {len(report.float_ops)} op(s) have no "
