@@ -23,6 +23,11 @@ does (measured, shared/quantization.md §3):
   for matrices, per tensor for peephole vectors) behind DEQUANTIZE, and the LSTM stays float.
   LSTMs with diagonal recurrent weights keep them float (LiteRT's hybrid kernel would read
   int8 ones as float).
+- lookup tables (an Embedding's GATHER: the record's ``Quantization.table``) of at least 1024
+  elements become int8, symmetric per tensor, with the GATHER on the codes (version 2) and a
+  DEQUANTIZE after it, as TF 2.21 writes them (a 205 MB float table becomes 51 MB). The same
+  in weight-only mode: gathering codes then dequantizing is dequantizing then gathering,
+  exactly. Tables kept float are reported with the reason.
 """
 
 from __future__ import annotations
@@ -48,6 +53,40 @@ def hybrid_weights(op_type: str) -> Weights | None:
     if record is None or record.weights is None or record.quantization is None or not record.quantization.hybrid:
         return None
     return record.weights
+
+
+def _is_table(op_type: str) -> bool:
+    record = ops.get(op_type)
+    return record is not None and record.quantization is not None and record.quantization.table
+
+
+def _int8_table(sg: Subgraph, op: Operator, min_elements: int, denylist, report: WeightReport) -> None:
+    """A constant float lookup table as int8 (per tensor), the op selecting codes and a
+    DEQUANTIZE restoring its float output; or the reason it stays float, in ``report``."""
+    table = op.inputs[0] if op.inputs else None
+    out = op.outputs[0] if op.outputs else None
+    name = out.name if out is not None else ""
+    if table is None or not table.is_constant:
+        return                                  # a GATHER of activations: not a table
+    if op.op_type in denylist or name in denylist:
+        reason = "denylisted"
+    elif not _float_constant(table) or out is None or out.dtype != DType.FLOAT32:
+        reason = "table or output is not float"
+    elif table.data.size < min_elements:
+        reason = f"{table.data.size} table elements < {min_elements}"
+    else:
+        reason = None
+    if reason is not None:
+        report.skipped.append((op.op_type, name, reason))
+        return
+    q, affine = params.symmetric_weights(table.data, None)
+    qp = QuantParams(affine.scale, affine.zero_point)
+    op.set_input(0, sg.add_constant(table.name, q, quantization=qp))
+    codes = sg.add_tensor(sg.unique_name(f"{name}_int8"), DType.INT8, out.shape, shape_signature=out.shape_signature,
+                          quantization=qp)
+    op.set_outputs([codes] + list(op.outputs[1:]))
+    sg.add_operator("DEQUANTIZE", [codes], [out], index=sg.operators.index(op) + 1)
+    report.quantized.append((op.op_type, table.name))
 
 
 def _is_sequence_lstm(op_type: str) -> bool:
@@ -108,6 +147,9 @@ def _weight_sites(model: Model, min_elements: int, denylist, report: WeightRepor
         for op in list(sg.operators):
             if _is_sequence_lstm(op.op_type):
                 lstm(sg, op, min_elements, denylist, report)
+                continue
+            if _is_table(op.op_type):
+                _int8_table(sg, op, min_elements, denylist, report)
                 continue
             reason = _hybrid_refusal(op, min_elements, denylist)
             if reason is None:
