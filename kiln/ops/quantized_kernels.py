@@ -288,6 +288,15 @@ def _mean(call: KernelCall, x, axes):
                         out_dtype=call.out_dtypes[0])
 
 
+def _sum(call: KernelCall, x, axes):
+    """int8 SUM: LiteRT's optimized kernel (kiln.kernels.nn.quantized_sum)."""
+    axes = np.asarray(axes).reshape(-1)
+    if np.any((axes < -x.ndim) | (axes >= max(x.ndim, 1))):
+        raise OpError(f"{call.op.name}: axes {axes.tolist()} out of range for rank {x.ndim}")
+    return nn_kernels.quantized_sum(x, params(call, 0, "input"), axes, out_params(call),
+                                    keep_dims=bool(call.opts.keep_dims), out_dtype=call.out_dtypes[0])
+
+
 def _concatenation(call: KernelCall, *xs):
     inputs = [params(call, k, f"input {k}") for k in range(len(xs))]
     axis = int(call.opts.axis)
@@ -632,6 +641,7 @@ BATCH_MATMUL = {INT8: _batch_matmul, INT16: _batch_matmul}
 MAX_POOL_2D = {INT8: _max_pool, UINT8: _max_pool, INT16: _max_pool}
 AVERAGE_POOL_2D = {INT8: _average_pool, UINT8: _average_pool, INT16: _average_pool}
 MEAN = {INT8: _mean, INT16: _mean}
+SUM = {INT8: _sum}
 CONCATENATION = {INT8: _concatenation, INT16: _concatenation}
 PACK = {INT8: _pack, INT16: _pack}
 SOFTMAX = {INT8: _softmax, INT16: _softmax}
