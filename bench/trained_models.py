@@ -153,8 +153,14 @@ def digits_lstm_tf_keras() -> Trained:
     x, y = _digits()
     xtr, ytr, xte, yte = _split(x, y, 1400)
     L = tf_keras.layers
-    m = tf_keras.Sequential([L.InputLayer((8, 8), batch_size=1), L.LSTM(24), L.Dense(10, activation="softmax")])
-    _fit(m, xtr, ytr, 20, tf_keras)
+
+    def build(batch_size):   # trained at any batch size; converted at batch 1 (TF fuses the LSTM then)
+        return tf_keras.Sequential([L.InputLayer((8, 8), batch_size=batch_size), L.LSTM(24),
+                                    L.Dense(10, activation="softmax")])
+
+    trained = _fit(build(None), xtr, ytr, 20, tf_keras)
+    m = build(1)
+    m.set_weights(trained.get_weights())
     return Trained("digits LSTM (tf_keras)", m, _calibration(xtr), xte, yte, keras3=False)
 
 
