@@ -309,6 +309,7 @@ def _predict(model: bytes, x: np.ndarray) -> np.ndarray:
     d_in, d_out = interp.get_input_details()[0], interp.get_output_details()[0]
     out = []
     for row in x:
+        interp.reset_all_variables()   # TF's LSTMs keep their state in variables: one sequence per row
         v = row[None]
         if d_in["dtype"] != np.float32:
             scale, zero = d_in["quantization"]

@@ -50,6 +50,7 @@ def _outputs(interp, inputs):
     interp.allocate_tensors()
     out = []
     for x in inputs:
+        interp.reset_all_variables()   # TF's LSTM keeps its state in variables: one sequence each
         interp.set_tensor(interp.get_input_details()[0]["index"], x)
         interp.invoke()
         d = interp.get_output_details()[0]
