@@ -399,3 +399,24 @@ def test_hard_swish_every_level(x_qp, out_qp):
     levels = np.arange(-128, 128, dtype=np.int8)
     want = run_ref("HARD_SWISH", [Q(levels, x_qp)], levels.shape, out_qp)
     np.testing.assert_array_equal(integer_activations.hard_swish(levels, x_qp, out_qp), want)
+
+
+def test_softmax_of_a_wide_flat_row_runs():
+    """1000 near-equal classes sum to more than 255 in the reference kernel's Q12.19, which
+    leaves it no output shift (BUILTIN_REF aborts the process); kiln gives those rows LiteRT's
+    optimized kernel's values and the other rows the reference's."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    from tests.quant.test_dispatch import _run
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(-3, 3, (3, 1000)).astype(np.int8)
+    x[0] = rng.integers(-128, 128, 1000)
+    x_qp, out_qp = qp(0.05, 0), qp(1 / 256, -128)
+    got = integer_activations.softmax(x, x_qp, out_qp)
+    model, feeds = one_op("SOFTMAX", [In(x, x_qp)], [(np.int8, x.shape, out_qp)], {"beta": 1.0})
+    optimized = _run(Interpreter(model_content=model, experimental_op_resolver_type=(
+        OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)), feeds)[0]
+    np.testing.assert_array_equal(got[1:], optimized[1:])
+    row0, _ = one_op("SOFTMAX", [In(x[:1], x_qp)], [(np.int8, (1, 1000), out_qp)], {"beta": 1.0})
+    np.testing.assert_array_equal(got[:1], reference(row0, [x[:1]])[0])
