@@ -73,6 +73,8 @@ class TFLiteConverter:
       experimental_enable_resource_variables: keep assigned variables as resource variables.
       denylist: op types ("SOFTMAX") or output tensor names to keep float when quantizing —
         kiln's extension; TF takes them only through its debugger's options.
+      allow_integer_samples: accept integer representative samples for float inputs as they
+        are — kiln's extension; by default they raise (usually un-normalised data).
       report: the `ConversionReport` of the last ``convert()``.
     """
 
@@ -88,6 +90,7 @@ class TFLiteConverter:
         self.inference_output_type = None
         self.experimental_enable_resource_variables = True
         self.denylist: list[str] = []
+        self.allow_integer_samples = False
         #: Check the IR's invariants (use-def links, order) after every pass (slower; for debugging).
         self.experimental_verify_passes = False
         self.report: ConversionReport | None = None
@@ -181,7 +184,8 @@ class TFLiteConverter:
             supported_types=frozenset(types),
             inference_input_type=_dtype_name(self.inference_input_type),
             inference_output_type=_dtype_name(self.inference_output_type),
-            representative_dataset=self.representative_dataset, denylist=_denylist(self.denylist))
+            representative_dataset=self.representative_dataset, denylist=_denylist(self.denylist),
+            allow_integer_samples=bool(self.allow_integer_samples))
 
 
 def _denylist(value) -> tuple[str, ...]:

@@ -57,6 +57,8 @@ class ConversionOptions:
       representative_dataset: calibration samples for integer quantization (a callable).
       denylist: op types or output tensor names kept float by quantization (kiln's extension;
         `QuantizationDebugger.suggest_denylist` finds one).
+      allow_integer_samples: accept integer representative samples for float inputs as they
+        are (refused by default: usually un-normalised data; kiln.quant.calibrate).
 
     Raises:
       ConversionError: inconsistent options (as TF's converter reports them).
@@ -74,6 +76,7 @@ class ConversionOptions:
     inference_output_type: str = "float32"
     representative_dataset: Callable | None = None
     denylist: tuple[str, ...] = ()
+    allow_integer_samples: bool = False
 
     def __post_init__(self):
         if self.representative_dataset is not None and not callable(self.representative_dataset):

@@ -43,6 +43,16 @@ def reset_value(t: Tensor) -> np.ndarray:
     return np.zeros(t.shape, dtype=t.dtype.numpy)
 
 
+def _runs_once(op: Operator) -> bool:
+    """A DEQUANTIZE of a constant into a variable tensor. LiteRT dequantizes a constant once
+    and keeps the output (dequantize.cc: a persistent tensor, evaluated on the first invoke
+    only), so a variable written that way — the LSTM state TF's float16 conversion starts from
+    float16 zeros — carries the state between invokes like any variable tensor, and only
+    `reset_all_variables` zeroes it. Run on every invoke it would reset the state each time."""
+    return op.op_type == "DEQUANTIZE" and bool(op.inputs) and op.inputs[0] is not None and \
+        op.inputs[0].is_constant and any(t is not None and t.is_variable for t in op.outputs)
+
+
 @dataclass
 class _Step:
     """One entry of the execution plan: a node, or a delegated partition of nodes."""
@@ -98,6 +108,8 @@ class _SubgraphEnv:
         self.inputs = [self.pos[id(t)] for t in self.sg.inputs]
         self.outputs = [self.pos[id(t)] for t in self.sg.outputs]
         self.steps: list[_Step] | None = None
+        #: Steps LiteRT runs once, before the first invoke's others (`_runs_once`); emptied then.
+        self.once_steps: list[_Step] = []
         self.shapes_stale = False  # an input was resized since the last run
         self.num_threads = interp._num_threads or 1
         self.context = Context(self)
@@ -152,15 +164,20 @@ class _SubgraphEnv:
         ops = self.sg.operators
         self._check_dataflow(ops)
         regs = [self._resolve(oi, op) for oi, op in enumerate(ops)]
+        once = {oi for oi, op in enumerate(ops) if _runs_once(op)}
         claimed: list[Delegate | None] = [None] * len(ops)
         for delegate in interp._delegates:
             for oi, op in enumerate(ops):
-                if claimed[oi] is None and delegate.claims(NodeInfo(oi, op, op.name, op.version, regs[oi])):
+                if claimed[oi] is None and oi not in once and \
+                        delegate.claims(NodeInfo(oi, op, op.name, op.version, regs[oi])):
                     claimed[oi] = delegate
         steps: list[_Step] = []
+        self.once_steps = [self._node_step(oi, ops[oi], regs[oi]) for oi in sorted(once)]
         oi = 0
         while oi < len(ops):
-            if claimed[oi] is not None:
+            if oi in once:
+                oi += 1
+            elif claimed[oi] is not None:
                 end = oi
                 while end + 1 < len(ops) and claimed[end + 1] is claimed[oi]:
                     end += 1
@@ -170,7 +187,7 @@ class _SubgraphEnv:
                 steps.append(self._node_step(oi, ops[oi], regs[oi]))
                 oi += 1
         self._plan_frees(steps)
-        for step in steps:
+        for step in (*self.once_steps, *steps):
             self._shortcuts(step)
         self.steps = steps
 
@@ -337,7 +354,10 @@ class _SubgraphEnv:
         values = self.values
         shapes = self.shapes
         profiler = self.interp.profiler
-        for step in self.steps:
+        steps = self.steps
+        if self.once_steps:
+            steps, self.once_steps = [*self.once_steps, *steps], []
+        for step in steps:
             if profiler is not None:
                 start = time.perf_counter()
             call = step.call
@@ -393,6 +413,7 @@ class _SubgraphEnv:
             return
         interp = self.interp
         saved = {k: list(env.values) for k, env in interp._envs.items()}
+        saved_once_steps = {k: list(env.once_steps) for k, env in interp._envs.items()}
         rt = interp._runtime
         saved_vars, saved_once = rt.variables.snapshot(), set(rt.call_once_done)
         try:
@@ -402,6 +423,7 @@ class _SubgraphEnv:
         finally:
             for k, values in saved.items():
                 interp._envs[k].values[:] = values
+                interp._envs[k].once_steps = saved_once_steps[k]
             rt.variables.restore(saved_vars)
             rt.call_once_done.clear()
             rt.call_once_done.update(saved_once)
