@@ -137,6 +137,11 @@ def i32(*values) -> Const:
     return Const(np.asarray(values, np.int32))
 
 
+def scalar(value, dtype=np.int32) -> Const:
+    """A 0-D constant, as TF's converter writes axes and pad values."""
+    return Const(np.asarray(value, dtype))
+
+
 def weights(rng, *shape, scale=None) -> Const:
     """Glorot-like float weights."""
     fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
@@ -243,6 +248,9 @@ def _conv(rng, name):
     w = weights(rng, 16, 3, 3, IMAGE[3])          # 1152 elements
     return [OneOpModel("CONV_2D", "same_s1_relu", (Drawn(IMAGE), w, bias(rng, 16)), _conv_options(Padding.SAME, 1, act=RELU)),
             OneOpModel("CONV_2D", "valid_s2", (Drawn(IMAGE), w, bias(rng, 16)), _conv_options(Padding.VALID, 2)),
+            # after a ReLU: the input zero point is -128, which SAME padding must use
+            OneOpModel("CONV_2D", "same_s2_nonnegative_input", (Drawn(IMAGE, 0, 6), w, bias(rng, 16)),
+                       _conv_options(Padding.SAME, 2)),
             OneOpModel("CONV_2D", "same_dilated_relu6", (Drawn(IMAGE), w, bias(rng, 16)),
                        _conv_options(Padding.SAME, 1, 2, RELU6)),
             # two operands, as LiteRT's CONV_2D reads a bias wherever a third operand is listed
@@ -258,6 +266,8 @@ def _depthwise(rng, name):
                        _conv_options(Padding.SAME, 1, act=RELU6, depth_multiplier=2)),
             OneOpModel("DEPTHWISE_CONV_2D", "m1_valid_s2", (Drawn(x), w2, bias(rng, 64)),
                        _conv_options(Padding.VALID, 2, depth_multiplier=1)),
+            OneOpModel("DEPTHWISE_CONV_2D", "m1_same_nonnegative_input", (Drawn(x, 0, 6), w2, bias(rng, 64)),
+                       _conv_options(Padding.SAME, 1, depth_multiplier=1)),
             OneOpModel("DEPTHWISE_CONV_2D", "m2_same_dilated", (Drawn(x), w1, bias(rng, 128)),
                        _conv_options(Padding.SAME, 1, 2, RELU, depth_multiplier=2))]
 
@@ -326,7 +336,8 @@ def _pool(rng, name):
         return dict(padding=padding, filter_height=size, filter_width=size, stride_h=stride, stride_w=stride,
                     fused_activation_function=act)
     return [OneOpModel(name, "2x2_s2_valid", (Drawn(IMAGE),), pool(Padding.VALID, 2, 2)),
-            OneOpModel(name, "3x3_s1_same_relu6", (Drawn(IMAGE),), pool(Padding.SAME, 3, 1, RELU6))]
+            OneOpModel(name, "3x3_s1_same_relu6", (Drawn(IMAGE),), pool(Padding.SAME, 3, 1, RELU6)),
+            OneOpModel(name, "3x3_s2_same_nonnegative_input", (Drawn(IMAGE, 0, 6),), pool(Padding.SAME, 3, 2))]
 
 
 @builds("MEAN", "REDUCE_MAX", "REDUCE_MIN")
@@ -365,7 +376,7 @@ def _squeeze(rng, name):
 
 @builds("EXPAND_DIMS")
 def _expand_dims(rng, name):
-    return [OneOpModel("EXPAND_DIMS", "axis1", (Drawn((4, 9, 5)), i32(1)))]
+    return [OneOpModel("EXPAND_DIMS", "axis1", (Drawn((4, 9, 5)), scalar(1)))]
 
 
 @builds("TRANSPOSE")
@@ -397,13 +408,14 @@ def _strided_slice(rng, name):
 @builds("PAD")
 def _pad(rng, name):
     return [OneOpModel("PAD", "image", (Drawn(IMAGE), Const(np.array([[0, 0], [1, 2], [2, 1], [0, 0]], np.int32)))),
+            OneOpModel("PAD", "nonnegative_input", (Drawn(IMAGE, 0, 6), Const(np.array([[0, 0], [2, 2], [1, 1], [0, 0]], np.int32)))),
             OneOpModel("PAD", "rank2", (Drawn((5, 7)), Const(np.array([[3, 0], [1, 1]], np.int32))))]
 
 
 @builds("PADV2")
 def _padv2(rng, name):
     return [OneOpModel("PADV2", "constant_value", (Drawn(IMAGE), Const(np.array([[0, 0], [1, 1], [2, 0], [0, 0]], np.int32)),
-                                                   Const(np.array([0.5], np.float32))))]
+                                                   scalar(0.5, np.float32)))]
 
 
 @builds("TILE")
@@ -424,12 +436,12 @@ def _reverse(rng, name):
 
 @builds("SPLIT")
 def _split(rng, name):
-    return [OneOpModel("SPLIT", "channels_in_4", (i32(3), Drawn(IMAGE)), {"num_splits": 4})]
+    return [OneOpModel("SPLIT", "channels_in_4", (scalar(3), Drawn(IMAGE)), {"num_splits": 4})]
 
 
 @builds("SPLIT_V")
 def _split_v(rng, name):
-    return [OneOpModel("SPLIT_V", "uneven", (Drawn((4, 12, 5)), i32(3, 7, 2), i32(1)), {"num_splits": 3})]
+    return [OneOpModel("SPLIT_V", "uneven", (Drawn((4, 12, 5)), i32(3, 7, 2), scalar(1)), {"num_splits": 3})]
 
 
 @builds("DEPTH_TO_SPACE")
@@ -445,7 +457,9 @@ def _space_to_depth(rng, name):
 @builds("SPACE_TO_BATCH_ND")
 def _space_to_batch(rng, name):
     return [OneOpModel("SPACE_TO_BATCH_ND", "block2_padded",
-                       (Drawn((1, 7, 8, 4)), i32(2, 2), Const(np.array([[1, 0], [0, 0]], np.int32))))]
+                       (Drawn((1, 7, 8, 4)), i32(2, 2), Const(np.array([[1, 0], [0, 0]], np.int32)))),
+            OneOpModel("SPACE_TO_BATCH_ND", "nonnegative_input",
+                       (Drawn((2, 5, 6, 3), 0, 6), i32(2, 2), Const(np.array([[1, 0], [1, 1]], np.int32))))]
 
 
 @builds("BATCH_TO_SPACE_ND")
