@@ -221,7 +221,8 @@ def _arithmetic(rng, name):
 def _binary(rng, name):
     shape = (3, 8, 12)
     return [OneOpModel(name, "same_shape", (Drawn(shape), Drawn(shape, -1, 4))),
-            OneOpModel(name, "broadcast", (Drawn(shape), Drawn((1, 12), -2, 2)))]
+            OneOpModel(name, "broadcast", (Drawn(shape), Drawn((1, 12), -2, 2))),
+            OneOpModel(name, "constant_scalar", (Drawn(shape), Const(np.array([0.75], np.float32))))]
 
 
 # -- weighted ops -------------------------------------------------------------------------------
@@ -289,6 +290,8 @@ def _transpose_conv(rng, name):
 def _batch_matmul(rng, name):
     return [OneOpModel("BATCH_MATMUL", "two_inputs", (Drawn((2, 5, 24)), Drawn((2, 24, 7), -1, 1))),
             OneOpModel("BATCH_MATMUL", "adj_x_broadcast", (Drawn((3, 24, 5)), Drawn((24, 9), -1, 1)), {"adj_x": True}),
+            OneOpModel("BATCH_MATMUL", "rank4_broadcast_adj_y", (Drawn((2, 1, 5, 16)), Drawn((3, 7, 16), -1, 1)),
+                       {"adj_y": True}),
             OneOpModel("BATCH_MATMUL", "constant_rhs_adj_y", (Drawn((2, 6, 64)), weights(rng, 32, 64)),
                        {"adj_y": True})]
 
@@ -343,7 +346,8 @@ def _pool(rng, name):
 @builds("MEAN", "REDUCE_MAX", "REDUCE_MIN")
 def _reduce(rng, name):
     return [OneOpModel(name, "spatial_keep_dims", (Drawn(IMAGE), i32(1, 2)), {"keep_dims": True}),
-            OneOpModel(name, "last_axis", (Drawn((4, 6, 20)), i32(-1)), {"keep_dims": False})]
+            OneOpModel(name, "last_axis", (Drawn((4, 6, 20)), i32(-1)), {"keep_dims": False}),
+            OneOpModel(name, "axis1_no_keep_dims", (Drawn(IMAGE, -1, 5), i32(1)), {"keep_dims": False})]
 
 
 # -- moving values ------------------------------------------------------------------------------

@@ -83,9 +83,14 @@ _XLA_SPACE_TO_BATCH = ("XlaDelegate's int8 SPACE_TO_BATCH_ND pads with code 0; L
                        "pad with the output zero point: every padded output is off by |zero point| codes (zero point "
                        "-128 after a ReLU: 108 of 288 outputs off by 128 codes, +3.0 in real value)")
 
+_INT16_RUNS = ("the trait says int8 only, so kiln keeps {op} float in 16x8 models; LiteRT 2.3 runs it with int16 "
+               "activations (BUILTIN_REF and builtin kernels, version 4, the version kiln's own rule gives int16)")
+
 #: (check, model name, mode) -> the finding that makes the check fail today (strict xfail).
 FINDINGS: dict[tuple[str, str, str], str] = {
     ("tf_versions", "FULLY_CONNECTED-no_bias", "int16x8"): _FC_16X8_VERSION,
+    ("int16_refused", "SPACE_TO_BATCH_ND", "int16x8"): _INT16_RUNS.format(op="SPACE_TO_BATCH_ND"),
+    ("int16_refused", "BATCH_TO_SPACE_ND", "int16x8"): _INT16_RUNS.format(op="BATCH_TO_SPACE_ND"),
     ("xla", "SPACE_TO_BATCH_ND-block2_padded", "int8"): _XLA_SPACE_TO_BATCH,
     ("xla", "SPACE_TO_BATCH_ND-nonnegative_input", "int8"): _XLA_SPACE_TO_BATCH,
     **{(check, f"{lstm}-{variant}", "dynamic"): _NO_HYBRID_LSTM
@@ -112,7 +117,7 @@ def integer(op_name: str, mode: str) -> bool:
 
 
 #: The per-case checks (FINDINGS' first key).
-CHECKS = ("quantized", "runs", "runs_float_io", "loads", "tf_versions", "xla")
+CHECKS = ("quantized", "runs", "runs_float_io", "loads", "tf_versions", "xla", "int16_refused")
 
 
 def _cases(check: str, integer_only: bool = False):
@@ -218,6 +223,7 @@ def test_every_finding_names_a_case():
     """A finding for a case the sweep no longer makes would silently stop being checked."""
     made = {(check, model.name, mode) for check in CHECKS for model in one_op_models() for mode in modes_of(model)
             if check != "runs_float_io" or integer(model.op, mode)}
+    made |= {("int16_refused", op, "int16x8") for op in _int8_only_ops()}
     assert set(FINDINGS) <= made, sorted(set(FINDINGS) - made)
 
 
@@ -252,6 +258,44 @@ def test_not_in_builtin_ref_is_still_true():
                             experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
                             ).allocate_tensors()
     assert seen == set(NOT_IN_BUILTIN_REF), f"entries no model reaches: {set(NOT_IN_BUILTIN_REF) - seen}"
+
+
+def _int8_only_ops() -> list[str]:
+    """Ops the quantizer makes int8 but keeps float in 16x8 (their traits exclude int16)."""
+    return sorted({m.op for m in one_op_models() if integer(m.op, "int8") and not integer(m.op, "int16x8")})
+
+
+def _as_int16(content: bytes) -> bytes:
+    """An integer-I/O int8 model with every int8 activation made int16 (zero point 0, scale / 256),
+    each op at the version kiln's rule gives it."""
+    from kiln.format import write_model
+    from kiln.ir import QuantParams
+
+    model = kiln.read_model(content)
+    for t in model.main.tensors:
+        if t.dtype == DType.INT8 and not t.is_constant:
+            q = t.quantization
+            t.dtype = DType.INT16
+            t.quantization = QuantParams(np.asarray(q.scale, np.float32) / 256, np.zeros_like(q.zero_point))
+    for op in model.main.operators:
+        op.version = ops.require(op.op_type).version(op)
+    return write_model(model)
+
+
+@pytest.mark.parametrize("op_name", [
+    pytest.param(op, marks=[pytest.mark.xfail(strict=True, reason=FINDINGS["int16_refused", op, "int16x8"])]
+                 if ("int16_refused", op, "int16x8") in FINDINGS else []) for op in _int8_only_ops()])
+def test_ops_kept_float_in_16x8_have_no_int16_kernel_in_litert(op_name):
+    """A trait that excludes int16 is right only if LiteRT cannot run the op with int16
+    activations: neither BUILTIN_REF nor the builtin kernels take the op's int8 model made int16."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    model = next(m for m in one_op_models() if m.op == op_name)
+    content = _as_int16(quantized(model.name, "int8"))
+    rows = [[np.zeros(d.shape, np.int16) for d in kiln.read_model(content).main.inputs]]
+    for resolver in (OpResolverType.BUILTIN_REF, OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES):
+        with pytest.raises((RuntimeError, ValueError)):
+            invoke(Interpreter(model_content=content, experimental_op_resolver_type=resolver), rows)
 
 
 # -- per (model, mode) ----------------------------------------------------------------------------
