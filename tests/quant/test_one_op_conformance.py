@@ -12,7 +12,11 @@ model, and:
   excludes int16 stays float in 16x8. An op the quantizer replaces is listed in `REWRITTEN`.
 - `test_kiln_equals_litert_reference`: kiln's Interpreter (default resolver, and BUILTIN_REF)
   and LiteRT's BUILTIN_REF kernels on the same held-out inputs: integer outputs bit for bit,
-  float outputs within `FLOAT_ULPS` float32 ulps of the largest output magnitude.
+  float outputs within `FLOAT_ULPS` float32 ulps of the largest output magnitude;
+  `test_float_interface_equals_litert_reference`: the same on kiln.quantize's default
+  float-I/O models (QUANTIZE / DEQUANTIZE at the edges).
+- `test_ops_kept_float_in_16x8_have_no_int16_kernel_in_litert`: a trait that excludes int16 is
+  right — LiteRT refuses the op's int8 model made int16.
 - `test_versions_load_and_min_runtime_version`: LiteRT's resolver registers every op at the
   version kiln wrote, and ``min_runtime_version`` is the largest of the ops' runtime versions
   (the records' runtime_version.cc rows, compared as integers).
@@ -23,6 +27,10 @@ model, and:
   options; where it changes them it is no oracle and the case says what changed.
 - `test_xla_delegate_claims_or_says_why` (slow; needs JAX): kiln.XlaDelegate claims each node or
   its ``rejected`` map gives the reason; what it claims computes LiteRT's outputs.
+
+`test_every_quantizable_op_has_models_or_a_reason` keeps the sweep whole: an op that gains a
+trait without a builder fails it. Fast: about 5 s alone on 2 cores; the slow lane (TF's
+exporter in a subprocess, XLA compiles) adds about 35 s.
 
 Integer modes quantize with ``integer_only`` and integer model inputs and outputs, so the
 compared outputs are the op's own integer results; a mode that keeps the op float quantizes
@@ -71,9 +79,10 @@ NOT_IN_BUILTIN_REF = {
 _NO_HYBRID_LSTM = ("#22: kiln's Interpreter has no hybrid LSTM kernel, yet the trait says hybrid so kiln.quantize "
                    "writes one (float input, int8 gate weights; version 3); LiteRT's BUILTIN_REF runs it, kiln "
                    "raises OpError 'has no kernel for hybrid operands'")
-_CONV_NO_BIAS = ("kiln.quantize writes an integer / hybrid CONV_2D with two operands when the float one has no "
-                 "bias; LiteRT refuses it at prepare ('conv.cc:411 has_bias was not true'): TF's quantizer gives "
-                 "quantized convolutions a zero bias")
+_CONV_NO_BIAS = ("a float CONV_2D with two operands (no bias; LiteRT's float kernel runs it) comes out of "
+                 "kiln.quantize int8 / 16x8 / hybrid still without a bias, and LiteRT refuses it at prepare "
+                 "('conv.cc:411 has_bias was not true'): its quantized kernels need one; TF's converter always gives "
+                 "CONV_2D a bias (zeros for Conv2D(use_bias=False); int32 zeros in int8)")
 
 _FC_16X8_VERSION = ("kiln writes a 16x8 FULLY_CONNECTED (int16 input, int8 weights, no bias) as version 1 "
                     "(min_runtime_version 1.5.0); LiteRT's op_version.cc, as TF 2.21's exporter runs it, gives 11 "
