@@ -265,7 +265,7 @@ CONV_2D = OpDef(
     shape=_conv_shape,
     fused_activation_host=True,
     runtime_versions=("1.5.0", "1.14.0", "1.14.0", "2.3.0", "2.4.0", "2.9.0", "2.11.0", "2.15.0"),
-    operands=("input", "filter", "bias"), weights=Weights((1,), axis=0, bias=2, spatial=(1, 2)),
+    operands=("input", "filter", "bias"), weights=Weights((1,), axis=0, bias=2, spatial=(1, 2), bias_required=True),
     quantization=own(int4_weights=True, hybrid=True), macs=output_times_weights(lambda w: math.prod(w[1:]))
 )
 
@@ -370,7 +370,7 @@ DEPTHWISE_CONV_2D = OpDef(
     shape=_dw_shape,
     fused_activation_host=True,
     runtime_versions=("1.5.0", "1.12.0", "1.14.0", "2.2.0", "2.3.0", "2.3.0", "2.11.0"),
-    operands=("input", "filter", "bias"), weights=Weights((1,), axis=3, bias=2, spatial=(1, 2)),
+    operands=("input", "filter", "bias"), weights=Weights((1,), axis=3, bias=2, spatial=(1, 2), bias_required=True),
     quantization=own(int4_weights=True, hybrid=True), macs=output_times_weights(lambda w: w[1] * w[2])
 )
 

@@ -53,7 +53,9 @@ class Weights:
     gate, peephole and projection matrix for a fused LSTM); ``axis``: the dimension quantized
     per channel (None: per tensor); ``bias``: the bias operand (None: the op has none);
     ``input``: the activation operand the weights multiply (TRANSPOSE_CONV: 2); ``spatial``:
-    a convolution filter's spatial dimensions (CONV_2D: 1, 2 — height, width).
+    a convolution filter's spatial dimensions (CONV_2D: 1, 2 — height, width);
+    ``bias_required``: LiteRT's quantized and hybrid kernels need the bias operand (its float
+    kernel does not), so a quantizer gives a bias-free op a zero bias, as TF's converter does.
     """
 
     operands: tuple[int, ...]
@@ -61,6 +63,7 @@ class Weights:
     bias: int | None = None
     input: int = 0
     spatial: tuple[int, ...] = ()
+    bias_required: bool = False
 
     @property
     def first(self) -> int:

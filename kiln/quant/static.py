@@ -28,6 +28,7 @@ from ..schema import DType
 from . import lstm as lstm_layout
 from . import params, rewrites
 from .calibrate import Range, calibrate
+from .weights import ensure_bias
 
 #: Largest calibrated magnitude an activation may have (`_Rewriter`).
 MAX_RANGE = 1e30
@@ -351,6 +352,7 @@ class _Rewriter:
                 self.make_quantized(t, out_qp)
 
     def _weights(self, op: Operator, weights: Weights, rule: Quantization) -> None:
+        ensure_bias(self.sg, op, weights)
         w_index, axis, b_index, x_index = weights.first, weights.axis, weights.bias, weights.input
         w = op.inputs[w_index]
         b = op.inputs[b_index] if b_index < len(op.inputs) else None
@@ -412,6 +414,12 @@ def quantize_static(model: Model, dataset: Any, scheme: Scheme, *, integer_only:
                                     f"activations, got {value!r}")
     denylist = frozenset(denylist)
     rewritten = rewrites.integer_equivalents(model, scheme.name, denylist) if integer_only and ranges is None else []
+    # Zero biases first where LiteRT's kernels need one (its float depthwise kernel crashes the
+    # process without: calibration may run on LiteRT; the quantized kernels refuse the op).
+    for op in model.main.operators:
+        record = ops.get(op.op_type)
+        if record is not None and record.weights is not None:
+            ensure_bias(model.main, op, record.weights)
     if ranges is None:
         if not {"BIDIRECTIONAL_SEQUENCE_LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM"} & denylist and \
                 ops.require("UNIDIRECTIONAL_SEQUENCE_LSTM").quantization.quantized_in(scheme.name):

@@ -161,6 +161,18 @@ def _weight_sites(model: Model, min_elements: int, denylist, report: WeightRepor
         _refresh_versions(sg)
 
 
+def ensure_bias(sg: Subgraph, op: Operator, weights: Weights) -> None:
+    """Give ``op`` a zero float bias where its record says LiteRT's quantized kernels need one
+    and it has none (a Conv2D with use_bias=False): TF's converter writes the zeros too."""
+    b = weights.bias
+    if not weights.bias_required or (b < len(op.inputs) and op.inputs[b] is not None):
+        return
+    w = op.inputs[weights.first]
+    zeros = sg.add_constant(f"{w.name}_bias", np.zeros(w.shape[weights.axis], np.float32))
+    op.set_inputs(list(op.inputs) + [None] * (b + 1 - len(op.inputs)))
+    op.set_input(b, zeros)
+
+
 def quantize_dynamic_range(model: Model, *, min_elements: int = MIN_WEIGHT_ELEMENTS,
                            denylist: frozenset[str] = frozenset()) -> WeightReport:
     """int8 per-channel weights for the ops with hybrid kernels; activations stay float.
@@ -173,6 +185,7 @@ def quantize_dynamic_range(model: Model, *, min_elements: int = MIN_WEIGHT_ELEME
         if id(w) not in quantized:
             quantized[id(w)] = _int8_weights(sg, w, axis)
         op.set_input(index, quantized[id(w)])
+        ensure_bias(sg, op, hybrid_weights(op.op_type))
         if op.op_type == "FULLY_CONNECTED":
             op.options["asymmetric_quantize_inputs"] = True
         report.quantized.append((op.op_type, w.name))

@@ -270,7 +270,8 @@ def _depthwise(rng, name):
             OneOpModel("DEPTHWISE_CONV_2D", "m1_same_nonnegative_input", (Drawn(x, 0, 6), w2, bias(rng, 64)),
                        _conv_options(Padding.SAME, 1, depth_multiplier=1)),
             OneOpModel("DEPTHWISE_CONV_2D", "m2_same_dilated", (Drawn(x), w1, bias(rng, 128)),
-                       _conv_options(Padding.SAME, 1, 2, RELU, depth_multiplier=2))]
+                       _conv_options(Padding.SAME, 1, 2, RELU, depth_multiplier=2)),
+            OneOpModel("DEPTHWISE_CONV_2D", "m1_no_bias", (Drawn(x), w2), _conv_options(Padding.SAME, 1, depth_multiplier=1))]
 
 
 @builds("TRANSPOSE_CONV")
@@ -343,7 +344,7 @@ def _pool(rng, name):
             OneOpModel(name, "3x3_s2_same_nonnegative_input", (Drawn(IMAGE, 0, 6),), pool(Padding.SAME, 3, 2))]
 
 
-@builds("MEAN", "REDUCE_MAX", "REDUCE_MIN")
+@builds("MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN")
 def _reduce(rng, name):
     return [OneOpModel(name, "spatial_keep_dims", (Drawn(IMAGE), i32(1, 2)), {"keep_dims": True}),
             OneOpModel(name, "last_axis", (Drawn((4, 6, 20)), i32(-1)), {"keep_dims": False}),
