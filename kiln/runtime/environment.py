@@ -157,18 +157,13 @@ class _SubgraphEnv:
             for oi, op in enumerate(ops):
                 if claimed[oi] is None and delegate.claims(NodeInfo(oi, op, op.name, op.version, regs[oi])):
                     claimed[oi] = delegate
+            self._review(delegate, claimed, regs)
         steps: list[_Step] = []
-        oi = 0
-        while oi < len(ops):
-            if claimed[oi] is not None:
-                end = oi
-                while end + 1 < len(ops) and claimed[end + 1] is claimed[oi]:
-                    end += 1
-                steps.append(self._delegate_step(claimed[oi], oi, end, regs))
-                oi = end + 1
+        for first, last in _runs(claimed):
+            if claimed[first] is not None:
+                steps.append(self._delegate_step(claimed[first], first, last, regs))
             else:
-                steps.append(self._node_step(oi, ops[oi], regs[oi]))
-                oi += 1
+                steps.extend(self._node_step(oi, ops[oi], regs[oi]) for oi in range(first, last + 1))
         self._plan_frees(steps)
         for step in steps:
             self._shortcuts(step)
@@ -241,7 +236,29 @@ class _SubgraphEnv:
                 step.node.user_data = self._guard(step, reg.init, self.context, op.custom_options or b"")
         return step
 
-    def _delegate_step(self, delegate: Delegate, first: int, last: int, regs) -> _Step:
+    def _review(self, delegate: Delegate, claimed: list, regs) -> None:
+        """Let ``delegate`` give back nodes once it sees its claims grouped (`Delegate.review`),
+        until it keeps every partition it is shown."""
+        for _ in range(len(claimed) + 1):  # each round gives back at least one node
+            runs = [(first, last) for first, last in _runs(claimed) if claimed[first] is delegate]
+            if not runs:
+                return
+            try:
+                given = set(delegate.review([self._partition(first, last, regs) for first, last in runs]))
+            except KilnError:
+                raise
+            except Exception as exc:
+                raise OpError(f"subgraph {self.sg_index}: delegate {delegate.name} failed to review its "
+                              f"partitions: {exc}") from exc
+            given = {oi for oi in given if 0 <= oi < len(claimed) and claimed[oi] is delegate}
+            if not given:
+                return
+            for oi in given:
+                claimed[oi] = None
+
+    def _partition(self, first: int, last: int, regs) -> Partition:
+        """Nodes first..last as one partition: what they read from outside and what is read
+        of them afterwards."""
         ops = self.sg.operators[first:last + 1]
         produced = {id(t) for op in ops for t in op.outputs if t is not None}
         inputs, seen = [], set()
@@ -264,13 +281,19 @@ class _SubgraphEnv:
                 t = op.inputs[k] if k < len(op.inputs) else None
                 if t is not None and id(t) in position and position[id(t)] not in state_inputs:
                     state_inputs.append(position[id(t)])
+        return Partition(nodes, inputs, outputs, state_inputs, runtime=self.interp._runtime,
+                         num_threads=self.interp._num_threads)
+
+    def _delegate_step(self, delegate: Delegate, first: int, last: int, regs) -> _Step:
+        partition = self._partition(first, last, regs)
+        ops = [node.op for node in partition.nodes]
         label = f"nodes {first}..{last} (delegated to {delegate.name})"
-        step = _Step(first, label, [self.pos[id(t)] for t in inputs], [self.pos[id(t)] for t in outputs],
+        step = _Step(first, label, [self.pos[id(t)] for t in partition.inputs],
+                     [self.pos[id(t)] for t in partition.outputs],
                      op_names=tuple(op.name for op in ops), delegate=delegate.name)
-        step.state_ins = tuple(step.ins[k] for k in state_inputs)
+        step.state_ins = tuple(step.ins[k] for k in partition.state_inputs)
         try:
-            step.delegate_kernel = delegate.prepare(Partition(nodes, inputs, outputs, state_inputs,
-                                                              runtime=self.interp._runtime))
+            step.delegate_kernel = delegate.prepare(partition)
         except KilnError:
             raise
         except Exception as exc:  # a delegate's own failure, reported with where it happened
@@ -386,10 +409,12 @@ class _SubgraphEnv:
 
         kiln's kernels compute shapes while they run, so this runs the subgraph once on the
         current inputs and then restores every value and variable it touched. Subgraphs with
-        Python custom ops or loops are left alone (a run could have side effects or be long);
-        their shapes update on the first invoke.
+        Python custom ops, loops or delegated state the interpreter cannot restore are left
+        alone (a run could have side effects or be long); their shapes update on the first
+        invoke.
         """
-        if any(s.node is not None or "WHILE" in s.op_names for s in self.steps):
+        if any(s.node is not None or "WHILE" in s.op_names or getattr(s.delegate_kernel, "hidden_state", False)
+               for s in self.steps):
             return
         interp = self.interp
         saved = {k: list(env.values) for k, env in interp._envs.items()}
@@ -470,6 +495,16 @@ class _SubgraphEnv:
                     pass
 
 
+def _runs(claimed: list) -> list[tuple[int, int]]:
+    """(first, last) of each run of consecutive nodes with the same claimer (None included)."""
+    runs, first = [], 0
+    for oi in range(1, len(claimed) + 1):
+        if oi == len(claimed) or claimed[oi] is not claimed[first]:
+            runs.append((first, oi - 1))
+            first = oi
+    return runs
+
+
 class _Runtime:
     """The kernels' view of the interpreter (control flow, resource variables)."""
 
@@ -477,6 +512,13 @@ class _Runtime:
         self._interp = interp
         self.variables = ResourceVariables()
         self.call_once_done: set[int] = set()
+
+    def registration(self, op: Operator) -> Registration | None:
+        """The registration the interpreter's op resolver gives ``op`` (None: it has none)."""
+        resolver = self._interp._resolver
+        if op.op_type == "CUSTOM":
+            return resolver.find_custom(op.custom_code, op.version)
+        return resolver.find_op(op.op_type, op.version)
 
     def resource_id(self, container: str, shared_name: str) -> int:
         """The id of resource variable (container, shared_name), the same for every subgraph."""
