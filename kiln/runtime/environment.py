@@ -229,7 +229,7 @@ class _SubgraphEnv:
             step.call = KernelCall(opts, op, out_dtypes, runtime=self.interp._runtime)
         else:
             views_in = [None if i < 0 else TensorView(self, i, self.tensors[i]) for i in ins]
-            views_out = [None if i < 0 else TensorView(self, i, self.tensors[i]) for i in outs]
+            views_out = [None if i < 0 else TensorView(self, i, self.tensors[i], output=True) for i in outs]
             step.node = Node(views_in, views_out, decode_builtin_options(op) if op.op_type != "CUSTOM" else None,
                              op.custom_options, oi, op.name)
             if reg.init is not None:
@@ -475,15 +475,16 @@ class _SubgraphEnv:
                 self._guard(step, reg.prepare, self.context, node)
             step.prepared_shapes = in_shapes
         else:
-            for i in step.outs:  # fresh output buffers: earlier results may still be referenced
-                if i >= 0:
-                    self.values[i] = np.zeros_like(self.values[i]) if self.values[i] is not None else \
-                        np.zeros(self.shapes[i], dtype=self.tensors[i].dtype.numpy)
+            for i in step.outs:  # fresh output buffers (earlier results may still be referenced),
+                if i >= 0:       # made when the op first reads them (TensorView.data)
+                    self.values[i] = None
         if reg.invoke is None:
             raise OpError(f"subgraph {self.sg_index}, {step.label}: the registration has no invoke")
         self._guard(step, reg.invoke, self.context, node)
         for i in step.outs:
             if i >= 0:
+                if self.values[i] is None:  # the op left it alone: zeros, as before
+                    self.values[i] = np.zeros(self.shapes[i], dtype=self.tensors[i].dtype.numpy)
                 self.shapes[i] = self.values[i].shape
 
     def free_custom_ops(self) -> None:
