@@ -64,6 +64,19 @@ class Partition:
     num_threads: int | None = None
 
 
+class NodesRefused(Exception):
+    """Raised by `DelegateKernel.invoke` when its backend turns nodes down only once it runs
+    them (LiteRT checks some operand types in Eval, not Prepare). The interpreter runs those
+    nodes on their kernels from then on, has the delegate prepare the rest of the partition
+    again, and runs the partition's nodes again from the same inputs — so a kernel raises it
+    before changing state the interpreter holds. ``nodes``: node indices in the subgraph."""
+
+    def __init__(self, nodes, reason: str):
+        super().__init__(reason)
+        self.nodes = frozenset(int(n) for n in nodes)
+        self.reason = reason
+
+
 class DelegateKernel:
     """A prepared partition: computes the partition outputs from its inputs.
 

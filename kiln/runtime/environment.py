@@ -21,7 +21,7 @@ from ..ir import Operator, Tensor
 from ..ops.record import KernelCall
 from ..schema import DType
 from .custom import Context, Node, TensorView, decode_builtin_options
-from .delegate import Delegate, NodeInfo, Partition
+from .delegate import Delegate, NodeInfo, NodesRefused, Partition
 from .node_errors import in_node
 from .resolver import Registration
 from .variables import ResourceVariables
@@ -59,6 +59,7 @@ class _Step:
     free_after: list[int] = field(default_factory=list)
     op_names: tuple[str, ...] = ()   # one per node (a delegated partition has several)
     delegate: str | None = None      # name of the delegate running the step
+    claimer: Delegate | None = None  # the delegate itself
     output_name: str | None = None   # a node's first output, named in its errors
     # Run-loop shortcuts, filled in by prepare():
     kernel: object = None            # the kernel chosen for the node's operand types
@@ -99,6 +100,7 @@ class _SubgraphEnv:
         self.outputs = [self.pos[id(t)] for t in self.sg.outputs]
         self.steps: list[_Step] | None = None
         self.shapes_stale = False  # an input was resized since the last run
+        self._kept: set[int] | None = None  # tensors the plan never frees (see _plan_frees)
         self.num_threads = interp._num_threads or 1
         self.context = Context(self)
         self._init_values()
@@ -290,7 +292,7 @@ class _SubgraphEnv:
         label = f"nodes {first}..{last} (delegated to {delegate.name})"
         step = _Step(first, label, [self.pos[id(t)] for t in partition.inputs],
                      [self.pos[id(t)] for t in partition.outputs],
-                     op_names=tuple(op.name for op in ops), delegate=delegate.name)
+                     op_names=tuple(op.name for op in ops), delegate=delegate.name, claimer=delegate)
         step.state_ins = tuple(step.ins[k] for k in partition.state_inputs)
         try:
             step.delegate_kernel = delegate.prepare(partition)
@@ -319,8 +321,12 @@ class _SubgraphEnv:
     def _plan_frees(self, steps: list[_Step]) -> None:
         if self.interp._preserve_all:
             return
-        keep = set(self.inputs) | set(self.outputs)
-        keep.update(i for i, v in enumerate(self.values) if v is not None)
+        if self._kept is None:  # what holds a value before the first run: never freed
+            self._kept = set(self.inputs) | set(self.outputs)
+            self._kept.update(i for i, v in enumerate(self.values) if v is not None)
+        keep = self._kept
+        for step in steps:
+            step.free_after = []
         last_use: dict[int, int] = {}
         for si, step in enumerate(steps):
             for i in (*step.ins, *step.outs):
@@ -348,8 +354,8 @@ class _SubgraphEnv:
         name = "" if step.output_name is None else f" {step.output_name!r}"
         return f"subgraph {self.sg_index}, while executing {step.label}{name}"
 
-    def run(self) -> None:
-        """Execute the plan once.
+    def run(self, start: int = 0) -> None:
+        """Execute the plan once (from step ``start``).
 
         The loop is the interpreter's hot path, so per step it does no more than gather the
         arguments, call the kernel inside a (zero-cost) try block and store a result whose
@@ -360,7 +366,7 @@ class _SubgraphEnv:
         values = self.values
         shapes = self.shapes
         profiler = self.interp.profiler
-        for step in self.steps:
+        for step in self.steps if not start else self.steps[start:]:
             if profiler is not None:
                 start = time.perf_counter()
             call = step.call
@@ -390,6 +396,9 @@ class _SubgraphEnv:
             else:
                 try:
                     result = step.delegate_kernel.invoke([values[i] for i in step.ins])
+                except NodesRefused as refusal:
+                    self.run(self._split(step, refusal))
+                    return
                 except RegistrationError:
                     raise
                 except Exception as exc:
@@ -403,6 +412,31 @@ class _SubgraphEnv:
                                       step.delegate))
             for i in step.free_after:
                 values[i] = None
+
+    def _split(self, step: _Step, refusal: NodesRefused) -> int:
+        """Re-plan a delegated step whose kernel refused nodes while running: those run on
+        their kernels, the rest goes back to the same delegate. Returns the position of the
+        first new step."""
+        first, last = step.index, step.index + len(step.op_names) - 1
+        refused = {oi for oi in refusal.nodes if first <= oi <= last}
+        if not refused:
+            raise OpError(f"subgraph {self.sg_index}, {step.label}: the delegate refused nodes "
+                          f"{sorted(refusal.nodes)}, which are not its own ({refusal.reason})")
+        ops = self.sg.operators
+        regs = [self._resolve(oi, op) if first <= oi <= last else None for oi, op in enumerate(ops)]
+        claimed = [step.claimer if oi not in refused else None for oi in range(first, last + 1)]
+        new_steps: list[_Step] = []
+        for a, b in _runs(claimed):
+            if claimed[a] is not None:
+                new_steps.append(self._delegate_step(step.claimer, first + a, first + b, regs))
+            else:
+                new_steps.extend(self._node_step(oi, ops[oi], regs[oi]) for oi in range(first + a, first + b + 1))
+        position = self.steps.index(step)
+        self.steps[position:position + 1] = new_steps
+        self._plan_frees(self.steps)
+        for new in new_steps:
+            self._shortcuts(new)
+        return position
 
     def refresh_shapes(self) -> None:
         """After an input resize, learn every tensor's new shape, as LiteRT's Prepare does.
