@@ -464,6 +464,13 @@ class _SubgraphEnv:
             rt.variables.restore(saved_vars)
             rt.call_once_done.clear()
             rt.call_once_done.update(saved_once)
+        # An output the last invoke left is of the old shape: drop it, so its details (and
+        # get_tensor, zeros until the next invoke) follow the new shape, as LiteRT's do.
+        for i in self.outputs:
+            value = self.values[i]
+            if value is not None and i not in self.inputs and not self.tensors[i].is_variable \
+                    and self.tensors[i].data is None and value.shape != self.shapes[i]:
+                self.values[i] = None
         self.shapes_stale = False
 
     def _store(self, step: _Step, outs: Sequence[int], result) -> None:
