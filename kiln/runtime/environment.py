@@ -302,6 +302,17 @@ class _SubgraphEnv:
             raise OpError(f"subgraph {self.sg_index}, {label}: delegate failed to prepare: {exc}") from exc
         return step
 
+    def delegated_step_producing(self, index: int) -> _Step | None:
+        """The delegated plan step whose nodes write tensor ``index`` (None if none does)."""
+        producer = self.tensors[index].producer
+        if producer is None or self.steps is None:
+            return None
+        for step in self.steps:
+            if step.delegate is not None and any(
+                    op is producer for op in self.sg.operators[step.index:step.index + len(step.op_names)]):
+                return step
+        return None
+
     def _check_dataflow(self, ops) -> None:
         """Every operator reads only tensors written before it, and every output is written —
         checked per node, before delegates merge nodes into partitions that would hide the order."""

@@ -211,6 +211,14 @@ class Interpreter:
         if value is None:
             t = env.tensors[i]
             if env.steps is not None and not self._preserve_all and i not in env.outputs and i not in env.inputs:
+                step = env.delegated_step_producing(i)
+                if step is not None and i not in step.outs:
+                    raise InterpreterError(
+                        f"tensor {i} ({t.name!r}) is an intermediate of nodes {step.index}.."
+                        f"{step.index + len(step.op_names) - 1}, which the {step.delegate} delegate runs and "
+                        "keeps to itself (as LiteRT's XNNPACK does); create the Interpreter with "
+                        "experimental_preserve_all_tensors=True (kiln's reference kernels, every tensor kept) "
+                        "to read it")
                 raise InterpreterError(
                     f"tensor {i} ({t.name!r}) is an intermediate that was freed after its last use; "
                     "create the Interpreter with experimental_preserve_all_tensors=True to read it")
