@@ -37,7 +37,7 @@ import numpy as np
 from ..errors import KilnError, OpError, UnsupportedError
 from ..format import write_model
 from ..ir import Operator, Subgraph
-from ..runtime.delegate import DelegateKernel, NodeInfo, NodesRefused, Partition, ReportingDelegate
+from ..runtime.delegate import DelegateKernel, NodeInfo, Partition, ReportingDelegate
 from ..schema import DType
 from .litert_model import PartitionModel, partition_model, reachable_subgraphs
 
@@ -207,13 +207,6 @@ class LiteRtDelegate(ReportingDelegate):
             built = self._litert(partition)
         return LiteRtKernel(partition, *built, num_threads=self._threads(partition), delegate=self)
 
-    def refused_at_run(self, kernel: "LiteRtKernel", nodes: Sequence[NodeInfo], reason: str) -> NodesRefused:
-        """LiteRT turned ``nodes`` down while running ``kernel``'s partition: record it and make
-        the signal the interpreter re-plans on."""
-        if kernel in self.kernels:
-            self.kernels.remove(kernel)
-        self._give(nodes, reason)
-        return NodesRefused([node.index for node in nodes], reason)
 
 
 def _load(data: bytes, num_threads: int | None, xnnpack: bool = True):

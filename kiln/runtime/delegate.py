@@ -148,6 +148,16 @@ class ReportingDelegate(Delegate):
         self.kernels.append(kernel)
         return kernel
 
+    def refused_at_run(self, kernel: DelegateKernel, nodes: Sequence[NodeInfo], reason: str) -> NodesRefused:
+        """For a kernel of this delegate that turns ``nodes`` down while running: record it
+        (the nodes move to ``rejected``, the kernel leaves ``kernels``) and return the
+        `NodesRefused` for the kernel to raise."""
+        if kernel in self.kernels:
+            self.kernels.remove(kernel)
+        for node in nodes:
+            self.give_back(node, reason)
+        return NodesRefused([node.index for node in nodes], reason)
+
     def give_back(self, node: NodeInfo, reason: str) -> None:
         """Record that a claimed node is given back (in `review`), and why."""
         key = (node.index, node.name, node.version)
