@@ -125,6 +125,13 @@ def param_tensors(nodes: Sequence[TracedNode]) -> list:
     return params
 
 
+def _at(exc: Exception, op) -> Exception:
+    """``exc`` marked with the node it failed in (``lowering_op``; the outermost traced node
+    wins: a WHILE, for a failure in its body), so a caller can fall back for that node."""
+    exc.lowering_op = op
+    return exc
+
+
 def _is_static(value) -> bool:
     return value is None or isinstance(value, np.ndarray)
 
@@ -164,11 +171,11 @@ def run_nodes(nodes: Sequence[TracedNode], env: dict, float_dtype=None) -> dict:
                     env[id(t)] = updates[id(t)] = value.reshape(np.shape(args[k]))
                 result = result[:n_out]
         except KilnError as exc:
-            raise type(exc)(f"{n.call.label}: {exc}") from exc
+            raise _at(type(exc)(f"{n.call.label}: {exc}"), op) from exc
         except Exception as exc:
-            raise OpError(f"{n.call.label}: cannot lower for input shapes "
-                          f"{[None if a is None else list(np.shape(a)) for a in args]}: "
-                          f"{type(exc).__name__}: {exc}") from exc
+            raise _at(OpError(f"{n.call.label}: cannot lower for input shapes "
+                              f"{[None if a is None else list(np.shape(a)) for a in args]}: "
+                              f"{type(exc).__name__}: {exc}"), op) from exc
         if not isinstance(result, (tuple, list)):
             result = (result,)
         for t, value, dtype in zip(op.outputs, result, n.call.out_dtypes):

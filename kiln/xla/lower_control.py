@@ -4,8 +4,8 @@ traced like a partition (kiln/ops/control_flow.py runs them through the interpre
 A node is claimed only when every op of the subgraphs it calls (and of the subgraphs those
 call) can itself be lowered; their inputs count as run-time values. XLA needs loop-carried
 values of one shape and type on every trip, and both IF branches to return the same shapes:
-a model that changes them fails at compile time with the node named (the reference
-interpreter, which TFLite models rarely need for this, would run it).
+a loop whose file says it changes them is not claimed, and one that turns out to while
+tracing is handed back (NodesRefused) to the reference kernel, which runs it.
 """
 
 from __future__ import annotations
@@ -118,15 +118,17 @@ def _if(call, cond, *args):
 
 
 def _loop_shapes_problem(op) -> str | None:
-    """XLA carries loop variables of one shape: refuse loops whose files say otherwise."""
+    """XLA carries loop variables of one shape: refuse loops whose files say they change it.
+    A dimension the file leaves dynamic (-1, a TensorList with a free batch) is the trace's
+    to check: a loop that does change it there is handed back to the reference kernel."""
     body = _subgraph(op, int(node_options(op).body_subgraph_index))
     for k, t in enumerate(op.inputs):
         if t is None or k >= len(body.outputs):
             continue
         out = body.outputs[k]
-        dynamic = -1 in t.signature or -1 in out.signature or -1 in body.inputs[k].signature
-        if dynamic or out.shape != t.shape:
-            return (f"WHILE loop variable {k} ({t.name!r}) may change shape between trips "
+        if len(out.signature) != len(t.signature) or any(
+                a != b and a != -1 and b != -1 for a, b in zip(t.signature, out.signature)):
+            return (f"WHILE loop variable {k} ({t.name!r}) changes shape between trips "
                     f"({list(t.signature)} -> {list(out.signature)}); XLA's while loop needs one shape")
     return None
 
