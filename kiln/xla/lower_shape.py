@@ -13,6 +13,7 @@ SPACE_TO_BATCH_ND and MATRIX_DIAG insert, PADV2's constant).
 
 from __future__ import annotations
 
+import weakref
 from types import SimpleNamespace
 
 import jax.numpy as jnp
@@ -23,6 +24,8 @@ from .. import ops
 from ..errors import OpError
 from ..ops.record import KernelCall, apply_activation
 from ..schema import Activation
+from .graph import static_tensors
+from .lower_lists import Window, assemble, window, window_check
 from .table import ALL_STATIC, is_float, register_lowering
 
 _I64 = np.dtype(np.int64)
@@ -152,7 +155,6 @@ _MOVEMENT = {
     "SQUEEZE": ((0,), (), None),
     "EXPAND_DIMS": ((0,), (1,), None),
     "TRANSPOSE": ((0,), (1,), None),
-    "CONCATENATION": ("all", (), None),
     "PACK": ("all", (), None),
     "UNPACK": ((0,), (), None),
     "SPLIT": ((1,), (0,), None),
@@ -175,6 +177,19 @@ _MOVEMENT = {
 }
 for _name, (_data, _static, _fill) in _MOVEMENT.items():
     register_lowering(_name, movement(_data, _fill), static=_static)
+
+_concatenate_arrays = movement("all")
+
+
+def _concatenation(call, *inputs):
+    """The reference kernel's map; with run-time slices (windows) among the pieces, their
+    masked reassembly into the file's static shape (kiln/xla/lower_lists.py)."""
+    if any(isinstance(x, Window) for x in inputs):
+        return assemble(call, inputs)
+    return _concatenate_arrays(call, *inputs)
+
+
+register_lowering("CONCATENATION", _concatenation)
 
 
 # -- gathers with indices known only at run time -------------------------------------------------
@@ -231,11 +246,14 @@ register_lowering("DYNAMIC_UPDATE_SLICE", _dynamic_update_slice)
 
 
 def _slice(call, x, begin, size):
-    """Static begin: the reference kernel's map. A run-time begin (a loop counter reading a
-    TensorList) with a static size: lax.dynamic_slice, which clamps where the reference
-    kernel would fail."""
-    if isinstance(begin, np.ndarray):
+    """Static begin and size: the reference kernel's map. A run-time begin (a loop counter
+    reading a TensorList) with a static size: lax.dynamic_slice, which clamps where the
+    reference kernel would fail. A run-time extent (a TensorList write): a window for the
+    CONCATENATION that reads it (kiln/xla/lower_lists.py)."""
+    if isinstance(begin, np.ndarray) and isinstance(size, np.ndarray):
         return movement((0,))(call, x, begin, size)
+    if not isinstance(size, np.ndarray) or np.any(size < 0):
+        return window(x, begin, size)
     sizes = [int(v) for v in np.asarray(size).reshape(-1)]
     if begin.ndim != 1 or begin.shape[0] != x.ndim or len(sizes) != x.ndim:
         raise OpError(f"SLICE: begin {list(begin.shape)} and size {sizes} need {x.ndim} entries for input "
@@ -246,15 +264,33 @@ def _slice(call, x, begin, size):
     return lax.dynamic_slice(jnp.asarray(x), starts, sizes)
 
 
+_STATIC: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # subgraph -> (ops, static tensors)
+
+
+def _known_while_tracing(op) -> set[int]:
+    sg = op.subgraph
+    if sg is None:
+        return set()
+    cached = _STATIC.get(sg)
+    if cached is None or cached[0] != len(sg.operators):
+        cached = _STATIC[sg] = (len(sg.operators), static_tensors(sg))
+    return cached[1]
+
+
 def _slice_check(op, opts):
+    begin = op.inputs[1] if len(op.inputs) > 1 else None
     size = op.inputs[2] if len(op.inputs) > 2 else None
-    if size is not None and size.is_constant and np.any(np.asarray(size.data) < 0) and \
-            not (op.inputs[1] is not None and op.inputs[1].is_constant):
-        return "SLICE: a size of -1 (to the end) needs a begin known at compile time"
-    return None
+    known = _known_while_tracing(op)
+    if size is None or id(size) in known:
+        if begin is None or id(begin) in known:
+            return None
+        if size is not None and size.is_constant and not np.any(np.asarray(size.data) < 0):
+            return None  # lax.dynamic_slice
+    reason = window_check(op)
+    return None if reason is None else f"SLICE: {reason}"
 
 
-register_lowering("SLICE", _slice, static=(2,), check=_slice_check)
+register_lowering("SLICE", _slice, check=_slice_check)
 register_lowering("GATHER", _gather)
 register_lowering("EMBEDDING_LOOKUP", _embedding_lookup)
 
