@@ -106,8 +106,10 @@ def prepare_nodes(operators: Sequence, label_of) -> list[TracedNode]:
     return nodes
 
 
-def param_tensors(nodes: Sequence[TracedNode]) -> list:
-    """Constants read by ``nodes`` that become parameters (first-use order, no repeats)."""
+def param_tensors(nodes: Sequence[TracedNode], every_weight: bool = False) -> list:
+    """Constants read by ``nodes`` that become parameters (first-use order, no repeats): the
+    large floating-point ones, or with ``every_weight`` every floating-point one of rank >= 1
+    (to_jax: the weights a user may train or share; 0-d scalars stay literals)."""
     needed_static = set()
     for n in nodes:
         for k in n.lowering.static_operands(len(n.op.inputs)):
@@ -120,7 +122,8 @@ def param_tensors(nodes: Sequence[TracedNode]) -> list:
                 continue
             seen.add(id(t))
             data = np.asarray(t.data)
-            if data.dtype.kind == "f" and data.size >= PARAM_MIN_SIZE:
+            if data.dtype.kind == "f" and (data.ndim >= 1 and data.size >= 1 if every_weight
+                                           else data.size >= PARAM_MIN_SIZE):
                 params.append(t)
     return params
 

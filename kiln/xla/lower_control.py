@@ -2,13 +2,17 @@
 traced like a partition (kiln/ops/control_flow.py runs them through the interpreter).
 
 A node is claimed only when every op of the subgraphs it calls (and of the subgraphs those
-call) can itself be lowered; their inputs count as run-time values. XLA needs loop-carried
+call) can itself be lowered; their inputs count as run-time values. `to_jax` hands their
+float constants in as parameters (`subgraph_parameters`). XLA needs loop-carried
 values of one shape and type on every trip, and both IF branches to return the same shapes:
 a loop whose file says it changes them is not claimed, and one that turns out to while
 tracing is handed back (NodesRefused) to the reference kernel, which runs it.
 """
 
 from __future__ import annotations
+
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import jax.numpy as jnp
 import numpy as np
@@ -17,6 +21,21 @@ from jax import lax
 from ..errors import OpError
 from .graph import RESOURCE_OPS, prepare_nodes, run_nodes, static_tensors, why_not_lowered
 from .table import node_options, register_lowering
+
+
+#: Constants of called subgraphs that a trace passes as parameters (to_jax's ``params``):
+#: id(tensor) -> value, read by the subgraphs' traces instead of the constant.
+_PARAMETERS: ContextVar[dict] = ContextVar("kiln_xla_subgraph_parameters", default={})
+
+
+@contextmanager
+def subgraph_parameters(values: dict):
+    """Trace WHILE / IF subgraphs with ``values`` (id(tensor) -> array) for their constants."""
+    token = _PARAMETERS.set(values)
+    try:
+        yield
+    finally:
+        _PARAMETERS.reset(token)
 
 
 def _subgraph(op, index: int):
@@ -68,7 +87,7 @@ def _traced(op, index: int, label: str):
     def run(values):
         if len(values) != len(sg.inputs):
             raise OpError(f"subgraph {index} takes {len(sg.inputs)} inputs, got {len(values)}")
-        env = {id(t): v for t, v in zip(sg.inputs, values)}
+        env = {**_PARAMETERS.get(), **{id(t): v for t, v in zip(sg.inputs, values)}}
         run_nodes(nodes, env)
         out = []
         for t in sg.outputs:
