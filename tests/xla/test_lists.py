@@ -1,6 +1,7 @@
 """TensorFlow's TensorList loops under XLA: a write with the loop counter (SLICEs of run-time
-extent reassembled by a CONCATENATION) lowers inside lax.while_loop, and a loop whose carried
-shapes turn out to change while tracing is handed back to the reference kernel."""
+extent reassembled by a CONCATENATION) lowers inside lax.while_loop; a loop whose carried
+shapes settle after trips known while tracing has them peeled; one whose shapes still change
+is handed back to the reference kernel."""
 
 from __future__ import annotations
 
@@ -94,47 +95,63 @@ def test_a_run_time_slice_read_by_anything_but_a_concatenation_is_not_claimed():
     assert "only a CONCATENATION of static shape reassembles one" in reason
 
 
-def _doubling_loop() -> bytes:
-    """v = concat(v, v) three times: the file leaves v's length dynamic (-1)."""
+def _doubling_loop(trips_as_input: bool) -> bytes:
+    """v = concat(v, v) three times — or n times, n a model input: the file leaves v's length
+    dynamic (-1)."""
     model = Model()
     main, cond, body = model.add_subgraph("main"), model.add_subgraph("cond"), model.add_subgraph("body")
     x = main.add_tensor("x", DType.FLOAT32, (2,), shape_signature=(-1,))
+    n = main.add_tensor("n", DType.INT32, ()) if trips_as_input else main.add_constant("n", np.array(3, np.int32))
     i0 = main.add_constant("i0", np.array(0, np.int32))
-    i_end = main.add_tensor("i_end", DType.INT32, ())
+    i_end, n_end = main.add_tensor("i_end", DType.INT32, ()), main.add_tensor("n_end", DType.INT32, ())
     v_end = main.add_tensor("v_end", DType.FLOAT32, (16,), shape_signature=(-1,))
     y = main.add_tensor("y", DType.FLOAT32, (16,), shape_signature=(-1,))
-    main.inputs, main.outputs = [x], [y]
-    main.add_operator("WHILE", [i0, x], [i_end, v_end], options={"cond_subgraph_index": 1, "body_subgraph_index": 2})
+    main.inputs, main.outputs = [x, n] if trips_as_input else [x], [y]
+    main.add_operator("WHILE", [i0, n, x], [i_end, n_end, v_end],
+                      options={"cond_subgraph_index": 1, "body_subgraph_index": 2})
     main.add_operator("RELU", [v_end], [y])
-    ci, cv, go = cond.add_tensor("i", DType.INT32, ()), cond.add_tensor("v", DType.FLOAT32, (2,), shape_signature=(-1,)), \
-        cond.add_tensor("go", DType.BOOL, ())
-    cond.add_operator("LESS", [ci, cond.add_constant("n", np.array(3, np.int32))], [go])
-    cond.inputs, cond.outputs = [ci, cv], [go]
-    bi, bv = body.add_tensor("i", DType.INT32, ()), body.add_tensor("v", DType.FLOAT32, (2,), shape_signature=(-1,))
+    ci, cn, cv = (cond.add_tensor("i", DType.INT32, ()), cond.add_tensor("n", DType.INT32, ()),
+                  cond.add_tensor("v", DType.FLOAT32, (2,), shape_signature=(-1,)))
+    go = cond.add_tensor("go", DType.BOOL, ())
+    cond.add_operator("LESS", [ci, cn], [go])
+    cond.inputs, cond.outputs = [ci, cn, cv], [go]
+    bi, bn = body.add_tensor("i", DType.INT32, ()), body.add_tensor("n", DType.INT32, ())
+    bv = body.add_tensor("v", DType.FLOAT32, (2,), shape_signature=(-1,))
     i1, v2 = body.add_tensor("i1", DType.INT32, ()), body.add_tensor("v2", DType.FLOAT32, (4,), shape_signature=(-1,))
     body.add_operator("ADD", [bi, body.add_constant("one", np.array(1, np.int32))], [i1])
     body.add_operator("CONCATENATION", [bv, bv], [v2], options={"axis": 0})
-    body.inputs, body.outputs = [bi, bv], [i1, v2]
+    body.inputs, body.outputs = [bi, bn, bv], [i1, bn, v2]
     for op in (*main.operators, *cond.operators, *body.operators):
         op.version = kiln.ops.require(op.op_type).version(op)
     return write_model(model)
 
 
-def test_a_loop_whose_carried_shape_changes_goes_back_to_the_reference_kernel():
-    """Claimed (the file says -1, not a change); tracing finds the change; the interpreter
-    runs the WHILE on its kernel from then on, and the rest stays with XLA."""
-    data = _doubling_loop()
+def test_trips_whose_count_is_known_while_tracing_are_peeled_until_the_shapes_settle():
+    """Three doublings with a constant trip count: traced inline, all claimed."""
+    data = _doubling_loop(trips_as_input=False)
     x = np.array([1.0, -2.0], np.float32)
+    delegate = XlaDelegate()
+    (got,) = feed(kiln.Interpreter(model_content=data, experimental_delegates=[delegate]), [x])
+    np.testing.assert_array_equal(got, np.maximum(np.tile(x, 8), 0))
+    assert [name for _, name, _ in delegate.claimed] == ["WHILE", "RELU"] and not delegate.rejected
+
+
+def test_a_loop_whose_carried_shape_changes_goes_back_to_the_reference_kernel():
+    """Claimed (the file says -1, not a change); tracing finds the change and cannot peel it
+    (the trip count is an input); the interpreter runs the WHILE on its kernel from then on,
+    and the rest stays with XLA."""
+    data = _doubling_loop(trips_as_input=True)
+    x, n = np.array([1.0, -2.0], np.float32), np.array(3, np.int32)
     delegate = XlaDelegate()
     interp = kiln.Interpreter(model_content=data, experimental_delegates=[delegate])
     interp.allocate_tensors()
     assert [name for _, name, _ in delegate.claimed] == ["WHILE", "RELU"]
-    (got,) = feed(interp, [x], allocate=False)
+    (got,) = feed(interp, [x, n], allocate=False)
     np.testing.assert_array_equal(got, np.maximum(np.tile(x, 8), 0))
     assert "changes shape [2] -> [4]" in delegate.rejected[(0, "WHILE", 1)]
     events = []
     interp.profiler = events.append
     interp.invoke()
     assert [(e.op_names, e.delegate) for e in events if e.subgraph == 0] == [(("WHILE",), None), (("RELU",), "xla")]
-    (again,) = feed(interp, [x * 2], allocate=False)
+    (again,) = feed(interp, [x * 2, n], allocate=False)
     np.testing.assert_array_equal(again, np.maximum(np.tile(x * 2, 8), 0))
