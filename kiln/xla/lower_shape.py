@@ -166,7 +166,6 @@ _MOVEMENT = {
     "MIRROR_PAD": ((0,), (1,), None),
     "REVERSE_V2": ((0,), (1,), None),
     "REVERSE_SEQUENCE": ((0,), (1,), None),
-    "STRIDED_SLICE": ((0,), (1, 2, 3), None),
     "GATHER_ND": ((0,), (1,), None),
     "DEPTH_TO_SPACE": ((0,), (), None),
     "SPACE_TO_DEPTH": ((0,), (), None),
@@ -291,6 +290,70 @@ def _slice_check(op, opts):
 
 
 register_lowering("SLICE", _slice, check=_slice_check)
+
+_strided_static = movement((0,))
+
+
+def _bit(mask: int, k: int) -> bool:
+    return bool((int(mask) >> k) & 1)
+
+
+def _strided_slice(call, x, begin, end, strides):
+    """Static begin, end and strides: the reference kernel's map. A run-time begin (the loop
+    counter of a TensorFlow RNN loop reading x[i] or x[:, i]) where every axis it names is
+    shrunk (one element at the begin), taken whole, or an offset slice of constant length
+    (``offset``: end holds the length): lax.dynamic_slice, then the strides and squeezes;
+    it clamps where the reference kernel would fail (`_strided_check`)."""
+    if all(isinstance(v, np.ndarray) for v in (begin, end, strides)):
+        return _strided_static(call, x, begin, end, strides)
+    opts = call.opts
+    b = jnp.asarray(begin).astype(jnp.int32).reshape(-1)
+    st = np.asarray(strides).reshape(-1)
+    starts, sizes, steps, shrunk = [], [], [], []
+    for a, dim in enumerate(x.shape):
+        first = jnp.where(b[a] < 0, b[a] + dim, b[a]) if a < b.shape[0] else jnp.int32(0)
+        if a < b.shape[0] and _bit(opts.shrink_axis_mask, a):
+            starts.append(jnp.clip(first, 0, max(dim - 1, 0)))
+            sizes.append(1)
+            shrunk.append(a)
+        elif a >= b.shape[0] or (_bit(opts.begin_mask, a) and _bit(opts.end_mask, a) and not opts.offset):
+            starts.append(jnp.int32(0))
+            sizes.append(dim)
+        else:  # an offset slice: the reference kernel checks the length fits, so clamp the start
+            if not isinstance(end, np.ndarray):
+                raise OpError(f"STRIDED_SLICE: axis {a} needs its length (end, with offset) known while tracing")
+            length = min(int(np.asarray(end).reshape(-1)[a]), dim)
+            starts.append(jnp.int32(0) if _bit(opts.begin_mask, a) else jnp.clip(first, 0, dim - length))
+            sizes.append(length)
+        steps.append(1 if a in shrunk or a >= len(st) else int(st[a]))
+    out = lax.dynamic_slice(jnp.asarray(x), starts, sizes)
+    if any(step != 1 for step in steps):
+        out = out[tuple(slice(None, None, step) for step in steps)]
+    return _fused(call, out.reshape([d for a, d in enumerate(out.shape) if a not in shrunk]))
+
+
+def _strided_check(op, opts):
+    """None when the slice's begin, end and strides are known while tracing, or when its
+    begin is not but every axis it names is shrunk, taken whole with stride 1, or an offset
+    slice of constant length and positive stride."""
+    x, begin, end, strides = (op.inputs[k] if k < len(op.inputs) else None for k in range(4))
+    known = _known_while_tracing(op)
+    if all(t is None or id(t) in known for t in (begin, end, strides)):
+        return None
+    why = "XLA compiles static shapes, and its begin is only known at run time"
+    if opts.ellipsis_mask or opts.new_axis_mask or x is None or strides is None or not strides.is_constant:
+        return f"STRIDED_SLICE: {why}: that needs constant strides and no ellipsis or new axis"
+    st = np.asarray(strides.data).reshape(-1)
+    lengths = np.asarray(end.data).reshape(-1) if end is not None and end.is_constant else None
+    for a in range(len(st)):
+        whole = _bit(opts.begin_mask, a) and _bit(opts.end_mask, a) and st[a] == 1 and not opts.offset
+        offset = opts.offset and lengths is not None and a < len(lengths) and lengths[a] >= 0 and st[a] > 0
+        if not (_bit(opts.shrink_axis_mask, a) or whole or offset):
+            return f"STRIDED_SLICE: {why}, and axis {a} is neither shrunk, taken whole nor of constant length"
+    return None
+
+
+register_lowering("STRIDED_SLICE", _strided_slice, check=_strided_check)
 register_lowering("GATHER", _gather)
 register_lowering("EMBEDDING_LOOKUP", _embedding_lookup)
 

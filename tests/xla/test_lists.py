@@ -155,3 +155,61 @@ def test_a_loop_whose_carried_shape_changes_goes_back_to_the_reference_kernel():
     assert [(e.op_names, e.delegate) for e in events if e.subgraph == 0] == [(("WHILE",), None), (("RELU",), "xla")]
     (again,) = feed(interp, [x * 2, n], allocate=False)
     np.testing.assert_array_equal(again, np.maximum(np.tile(x * 2, 8), 0))
+
+
+def _tf_rnn_loop(batch_major: bool) -> tuple[bytes, object]:
+    """An RNN written as a tf.while_loop reading x[i] (or x[:, i]) with the loop counter,
+    converted by TensorFlow's converter (a STRIDED_SLICE with a run-time begin)."""
+    import os
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    w = tf.constant(rng.normal(size=(3, 4)).astype(np.float32))
+    u = tf.constant(rng.normal(size=(4, 4)).astype(np.float32) * 0.5)
+    shape = [2, 6, 3] if batch_major else [6, 2, 3]
+
+    @tf.function(input_signature=[tf.TensorSpec(shape, tf.float32)])
+    def rnn(x):
+        def body(i, h):
+            xt = x[:, i, :] if batch_major else x[i]
+            return i + 1, tf.tanh(tf.matmul(xt, w) + tf.matmul(h, u))
+
+        return tf.while_loop(lambda i, h: i < 6, body, (tf.constant(0), tf.zeros([2, 4])))[1]
+
+    data = tf.lite.TFLiteConverter.from_concrete_functions([rnn.get_concrete_function()]).convert()
+    return data, rnn
+
+
+@pytest.mark.parametrize("batch_major", [False, True])
+def test_a_tensorflow_loop_reading_with_the_loop_counter_lowers(batch_major):
+    data, rnn = _tf_rnn_loop(batch_major)
+    delegate = XlaDelegate()
+    interp = kiln.Interpreter(model_content=data, experimental_delegates=[delegate])
+    x = np.random.default_rng(1).normal(size=interp.get_input_details()[0]["shape"]).astype(np.float32)
+    (got,) = feed(interp, [x])
+    want = rnn(x).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert [name for _, name, _ in delegate.claimed] == ["WHILE"] and not delegate.rejected
+    fn, params = to_jax(data)
+    assert {p.shape for p in params.values()} >= {(4, 3), (4, 4)}  # the loop body's weights
+    np.testing.assert_allclose(np.asarray(jax.jit(fn)(params, x)[0]), want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_run_time_strided_slice_of_run_time_length_is_not_claimed():
+    """x[b:e] with b and e model inputs: its length is a run-time value."""
+    model = Model()
+    sg = model.add_subgraph("main")
+    x = sg.add_tensor("x", DType.FLOAT32, (6,))
+    b, e = sg.add_tensor("b", DType.INT32, (1,)), sg.add_tensor("e", DType.INT32, (1,))
+    y = sg.add_tensor("y", DType.FLOAT32, (2,), shape_signature=(-1,))
+    sg.inputs, sg.outputs = [x, b, e], [y]
+    op = sg.add_operator("STRIDED_SLICE", [x, b, e, sg.add_constant("s", np.ones(1, np.int32))], [y])
+    op.version = kiln.ops.require("STRIDED_SLICE").version(op)
+    delegate = XlaDelegate()
+    interp = kiln.Interpreter(model_content=write_model(model), experimental_delegates=[delegate])
+    (got,) = feed(interp, [np.arange(6, dtype=np.float32), np.array([1], np.int32), np.array([4], np.int32)])
+    np.testing.assert_array_equal(got, [1, 2, 3])
+    (reason,) = delegate.rejected.values()
+    assert "axis 0 is neither shrunk, taken whole nor of constant length" in reason
