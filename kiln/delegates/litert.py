@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 import re
+import tempfile
 from typing import Sequence
 
 import numpy as np
@@ -194,7 +196,7 @@ class LiteRtDelegate(ReportingDelegate):
     def _litert(self, partition: Partition) -> tuple:
         ops = [node.op for node in partition.nodes]
         built = partition_model(ops, partition.inputs, partition.outputs)
-        return _load(write_model(built.model), self._threads(partition)), built
+        return _load(built.model, self._threads(partition)), built
 
     def _threads(self, partition: Partition) -> int | None:
         return self.num_threads if self.num_threads is not None else partition.num_threads
@@ -209,16 +211,31 @@ class LiteRtDelegate(ReportingDelegate):
 
 
 
-def _load(data: bytes, num_threads: int | None, xnnpack: bool = True):
-    """A LiteRT interpreter of ``data``, tensors allocated; ``xnnpack=False``: LiteRT's builtin
-    kernels alone."""
+#: Partition files at least this big are handed to LiteRT as a file it memory-maps (then
+#: unlinked) rather than as bytes kiln would hold: the weights stay out of anonymous memory.
+MAP_FROM_FILE_BYTES = 64 << 20
+
+
+def _load(model, num_threads: int | None, xnnpack: bool = True):
+    """A LiteRT interpreter of IR ``model`` (written by kiln's writer), tensors allocated;
+    ``xnnpack=False``: LiteRT's builtin kernels alone."""
     interpreter_class = _litert_interpreter_class()
-    kwargs = {}
+    kwargs = {"num_threads": num_threads}
     if not xnnpack:
         from ai_edge_litert.interpreter import OpResolverType
 
         kwargs["experimental_op_resolver_type"] = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
-    interpreter = interpreter_class(model_content=data, num_threads=num_threads, **kwargs)
+    data = write_model(model)
+    if len(data) < MAP_FROM_FILE_BYTES:
+        interpreter = interpreter_class(model_content=data, **kwargs)
+    else:
+        with tempfile.NamedTemporaryFile(prefix="kiln-litert-", suffix=".tflite", delete=False) as f:
+            f.write(data)
+        del data
+        try:
+            interpreter = interpreter_class(model_path=f.name, **kwargs)
+        finally:
+            os.unlink(f.name)  # LiteRT's mapping keeps the pages; no file is left behind
     interpreter.allocate_tensors()
     return interpreter
 
@@ -337,8 +354,7 @@ class LiteRtKernel(DelegateKernel):
             return self._invoke(inputs)
 
     def _without_xnnpack(self) -> None:
-        data = self.interpreter._model_content
-        self.interpreter = _load(data, self.num_threads, xnnpack=False)
+        self.interpreter = _load(self.model.model, self.num_threads, xnnpack=False)
         self.xnnpack = False
         self._wrapper = self.interpreter._interpreter
         self._shapes = [tuple(int(d) for d in self._wrapper.TensorSize(i, 0)) for _, i in self._feeds]
