@@ -189,6 +189,13 @@ class Interpreter:
         i = self._check_index(env, tensor_index)
         t = env.tensors[i]
         arr = np.asarray(value)
+        if arr.shape != env.shapes[i] or (t.dtype != DType.STRING and arr.dtype != t.dtype.numpy):
+            self._refuse_value(env, i, t, arr)
+        env.values[i] = np.array(arr, dtype=t.dtype.numpy if t.dtype != DType.STRING else arr.dtype, copy=True)
+
+    @staticmethod
+    def _refuse_value(env, i: int, t, arr: np.ndarray) -> None:
+        """set_tensor's errors (LiteRT's wording) for a value of the wrong type or shape."""
         role = f"input {env.inputs.index(i)}" if i in env.inputs else f"tensor {i}"
         if t.dtype != DType.STRING and arr.dtype != t.dtype.numpy:
             got = DType.from_numpy(arr.dtype).name if arr.dtype.kind not in "USO" else "STRING"
@@ -202,7 +209,6 @@ class Interpreter:
             if got != want:
                 raise InterpreterError(f"Cannot set tensor: Dimension mismatch. Got {got} but expected "
                                        f"{want} for dimension {d} of {role}.")
-        env.values[i] = np.array(arr, dtype=t.dtype.numpy if t.dtype != DType.STRING else arr.dtype, copy=True)
 
     def get_tensor(self, tensor_index: int, subgraph_index: int = 0) -> np.ndarray:
         env = self._env(subgraph_index)
