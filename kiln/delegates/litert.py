@@ -319,6 +319,8 @@ class LiteRtKernel(DelegateKernel):
     so no array kiln keeps may point into it.
     """
 
+    exact_outputs = True  # GetTensor gives fresh arrays of the tensors' own types
+
     def __init__(self, partition: Partition, interpreter, built: PartitionModel, num_threads: int | None = None,
                  delegate: LiteRtDelegate | None = None):
         self.partition = partition

@@ -87,9 +87,12 @@ class DelegateKernel:
     ``hidden_state``: True when an invoke changes state the interpreter cannot snapshot and
     restore (resource variables a delegate keeps itself), so the interpreter never runs the
     partition speculatively (to learn output shapes after a resize).
+    ``exact_outputs``: True when invoke returns fresh NumPy arrays of the output tensors'
+    own types, which the interpreter then stores without checking them.
     """
 
     hidden_state = False
+    exact_outputs = False
 
     def invoke(self, inputs: Sequence[np.ndarray]) -> Sequence[np.ndarray]:  # pragma: no cover - interface
         raise NotImplementedError

@@ -67,6 +67,7 @@ class _Step:
     plain_out: int | None = None     # the one output tensor, when a bare array can go straight in
     plain_dtype: np.dtype | None = None
     state_ins: tuple[int, ...] = ()  # tensors of the record's state_operands, written after the node
+    exact: bool = False              # a delegate kernel whose results are stored as they are
 
 
 @dataclass(frozen=True)
@@ -174,6 +175,7 @@ class _SubgraphEnv:
     def _shortcuts(self, step: _Step) -> None:
         """Precompute what the run loop would otherwise work out per step and invoke."""
         step.dense_ins = all(i >= 0 for i in step.ins)
+        step.exact = bool(getattr(step.delegate_kernel, "exact_outputs", False)) and all(i >= 0 for i in step.outs)
         if step.call is None:
             return
         record = step.reg.record
@@ -416,6 +418,10 @@ class _SubgraphEnv:
                     raise self._wrapped(step, exc)
                 if step.state_ins and len(result) > len(step.outs):
                     self._store_with_state(step, result)
+                elif step.exact and len(result) == len(step.outs):
+                    for i, value in zip(step.outs, result):
+                        values[i] = value
+                        shapes[i] = value.shape
                 else:
                     self._store(step, step.outs, result)
             if profiler is not None:
