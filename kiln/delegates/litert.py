@@ -101,6 +101,8 @@ class LiteRtDelegate(ReportingDelegate):
 
     def __init__(self, num_threads: int | None = None):
         super().__init__()
+        if not litert_available():
+            raise UnsupportedError("kiln.LiteRtDelegate needs ai-edge-litert (pip install ai-edge-litert)")
         if num_threads is not None and (isinstance(num_threads, bool) or not isinstance(num_threads, int)
                                         or num_threads < 1):
             raise ValueError(f"num_threads must be an int >= 1, got {num_threads!r}")

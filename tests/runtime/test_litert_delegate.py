@@ -422,6 +422,8 @@ def test_without_ai_edge_litert_kiln_runs_on_its_own_with_one_hint(zoo, monkeypa
     assert len(hints) == 1 and "\n" not in hints[0].getMessage()
     run(interps[0], sample_inputs(interps[0].get_input_details()))
     assert {d for _, d in steps_of(interps[0])} == {"compiled"}
+    with pytest.raises(kiln.UnsupportedError, match="needs ai-edge-litert"):
+        LiteRtDelegate()
 
 
 def test_the_runtime_imports_and_runs_without_ai_edge_litert(zoo, tmp_path):
@@ -443,3 +445,19 @@ def test_the_runtime_imports_and_runs_without_ai_edge_litert(zoo, tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "(1, 10)"
     assert out.stderr.count("ai-edge-litert is not installed") == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["int8", "int16x8", "dynamic"])
+def test_quantized_models_give_litert_s_bits(mode):
+    """Integer, 16x8 and hybrid models (kiln's quantizations of a converter-zoo CNN) run
+    whole in LiteRT, so kiln computes exactly what LiteRT does (its optimised kernels, which
+    are not its reference ones: tests/quant holds kiln's own kernels to those)."""
+    from tests.quant import zoo_models
+
+    model = zoo_models.kiln_quantized("k3_cnn", mode, 3, 8)
+    inputs = zoo_models.data("k3_cnn", 3, 8, 3)[1]
+    ours, ref = kiln.Interpreter(model_content=model), litert_as_installed(model)
+    for x in inputs:
+        assert same_bits(zoo_models.invoke(ours, x), zoo_models.invoke(ref, x))
+    assert {d for _, d in steps_of(ours)} == {"litert"}
