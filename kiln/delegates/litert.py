@@ -267,12 +267,6 @@ def _callee_refusal(callees: Sequence[Subgraph], runtime) -> str | None:
     return None
 
 
-class _XnnpackFailed(Exception):
-    def __init__(self, message: str):
-        super().__init__(message)
-        self.message = message
-
-
 _UNREGISTERED = re.compile(r"Didn't find op for builtin opcode '([A-Z0-9_]+)' version '(\d+)'")
 _PREPARE_FAILED = re.compile(r"Node number (\d+) \(([A-Za-z0-9_]+)\) failed to prepare")
 
@@ -347,15 +341,48 @@ class LiteRtKernel(DelegateKernel):
             _uses_resources(op) for sg in reachable_subgraphs([n.op for n in partition.nodes]) for op in sg.operators)
 
     def invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        wrapper = self._wrapper
+        if [inputs[position].shape for position, _ in self._feeds] != self._shapes:
+            self._resize(inputs)
         try:
-            return self._invoke(inputs)
-        except _XnnpackFailed as failure:
-            # XNNPACK cannot run some graphs LiteRT's own kernels can (a partition of constants
-            # only, for one): LiteRT itself fails there; kiln goes on without XNNPACK.
-            log.info("LiteRT's XNNPACK failed on a partition (%s); running it on LiteRT's builtin kernels",
-                     failure.message)
+            for position, index in self._feeds:
+                wrapper.SetTensor(index, inputs[position])
+            if self._state or self._variables:
+                self._write_state(inputs)
+            wrapper.Invoke()
+            results = [wrapper.GetTensor(index, 0) for index in self._outputs]
+            if self._state:
+                results += [None if index is None else wrapper.GetTensor(index, 0) for _, index in self._state]
+        except (RuntimeError, ValueError) as exc:
+            return self._failed(inputs, str(exc).strip())
+        return results
+
+    def _write_state(self, inputs: Sequence[np.ndarray]) -> None:
+        wrapper = self._wrapper
+        for position, index in self._state:
+            if index is not None:
+                wrapper.SetTensor(index, inputs[position])
+        synced = self._synced
+        for position, index in self._variables:
+            value = inputs[position]
+            if synced.get(position) is not value:
+                wrapper.SetTensor(index, value)
+                synced[position] = value
+
+    def _failed(self, inputs: Sequence[np.ndarray], message: str) -> list[np.ndarray]:
+        """LiteRT's invoke failed: run without XNNPACK if XNNPACK could not (LiteRT itself
+        fails there: a partition of constants only, for one); hand a node that turned its
+        operand types down back to the interpreter; else an OpError."""
+        if self.xnnpack and "XNNPACK" in message:
+            log.info("LiteRT's XNNPACK failed on a partition (%s); running it on LiteRT's builtin kernels", message)
             self._without_xnnpack()
-            return self._invoke(inputs)
+            return self.invoke(inputs)
+        culprits = _failed_at_run(self.partition.nodes, message)
+        if culprits and self.delegate is not None:
+            first_line = message.splitlines()[0] if message else "no message"
+            raise self.delegate.refused_at_run(self, culprits, f"LiteRT refused it when run: {first_line}")
+        raise OpError(f"LiteRT failed: {message} (experimental_op_resolver_type=BUILTIN_REF runs kiln's "
+                      "reference kernels instead)")
 
     def _without_xnnpack(self) -> None:
         self.interpreter = _load(self.model.model, self.num_threads, xnnpack=False)
@@ -363,41 +390,6 @@ class LiteRtKernel(DelegateKernel):
         self._wrapper = self.interpreter._interpreter
         self._shapes = [tuple(int(d) for d in self._wrapper.TensorSize(i, 0)) for _, i in self._feeds]
         self._synced.clear()
-
-    def _invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        wrapper = self._wrapper
-        shapes = self._shapes
-        for k, (position, _) in enumerate(self._feeds):
-            if inputs[position].shape != shapes[k]:
-                self._resize(inputs)
-                break
-        try:
-            for position, index in self._feeds:
-                wrapper.SetTensor(index, inputs[position])
-            for position, index in self._state:
-                if index is not None:
-                    wrapper.SetTensor(index, inputs[position])
-            synced = self._synced
-            for position, index in self._variables:
-                value = inputs[position]
-                if synced.get(position) is not value:
-                    wrapper.SetTensor(index, value)
-                    synced[position] = value
-            wrapper.Invoke()
-            results = [wrapper.GetTensor(index, 0) for index in self._outputs]
-            results += [None if index is None else wrapper.GetTensor(index, 0) for _, index in self._state]
-        except (RuntimeError, ValueError) as exc:
-            message = str(exc).strip()
-            if self.xnnpack and "XNNPACK" in message:
-                raise _XnnpackFailed(message) from None
-            culprits = _failed_at_run(self.partition.nodes, message)
-            if culprits and self.delegate is not None:
-                first_line = message.splitlines()[0] if message else "no message"
-                raise self.delegate.refused_at_run(self, culprits, f"LiteRT refused it when run: {first_line}") \
-                    from None
-            raise OpError(f"LiteRT failed: {message} (experimental_op_resolver_type=BUILTIN_REF "
-                          "runs kiln's reference kernels instead)") from None
-        return results
 
     def _resize(self, inputs: Sequence[np.ndarray]) -> None:
         wrapper = self._wrapper
