@@ -6,21 +6,21 @@ converted by kiln's converter (``--converter tf``: TensorFlow's). Each runs in L
 interpreter (XNNPACK) and in kiln's default Interpreter (LiteRT's kernels for the builtin
 partitions, Python for the custom op; the custom-op model's LiteRT figure is its builtin
 twin's) and, with ``--own``, on kiln's own kernels (``kiln-own``: its compiled delegates, as
-without ai-edge-litert; timed in the same rounds). A call is set_tensor + invoke + get_tensor. It prints the median
-per call, the ratio kiln / LiteRT, the geometric mean of the ratios, the largest difference
-from LiteRT's outputs and the backends that ran the nodes. The targets (issue #23): ratio
+without ai-edge-litert). A call is set_tensor + invoke + get_tensor; engines take turns in
+~5 ms rounds, in ABBA order. It prints the median per call, the ratio kiln / LiteRT (the
+median of the rounds' ratios: a round's calls run back to back, so load that changes
+between rounds cancels out), the geometric mean of the ratios, the largest difference from
+LiteRT's outputs and the backends that ran the nodes. The targets (issue #23): ratio
 <= 1.25 (custom-op model <= 1.35), geomean <= 1.10, outputs within 1e-5 of LiteRT's.
 
-``--zoo``: the runtime test zoo instead (TensorFlow-converted). For each zoo model (converted by TensorFlow's converter, cached by tests/runtime/zoo.py)
-the same inputs run in: LiteRT with its default XNNPACK delegate, LiteRT's plain builtin
-kernels, kiln as it runs by default (its compiled delegate, applied like LiteRT's XNNPACK),
-and kiln's reference kernels alone (``OpResolverType.BUILTIN_REF``). Engines take turns in
-short rounds, so a busy machine slows them alike; the figure is the median over rounds of
-the per-invoke time. The last columns count the nodes one reference invoke executes
-(control-flow bodies included) and the reference path's time per node, the interpreter's
-per-node cost. Prints a table, asserts nothing.
+``--zoo``: the runtime test zoo (TensorFlow-converted) in LiteRT with XNNPACK, LiteRT's plain
+builtin kernels, kiln's default Interpreter and kiln's reference kernels alone
+(``OpResolverType.BUILTIN_REF``), the figure the median over rounds of the per-invoke time;
+the last columns count the nodes one reference invoke executes (control-flow bodies
+included) and the reference path's time per node, the interpreter's per-node cost.
+Prints tables, asserts nothing.
 
-    python bench/runtime_bench.py [--seconds 2] [--converter kiln|tf] [model ...]
+    python bench/runtime_bench.py [--seconds 4] [--converter kiln|tf] [--own] [model ...]
     python bench/runtime_bench.py --zoo [--seconds 1.5] [model ...]
 """
 
@@ -161,14 +161,21 @@ def measure_model(name: str, seconds: float, converter: str, rebuild: bool, own:
     expected = outputs["litert"]
     scale = max(1.0, max(float(np.abs(e).max()) for e in expected))
     diff = max(float(np.abs(a.astype(np.float64) - e).max()) for a, e in zip(outputs["kiln"], expected))
-    batch = {k: max(1, int(0.02 / max(per_call(v, inputs, *io[k], 3), 1e-7))) for k, v in runs.items()}
+    for interp, key in zip(runs.values(), runs):  # warm up (XNNPACK's first-invoke setup, caches)
+        per_call(interp, inputs, *io[key], 5)
+    batch = {k: max(1, int(0.005 / max(per_call(v, inputs, *io[k], 3), 1e-7))) for k, v in runs.items()}
     samples: dict[str, list[float]] = {k: [] for k in runs}
+    order = list(runs)
     deadline = time.perf_counter() + seconds
-    while time.perf_counter() < deadline or min(len(s) for s in samples.values()) < 7:
-        for key, interp in runs.items():
-            samples[key].append(per_call(interp, inputs, *io[key], batch[key]))
+    while time.perf_counter() < deadline or min(len(s) for s in samples.values()) < 15:
+        for key in order:
+            samples[key].append(per_call(runs[key], inputs, *io[key], batch[key]))
+        order.reverse()  # ABBA: neither engine always runs right after the other
     ms = {k: float(np.median(v)) * 1e3 for k, v in samples.items()}
-    return {**ms, "diff": diff, "scale": scale, "backends": backends(runs["kiln"])}
+    # The ratio is the median of each round's kiln / LiteRT: the two calls of a round run
+    # back to back, so load that changes between rounds cancels out.
+    paired = {k: float(np.median(np.array(v) / np.array(samples["litert"]))) for k, v in samples.items()}
+    return {**ms, "ratio": paired, "diff": diff, "scale": scale, "backends": backends(runs["kiln"])}
 
 
 def models_main(args) -> None:
@@ -188,11 +195,11 @@ def models_main(args) -> None:
     ratios = []
     for name in names:
         m = measure_model(name, args.seconds, args.converter, args.rebuild, args.own)
-        ratio = m["kiln"] / m["litert"]
+        ratio = m["ratio"]["kiln"]
         ratios.append(ratio)
         target = CUSTOM_TARGET if name == "custom_cnn" else TARGET
         flag = "" if ratio <= target and m["diff"] <= TOLERANCE * m["scale"] else " !"
-        own = f" {m['kiln-own']:>9.3f} {m['kiln-own'] / m['litert']:>8.2f}x" if args.own else ""
+        own = f" {m['kiln-own']:>9.3f} {m['ratio']['kiln-own']:>8.2f}x" if args.own else ""
         print(f"{name:<13} {m['litert']:>8.3f} {m['kiln']:>8.3f} {ratio:>5.2f}x {target:>5.2f}x{own} "
               f"{m['diff']:>10.1e}  {m['backends']}{flag}")
     geomean = float(np.exp(np.mean(np.log(ratios))))
@@ -205,7 +212,7 @@ def main(argv=None) -> None:
     parser.add_argument("models", nargs="*", help=f"models (default: all of {list(runtime_models.MODELS)}; "
                                                   f"with --zoo: {list(ZOO)})")
     parser.add_argument("--zoo", action="store_true", help="the runtime test zoo against LiteRT's builtin kernels")
-    parser.add_argument("--seconds", type=float, default=2.0, help="measuring time per model (default 2)")
+    parser.add_argument("--seconds", type=float, default=4.0, help="measuring time per model (default 4)")
     parser.add_argument("--converter", choices=("kiln", "tf"), default="kiln",
                         help="which converter makes the bench models (default kiln)")
     parser.add_argument("--rebuild", action="store_true", help="convert the bench models again")
