@@ -212,7 +212,6 @@ class LiteRtDelegate(ReportingDelegate):
         return LiteRtKernel(partition, *built, num_threads=self._threads(partition), delegate=self)
 
 
-
 #: Partition files at least this big are handed to LiteRT as a file it memory-maps (then
 #: unlinked) rather than as bytes kiln would hold: the weights stay out of anonymous memory.
 MAP_FROM_FILE_BYTES = 64 << 20
