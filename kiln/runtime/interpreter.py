@@ -72,14 +72,16 @@ class Interpreter:
       custom_op_registerers: Python callables, each called with the op resolver to add ops.
       experimental_delegates: `Delegate` objects offered every node, in order.
       experimental_op_resolver_type: an `OpResolverType`. AUTO / BUILTIN (the default) also
-        apply the default delegates (kiln's compiled delegate) to the nodes the given delegates
-        leave, as LiteRT applies XNNPACK; BUILTIN_REF and BUILTIN_WITHOUT_DEFAULT_DELEGATES run
-        the NumPy reference kernels alone (ai_edge_litert's members are accepted too).
+        apply the default delegates to the nodes the given delegates leave, as LiteRT applies
+        XNNPACK: LiteRT's own kernels for builtin partitions (`kiln.LiteRtDelegate`, with
+        ai-edge-litert installed), then kiln's compiled and quantized delegates;
+        BUILTIN_REF and BUILTIN_WITHOUT_DEFAULT_DELEGATES run the NumPy reference kernels
+        alone (ai_edge_litert's members are accepted too). docs/runtime_backends.md.
       num_threads: when threadpoolctl is installed, invokes cap NumPy's BLAS at this many
         threads (on a small or busy machine a multithreaded BLAS makes small matrix products
         slower); otherwise accepted for compatibility only.
       experimental_preserve_all_tensors: keep intermediates so get_tensor can read them (no
-        default delegate then: it keeps a partition's intermediates in its own buffers).
+        default delegate then: a delegate keeps a partition's intermediates to itself).
       LiteRT's other keyword arguments (delegate clustering and fusion flags...) are
       accepted and change nothing; an unknown one is a TypeError, so a typo
       such as ``num_thread=4`` is not silently ignored.
