@@ -30,9 +30,8 @@ def pytest_configure(config):
 
     _REGISTERED[:] = delegate._DEFAULT_DELEGATES
     backend = config.getoption("--kiln-backend")
-    if backend == "kiln":
-        litert.litert_available = lambda: False
-        litert._hinted = True  # the one-line hint is the tests' business, not every test's
+    if backend == "kiln":  # the defaults as without ai-edge-litert (LiteRtDelegate itself stays usable)
+        delegate._DEFAULT_DELEGATES[:] = [f for f in _REGISTERED if f is not litert.default_litert_delegate]
     elif backend == "ref":
         delegate._DEFAULT_DELEGATES.clear()
 
@@ -47,9 +46,8 @@ def _default_delegates(monkeypatch, litert_installed: bool) -> None:
     from kiln.delegates import litert
     from kiln.runtime import delegate
 
-    monkeypatch.setattr(delegate, "_DEFAULT_DELEGATES", list(_REGISTERED))
-    monkeypatch.setattr(litert, "litert_available", (lambda: True) if litert_installed else (lambda: False))
-    monkeypatch.setattr(litert, "_hinted", True)
+    factories = [f for f in _REGISTERED if litert_installed or f is not litert.default_litert_delegate]
+    monkeypatch.setattr(delegate, "_DEFAULT_DELEGATES", factories)
 
 
 @pytest.fixture
