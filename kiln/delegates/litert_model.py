@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .. import ops
+from ..errors import ModelError
 from ..ir import Model, Operator, Subgraph, Tensor
 
 
@@ -29,7 +30,7 @@ def called_subgraphs(op: Operator) -> list[Subgraph]:
         index = op.options[name]
         for k in ([index] if isinstance(index, int) else list(index or ())):
             if not 0 <= k < len(model.subgraphs):
-                raise IndexError(f"{op.name} names subgraph {k}; the model has {len(model.subgraphs)}")
+                raise ModelError(f"{op.name} names subgraph {k}; the model has {len(model.subgraphs)}")
             found.append(model.subgraphs[k])
     return found
 
