@@ -168,7 +168,8 @@ def test_benchmark(capsys, mobilenet):
     assert abs(sum(float(r[3].rstrip("%")) for k, r in rows.items() if k != "op") - 100) < 0.5
 
 
-def test_benchmark_with_delegate_and_signature(capsys, mobilenet, variables):
+def test_benchmark_with_delegate_and_signature(capsys, mobilenet, variables, kiln_default):
+    # kiln_default: "--delegate compiled" names kiln's compiled delegate, the default without ai-edge-litert
     code, out, _ = kiln_cli(capsys, "benchmark", mobilenet, "--runs", 2, "--delegate", "compiled")
     assert code == 0 and "compiled delegate (67 nodes)" in out
     code, out, _ = kiln_cli(capsys, "benchmark", variables, "--runs", 2, "--signature", "accumulate",

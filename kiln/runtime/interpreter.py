@@ -72,14 +72,16 @@ class Interpreter:
       custom_op_registerers: Python callables, each called with the op resolver to add ops.
       experimental_delegates: `Delegate` objects offered every node, in order.
       experimental_op_resolver_type: an `OpResolverType`. AUTO / BUILTIN (the default) also
-        apply the default delegates (kiln's compiled delegate) to the nodes the given delegates
-        leave, as LiteRT applies XNNPACK; BUILTIN_REF and BUILTIN_WITHOUT_DEFAULT_DELEGATES run
-        the NumPy reference kernels alone (ai_edge_litert's members are accepted too).
+        apply the default delegates to the nodes the given delegates leave, as LiteRT applies
+        XNNPACK: LiteRT's own kernels for builtin partitions (`kiln.LiteRtDelegate`, with
+        ai-edge-litert installed), then kiln's compiled and quantized delegates;
+        BUILTIN_REF and BUILTIN_WITHOUT_DEFAULT_DELEGATES run the NumPy reference kernels
+        alone (ai_edge_litert's members are accepted too). docs/runtime_backends.md.
       num_threads: when threadpoolctl is installed, invokes cap NumPy's BLAS at this many
         threads (on a small or busy machine a multithreaded BLAS makes small matrix products
         slower); otherwise accepted for compatibility only.
       experimental_preserve_all_tensors: keep intermediates so get_tensor can read them (no
-        default delegate then: it keeps a partition's intermediates in its own buffers).
+        default delegate then: a delegate keeps a partition's intermediates to itself).
       LiteRT's other keyword arguments (delegate clustering and fusion flags...) are
       accepted and change nothing; an unknown one is a TypeError, so a typo
       such as ``num_thread=4`` is not silently ignored.
@@ -189,6 +191,13 @@ class Interpreter:
         i = self._check_index(env, tensor_index)
         t = env.tensors[i]
         arr = np.asarray(value)
+        if arr.shape != env.shapes[i] or (t.dtype != DType.STRING and arr.dtype != t.dtype.numpy):
+            self._refuse_value(env, i, t, arr)
+        env.values[i] = np.array(arr, dtype=t.dtype.numpy if t.dtype != DType.STRING else arr.dtype, copy=True)
+
+    @staticmethod
+    def _refuse_value(env, i: int, t, arr: np.ndarray) -> None:
+        """set_tensor's errors (LiteRT's wording) for a value of the wrong type or shape."""
         role = f"input {env.inputs.index(i)}" if i in env.inputs else f"tensor {i}"
         if t.dtype != DType.STRING and arr.dtype != t.dtype.numpy:
             got = DType.from_numpy(arr.dtype).name if arr.dtype.kind not in "USO" else "STRING"
@@ -202,7 +211,6 @@ class Interpreter:
             if got != want:
                 raise InterpreterError(f"Cannot set tensor: Dimension mismatch. Got {got} but expected "
                                        f"{want} for dimension {d} of {role}.")
-        env.values[i] = np.array(arr, dtype=t.dtype.numpy if t.dtype != DType.STRING else arr.dtype, copy=True)
 
     def get_tensor(self, tensor_index: int, subgraph_index: int = 0) -> np.ndarray:
         env = self._env(subgraph_index)
@@ -211,6 +219,14 @@ class Interpreter:
         if value is None:
             t = env.tensors[i]
             if env.steps is not None and not self._preserve_all and i not in env.outputs and i not in env.inputs:
+                step = env.delegated_step_producing(i)
+                if step is not None and i not in step.outs:
+                    raise InterpreterError(
+                        f"tensor {i} ({t.name!r}) is an intermediate of nodes {step.index}.."
+                        f"{step.index + len(step.op_names) - 1}, which the {step.delegate} delegate runs and "
+                        "keeps to itself (as LiteRT's XNNPACK does); create the Interpreter with "
+                        "experimental_preserve_all_tensors=True (kiln's reference kernels, every tensor kept) "
+                        "to read it")
                 raise InterpreterError(
                     f"tensor {i} ({t.name!r}) is an intermediate that was freed after its last use; "
                     "create the Interpreter with experimental_preserve_all_tensors=True to read it")
