@@ -79,10 +79,10 @@ def read_lstm(name: str, inputs, lay):
         return {g: _weight(get(i)) for g, i in zip(names, indices) if get(i) is not None}
 
     return dataclasses.replace(
-        checked, input_w=gather(lay.input_w), recurrent_w=gather(lay.recurrent_w), bias=gather(lay.bias),
-        peephole=gather(lay.peephole, ("i", "f", "o")), layer_norm=gather(lay.layer_norm),
-        aux_w=gather(lay.aux_w), projection_w=_weight(get(lay.projection_w)),
-        projection_b=_weight(get(lay.projection_b)))
+        checked, input_w=gather(lay.input_weights), recurrent_w=gather(lay.recurrent_weights), bias=gather(lay.biases),
+        peephole=gather(lay.peepholes, ("i", "f", "o")), layer_norm=gather(lay.layer_norm),
+        aux_w=gather(lay.aux_weights), projection_w=_weight(get(lay.projection_weights)),
+        projection_b=_weight(get(lay.projection_bias)))
 
 
 def lstm_scan(p, xt, h0, c0, opts, reverse: bool = False):
