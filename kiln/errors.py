@@ -27,8 +27,9 @@ class InterpreterError(KilnError, ValueError):
     """The Interpreter API was used wrongly (bad index, shape or dtype, not allocated...)."""
 
 
-class ConversionError(KilnError):
-    """A TensorFlow model could not be converted."""
+class ConversionError(KilnError, ValueError):
+    """A TensorFlow model could not be converted (a ValueError, as TF's converter raises for bad
+    options and inputs, so code catching ValueError around ``convert()`` ports unchanged)."""
 
 
 class UnsupportedError(KilnError, NotImplementedError):
