@@ -31,7 +31,7 @@ LAYERS: list[set[str]] = [
     {"kiln.delegates", "kiln.quant", "kiln.xla"},      # delegates; post-training quantization (calibrates
                                                        # with the interpreter); the XLA backend
     # the converter, bottom up
-    {"kiln.converter.tfutil", "kiln.converter.runtime_version"},
+    {"kiln.converter.tfutil", "kiln.converter.runtime_version", "kiln.converter.attributes"},
     {"kiln.converter.values", "kiln.converter.custom", "kiln.converter.metadata", "kiln.converter.report"},
     {"kiln.converter.options", "kiln.converter.context", "kiln.converter.scope"},
     {"kiln.converter.legalize", "kiln.converter.keras"},   # emitters and recognisers
