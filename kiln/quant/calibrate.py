@@ -116,7 +116,12 @@ def calibrate(model: Model, dataset: Any, *, progress: bool = True, max_samples:
         try:
             from tqdm.auto import tqdm
 
-            iterator = tqdm(iterator, desc="calibrating", unit="sample", leave=False)
+            from .datasets import sample_count  # datasets imports DatasetError from here
+
+            total = sample_count(dataset)  # None: a generator's length is unknown, no ETA then
+            if total is not None and max_samples is not None:
+                total = min(total, max_samples)
+            iterator = tqdm(iterator, desc="calibrating", unit="sample", total=total, leave=True)
         except ImportError:  # tqdm is optional: no progress bar
             pass
     count = 0
