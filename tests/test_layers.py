@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parents[1] / "kiln"
 #: facades ``kiln`` and ``kiln.converter`` stand for their ``__init__`` only.
 LAYERS: list[set[str]] = [
     {"kiln.errors", "kiln.schema", "kiln.quant.arith", "kiln.quant.fixedpoint16", "kiln.protos"},  # shared types; fixed-point math; protobuf descriptors
-    {"kiln.ir", "kiln.quant.params", "kiln.quant.hybrid", "kiln.quant.rules", "kiln.rules"},
-    # the model representation; quantization parameters, hybrid kernels, op rules; rewrite rules
+    {"kiln.ir", "kiln.quant.params", "kiln.quant.hybrid", "kiln.quant.rules", "kiln.rules", "kiln.paths"},
+    # the model representation; quantization parameters, hybrid kernels, op rules; rewrite rules; file checks
     {"kiln.quant.integer", "kiln.quant.integer_lstm"},  # LiteRT's integer kernels as pure functions (the
     {"kiln.quant.integer_elementwise", "kiln.quant.integer_activations"},  # records' quantized kernels)
     {"kiln.quant.integer_more"},                       # (the rest: PRELU, L2_NORM, ELU, uint8 weighted ops)
@@ -43,6 +43,7 @@ LAYERS: list[set[str]] = [
     {"kiln.serve"},                                    # TF Serving's REST API over the runtimes
     # the public facade and the command line
     {"kiln"},
+    {"kiln.cli_checks"},                              # what the command checks before it runs anything
     {"kiln.cli", "kiln.demo"},
     {"kiln.__main__"},
 ]

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from ..errors import ConversionError
+from ..paths import writable_file, write_bytes, write_text
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -79,20 +80,23 @@ def make_converter(source: Path, *, signature_keys=None, tags=None):
 
 
 def run(args) -> int:
-    """Convert and write; prints a short summary (ops, size, time, fusions)."""
+    """Convert and write; prints a short summary (ops, size, time, fusions). Where the model and
+    the report go is checked before converting: a bad path costs no conversion, and never
+    leaves the model written without its report."""
     source = Path(args.source)
+    out = writable_file(_output_path(source, args.output), "-o/--output")
+    if args.report_json:
+        writable_file(args.report_json, "--report-json")
     keys = [k for k in args.signature_keys.split(",") if k] if args.signature_keys else None
     tags = [t for t in args.tags.split(",") if t] if args.tags else None
     converter = make_converter(source, signature_keys=keys, tags=tags)
     converter.allow_custom_ops = bool(args.allow_custom_ops)
     converter.experimental_enable_resource_variables = bool(args.resource_variables)
     data = converter.convert()
-    out = _output_path(source, args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(data)
     report = converter.report
     if args.report_json:
-        Path(args.report_json).write_text(json.dumps(report.to_dict(), indent=1) + "\n")
+        write_text(args.report_json, json.dumps(report.to_dict(), indent=1) + "\n", "--report-json")
+    write_bytes(out, data, "-o/--output")
     if not args.quiet:
         print(f"wrote {out}")
         print(report.summary())
