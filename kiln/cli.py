@@ -476,8 +476,10 @@ def main(argv=None) -> int:
         parser = build_parser(with_convert)
         args = parser.parse_args(argv)
         cli_checks.check(args.command, args)
-        if args.command in cli_checks.TENSORFLOW_COMMANDS:
-            cli_checks.import_tensorflow_quietly()
+        if args.command == "infer-convert":  # kiln convert does this itself, after its own checks
+            from .converter.tfutil import import_tensorflow_quietly
+
+            import_tensorflow_quietly()
         if args.command == "convert" and args.func is not _no_converter:
             return int(_converter_cli().run(args) or 0)
         return int(args.func(args) or 0)

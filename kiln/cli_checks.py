@@ -1,6 +1,5 @@
 """What the ``kiln`` command checks before it runs anything: numeric flags in range, the paths
-each subcommand reads and writes, the port ``kiln serve`` binds — and, for the commands that
-load TensorFlow, TensorFlow's start-up noise kept off the terminal.
+each subcommand reads and writes, the port ``kiln serve`` binds.
 
 The tables name every subcommand's numeric and path flags (tests/test_cli_errors.py walks them
 and refuses a numeric flag without a range), so a typo costs a one-line error in well under a
@@ -12,8 +11,6 @@ from __future__ import annotations
 import math
 import os
 import socket
-import sys
-import warnings
 
 from . import paths
 from .errors import KilnError
@@ -56,9 +53,6 @@ PATHS: dict[str, dict[str, str]] = {
               "monitoring_config_file": IN_FILE},
 }
 
-#: Subcommands that load TensorFlow whatever their input.
-TENSORFLOW_COMMANDS = ("convert", "infer-convert")
-
 
 def _dashed(command: str, dest: str) -> str:
     """The flag as typed: kiln's own commands dash their flags, TF's (serve, infer-convert) do not."""
@@ -90,6 +84,8 @@ def check_paths(command: str, args) -> None:
             paths.readable_file(value, flag)
         elif kind == IN_DIR:
             paths.readable_dir(value, flag)
+            if command == "infer-convert" and not os.path.isfile(os.path.join(value, "saved_model.pb")):
+                raise paths.PathError(f"{flag} {value!r}: is not a SavedModel (it has no saved_model.pb)")
         elif kind == IN_ANY:
             if not os.path.exists(value):
                 raise paths.PathError(f"{flag} {value!r}: no such file or directory")
@@ -124,36 +120,3 @@ def check(command: str, args) -> None:
     check_paths(command, args)
     if command == "serve" and (getattr(args, "model_base_path", None) or getattr(args, "model_config_file", None)):
         check_port_free(args.rest_api_host, args.rest_api_port or args.port)
-
-
-def import_tensorflow_quietly() -> None:
-    """Import TensorFlow with its C++ start-up log (oneDNN, CUDA, CPU-feature lines) kept off
-    stderr, and its Python deprecation warnings off. A user who sets TF_CPP_MIN_LOG_LEVEL
-    gets TensorFlow's logging as they asked for it."""
-    if "tensorflow" in sys.modules or "TF_CPP_MIN_LOG_LEVEL" in os.environ:
-        return
-    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
-    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
-    sys.stderr.flush()
-    saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)  # absl writes its pre-initialisation lines straight to fd 2
-        try:
-            import tensorflow as tf
-        except ImportError:  # the command says what to install
-            return
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
-    tf.get_logger().setLevel("ERROR")  # "WARNING:tensorflow:From ...: ... is deprecated"
-    try:
-        from absl import logging as absl_logging
-
-        absl_logging.set_verbosity(absl_logging.ERROR)
-    except ImportError:  # pragma: no cover - TensorFlow depends on absl
-        pass
-    for package in ("tensorflow", "keras", "tf_keras"):
-        warnings.filterwarnings("ignore", category=DeprecationWarning, module=package)
-        warnings.filterwarnings("ignore", category=FutureWarning, module=package)
