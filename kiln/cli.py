@@ -93,7 +93,7 @@ def backend_lines(interp, verbose: bool = False) -> list[str]:
         total = len(per_node)
         parts = [f"{backend} {len(nodes)}" for backend, nodes in
                  sorted(by_backend.items(), key=lambda kv: (kv[0] == "reference kernels", -len(kv[1])))]
-        lines.append(f"  subgraph {index}: {total} nodes: " + ", ".join(parts))
+        lines.append(f"  subgraph {index}: {total} node{'s' if total != 1 else ''}: " + ", ".join(parts))
         if not verbose:
             continue
         ops = env.sg.operators
@@ -366,6 +366,8 @@ def cmd_benchmark(args) -> int:
         first = time.perf_counter()
         invoke()
         first_ms = (time.perf_counter() - first) * 1e3
+    where = f"signature {key!r}" if key else "invoke()"
+    print(f"{args.model}: {where}, --delegate {args.delegate}", flush=True)  # shown while it runs
     for _ in range(args.warmup):
         invoke()
     times = []
@@ -374,8 +376,6 @@ def cmd_benchmark(args) -> int:
         invoke()
         times.append((time.perf_counter() - start) * 1e3)
     ms = np.sort(np.array(times))
-    where = f"signature {key!r}" if key else "invoke()"
-    print(f"{args.model}: {where}, --delegate {args.delegate}")
     for line in backend_lines(interp, args.verbose):
         print(line)
     print(f"latency over {args.runs} warm runs ({args.warmup} warm-up), ms: "
