@@ -322,6 +322,15 @@ def test_quantize_in_place_debugs_against_the_original_float_model(files, tmp_pa
     assert any(t.dtype.name == "INT8" for t in kiln.read_model(src).main.tensors)
 
 
+def test_calibration_bar_shows_its_total_and_stays(files, tmp_path):
+    result = kiln_cmd("quantize", files["fc"], "-o", tmp_path / "q.tflite", "--mode", "int8", "--data",
+                      files["fc_data"])
+    assert result.returncode == 0, result.stderr
+    frames = result.stderr.split("\r")
+    assert re.search(r"calibrating:\s+0%.*\| 0/16 \[00:00<\?", frames[0]), frames[0]   # total known, ETA pending
+    assert re.search(r"calibrating: 100%.*\| 16/16 \[", frames[-1]) and frames[-1].endswith("\n")  # left on screen
+
+
 # -- serve -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("flag, value, message", [
