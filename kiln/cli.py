@@ -367,7 +367,7 @@ def cmd_benchmark(args) -> int:
         invoke()
         first_ms = (time.perf_counter() - first) * 1e3
     where = f"signature {key!r}" if key else "invoke()"
-    print(f"{args.model}: {where}, --delegate {args.delegate}", flush=True)  # shown while it runs
+    print(f"{args.model}: {where}, delegate: {args.delegate}", flush=True)  # shown while it runs
     for _ in range(args.warmup):
         invoke()
     times = []

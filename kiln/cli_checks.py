@@ -75,6 +75,8 @@ def check_numbers(command: str, args) -> None:
 
 def check_paths(command: str, args) -> None:
     """The paths ``command`` reads exist and are of the right kind; those it writes can be written."""
+    if command == "serve" and getattr(args, "model_base_path", None) and getattr(args, "model_config_file", None):
+        raise KilnError("give --model_config_file or --model_base_path, not both")  # as kiln serve says it
     for dest, kind in PATHS.get(command, {}).items():
         value = getattr(args, dest, None)
         if value is None:

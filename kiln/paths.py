@@ -28,15 +28,16 @@ def readable_file(path, what: str) -> Path:
     """``path`` as a Path: an existing file that can be opened for reading."""
     p = Path(path)
     if p.is_dir():
-        raise _fail(what, p, "is a directory, not a file")
-    if not p.exists():
-        raise _fail(what, p, "no such file")
-    try:
-        with open(p, "rb"):
-            pass
-    except OSError as exc:
-        raise _fail(what, p, f"cannot be read ({exc.strerror})") from None
-    return p
+        why = "it is a directory, not a file"
+    elif not p.exists():
+        why = "no such file"
+    else:
+        try:
+            with open(p, "rb"):
+                return p
+        except OSError as exc:
+            why = exc.strerror
+    raise PathError(f"{what}: cannot read {os.fspath(p)!r}: {why}")
 
 
 def readable_dir(path, what: str) -> Path:

@@ -171,7 +171,7 @@ def test_benchmark(capsys, mobilenet):
 
 def test_benchmark_with_delegate_and_signature(capsys, mobilenet, variables):
     code, out, _ = kiln_cli(capsys, "benchmark", mobilenet, "--runs", 2, "--delegate", "compiled")  # the old name
-    assert code == 0 and "compiled delegate (67 nodes)" in out and "--delegate default" in out
+    assert code == 0 and "compiled delegate (67 nodes)" in out and "delegate: default" in out
     code, out, _ = kiln_cli(capsys, "benchmark", variables, "--runs", 2, "--signature", "accumulate",
                             "--no-profile")
     assert code == 0 and "signature 'accumulate'" in out and "per-op profile" not in out
