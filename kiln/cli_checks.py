@@ -15,6 +15,7 @@ import socket
 from . import paths
 from .errors import KilnError
 
+
 class UsageError(KilnError):
     """A flag's value out of its range: a malformed command line (exit status 2, as argparse's)."""
 

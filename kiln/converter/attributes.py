@@ -141,7 +141,8 @@ def members(enum_cls, value, what: str) -> set:
     if value is None:
         return set()
     if isinstance(value, (str, bytes)) or not isinstance(value, (set, frozenset, list, tuple)):
-        raise ConversionError(f"{what} must be a set of {kind} values, e.g. {{kiln.{kind}.{next(iter(enum_cls)).name}}}, "
+        example = f"{{kiln.{kind}.{next(iter(enum_cls)).name}}}"
+        raise ConversionError(f"{what} must be a set of {kind} values, e.g. {example}, "
                               f"got {value!r} ({type(value).__name__}); accepted values: {valid}")
     out = set()
     for item in value:

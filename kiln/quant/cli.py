@@ -6,7 +6,6 @@ Wired into the ``kiln`` command by kiln/cli.py through `add_parser`.
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 from pathlib import Path
 

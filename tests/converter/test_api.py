@@ -265,7 +265,8 @@ def test_a_misspelt_attribute_is_refused_with_the_nearest_name(dense_model):
         c.target_spec.supported_opps = {kiln.OpsSet.TFLITE_BUILTINS}
     with pytest.raises(ConversionError, match="did you mean '_experimental_disable_per_channel'"):
         c._experimental_disable_per_chanel = True
-    with pytest.raises(AttributeError, match="the attributes kiln honours are allow_custom_ops, denylist, exclude_conversion_metadata"):
+    with pytest.raises(AttributeError,
+                       match="the attributes kiln honours are allow_custom_ops, denylist, exclude_conversion_metadata"):
         c.zzz = 1
 
 
@@ -334,7 +335,8 @@ def test_exclude_conversion_metadata_as_tf(dense_model, tf):
 
     theirs = keys(tf.lite.TFLiteConverter.from_keras_model(dense_model))
     assert keys(kiln.TFLiteConverter.from_keras_model(dense_model)) == theirs == ["min_runtime_version"]
-    assert "CONVERSION_METADATA" in kiln.read_model(kiln.TFLiteConverter.from_keras_model(dense_model).convert()).metadata
+    default = kiln.TFLiteConverter.from_keras_model(dense_model).convert()
+    assert "CONVERSION_METADATA" in kiln.read_model(default).metadata
 
 
 def test_saved_model_dir_is_recorded(tmp_path, tf):
