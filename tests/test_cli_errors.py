@@ -406,10 +406,11 @@ def test_convert_and_infer_convert_print_no_tensorflow_log(tmp_path):
         tf.saved_model.save(m, {str(tmp_path / 'sm')!r}, signatures=m.__call__.get_concrete_function())
     """)
     subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, env=_env())
-    result = kiln_cmd("convert", tmp_path / "sm", "-o", tmp_path / "m.tflite", "--report-json",
-                      tmp_path / "r.json", TF_CPP_MIN_LOG_LEVEL=None)
+    report = tmp_path / "reports" / "new" / "r.json"   # missing directories are made, as for -o
+    result = kiln_cmd("convert", tmp_path / "sm", "-o", tmp_path / "out" / "m.tflite", "--report-json", report,
+                      TF_CPP_MIN_LOG_LEVEL=None)
     assert result.returncode == 0 and result.stderr == "", result.stderr
-    assert (tmp_path / "m.tflite").exists() and json.loads((tmp_path / "r.json").read_text())
+    assert kiln.read_model(tmp_path / "out" / "m.tflite").main.operators and json.loads(report.read_text())
     result = kiln_cmd("infer-convert", "--input_model_dir", tmp_path / "sm", "--output_model_dir", tmp_path / "ic",
                       TF_CPP_MIN_LOG_LEVEL=None)
     assert result.returncode == 0 and result.stderr == "", result.stderr

@@ -76,7 +76,7 @@ def test_cli_list_matches_the_commands_help():
                 assert following == action.metavar, (name, token, following, action.metavar)
 
 
-@pytest.mark.parametrize("needle", ["GB", "minutes", "Chromium"])
+@pytest.mark.parametrize("needle", ["GiB", "minutes", "Chromium"])
 def test_readme_states_install_size_suite_time_and_chromium(needle):
     section = README[README.index("## Two commands"):README.index("## Quick start")]
     assert needle in section
