@@ -50,6 +50,8 @@ class ConversionOptions:
       allow_custom_ops: TF ops without a builtin become CUSTOM ops instead of failing.
       enable_resource_variables: assigned variables stay resource variables (else refused).
       verify_passes: check the IR's invariants after every pass (slower; for debugging).
+      conversion_metadata: write the CONVERSION_METADATA entry (TF's exclude_conversion_metadata
+        turns it off; min_runtime_version is written either way, as TF writes it).
       optimizations: `Optimize` goals; any of them asks for quantization.
       supported_ops: `OpsSet` values the target runtime supports.
       supported_types: dtype names ("float16", "int8", ...) the target supports besides float32.
@@ -69,6 +71,7 @@ class ConversionOptions:
     allow_custom_ops: bool = False
     enable_resource_variables: bool = True
     verify_passes: bool = False
+    conversion_metadata: bool = True
     optimizations: frozenset = frozenset()
     supported_ops: frozenset = frozenset({OpsSet.TFLITE_BUILTINS})
     supported_types: frozenset = frozenset()

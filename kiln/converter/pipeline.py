@@ -172,7 +172,8 @@ def add_metadata(conv: Conversion) -> None:
     """min_runtime_version and CONVERSION_METADATA."""
     conv.report.min_runtime_version = write_metadata(
         conv.model, tf_version=tf().__version__, model_type=conv.options.model_type,
-        model_hash=model_hash(conv.specs), allow_custom_ops=conv.options.allow_custom_ops)
+        model_hash=model_hash(conv.specs), allow_custom_ops=conv.options.allow_custom_ops,
+        with_conversion_metadata=conv.options.conversion_metadata)
 
 
 def write(conv: Conversion) -> None:

@@ -126,16 +126,16 @@ def _progress(iterator: Iterator, total: int | None, enabled: bool) -> Iterator:
         from tqdm.auto import tqdm
     except ImportError:
         return iterator
-    return tqdm(iterator, desc="calibrating", unit="sample", total=total, leave=False)
+    return tqdm(iterator, desc="calibrating", unit="sample", total=total, leave=True)
 
 
 def _count(dataset: Any, max_samples: int | None) -> int | None:
-    """The number of samples, where the dataset says it without being consumed."""
-    if isinstance(dataset, (str, bytes, os.PathLike)) or callable(dataset):
-        return max_samples
-    try:
-        total = len(dataset)
-    except TypeError:
+    """The number of samples, where the dataset says it without being consumed (a sized
+    collection, an .npz's leading dimension): the bar then has a total and an ETA."""
+    from .datasets import sample_count  # datasets imports DatasetError from here
+
+    total = None if callable(dataset) else sample_count(dataset)
+    if total is None:
         return max_samples
     return total if max_samples is None else min(total, max_samples)
 
