@@ -97,7 +97,7 @@ def check_paths(command: str, args) -> None:
         elif kind == OUT_DIR:
             paths.writable_dir(value, flag)
         elif kind == NEW_DIR:
-            paths.writable_dir(value, flag, empty=True, make_parents=False)
+            paths.writable_dir(value, flag, empty=True)   # missing parents are created, as #26 asks
     if command == "serve" and getattr(args, "model_base_path", None):
         base = args.model_base_path
         if os.path.exists(base) and not os.path.isdir(base):  # a missing one is waited for, as TF Serving does

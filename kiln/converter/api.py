@@ -91,7 +91,7 @@ class TFLiteConverter:
     _HONOURED = frozenset({
         "allow_custom_ops", "optimizations", "representative_dataset", "target_spec", "inference_input_type",
         "inference_output_type", "experimental_enable_resource_variables", "exclude_conversion_metadata",
-        "saved_model_dir", "denylist", "experimental_verify_passes", "report", "model",
+        "saved_model_dir", "denylist", "allow_integer_samples", "experimental_verify_passes", "report", "model",
         "_specs", "_model_type", "_trackable_obj", "_keras_decisions"})
 
     def __init__(self, specs: list[FunctionSpec], *, model_type: ModelType, trackable_obj: Any = None):

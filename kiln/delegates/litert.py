@@ -27,11 +27,14 @@ one-line hint, once).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
 import re
+import sys
 import tempfile
+import threading
 from typing import Sequence
 
 import numpy as np
@@ -217,6 +220,36 @@ class LiteRtDelegate(ReportingDelegate):
 MAP_FROM_FILE_BYTES = 64 << 20
 
 
+_XNNPACK_LOGGED = threading.Lock()
+_xnnpack_announced = False
+
+
+@contextlib.contextmanager
+def _without_xnnpack_banner(xnnpack: bool):
+    """LiteRT prints "INFO: Created TensorFlow Lite XNNPACK delegate for CPU." to the process's
+    stderr (file descriptor 2, below Python) the first time it makes XNNPACK's delegate; kiln's
+    commands print nothing a user did not ask for, so that first construction writes stderr to
+    /dev/null. Later ones print nothing anyway (LiteRT logs the line once per process)."""
+    global _xnnpack_announced
+    if not xnnpack or _xnnpack_announced:
+        yield
+        return
+    with _XNNPACK_LOGGED:
+        if _xnnpack_announced:
+            yield
+            return
+        sys.stderr.flush()
+        saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, 2)
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.close(devnull)
+            _xnnpack_announced = True
+
+
 def _load(model, num_threads: int | None, xnnpack: bool = True):
     """A LiteRT interpreter of IR ``model`` (written by kiln's writer), tensors allocated;
     ``xnnpack=False``: LiteRT's builtin kernels alone."""
@@ -227,17 +260,18 @@ def _load(model, num_threads: int | None, xnnpack: bool = True):
 
         kwargs["experimental_op_resolver_type"] = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
     data = write_model(model)
-    if len(data) < MAP_FROM_FILE_BYTES:
-        interpreter = interpreter_class(model_content=data, **kwargs)
-    else:
-        with tempfile.NamedTemporaryFile(prefix="kiln-litert-", suffix=".tflite", delete=False) as f:
-            f.write(data)
-        del data
-        try:
-            interpreter = interpreter_class(model_path=f.name, **kwargs)
-        finally:
-            os.unlink(f.name)  # LiteRT's mapping keeps the pages; no file is left behind
-    interpreter.allocate_tensors()
+    with _without_xnnpack_banner(xnnpack):
+        if len(data) < MAP_FROM_FILE_BYTES:
+            interpreter = interpreter_class(model_content=data, **kwargs)
+        else:
+            with tempfile.NamedTemporaryFile(prefix="kiln-litert-", suffix=".tflite", delete=False) as f:
+                f.write(data)
+            del data
+            try:
+                interpreter = interpreter_class(model_path=f.name, **kwargs)
+            finally:
+                os.unlink(f.name)  # LiteRT's mapping keeps the pages; no file is left behind
+        interpreter.allocate_tensors()
     return interpreter
 
 

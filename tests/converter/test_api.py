@@ -266,7 +266,7 @@ def test_a_misspelt_attribute_is_refused_with_the_nearest_name(dense_model):
     with pytest.raises(ConversionError, match="did you mean '_experimental_disable_per_channel'"):
         c._experimental_disable_per_chanel = True
     with pytest.raises(AttributeError,
-                       match="the attributes kiln honours are allow_custom_ops, denylist, exclude_conversion_metadata"):
+                       match="the attributes kiln honours are allow_custom_ops, allow_integer_samples, denylist, exclude_conversion_metadata"):
         c.zzz = 1
 
 
