@@ -186,7 +186,8 @@ def test_bfloat16_policy_stays_close(zoo):
     assert float(np.max(np.abs(a - e))) < 0.05 * max(1.0, float(np.max(np.abs(e))))
 
 
-@pytest.mark.parametrize("name", ["mlp", "cnn", "mobilenet", "transformer", "dynamic_batch", "lstm", "bilstm"])
+@pytest.mark.parametrize("name", ["mlp", "cnn", pytest.param("mobilenet", marks=pytest.mark.slow), "transformer", "dynamic_batch",
+                                  "lstm", "bilstm"])
 def test_to_jax_matches_litert_eager_and_jitted(zoo, name):
     data = zoo.bytes(name)
     fn, params = to_jax(data)
