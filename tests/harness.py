@@ -126,6 +126,16 @@ def feed(interp, inputs, allocate: bool = True) -> list[np.ndarray]:
     return [interp.get_tensor(d["index"]) for d in interp.get_output_details()]
 
 
+def run_api(interp, inputs) -> list[np.ndarray]:
+    """allocate / set_tensor / invoke / get_tensor, the way tf.lite users drive a model (no
+    resizing: a feed of the wrong shape meets the interpreter's own check)."""
+    interp.allocate_tensors()
+    for d, x in zip(interp.get_input_details(), inputs):
+        interp.set_tensor(d["index"], x)
+    interp.invoke()
+    return [interp.get_tensor(d["index"]) for d in interp.get_output_details()]
+
+
 def run_litert(model: bytes, inputs: Sequence[np.ndarray], builtin_kernels: bool = False) -> list[np.ndarray]:
     """Run in ai-edge-litert; ``builtin_kernels`` switches XNNPACK off (LiteRT's reference path)."""
     from ai_edge_litert.interpreter import Interpreter as LiteRTInterpreter, OpResolverType

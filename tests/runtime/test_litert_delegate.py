@@ -16,6 +16,7 @@ from kiln.format import read_model, write_model
 from kiln.ir import Model
 from kiln.schema import DType
 from tests.harness import Const, assert_close, single_op_model
+from tests.harness import run_api as run
 from tests.runtime.zoo import ZOO, sample_inputs
 
 REF = {"experimental_op_resolver_type": kiln.OpResolverType.BUILTIN_REF}
@@ -28,14 +29,6 @@ def litert_as_installed(model: bytes, **kwargs):
     from ai_edge_litert.interpreter import Interpreter
 
     return Interpreter(model_content=model, **kwargs)
-
-
-def run(interp, inputs):
-    interp.allocate_tensors()
-    for d, x in zip(interp.get_input_details(), inputs):
-        interp.set_tensor(d["index"], x)
-    interp.invoke()
-    return [interp.get_tensor(d["index"]) for d in interp.get_output_details()]
 
 
 def steps_of(interp, subgraph: int = 0) -> list:

@@ -14,7 +14,7 @@ import kiln
 import kiln.ops
 from kiln.format import read_model
 from kiln.ops.record import KernelCall
-from tests.harness import assert_close
+from tests.harness import assert_close, run_api
 from tests.runtime.conftest import litert
 from tests.runtime.zoo import ZOO, sample_inputs
 
@@ -28,15 +28,6 @@ E2E_RTOL = {"mobilenet": 1e-4}
 STATEFUL = {"WHILE", "IF", "CALL_ONCE", "VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE"}
 DETAIL_KEYS = {"name", "index", "shape", "shape_signature", "dtype", "quantization",
                "quantization_parameters", "sparsity_parameters"}
-
-
-def run_api(interp, inputs):
-    """allocate / set_tensor / invoke / get_tensor, the way tf.lite users drive a model."""
-    interp.allocate_tensors()
-    for d, x in zip(interp.get_input_details(), inputs):
-        interp.set_tensor(d["index"], x)
-    interp.invoke()
-    return [interp.get_tensor(d["index"]) for d in interp.get_output_details()]
 
 
 @pytest.mark.parametrize("name", MODELS)
