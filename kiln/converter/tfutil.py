@@ -104,13 +104,18 @@ def attr_value(value) -> Any:
     return _scalar_attr(kind, getattr(value, kind))
 
 
+def attr_text(v: bytes) -> str | bytes:
+    """A string attribute as text, or as the bytes it holds when they are not UTF-8."""
+    try:
+        return v.decode("utf-8")
+    except UnicodeDecodeError:
+        return bytes(v)
+
+
 def _scalar_attr(kind: str, v) -> Any:
     t = tf()
     if kind == "s":
-        try:
-            return v.decode("utf-8")
-        except UnicodeDecodeError:
-            return bytes(v)
+        return attr_text(v)
     if kind in ("i", "f", "b"):
         return v
     if kind == "type":
