@@ -47,13 +47,6 @@ def reachable_subgraphs(nodes: Sequence[Operator]) -> list[Subgraph]:
     return list(seen.values())
 
 
-def copy_tensor(t: Tensor) -> Tensor:
-    """A tensor like ``t`` (same data array, not a copy) for another model."""
-    return Tensor(t.name, t.dtype, t.shape, data=t.data, shape_signature=t.shape_signature,
-                  quantization=t.quantization, is_variable=t.is_variable, sparsity=t.sparsity,
-                  has_rank=t.has_rank)
-
-
 @dataclass
 class PartitionModel:
     """The model of one partition. ``inputs[k]`` / ``outputs[k]`` / ``variables[k]``: the
@@ -100,11 +93,11 @@ class _Copier:
         target = self.model.add_subgraph(sg.name)
         copies: dict[int, Tensor] = {}
         for t in sg.tensors:
-            copies[id(t)] = target.add_tensor(copy_tensor(t))
+            copies[id(t)] = target.add_tensor(t.detached())
 
         def tensor_of(t: Tensor) -> Tensor:
             if id(t) not in copies:  # a tensor an operator uses but the list lacks
-                copies[id(t)] = target.add_tensor(copy_tensor(t))
+                copies[id(t)] = target.add_tensor(t.detached())
             return copies[id(t)]
 
         for op in sg.operators:
@@ -123,7 +116,7 @@ def partition_model(nodes: Sequence[Operator], inputs: Sequence[Tensor], outputs
 
     def tensor_of(t: Tensor) -> Tensor:
         if id(t) not in copies:
-            copies[id(t)] = main.add_tensor(copy_tensor(t))
+            copies[id(t)] = main.add_tensor(t.detached())
         return copies[id(t)]
 
     for t in inputs:  # first, so the model's tensor order starts with what it reads

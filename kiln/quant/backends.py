@@ -34,6 +34,24 @@ BATCH_BYTES = 256 << 20
 MAX_BATCH = 32
 
 
+def invoke_fresh(runner, feeds: Sequence[np.ndarray]) -> None:
+    """One run of ``runner.interp`` (any tf.lite-style interpreter) on ``feeds``, in the order of
+    ``runner.inputs``: the inputs are resized and the tensors allocated only when the feeds'
+    shapes change (``runner.shapes``), and variables start from their initial values, so every
+    sample is a sequence of its own."""
+    shapes = [np.shape(a) for a in feeds]
+    if shapes != runner.shapes:
+        runner.shapes = None            # until the allocation succeeds
+        for index, shape in zip(runner.inputs, shapes):
+            runner.interp.resize_tensor_input(index, shape, strict=False)
+        runner.interp.allocate_tensors()
+        runner.shapes = shapes
+    runner.interp.reset_all_variables()
+    for index, value in zip(runner.inputs, feeds):
+        runner.interp.set_tensor(index, value)
+    runner.interp.invoke()
+
+
 class KilnRunner:
     """kiln's Interpreter with every tensor kept (the fallback)."""
 
@@ -49,17 +67,7 @@ class KilnRunner:
         self.shapes: list | None = None
 
     def run(self, feeds: list[np.ndarray]) -> list[np.ndarray]:
-        shapes = [a.shape for a in feeds]
-        if shapes != self.shapes:
-            self.shapes = None            # until the allocation succeeds
-            for i, a in zip(self.inputs, feeds):
-                self.interp.resize_tensor_input(i, a.shape)
-            self.interp.allocate_tensors()
-            self.shapes = shapes
-        self.interp.reset_all_variables()
-        for i, a in zip(self.inputs, feeds):
-            self.interp.set_tensor(i, a)
-        self.interp.invoke()
+        invoke_fresh(self, feeds)
         return [self.interp.get_tensor(i) for i in self.indices]
 
 
@@ -103,17 +111,7 @@ class LiteRTRunner:
         self.interp.allocate_tensors()
 
     def run(self, feeds: list[np.ndarray]) -> list[np.ndarray]:
-        shapes = [a.shape for a in feeds]
-        if shapes != self.shapes:
-            self.shapes = None            # until the allocation succeeds
-            for i, a in zip(self.inputs, feeds):
-                self.interp.resize_tensor_input(i, a.shape, strict=False)
-            self.interp.allocate_tensors()
-            self.shapes = shapes
-        self.interp.reset_all_variables()
-        for i, a in zip(self.inputs, feeds):
-            self.interp.set_tensor(i, a)
-        self.interp.invoke()
+        invoke_fresh(self, feeds)
         return [feeds[i] if kind == "input" else self.interp.get_tensor(i) for kind, i in self.sources]
 
 
