@@ -23,6 +23,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from . import backends
 from .models import ModelManager
 from .status import InvalidArgument, ServeError, Unimplemented
 from .tensors import format_response, parse_request
@@ -117,7 +118,7 @@ def _decode(text: bytes, held):
         raise InvalidArgument("'signature_name' key must be a string value.")
     if isinstance(held, ServeError):
         raise held
-    signature = held.loaded.signature(signature_name)
+    signature = backends.signature(held.loaded, signature_name)
     may_hold_bools = b"true" in text or b"false" in text
     feeds, fmt = parse_request(body, signature.inputs, may_hold_bools)
     return signature, feeds, fmt

@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .backends import LoadError, Loaded, find_model_file, load
+from .backends import LoadError, ServedModel, find_model_file, load, signature_def_json
 from .batching import BatchScheduler, DirectExecutor
 from .config import BatchingOptions, ConfigError, ModelSpec, read_batching_parameters
 from .metrics import Metrics
@@ -36,7 +36,7 @@ class ServedVersion:
 
     model: str
     version: int
-    loaded: Loaded
+    loaded: ServedModel
     executor: object
     batching: bool
     users: int = 0
@@ -138,7 +138,7 @@ class ModelManager:
         params = read_batching_parameters(own)
         return dataclasses.replace(params, num_batch_threads=self.batching.num_batch_threads)
 
-    def _executor(self, name: str, version: int, loaded: Loaded, batching: BatchingOptions | None):
+    def _executor(self, name: str, version: int, loaded: ServedModel, batching: BatchingOptions | None):
         observe = self.metrics.observer(name, version)
         label = f"{name}-{version}"
         if batching is not None and not loaded.has_batch_function:
@@ -148,8 +148,7 @@ class ModelManager:
             if batching is not None:
                 log.info(f"model {name} version {version}: its graph holds BatchFunction; not batched again")
             return DirectExecutor(loaded.new_runner, IN_GRAPH_BATCHING_THREADS, observe, True, label), False
-        shared = loaded.kind == "savedmodel"
-        return DirectExecutor(loaded.new_runner, self.workers, observe, shared, label), False
+        return DirectExecutor(loaded.new_runner, self.workers, observe, loaded.thread_safe, label), False
 
     def _retire(self, model: _Model, version: int) -> None:
         with self._lock:
@@ -271,14 +270,14 @@ class ModelManager:
         served = self.acquire(name, version, label)
         try:
             loaded = served.loaded
-            sig_json = loaded.signature_def_json or _signature_def_json(loaded)
+            sig_json = signature_def_json(loaded)
             return {"model_spec": {"name": name, "signature_name": "", "version": str(served.version)},
                     "metadata": {"signature_def": sig_json}}
         finally:
             self.release(served)
 
 
-def _bucket_warmup(loaded: Loaded, sizes):
+def _bucket_warmup(loaded: ServedModel, sizes):
     """Run every allowed batch size once per worker (XLA compiles, interpreters allocate) before serving."""
     if not sizes:
         return None
@@ -286,22 +285,9 @@ def _bucket_warmup(loaded: Loaded, sizes):
     def warm(runner) -> None:
         for key in loaded.signatures:
             for rows in sizes:
-                feeds = loaded.warmup_feeds(key, rows)
+                feeds = loaded.signatures[key].zeros(rows)
                 if feeds is not None:
                     runner(key, feeds)
 
     return warm
 
-
-def _tensor_info_json(spec) -> dict:
-    shape = {"dim": [], "unknown_rank": True} if spec.shape is None else {
-        "dim": [{"size": str(d), "name": ""} for d in spec.shape], "unknown_rank": False}
-    return {"dtype": spec.dt_name, "tensor_shape": shape, "name": spec.tensor_name or spec.name}
-
-
-def _signature_def_json(loaded: Loaded) -> dict:
-    return {"signature_def": {
-        key: {"inputs": {n: _tensor_info_json(s) for n, s in sig.inputs.items()},
-              "outputs": {n: _tensor_info_json(s) for n, s in sig.outputs.items()},
-              "method_name": sig.method_name, "defaults": {}}
-        for key, sig in loaded.signatures.items()}}

@@ -14,10 +14,10 @@ import base64
 import binascii
 import json
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
+from ..runtime.served import TensorSpec
 from .status import InvalidArgument
 
 ROW, COLUMNAR = "row", "columnar"
@@ -31,21 +31,9 @@ _DT_NAMES = {
 }
 
 
-@dataclass(frozen=True)
-class TensorSpec:
-    """A signature input or output: dtype (object for strings) and shape (-1 unknown, None: any rank)."""
-
-    name: str
-    dtype: np.dtype
-    shape: tuple | None
-    tensor_name: str = ""
-
-    @property
-    def dt_name(self) -> str:
-        return dtype_name(self.dtype)
-
-    def shape_text(self) -> str:
-        return "[?]" if self.shape is None else "[" + ",".join(str(d) for d in self.shape) + "]"
+def shape_text(spec: TensorSpec) -> str:
+    """A signature shape as TF Serving prints it: ``[-1,4]``, ``[?]`` for any rank."""
+    return "[?]" if spec.shape is None else "[" + ",".join(str(d) for d in spec.shape) + "]"
 
 
 def dtype_name(dtype) -> str:
@@ -172,16 +160,16 @@ def to_array(value, spec: TensorSpec, may_hold_bools: bool = True) -> np.ndarray
                               and abs(v) <= 2 ** 63)
         shown = bad[0] if bad else value
         if isinstance(shown, int) and not isinstance(shown, bool):
-            raise InvalidArgument(f"input '{name}': Cannot convert JSON value: {shown} to {spec.dt_name} without "
+            raise InvalidArgument(f"input '{name}': Cannot convert JSON value: {shown} to {dtype_name(spec.dtype)} without "
                                   f"loss of precision.")
         raise InvalidArgument(f"input '{name}': JSON Value: {_short(shown)} Type: {_json_type(shown)} is not of "
-                              f"expected type: {spec.dt_name}")
+                              f"expected type: {dtype_name(spec.dtype)}")
 
     def fail(accept):
         bad = _first_bad_leaf(value, accept)
         shown = bad[0] if bad else value
         raise InvalidArgument(f"input '{name}': JSON Value: {_short(shown)} Type: {_json_type(shown)} is not "
-                              f"of expected type: {spec.dt_name}")
+                              f"of expected type: {dtype_name(spec.dtype)}")
 
     if kind in "iuf" and may_hold_bools and arr.dtype.kind != "b":
         if _first_bad_leaf(value, lambda v: not isinstance(v, bool)) is not None:
@@ -212,14 +200,14 @@ def to_array(value, spec: TensorSpec, may_hold_bools: bool = True) -> np.ndarray
             fail(lambda v: isinstance(v, int) and not isinstance(v, bool))
         info = np.iinfo(dtype)
         if arr.size and (arr.min() < info.min or arr.max() > info.max):
-            raise InvalidArgument(f"input '{name}': a value is out of the range of {spec.dt_name} "
+            raise InvalidArgument(f"input '{name}': a value is out of the range of {dtype_name(spec.dtype)} "
                                   f"[{info.min}, {info.max}]")
         return arr.astype(dtype)
     if kind == "b":
         if arr.dtype.kind != "b":
             fail(lambda v: isinstance(v, bool))
         return arr
-    raise InvalidArgument(f"input '{name}': inputs of type {spec.dt_name} cannot be given in JSON")
+    raise InvalidArgument(f"input '{name}': inputs of type {dtype_name(spec.dtype)} cannot be given in JSON")
 
 
 def check_shape(arr: np.ndarray, spec: TensorSpec, what: str = "") -> None:
@@ -229,8 +217,8 @@ def check_shape(arr: np.ndarray, spec: TensorSpec, what: str = "") -> None:
     want = spec.shape
     if arr.ndim != len(want) or any(w >= 0 and w != g for w, g in zip(want, arr.shape)):
         got = "[" + ",".join(str(d) for d in arr.shape) + "]"
-        raise InvalidArgument(f"input '{spec.name}'{what}: expected shape {spec.shape_text()} "
-                              f"({spec.dt_name}), got {got}")
+        raise InvalidArgument(f"input '{spec.name}'{what}: expected shape {shape_text(spec)} "
+                              f"({dtype_name(spec.dtype)}), got {got}")
 
 
 def parse_request(body: dict, specs: dict[str, TensorSpec],
