@@ -13,7 +13,7 @@ from pathlib import Path
 from ..errors import KilnError
 from ..runtime import served
 from ..runtime.served import BACKENDS, DEFAULT_SIGNATURE, ServedModel, Signature, SignatureNotFound  # noqa: F401
-from .status import NotFound
+from .status import InvalidArgument, NotFound
 
 
 class LoadError(Exception):
@@ -74,3 +74,26 @@ def signature_def_json(model: ServedModel) -> dict:
               "outputs": {n: info(s) for n, s in sig.outputs.items()},
               "method_name": sig.method_name, "defaults": {}}
         for key, sig in model.signatures.items()}}
+
+
+def check_feeds(signature: Signature, feeds: dict) -> None:
+    """Refuse what the model would fail on before it joins a batch (400 naming the input): a shape
+    the signature does not take, unequal batch sizes of a batched signature, an index outside the
+    table the model looks it up in."""
+    from .tensors import check_shape
+
+    for name, array in feeds.items():
+        spec = signature.inputs.get(name)
+        if spec is None:
+            continue
+        check_shape(array, spec)
+        bad = spec.out_of_range(array)
+        if bad is not None:
+            low, high = spec.index_range
+            raise InvalidArgument(f"input '{name}': index {bad} is outside [{low}, {high}), the rows of the table "
+                                  "the model looks it up in")
+    if signature.batched and len(feeds) > 1:
+        sizes = {n: (a.shape[0] if a.ndim else None) for n, a in feeds.items()}
+        if len(set(sizes.values())) > 1:
+            raise InvalidArgument("Batching input tensors supplied in a given op invocation must have equal "
+                                  "0th-dimension size; got " + ", ".join(f"{n}: {s}" for n, s in sorted(sizes.items())))

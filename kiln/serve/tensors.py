@@ -18,6 +18,7 @@ import math
 import numpy as np
 
 from ..runtime.served import TensorSpec
+from .jsonbody import MAX_DEPTH, NumericArray
 from .status import InvalidArgument
 
 ROW, COLUMNAR = "row", "columnar"
@@ -54,8 +55,12 @@ def _json_type(value) -> str:
 
 
 def _short(value, limit: int = 120) -> str:
-    text = json.dumps(value, allow_nan=True)
+    text = json.dumps(value, allow_nan=True, default=_numeric_text)
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _numeric_text(value) -> str:
+    return f"[{value.first_token}, ...]" if isinstance(value, NumericArray) else type(value).__name__
 
 
 def _is_b64(value) -> bool:
@@ -70,6 +75,10 @@ def _shape_of(value) -> list[int]:
         if not value:
             break
         value = value[0]
+    if isinstance(value, NumericArray):
+        shape += value.shape
+    if len(shape) > MAX_DEPTH:
+        raise InvalidArgument(f"the request nests lists {len(shape)} deep; tensors have at most {MAX_DEPTH} dimensions")
     return shape
 
 
@@ -108,10 +117,12 @@ def _strings(value, name: str):
     return out.reshape(shape)
 
 
-def _first_bad_leaf(value, accept):
+def _first_bad_leaf(value, accept, depth: int = 0):
+    if depth > MAX_DEPTH:
+        return (value,)
     if isinstance(value, list):
         for v in value:
-            bad = _first_bad_leaf(v, accept)
+            bad = _first_bad_leaf(v, accept, depth + 1)
             if bad is not None:
                 return bad
         return None
@@ -123,6 +134,8 @@ def _ragged_detail(value) -> str | None:
     expected = _shape_of(value)
 
     def walk(v, level, path):
+        if level > MAX_DEPTH:
+            return f"lists nested deeper than {MAX_DEPTH} at {path}"
         if level == len(expected):
             return None if not isinstance(v, list) else f"a list at {path or 'the top'} deeper than rank {level}"
         if not isinstance(v, list):
@@ -145,8 +158,16 @@ def to_array(value, spec: TensorSpec, may_hold_bools: bool = True) -> np.ndarray
     (``may_hold_bools``), numeric inputs are scanned for them.
     """
     name, dtype = spec.name, spec.dtype
+    if isinstance(value, NumericArray):
+        return _numeric(value, spec)
+    if isinstance(value, list) and value and isinstance(value[0], NumericArray):
+        value = _stacked(value, spec)
+        if isinstance(value, np.ndarray):
+            return value
     if dtype.kind in "OSU":
         return _strings(value, name)
+    if len(_shape_of(value)) > MAX_DEPTH:  # refused before NumPy walks it
+        raise InvalidArgument(f"input '{name}': lists nested deeper than {MAX_DEPTH}")
     try:
         arr = np.array(value)
     except (ValueError, TypeError):
@@ -210,6 +231,58 @@ def to_array(value, spec: TensorSpec, may_hold_bools: bool = True) -> np.ndarray
     raise InvalidArgument(f"input '{name}': inputs of type {dtype_name(spec.dtype)} cannot be given in JSON")
 
 
+def _numeric(value: NumericArray, spec: TensorSpec) -> np.ndarray:
+    """A `NumericArray` as ``spec``'s dtype, with the rules `to_array` applies to JSON numbers."""
+    name, dtype, v = spec.name, spec.dtype, value.values
+    if v.size == 0:
+        return to_array(value.tolist(), spec)
+    if dtype.kind not in "iuf":
+        raise InvalidArgument(f"input '{name}': JSON Value: {value.first_token} Type: Number is not of expected "
+                              f"type: {dtype_name(dtype)}")
+    flat = v.reshape(-1)
+    if dtype.kind == "f":
+        limit = (1 << np.finfo(dtype).nmant + 1) - 1  # integers written as such must be exact (IsLosslessDecimal)
+        written_int = value.written_as_int()
+        if written_int is not False:
+            big = np.abs(flat) > limit
+            big &= np.isfinite(flat)
+            if written_int is not True:
+                big &= written_int
+            if big.any():
+                shown = flat[np.flatnonzero(big)[0]]
+                text = str(int(shown)) if abs(shown) <= 2 ** 53 else repr(float(shown))
+                raise InvalidArgument(f"input '{name}': Cannot convert JSON value: {text} to {dtype.name} without "
+                                      f"loss of precision.")
+        with np.errstate(over="ignore"):
+            out = v.astype(dtype)
+        if not np.isfinite(out).all():
+            lost = ~np.isfinite(out.reshape(-1)) & np.isfinite(flat)
+            if lost.any():
+                raise InvalidArgument(f"input '{name}': Cannot convert JSON value: {float(flat[lost][0])!r} to "
+                                      f"{dtype.name} without loss of precision.")
+        return out
+    if value.float_syntax:
+        raise InvalidArgument(f"input '{name}': JSON Value: {value.first_float_token} Type: Number is not of "
+                              f"expected type: {dtype_name(dtype)}")
+    info = np.iinfo(dtype)
+    low, high = flat.min(), flat.max()
+    if low < info.min or high > info.max:
+        raise InvalidArgument(f"input '{name}': a value is out of the range of {dtype_name(dtype)} "
+                              f"[{info.min}, {info.max}]")
+    if max(-low, high) > 2 ** 53:
+        raise InvalidArgument(f"input '{name}': integers beyond 2**53 in a request body of "
+                              f"{256} KiB or more are not read exactly; send them in smaller requests")
+    return v.astype(dtype)
+
+
+def _stacked(items: list, spec: TensorSpec):
+    """Rows that are all `NumericArray`s of one shape as one array; else the rows as lists."""
+    if all(isinstance(i, NumericArray) for i in items) and len({i.shape for i in items}) == 1:
+        parts = [_numeric(i, spec) for i in items]
+        return np.stack(parts) if parts else np.zeros((0,), spec.dtype)
+    return [i.tolist() if isinstance(i, NumericArray) else i for i in items]
+
+
 def check_shape(arr: np.ndarray, spec: TensorSpec, what: str = "") -> None:
     """Rank and known dimensions must match the signature."""
     if spec.shape is None:
@@ -238,6 +311,16 @@ def parse_request(body: dict, specs: dict[str, TensorSpec],
 
 
 def _rows(instances, specs, may_hold_bools) -> dict[str, np.ndarray]:
+    if isinstance(instances, NumericArray):  # a large body's rows of numbers, read as one array
+        if not instances.shape[0]:
+            raise InvalidArgument("No values in 'instances' array")
+        names = sorted(specs)
+        if len(specs) > 1:
+            raise InvalidArgument("instances is a plain list, but expecting list of objects as multiple input "
+                                  f"tensors required as per tensorinfo_map (inputs: {', '.join(names)})")
+        arr = to_array(instances, specs[names[0]], may_hold_bools)
+        check_shape(arr, specs[names[0]])
+        return {names[0]: arr}
     if not isinstance(instances, list):
         raise InvalidArgument("Excepting 'instances' to be an list/array")
     if not instances:
@@ -283,7 +366,7 @@ def _fmt(shape) -> str:
 
 def _columns(inputs, specs, may_hold_bools) -> dict[str, np.ndarray]:
     names = sorted(specs)
-    if not isinstance(inputs, dict) or _is_b64(inputs):
+    if isinstance(inputs, NumericArray) or not isinstance(inputs, dict) or _is_b64(inputs):
         if len(specs) > 1:
             raise InvalidArgument("inputs is a plain value/list, but expecting an object as multiple input tensors "
                                   f"required as per tensorinfo_map (inputs: {', '.join(names)})")

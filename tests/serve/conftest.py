@@ -156,6 +156,8 @@ class Server:
         env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"kiln-serve-{self.port}.log"
         self._log = open(self.log_path, "w+")
+        if "--port" not in args:  # no gRPC unless a test asks for it
+            args = ("--port", "0", *args)
         self.proc = subprocess.Popen([sys.executable, "-m", "kiln", "serve", "--rest_api_port", str(self.port),
                                       *args], cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + ready_timeout
@@ -165,7 +167,7 @@ class Server:
             try:
                 if requests.get(self.url + "/readyz", timeout=2).status_code == 200:
                     return
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):  # not listening, or not accepting yet
                 pass
             if time.monotonic() > deadline:
                 self.kill()

@@ -167,7 +167,7 @@ def test_the_command_line_refuses_bad_setups_with_a_message(tmp_path, capsys):
 def test_per_model_batching_parameters_come_from_the_version_directory(models, tmp_path):
     import shutil
 
-    from kiln.serve.batching import BatchScheduler, DirectExecutor
+    from kiln.serve.batching import BatchScheduler
     from kiln.serve.models import ModelManager
 
     for name, own in (("own", "max_batch_size { value: 4 } allowed_batch_sizes: 2 allowed_batch_sizes: 4"),
@@ -181,7 +181,7 @@ def test_per_model_batching_parameters_come_from_the_version_directory(models, t
     manager.poll_once()
     own, none = manager.acquire("own"), manager.acquire("none")
     try:
-        assert isinstance(own.executor, BatchScheduler) and isinstance(none.executor, DirectExecutor)
+        assert isinstance(own.executor, BatchScheduler) and not none.batching
         assert (own.executor.options.max_batch_size, own.executor.options.allowed_batch_sizes,
                 own.executor.options.num_batch_threads) == (4, (2, 4), 1)
     finally:
