@@ -66,8 +66,21 @@ class _FunctionRunner(Runner):
         try:
             out = function(**{n: tf.constant(v) for n, v in feeds.items()})
         except (tf.errors.InvalidArgumentError, tf.errors.OutOfRangeError, ValueError, TypeError) as exc:
-            raise InterpreterError(f"signature '{signature_key}': {str(exc).strip().splitlines()[0]}") from None
+            raise InterpreterError(f"signature '{signature_key}': {_tf_message(exc)}") from None
         return {n: t.numpy() for n, t in out.items()}
+
+
+_NOISE = ("Graph execution error", "Detected at node", "<stack traces", "[[", "File ")
+
+
+def _tf_message(exc: Exception) -> str:
+    """The line of a TensorFlow error that says what went wrong (not where the graph was built)."""
+    text = getattr(exc, "message", None) or str(exc)
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith(_NOISE):
+            return line
+    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
 
 
 def open_saved_model(path: Path) -> ServedModel:

@@ -31,6 +31,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..errors import KilnError
 from .config import BatchingOptions
 from .status import DeadlineExceeded, Internal, InvalidArgument, ResourceExhausted, ServeError, Unavailable
 
@@ -58,8 +59,9 @@ def request_error(exc: BaseException, names) -> ServeError:
     text = (str(exc).strip().splitlines() or [""])[0]
     if len(text) > MESSAGE_LIMIT:
         text = text[:MESSAGE_LIMIT] + "..."
-    return InvalidArgument(f"the model failed on this request's input(s) {', '.join(sorted(names))}: "
-                           f"{type(exc).__name__}: {text}")
+    kind = "" if isinstance(exc, KilnError) else f"{type(exc).__name__}: "
+    return InvalidArgument(f"the model failed on this request's input(s) {', '.join(repr(n) for n in sorted(names))}: "
+                           f"{kind}{text}")
 
 
 class Request:

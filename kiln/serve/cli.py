@@ -147,10 +147,9 @@ def run(args) -> int:
                       metrics_path, args.max_queued_requests, limits, args.num_workers)
     code = serve(options)
     logging.getLogger("kiln.serve").info("kiln serve: stopped")
-    if "tensorflow" in sys.modules:
-        # Every request is answered and every executor closed; TensorFlow's own interpreter-exit
-        # teardown takes seconds and has nothing left to do, so leave without it.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    return code
+    # Every request is answered. A backend call the drain timeout cut off may still be running in
+    # a worker thread, and TensorFlow's interpreter-exit teardown takes seconds with nothing left to
+    # do: leave now, so the drain timeout is the whole wait.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -229,8 +229,13 @@ class _Connection(asyncio.Protocol):
             return
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            self._fail(400, "protocol upgrades are not served")
+        except httptools.HttpParserUpgrade:  # answered as a plain request (no upgrade), then closed
+            self.stopped = True
+            self.transport.pause_reading()
+            if self.ready:
+                self.ready[-1].keep_alive = False
+            else:
+                self._fail(400, "protocol upgrades are not served")
         except httptools.HttpParserCallbackError as exc:
             cause = exc.__context__
             if isinstance(cause, _TooLarge):

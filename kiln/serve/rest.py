@@ -144,9 +144,9 @@ class RestApi:
             if held is not None and not isinstance(held, ServeError):
                 self.manager.release(held)
         if sum(getattr(o, "size", 1) for o in outputs.values()) <= INLINE_OUTPUT_ELEMENTS:
-            return Response(200, format_response(outputs, fmt).encode())
+            return Response(200, format_response(outputs, fmt))
         text = await asyncio.get_running_loop().run_in_executor(None, format_response, outputs, fmt)
-        return Response(200, text.encode())
+        return Response(200, text)
 
     # -- status and metadata -------------------------------------------------------------------
     def _model_get(self, request: Request, groups) -> Response:

@@ -177,7 +177,7 @@ def _supervise(options: Options, rest_sock: socket.socket | None) -> int:
                 os._exit(code)
         workers[pid] = index
         with open(os.path.join(directory, PIDS_FILE), "w") as f:
-            f.write(" ".join(str(p) for p in workers))
+            f.write(" ".join(str(p) for p in [os.getpid(), *workers]))
 
     def forward(sig, frame) -> None:
         stopping.set()

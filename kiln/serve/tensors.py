@@ -14,6 +14,7 @@ import base64
 import binascii
 import json
 import math
+import struct
 
 import numpy as np
 
@@ -386,24 +387,27 @@ def _columns(inputs, specs, may_hold_bools) -> dict[str, np.ndarray]:
 
 # -- responses ---------------------------------------------------------------------------------
 
+_F32 = struct.Struct("<f")
+
+
 def _float_texts(flat: np.ndarray) -> list[str]:
     """TF Serving's WriteDecimal: "%g" if it reads back exactly, else max_digits10 digits; '.0' on whole numbers."""
-    digits = 9 if flat.dtype == np.float32 else 17
-    values = flat.tolist()
-    texts = ["%g" % v for v in values]
-    with np.errstate(all="ignore"):
-        back = np.array([float(t) if t not in ("nan", "inf", "-inf") else v for t, v in zip(texts, values)],
-                        dtype=flat.dtype)
-    same = (back == flat) | ~np.isfinite(flat)
+    single = flat.dtype == np.float32
+    digits = 9 if single else 17
     out = []
-    for text, value, ok in zip(texts, values, same.tolist()):
-        if math.isnan(value):
+    for value in flat.tolist():
+        if value != value:
             out.append("NaN")
             continue
-        if math.isinf(value):
+        if value in (math.inf, -math.inf):
             out.append("-Infinity" if value < 0 else "Infinity")
             continue
-        if not ok:
+        text = "%g" % value
+        try:
+            exact = (_F32.unpack(_F32.pack(float(text)))[0] if single else float(text)) == value
+        except OverflowError:
+            exact = False
+        if not exact:
             text = "%.*g" % (digits, value)
         if "." not in text and "e" not in text:
             text += ".0"
@@ -445,17 +449,48 @@ def _is_bytes_output(name: str, arr: np.ndarray) -> bool:
     return arr.dtype.kind in "OSU" and name.endswith("_bytes")
 
 
-def format_response(outputs: dict[str, np.ndarray], fmt: str) -> str:
-    """The JSON text TF Serving answers for these outputs in the request's format."""
+#: Rows written per piece of a response: a large answer never exists as one Python string per value.
+_ROWS_PER_PIECE = 2048
+
+
+def _row_texts(a: np.ndarray, as_bytes: bool, start: int, stop: int) -> list[str]:
+    """The JSON text of rows ``start:stop`` of ``a`` (one string per row)."""
+    part = a[start:stop]
+    texts = _leaf_texts(part, as_bytes)
+    step = int(np.prod(a.shape[1:], dtype=np.int64))
+    return [_nest(texts, a.shape[1:], i * step) for i in range(part.shape[0])]
+
+
+def _pieces(a: np.ndarray, as_bytes: bool, rows: int):
+    """Row texts of ``a`` in pieces of ``rows`` rows (at least one element per piece)."""
+    for start in range(0, a.shape[0], rows):
+        yield _row_texts(a, as_bytes, start, start + rows)
+
+
+def format_response(outputs: dict[str, np.ndarray], fmt: str) -> bytes:
+    """The JSON text TF Serving answers for these outputs in the request's format, written a few
+    thousand rows at a time."""
     if not outputs:
         raise InvalidArgument("Cannot convert empty tensor map to JSON")
     names = sorted(outputs)
     arrays = {n: np.asarray(outputs[n]) for n in names}
+    out: list[bytes] = []
     if fmt == COLUMNAR:
-        parts = {n: _nest(_leaf_texts(a, _is_bytes_output(n, a)), a.shape) for n, a in arrays.items()}
-        if len(names) == 1:
-            return '{"outputs": ' + parts[names[0]] + "}"
-        return '{"outputs": {' + ", ".join(json.dumps(n) + ": " + parts[n] for n in names) + "}}"
+        out.append(b'{"outputs": ' if len(names) == 1 else b'{"outputs": {')
+        for k, n in enumerate(names):
+            a = arrays[n]
+            if len(names) > 1:
+                out.append((", " if k else "").encode() + json.dumps(n).encode() + b": ")
+            if a.ndim == 0:
+                out.append(_leaf_texts(a, _is_bytes_output(n, a))[0].encode())
+                continue
+            rows = max(1, _ROWS_PER_PIECE * 16 // max(int(np.prod(a.shape[1:], dtype=np.int64)), 1))
+            out.append(b"[")
+            for i, piece in enumerate(_pieces(a, _is_bytes_output(n, a), rows)):
+                out.append(((", " if i else "") + ", ".join(piece)).encode())
+            out.append(b"]")
+        out.append(b"}" if len(names) == 1 else b"}}")
+        return b"".join(out)
     batch = None
     for n, a in arrays.items():
         if a.ndim == 0:
@@ -463,13 +498,16 @@ def format_response(outputs: dict[str, np.ndarray], fmt: str) -> str:
         if batch is not None and a.shape[0] != batch:
             raise InvalidArgument(f"Tensor name: {n} has inconsistent batch size: {a.shape[0]} expecting: {batch}")
         batch = a.shape[0]
-    rows = {}
-    for n, a in arrays.items():
-        texts = _leaf_texts(a, _is_bytes_output(n, a))
-        step = int(np.prod(a.shape[1:], dtype=np.int64))
-        rows[n] = [_nest(texts, a.shape[1:], i * step) for i in range(batch)]
-    if len(names) == 1:
-        items = rows[names[0]]
-    else:
-        items = ["{" + ", ".join(json.dumps(n) + ": " + rows[n][i] for n in names) + "}" for i in range(batch)]
-    return '{"predictions": [' + ", ".join(items) + "]}"
+    out.append(b'{"predictions": [')
+    width = max(sum(int(np.prod(a.shape[1:], dtype=np.int64)) for a in arrays.values()), 1)
+    rows = max(1, _ROWS_PER_PIECE * 16 // width)
+    keys = {n: json.dumps(n) + ": " for n in names}
+    for start in range(0, batch, rows):
+        texts = {n: _row_texts(a, _is_bytes_output(n, a), start, start + rows) for n, a in arrays.items()}
+        if len(names) == 1:
+            items = texts[names[0]]
+        else:
+            items = ["{" + ", ".join(keys[n] + texts[n][i] for n in names) + "}" for i in range(len(texts[names[0]]))]
+        out.append(((", " if start else "") + ", ".join(items)).encode())
+    out.append(b"]}")
+    return b"".join(out)

@@ -158,7 +158,7 @@ def test_a_backend_failure_fails_every_request_of_the_batch_once_each_with_its_o
     s = BatchScheduler(BatchingOptions(max_batch_size=4, num_batch_threads=1, batch_timeout_micros=20_000), new_runner)
     requests = submit_all(s, [np.ones((1, 1))] * 3)
     for r in requests:
-        with pytest.raises(InvalidArgument, match="the model failed on this request's input.s. x: RuntimeError: "
+        with pytest.raises(InvalidArgument, match="the model failed on this request's input.s. 'x': RuntimeError: "
                                                   "kernel exploded"):
             r.future.result(10)
     s.close()
