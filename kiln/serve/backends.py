@@ -14,6 +14,7 @@ from ..errors import KilnError
 from ..runtime import served
 from ..runtime.served import BACKENDS, DEFAULT_SIGNATURE, ServedModel, Signature, SignatureNotFound  # noqa: F401
 from .status import InvalidArgument, NotFound
+from .tensors import check_shape, dtype_name
 
 
 class LoadError(Exception):
@@ -62,8 +63,6 @@ def signature_def_json(model: ServedModel) -> dict:
             out[key] = json_format.MessageToDict(proto, preserving_proto_field_name=True,
                                                  always_print_fields_with_no_presence=True)
         return {"signature_def": out}
-    from .tensors import dtype_name
-
     def info(spec):
         shape = {"dim": [], "unknown_rank": True} if spec.shape is None else {
             "dim": [{"size": str(d), "name": ""} for d in spec.shape], "unknown_rank": False}
@@ -80,8 +79,6 @@ def check_feeds(signature: Signature, feeds: dict) -> None:
     """Refuse what the model would fail on before it joins a batch (400 naming the input): a shape
     the signature does not take, unequal batch sizes of a batched signature, an index outside the
     table the model looks it up in."""
-    from .tensors import check_shape
-
     for name, array in feeds.items():
         spec = signature.inputs.get(name)
         if spec is None:

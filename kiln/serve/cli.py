@@ -65,7 +65,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--num_workers", type=int, default=1,
                    help="worker processes sharing the ports, each with its own models and batchers (default 1)")
     p.add_argument("--tensorflow_intra_op_parallelism", type=int, default=0,
-                   help="threads per interpreter (0: the backend's default)")
+                   help="threads per interpreter and for NumPy's BLAS in each worker (0: the backend's default "
+                        "threads, BLAS capped at 1)")
     p.add_argument("--max_request_bytes", type=int, default=64 << 20,
                    help="largest request body accepted (default 64 MiB); larger ones get 400")
     p.add_argument("--request_body_budget_bytes", type=int, default=256 << 20,

@@ -9,8 +9,9 @@ is answered (400, 408, 413-as-400, 431 or 503) instead of being dropped; the clo
 request starts when its first byte arrives. Draining stops accepting, lets in-flight requests
 finish within a timeout, then answers what is left with a JSON 503.
 
-Handlers are ``async handler(request) -> Response``; a request is handled after its whole
-body has arrived, one at a time per connection (pipelined requests wait their turn).
+A handler is ``handler(request) -> Response`` or an awaitable of one (a request whose answer
+is ready at once costs no task); a request is handled after its whole body has arrived, one at
+a time per connection (pipelined requests wait their turn).
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ class Response:
         return cls(status, json.dumps({"error": message}).encode())
 
 
-Handler = Callable[[Request], Awaitable[Response]]
+Handler = Callable[[Request], "Response | Awaitable[Response]"]
 
 
 class HttpServer:
@@ -98,10 +99,21 @@ class HttpServer:
         self.body_bytes = 0
         self.draining = False
         self._server: asyncio.base_events.Server | None = None
+        self._sweeper: asyncio.Task | None = None
 
     async def start(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: _Connection(self), sock=sock, backlog=2048)
+        self._sweeper = loop.create_task(self._sweep())
+
+    async def _sweep(self) -> None:
+        """Close connections past their idle or read timeout (one timer for all, not two per request)."""
+        step = min(0.25, self.limits.idle_timeout / 4, self.limits.read_timeout / 4)
+        while True:
+            await asyncio.sleep(step)
+            now = time.monotonic()
+            for conn in [c for c in self.connections if c.deadline is not None and c.deadline <= now]:
+                conn._timed_out()
 
     def reserve(self, request: Request, size: int) -> bool:
         """Count ``size`` more body bytes for ``request``; False when that would pass the budget."""
@@ -146,7 +158,7 @@ class _Connection(asyncio.Protocol):
         self.task: asyncio.Task | None = None   # handling ready[0]
         self.header_bytes = 0
         self.header_name = b""
-        self.timer: asyncio.TimerHandle | None = None
+        self.deadline: float | None = None  # of the idle or read timeout now running
         self.over_limit = False
         self.closed = False
         self.stopped = False  # the parser gave up on this connection: read nothing more
@@ -201,16 +213,13 @@ class _Connection(asyncio.Protocol):
         self.transport.close()
 
     def _arm(self, seconds: float) -> None:
-        self._disarm()
-        self.timer = self.loop.call_later(seconds, self._timed_out)
+        self.deadline = time.monotonic() + seconds  # the server's sweep closes the connection past it
 
     def _disarm(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+        self.deadline = None
 
     def _timed_out(self) -> None:
-        self.timer = None
+        self.deadline = None
         if self.current is not None and not self.closed:  # a request started but did not finish arriving
             self._write(self.current, Response.error(408, f"the request did not arrive whole within "
                                                           f"{self.limits.read_timeout:g} s"), close=True)
@@ -337,43 +346,60 @@ class _Connection(asyncio.Protocol):
         if len(self.ready) >= _PIPELINE:
             self.transport.pause_reading()
         if self.task is None:
-            self.task = self.loop.create_task(self._serve())
+            self._answer_ready()
 
     # -- answering -----------------------------------------------------------------------------
-    async def _serve(self) -> None:
-        while self.ready and not self.closed:
+    def _answer_ready(self) -> None:
+        """Answer the requests read whole, in order: at once while the handler answers at once,
+        else in a task that awaits the answer and then goes on."""
+        while self.ready and not self.closed and self.task is None:
             request = self.ready[0]
-            start = time.perf_counter()
             if request.refusal is not None:
-                response = request.refusal
+                self._answered(request, request.refusal)
+                continue
+            try:
+                result = self.server.handler(request)
+            except Exception as exc:  # a bug in a handler: answered, never a traceback to the client
+                result = Response.error(500, f"Internal: {type(exc).__name__}: {exc}")
+            if isinstance(result, Response) and self.can_write.is_set():
+                self._answered(request, result)
             else:
-                try:
-                    response = await self.server.handler(request)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:  # a bug in a handler: answered, never a traceback to the client
-                    response = Response.error(500, f"Internal: {type(exc).__name__}: {exc}")
-            self.server.release(request)
-            request.body = bytearray()
-            if self.closed:
-                response = Response.error(499, "the client closed the connection before the answer")
-            else:
-                if not self.can_write.is_set():
-                    await self.can_write.wait()
-                close = not request.keep_alive or self.server.draining or request.refusal is not None \
-                    and request.refusal.status == 503
-                self._write(request, response, close)
-            if self.server.on_response is not None:
-                self.server.on_response(request, response, time.perf_counter() - start)
-            self.ready.popleft()
-            if len(self.ready) < _PIPELINE and not self.closed:
-                self.transport.resume_reading()
-        self.task = None
-        if not self.closed:
+                self.task = self.loop.create_task(self._await(request, result))
+                return
+        if not self.closed and self.task is None and not self.ready:
             if self.server.draining and self.current is None:
                 self.transport.close()
             elif self.current is None:
                 self._arm(self.limits.idle_timeout)
+
+    async def _await(self, request: Request, result) -> None:
+        if not isinstance(result, Response):
+            try:
+                result = await result
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                result = Response.error(500, f"Internal: {type(exc).__name__}: {exc}")
+        if not self.can_write.is_set() and not self.closed:
+            await self.can_write.wait()
+        self.task = None
+        self._answered(request, result)
+        self._answer_ready()
+
+    def _answered(self, request: Request, response: Response) -> None:
+        self.server.release(request)
+        request.body = bytearray()
+        if self.closed:
+            response = Response.error(499, "the client closed the connection before the answer")
+        else:
+            close = not request.keep_alive or self.server.draining or request.refusal is not None \
+                and request.refusal.status == 503
+            self._write(request, response, close)
+        if self.server.on_response is not None:
+            self.server.on_response(request, response, 0.0)
+        self.ready.popleft()
+        if len(self.ready) < _PIPELINE and not self.closed:
+            self.transport.resume_reading()
 
     def _write(self, request: Request, response: Response, close: bool) -> None:
         body = b"" if request.method == "HEAD" else response.body

@@ -51,7 +51,7 @@ def parse_version(text: str | None) -> int | None:
     return int(text)
 
 
-def _decode(body, held, labels_of):
+def _decode(body, held):
     """Body to (served version, signature, feeds, format), in TF Serving's order of checks: the
     JSON, then the model and version, then the signature and its inputs."""
     doc = parse_body(body)
@@ -79,34 +79,36 @@ class RestApi:
         return HttpServer(self.handle, limits, self.answered)
 
     # -- routing -------------------------------------------------------------------------------
-    async def handle(self, request: Request) -> Response:
+    def handle(self, request: Request):
+        """The answer, or an awaitable of it when it is not ready at once."""
         try:
             path = unquote(request.path.decode("latin-1"), errors="strict")
         except UnicodeDecodeError:
             return Response.error(400, "Malformed request: the path is not UTF-8")
-        try:
-            if path[:4].lower() in ("/v1/", "/v1") and path[:3].lower() == "/v1":
-                return await self._v1(request, path)
-            if request.method == "GET" and path == self.metrics_path:
-                text = await asyncio.get_running_loop().run_in_executor(None, self.metrics.render)
-                return Response(200, text, "text/plain; version=0.0.4; charset=utf-8")
-            if request.method == "GET" and path == "/healthz":
-                return _json({"status": "ok"})
-            if request.method == "GET" and path == "/readyz":
-                if self.service.draining:
-                    return _json({"status": "draining"}, 503)
-                if not self.manager.ready:
-                    return _json({"status": "loading", "models": self.manager.model_names()}, 503)
-                return _json({"status": "ready", "models": self.manager.model_names()})
-        except ServeError as exc:
-            return Response.error(exc.http_status, str(exc))
+        lowered = path[:4].lower()
+        if lowered == "/v1/" or lowered == "/v1":
+            return self._v1(request, path)
+        if request.method == "GET" and path == self.metrics_path:
+            return self._metrics_page()
+        if request.method == "GET" and path == "/healthz":
+            return _json({"status": "ok"})
+        if request.method == "GET" and path == "/readyz":
+            if self.service.draining:
+                return _json({"status": "draining"}, 503)
+            if not self.manager.ready:
+                return _json({"status": "loading", "models": self.manager.model_names()}, 503)
+            return _json({"status": "ready", "models": self.manager.model_names()})
         return Response.error(404, f"Malformed request: {request.method} {path[:200]}")
 
-    async def _v1(self, request: Request, path: str) -> Response:
+    async def _metrics_page(self) -> Response:
+        text = await asyncio.get_running_loop().run_in_executor(None, self.metrics.render)
+        return Response(200, text, "text/plain; version=0.0.4; charset=utf-8")
+
+    def _v1(self, request: Request, path: str):
         request.labels = (self.metrics.model_label(""), "", "other")
         try:
             if request.method == "POST" and (m := PREDICT_PATH.fullmatch(path)):
-                return await self._predict(request, m.groups())
+                return self._predict(request, m.groups())
             if request.method == "GET" and (m := STATUS_PATH.fullmatch(path)):
                 return self._model_get(request, m.groups())
             raise InvalidArgument(f"Malformed request: {request.method} {path[:200]}")
@@ -114,37 +116,63 @@ class RestApi:
             return Response.error(exc.http_status, str(exc))
 
     # -- predict -------------------------------------------------------------------------------
-    async def _predict(self, request: Request, groups) -> Response:
+    def _predict(self, request: Request, groups):
         name, version, label, method = groups
         method = method.lower()
         request.labels = (self.metrics.model_label(name), "", method)
         if method != "predict":
             raise Unimplemented(f"kiln serve answers :predict; :{method} is not served")
-        held = None
         try:
-            try:
-                held = self.manager.acquire(name, parse_version(version), label)
-                request.labels = (*self.service.labels(name, held), method)
-            except ServeError as exc:
-                held = exc
-            body = request.body
-            if len(body) <= INLINE_BODY_BYTES:
-                signature, feeds, fmt = _decode(body, held, None)
-            else:
-                signature, feeds, fmt = await asyncio.get_running_loop().run_in_executor(None, _decode, body, held, None)
-            request.body = bytearray()  # the arrays hold what is needed now
+            held = self.manager.acquire(name, parse_version(version), label)
+            request.labels = (*self.service.labels(name, held), method)
+        except ServeError as exc:
+            held = exc  # raised once the body has been read as JSON (TF Serving's order)
+        if len(request.body) > INLINE_BODY_BYTES:
+            return self._predict_later(request, held, None)
+        try:
+            signature, feeds, fmt = _decode(request.body, held)
+            request.body = bytearray()
             job = self.service.submit(held, signature, feeds, request.arrived)
-            del feeds
+        except BaseException:
+            self._release(held)
+            raise
+        if not job.done:
+            return self._predict_later(request, held, (job, fmt))
+        self._release(held)
+        return self._respond(job.future.result(), fmt)
+
+    async def _predict_later(self, request: Request, held, started) -> Response:
+        try:
+            if started is None:
+                loop = asyncio.get_running_loop()
+                signature, feeds, fmt = await loop.run_in_executor(None, _decode, request.body, held)
+                request.body = bytearray()  # the arrays hold what is needed now
+                job = self.service.submit(held, signature, feeds, request.arrived)
+                del feeds
+            else:
+                job, fmt = started
 
             def on_gone(cancel):
                 request.on_gone = cancel
 
             outputs = await self.service.outputs(job, on_gone)
+        except ServeError as exc:
+            return Response.error(exc.http_status, str(exc))
         finally:
-            if held is not None and not isinstance(held, ServeError):
-                self.manager.release(held)
+            self._release(held)
+        answer = self._respond(outputs, fmt)
+        return answer if isinstance(answer, Response) else await answer
+
+    def _release(self, held) -> None:
+        if held is not None and not isinstance(held, ServeError):
+            self.manager.release(held)
+
+    def _respond(self, outputs: dict, fmt: str):
         if sum(getattr(o, "size", 1) for o in outputs.values()) <= INLINE_OUTPUT_ELEMENTS:
             return Response(200, format_response(outputs, fmt))
+        return self._respond_later(outputs, fmt)
+
+    async def _respond_later(self, outputs: dict, fmt: str) -> Response:
         text = await asyncio.get_running_loop().run_in_executor(None, format_response, outputs, fmt)
         return Response(200, text)
 

@@ -299,7 +299,8 @@ def parse_request(body: dict, specs: dict[str, TensorSpec],
                   may_hold_bools: bool = True) -> tuple[dict[str, np.ndarray], str]:
     """``instances`` or ``inputs`` of a parsed request body as arrays by input name, and the format.
 
-    ``may_hold_bools=False`` (the request text has no ``true``/``false``) skips a scan.
+    ``may_hold_bools=False`` (the request text has no ``true``/``false``) skips a scan. Shapes
+    are checked against the signature by `kiln.serve.backends.check_feeds`, for every API.
     """
     has_instances, has_inputs = "instances" in body, "inputs" in body
     if has_instances and has_inputs:
@@ -319,9 +320,7 @@ def _rows(instances, specs, may_hold_bools) -> dict[str, np.ndarray]:
         if len(specs) > 1:
             raise InvalidArgument("instances is a plain list, but expecting list of objects as multiple input "
                                   f"tensors required as per tensorinfo_map (inputs: {', '.join(names)})")
-        arr = to_array(instances, specs[names[0]], may_hold_bools)
-        check_shape(arr, specs[names[0]])
-        return {names[0]: arr}
+        return {names[0]: to_array(instances, specs[names[0]], may_hold_bools)}
     if not isinstance(instances, list):
         raise InvalidArgument("Excepting 'instances' to be an list/array")
     if not instances:
@@ -355,9 +354,7 @@ def _rows(instances, specs, may_hold_bools) -> dict[str, np.ndarray]:
             if _shape_of(item) != first:
                 raise InvalidArgument(f"input '{n}': Failed to process element: {i} of 'instances' list. Error: "
                                       f"Expecting shape {_fmt(first)} but got: {_fmt(_shape_of(item))}")
-        arr = to_array(items, spec, may_hold_bools)
-        check_shape(arr, spec)
-        out[n] = arr
+        out[n] = to_array(items, spec, may_hold_bools)
     return out
 
 
@@ -376,9 +373,7 @@ def _columns(inputs, specs, may_hold_bools) -> dict[str, np.ndarray]:
     for n in names:
         if n not in inputs:
             raise InvalidArgument(f"Missing named input: {n} in 'inputs' object.")
-        arr = to_array(inputs[n], specs[n], may_hold_bools)
-        check_shape(arr, specs[n])
-        out[n] = arr
+        out[n] = to_array(inputs[n], specs[n], may_hold_bools)
     unknown = sorted(set(inputs) - set(names))
     if unknown:
         raise InvalidArgument(f"'inputs' object has unknown input(s) {unknown}; the signature's inputs are {names}")
@@ -457,6 +452,9 @@ def _row_texts(a: np.ndarray, as_bytes: bool, start: int, stop: int) -> list[str
     """The JSON text of rows ``start:stop`` of ``a`` (one string per row)."""
     part = a[start:stop]
     texts = _leaf_texts(part, as_bytes)
+    if part.ndim == 2:
+        width = part.shape[1]
+        return ["[" + ", ".join(texts[i * width:(i + 1) * width]) + "]" for i in range(part.shape[0])]
     step = int(np.prod(a.shape[1:], dtype=np.int64))
     return [_nest(texts, a.shape[1:], i * step) for i in range(part.shape[0])]
 

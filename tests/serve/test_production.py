@@ -172,11 +172,11 @@ def test_a_half_second_drain_timeout_exits_within_two_seconds(serve, models, tmp
     def ask():
         try:
             answers.append(requests.post(server.url + "/v1/models/slow:predict", timeout=30,
-                                         data=json.dumps({"inputs": rows(256).tolist()})))
+                                         data=json.dumps({"inputs": rows(1024).tolist()})))
         except requests.RequestException as exc:  # a reset connection would be a failure of the drain
             answers.append(exc)
 
-    clients = [threading.Thread(target=ask) for _ in range(6)]
+    clients = [threading.Thread(target=ask) for _ in range(8)]
     for c in clients:
         c.start()
     time.sleep(0.5)
