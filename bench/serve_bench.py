@@ -8,7 +8,10 @@ process that keeps 1, 8 and 64 keep-alive connections busy (closed loop) with si
 cores. The anchor is the same model's runner called in a loop in one process
 (``kiln.runtime.open(...).new_runner()``, one row per call), measured in the same run. Each
 point runs ``--repeats`` times, interleaved with the anchor, and the medians are printed:
-server requests/s, the ratio server / in-process, p50 and p99 latency, errors.
+server requests/s, the ratio server / in-process, p50 and p99 latency, the server's CPU time per
+request (all its processes; it does not move with the load of other programs, unlike requests/s)
+and the CPU ratio (the anchor's time per call / the server's CPU per request: the throughput ratio
+one core would give), errors.
 
 Goal (issue #24): the ratio at 64 clients >= 0.15 for the MLP on a 2-core machine.
 
@@ -178,14 +181,42 @@ def client_main(spec: dict) -> None:
     json.dump(result, sys.stdout)
 
 
-def run_load(port: int, clients: int, seconds: float, body: Path) -> dict:
+def _cpu_seconds(pids) -> float:
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
+def _server_pids(pid: int) -> list[int]:
+    """The server and its worker processes (Linux /proc)."""
+    pids = [pid]
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    pids.append(int(entry.name))
+            except (OSError, ValueError, IndexError):
+                pass
+    return pids
+
+
+def run_load(port: int, clients: int, seconds: float, body: Path, server_pid: int | None = None) -> dict:
+    pids = _server_pids(server_pid) if server_pid else []
+    cpu0 = _cpu_seconds(pids)
     out = subprocess.run([sys.executable, __file__, "--client", json.dumps(
         {"port": port, "clients": clients, "seconds": seconds, "body": str(body)})],
         capture_output=True, text=True, timeout=seconds + 120, check=True).stdout
     result = json.loads(out)
+    cpu = _cpu_seconds(pids) - cpu0
     lat = np.array(result["latencies"] or [np.nan]) * 1e3
     return {"req/s": len(result["latencies"]) / seconds, "p50": float(np.percentile(lat, 50)),
-            "p99": float(np.percentile(lat, 99)), "errors": result["errors"]}
+            "p99": float(np.percentile(lat, 99)), "errors": result["errors"],
+            "cpu us": cpu / max(len(result["latencies"]), 1) * 1e6}
 
 
 def in_process(base: Path, backend: str, row: np.ndarray, seconds: float) -> float:
@@ -232,7 +263,7 @@ def main() -> int:
           f"interleaved runs; raw-asyncio client process; {os.cpu_count()} CPU cores, load average "
           f"{os.getloadavg()[0]:.1f}")
     print(f"{'backend':<7} {'mode':<9} {'workers':>7} {'clients':>7} {'req/s':>8} {'in-proc/s':>9} {'ratio':>6} "
-          f"{'p50 ms':>7} {'p99 ms':>7} {'errors':>6}")
+          f"{'p50 ms':>7} {'p99 ms':>7} {'cpu us':>7} {'cpu ratio':>9} {'errors':>6}")
     for backend in args.backends:
         for mode, batching_file in modes:
             for workers in args.workers:
@@ -244,15 +275,17 @@ def main() -> int:
                     for _ in range(args.repeats):
                         for clients in args.clients:
                             anchors[clients].append(in_process(base, backend, row, min(args.seconds, 1.0)))
-                            runs[clients].append(run_load(server.port, clients, args.seconds, body))
+                            runs[clients].append(run_load(server.port, clients, args.seconds, body, server.proc.pid))
                     for clients in args.clients:
                         rate = float(np.median([r["req/s"] for r in runs[clients]]))
                         anchor = float(np.median(anchors[clients]))
                         p50 = float(np.median([r["p50"] for r in runs[clients]]))
                         p99 = float(np.median([r["p99"] for r in runs[clients]]))
                         errors = sum(r["errors"] for r in runs[clients])
+                        cpu = float(np.median([r["cpu us"] for r in runs[clients]]))
                         print(f"{backend:<7} {mode:<9} {workers:>7} {clients:>7} {rate:>8.0f} {anchor:>9.0f} "
-                              f"{rate / anchor:>6.3f} {p50:>7.2f} {p99:>7.2f} {errors:>6}", flush=True)
+                              f"{rate / anchor:>6.3f} {p50:>7.2f} {p99:>7.2f} {cpu:>7.0f} {1e6 / anchor / cpu:>9.3f} "
+                              f"{errors:>6}", flush=True)
                 finally:
                     server.stop()
     return 0
