@@ -460,9 +460,14 @@ class DirectExecutor:
 
 class InlineExecutor:
     """Runs each request at once on the submitting thread (the event loop, a gRPC thread), with
-    that thread's runner: for models whose call costs less than handing it to another thread."""
+    that thread's runner: for models whose call costs less than handing it to another thread.
+    A request of more than ``max_rows`` rows goes to ``larger`` (a `DirectExecutor`), so a big
+    one never holds the event loop."""
 
-    def __init__(self, new_runner: Callable, name: str = "model", hooks: Hooks | None = None):
+    def __init__(self, new_runner: Callable, name: str = "model", hooks: Hooks | None = None,
+                 max_rows: int = 1 << 30, larger: "DirectExecutor | None" = None):
+        self.max_rows = max_rows
+        self.larger = larger
         self._new_runner = new_runner
         self._local = threading.local()
         self.hooks = hooks or Hooks()
@@ -470,7 +475,6 @@ class InlineExecutor:
         self._closing = False
         self._lock = threading.Lock()
         self.calls = 0
-        self.queued = 0
 
     def _runner(self):
         runner = getattr(self._local, "runner", None)
@@ -485,6 +489,8 @@ class InlineExecutor:
             return Finished(None, DeadlineExceeded("Deadline exceeded before the request could run"), deadline)
         first = next(iter(inputs.values()), None)
         rows = first.shape[0] if first is not None and first.ndim else 1
+        if rows > self.max_rows and self.larger is not None:
+            return self.larger.submit(key, inputs, deadline)
         try:
             start = time.perf_counter()
             outputs = self._runner()(key, inputs)
@@ -496,8 +502,14 @@ class InlineExecutor:
             self.hooks.observe(rows, rows, seconds)
         return Finished(outputs, None, deadline)
 
+    @property
+    def queued(self) -> int:
+        return self.larger.queued if self.larger is not None else 0
+
     def close(self, drain: bool = True, timeout: float | None = None) -> None:
         self._closing = True
+        if self.larger is not None:
+            self.larger.close(drain, timeout)
 
 
 class Finished:

@@ -160,10 +160,11 @@ class ModelManager:
                 log.info(f"model {name} version {version}: its graph holds BatchFunction; not batched again")
             return DirectExecutor(loaded.new_runner, IN_GRAPH_BATCHING_THREADS, None, True, label,
                                   self.max_queued, hooks), False
-        if self.inline and loaded.kind == "tflite" and _call_seconds(loaded) < INLINE_CALL_SECONDS:
-            return InlineExecutor(loaded.new_runner, label, hooks), False
-        return DirectExecutor(loaded.new_runner, self.workers, None, loaded.thread_safe, label, self.max_queued,
-                              hooks), False
+        pool = DirectExecutor(loaded.new_runner, self.workers, None, loaded.thread_safe, label, self.max_queued, hooks)
+        seconds = _call_seconds(loaded) if self.inline and loaded.kind == "tflite" else float("inf")
+        if seconds < INLINE_CALL_SECONDS:  # requests of up to ~INLINE_CALL_SECONDS of work run inline
+            return InlineExecutor(loaded.new_runner, label, hooks, max(1, int(INLINE_CALL_SECONDS / seconds)), pool), False
+        return pool, False
 
     def _retire(self, model: _Model, version: int) -> None:
         with self._lock:
