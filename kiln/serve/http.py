@@ -209,7 +209,10 @@ class _Connection(asyncio.Protocol):
             self.task.cancel()
             self.task = None
             if self.ready:
-                self._write(self.ready[0], response, close=True)
+                request = self.ready[0]
+                self._write(request, response, close=True)
+                if self.server.on_response is not None:
+                    self.server.on_response(request, response, 0.0)
         self.transport.close()
 
     def _arm(self, seconds: float) -> None:
@@ -220,7 +223,7 @@ class _Connection(asyncio.Protocol):
 
     def _timed_out(self) -> None:
         self.deadline = None
-        if self.current is not None and not self.closed:  # a request started but did not finish arriving
+        if self.current is not None and not self.closed and not self.ready:  # started, did not arrive whole
             self._write(self.current, Response.error(408, f"the request did not arrive whole within "
                                                           f"{self.limits.read_timeout:g} s"), close=True)
         if self.transport is not None:
@@ -253,8 +256,8 @@ class _Connection(asyncio.Protocol):
             elif isinstance(cause, _Stop):
                 self.stopped = True
                 self.transport.pause_reading()
-            else:
-                raise
+            else:  # a bug in a callback: answered, never a traceback to the client
+                self._fail(500, f"Internal: {type(cause).__name__}: {cause}")
         except httptools.HttpParserError as exc:
             self._fail(400, f"malformed HTTP request: {exc}")
 
