@@ -1,4 +1,11 @@
-"""Inference converter: throughput of 32 concurrent single-row clients, input model vs converted.
+"""Inference converter: conversion time by stage, placed-function latency, and serving throughput.
+
+First the conversion itself, on the MLP below (and with ``--mobilenet`` on a Keras Applications
+MobileNetV2 with random weights): wall time of each stage with the accuracy guard on and with
+``skip_accuracy_check``, the two alternating for ``--rounds`` rounds (median per stage), and the
+latency of each placed function before and after as the conversion report measured it.
+
+Then serving: throughput of 32 concurrent single-row clients, input model vs converted.
 
 Variants (float32): the input SavedModel (TensorFlow ops), XLA only, in-graph batching only, XLA +
 batching; then the XLA compile count per batch bucket of the XLA + batching model (read from an
@@ -8,7 +15,8 @@ Then precision: the XLA function in float32, bfloat16 and int8 (static range, Te
 quantizer, 200 calibration samples), each as single-row clients and as one client sending
 ``--rows``-row requests, with the error the conversion report measured.
 
-    .venv/bin/python bench/infer_bench.py [--clients 32] [--requests 20] [--width 512] [--rows 64] [--json out.json]
+    .venv/bin/python bench/infer_bench.py [--rounds 3] [--mobilenet] [--clients 32] [--requests 20] [--width 512]
+        [--rows 64] [--json out.json]
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -147,7 +156,9 @@ def precision(src: str, tmp: Path, args, rounds: int = 5) -> dict:
     models, errors, serves = {}, {}, {}
     for name, options in variants.items():
         models[name] = str(tmp / name.replace(" ", "_"))
-        report = convert(src, models[name], options)
+        with warnings.catch_warnings():  # the slower-on-this-CPU warning: the figures printed say it
+            warnings.simplefilter("ignore")
+            report = convert(src, models[name], options)
         stage = "quantization" if "int8" in name else "bfloat16"
         errors[name] = report.accuracy.get(stage, {}).get("serving_default", {}).get("outputs", {}).get("y", {})
         serves[name] = tf.saved_model.load(models[name]).signatures["serving_default"]
@@ -170,6 +181,55 @@ def precision(src: str, tmp: Path, args, rounds: int = 5) -> dict:
     return out
 
 
+CONVERSION = ("tpu_functions {{ {selection} }} batch_options {{ max_batch_size: 16 "
+              "allowed_batch_sizes: [4, 16] batch_timeout_micros: 2000 }}")
+
+
+def conversion_times(src: str, selection: str, tmp: Path, rounds: int, evaluation_data=None, label: str = "") -> dict:
+    """Per-stage seconds (median of ``rounds``) with the accuracy guard and with it skipped, alternating."""
+    import statistics
+
+    from kiln.inference import convert
+
+    options = CONVERSION.format(selection=selection)
+    runs = {"guard": [], "skipped": []}
+    reports = {}
+    for r in range(rounds):
+        for variant in runs:
+            text = options + (" skip_accuracy_check: true" if variant == "skipped" else "")
+            start = time.perf_counter()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                reports[variant] = convert(src, str(tmp / f"{label}_{variant}_{r}"), text,
+                                           evaluation_data=evaluation_data)
+            runs[variant].append(dict(reports[variant].timings, total=time.perf_counter() - start))
+    steps = list(runs["guard"][0])
+    table = {v: {k: statistics.median(t[k] for t in runs[v]) for k in steps} for v in runs}
+    print(f"\nconversion time by stage, {label} (median of {rounds} alternating rounds, seconds):")
+    print(f"{'stage':<30}{'guard on':>10}{'skipped':>10}")
+    for k in steps:
+        print(f"{k:<30}{table['guard'][k]:>10.2f}{table['skipped'][k]:>10.2f}")
+    ratio = table["guard"]["total"] / table["skipped"]["total"]
+    print(f"skip_accuracy_check converts {ratio:.2f}x faster")
+    report = reports["guard"]
+    print(f"latency of each placed function on this machine ({report.machine}), median per call:")
+    for name, t in report.latency.items():
+        if "after_ms" in t:
+            print(f"  {name} at {t['rows']} rows: before {t['before_ms']:.3f} ms, after {t['after_ms']:.3f} ms "
+                  f"({t['after_ms'] / t['before_ms']:.2f}x the time; first call {t['first_call_after_ms']:.0f} ms)")
+    return {"stages": table, "skip_speedup": round(ratio, 2), "latency": report.latency, "machine": report.machine}
+
+
+def build_mobilenet(path: Path) -> tuple[str, dict]:
+    """Keras Applications MobileNetV2 (random weights, 96x96) exported with Keras 3's model.export."""
+    import keras
+
+    model = keras.applications.MobileNetV2(weights=None, input_shape=(96, 96, 3), include_top=False, pooling="avg")
+    model.export(str(path), verbose=False)
+    x = np.random.default_rng(0).uniform(-1, 1, (16, 96, 96, 3)).astype(np.float32)
+    return str(path), {"serving_default": [{"keras_tensor": x[i:i + 1]} for i in range(16)]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=32)
@@ -177,6 +237,9 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--rows", type=int, default=64, help="rows per request in the batch-throughput column")
     parser.add_argument("--json", help="write the figures here")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the conversion timing")
+    parser.add_argument("--mobilenet", action="store_true", help="also time converting MobileNetV2 (slow)")
+    parser.add_argument("--conversion_only", action="store_true", help="skip the serving throughput sections")
     args = parser.parse_args()
 
     import tensorflow as tf
@@ -188,6 +251,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         src = build(tmp / "input", args.width)
+        results["conversion"] = {"mlp": conversion_times(src, 'function_alias: "body"', tmp, args.rounds,
+                                                          label="4x512 MLP")}
+        if args.mobilenet:
+            mobilenet, data = build_mobilenet(tmp / "mobilenet")
+            results["conversion"]["mobilenet_v2"] = conversion_times(
+                mobilenet, 'signature_name: "serving_default"', tmp, args.rounds, data, label="MobileNetV2 96x96")
+        if args.conversion_only:
+            if args.json:
+                Path(args.json).write_text(json.dumps(results, indent=2, default=str) + "\n")
+            return
         variants = {
             "input (TF ops)": src,
             "XLA": 'tpu_functions { function_alias: "body" }' + F32,
@@ -198,7 +271,9 @@ def main() -> None:
             model = options if name.startswith("input") else None
             if model is None:
                 model = str(tmp / name.replace(" ", "_").replace("+", "and"))
-                convert(src, model, options)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    convert(src, model, options)
             rps = throughput(model, args.width, args.clients, args.requests)
             results[name] = round(rps, 1)
             print(f"{name:<16} {rps:9.1f} requests/s  ({args.clients} clients x {args.requests} single-row requests)")
@@ -208,7 +283,7 @@ def main() -> None:
               ", ".join(f"{k} rows: {v}" for k, v in buckets.items()) or "none")
         results["precision"] = precision(src, tmp, args)
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+        Path(args.json).write_text(json.dumps(results, indent=2, default=str) + "\n")
 
 
 if __name__ == "__main__":

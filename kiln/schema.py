@@ -238,3 +238,66 @@ def decode_options(table: str, buf, pos: int) -> dict:
         else:
             out[f.name] = getattr(obj, f.camel)()
     return out
+
+
+# -- the fused sequence LSTMs' operand layout ----------------------------------------------------
+
+@dataclass(frozen=True)
+class LstmLayout:
+    """Operand positions of one direction of a fused sequence LSTM (the schema's order).
+
+    ``UNIDIRECTIONAL_LSTM`` is UNIDIRECTIONAL_SEQUENCE_LSTM's 24 operands; the 48 of
+    BIDIRECTIONAL_SEQUENCE_LSTM are ``BIDIRECTIONAL_LSTM_FW`` and ``..._BW`` plus
+    ``BIDIRECTIONAL_LSTM_AUX_INPUT``. Gates are in LiteRT's order: input, forget, cell,
+    output; an absent optional operand (CIFG's input gate, peepholes, projection) is -1 in
+    the file and None in the IR.
+    """
+
+    input_weights: tuple[int, int, int, int]
+    recurrent_weights: tuple[int, int, int, int]
+    peepholes: tuple[int, int, int]          # cell_to_{input, forget, output}
+    biases: tuple[int, int, int, int]
+    projection_weights: int
+    projection_bias: int
+    output_state: int
+    cell_state: int
+    layer_norm: tuple[int, ...] = ()         # only the unidirectional op has them
+    aux_weights: tuple[int, ...] = ()        # only the bidirectional op has them
+    input: int = 0
+
+    @property
+    def weights(self) -> tuple[int, ...]:
+        """Every weight-like operand (all but the input and the states)."""
+        return (*self.input_weights, *self.recurrent_weights, *self.peepholes, *self.biases,
+                self.projection_weights, self.projection_bias, *self.layer_norm, *self.aux_weights)
+
+    @property
+    def matrices(self) -> tuple[int, ...]:
+        """The weight matrices a quantizer makes int8 (gates, peepholes, projection)."""
+        return (*self.input_weights, *self.recurrent_weights, *self.peepholes, self.projection_weights,
+                *self.aux_weights)
+
+    @property
+    def states(self) -> tuple[int, int]:
+        return self.output_state, self.cell_state
+
+
+def _lstm_direction(base: int, output_state: int, cell_state: int, **extra) -> LstmLayout:
+    """The layout of a direction whose input_to_input_weights operand sits at ``base``."""
+    return LstmLayout(
+        input_weights=(base, base + 1, base + 2, base + 3),
+        recurrent_weights=(base + 4, base + 5, base + 6, base + 7),
+        peepholes=(base + 8, base + 9, base + 10),
+        biases=(base + 11, base + 12, base + 13, base + 14),
+        projection_weights=base + 15,
+        projection_bias=base + 16,
+        output_state=output_state,
+        cell_state=cell_state,
+        **extra,
+    )
+
+
+UNIDIRECTIONAL_LSTM = _lstm_direction(1, 18, 19, layer_norm=(20, 21, 22, 23))
+BIDIRECTIONAL_LSTM_FW = _lstm_direction(1, 35, 36, aux_weights=(40, 41, 42, 43))
+BIDIRECTIONAL_LSTM_BW = _lstm_direction(18, 37, 38, aux_weights=(44, 45, 46, 47))
+BIDIRECTIONAL_LSTM_AUX_INPUT = 39

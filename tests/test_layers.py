@@ -19,19 +19,16 @@ ROOT = Path(__file__).resolve().parents[1] / "kiln"
 #: A unit is a package (with everything under it not listed on its own) or a module; the
 #: facades ``kiln`` and ``kiln.converter`` stand for their ``__init__`` only.
 LAYERS: list[set[str]] = [
-    {"kiln.errors", "kiln.schema", "kiln.quant.arith", "kiln.quant.fixedpoint16", "kiln.protos"},  # shared types; fixed-point math; protobuf descriptors
-    {"kiln.ir", "kiln.quant.params", "kiln.quant.hybrid", "kiln.quant.rules", "kiln.rules"},
-    # the model representation; quantization parameters, hybrid kernels, op rules; rewrite rules
-    {"kiln.quant.integer", "kiln.quant.integer_lstm"},  # LiteRT's integer kernels as pure functions (the
-    {"kiln.quant.integer_elementwise", "kiln.quant.integer_activations"},  # records' quantized kernels)
-    {"kiln.quant.integer_more"},                       # (the rest: PRELU, L2_NORM, ELU, uint8 weighted ops)
+    {"kiln.errors", "kiln.schema", "kiln.protos"},     # shared types; protobuf descriptors
+    {"kiln.ir", "kiln.rules", "kiln.paths"},           # the model representation; the Rule / Decision shape; file checks
+    {"kiln.kernels"},                                  # LiteRT's integer and hybrid arithmetic, pure functions
     {"kiln.ops"},                                      # op records: options, shapes, versions, kernels
     {"kiln.format", "kiln.passes", "kiln.fusion"},     # .tflite <-> IR; IR rewrites; composite fusion
     {"kiln.runtime"},                                  # the interpreter
     {"kiln.delegates", "kiln.quant", "kiln.xla"},      # delegates; post-training quantization (calibrates
                                                        # with the interpreter); the XLA backend
     # the converter, bottom up
-    {"kiln.converter.tfutil", "kiln.converter.runtime_version"},
+    {"kiln.converter.tfutil", "kiln.converter.runtime_version", "kiln.converter.attributes"},
     {"kiln.converter.values", "kiln.converter.custom", "kiln.converter.metadata", "kiln.converter.report"},
     {"kiln.converter.options", "kiln.converter.context", "kiln.converter.scope"},
     {"kiln.converter.legalize", "kiln.converter.keras"},   # emitters and recognisers
@@ -43,6 +40,7 @@ LAYERS: list[set[str]] = [
     {"kiln.serve"},                                    # TF Serving's REST API over the runtimes
     # the public facade and the command line
     {"kiln"},
+    {"kiln.cli_checks"},                              # what the command checks before it runs anything
     {"kiln.cli", "kiln.demo"},
     {"kiln.__main__"},
 ]
@@ -130,3 +128,40 @@ def test_the_rule_catches_a_cycle(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path / "kiln")
     with pytest.raises(AssertionError, match="imports kiln.converter.importer"):
         test_imports_respect_the_layers("kiln.fusion.upward")
+
+
+def package_of(module: str) -> str:
+    """``kiln.<name>``: the package (or top-level module) a module belongs to."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph() -> dict[str, set[str]]:
+    """Which of kiln's packages import which, over every import (function-local ones included)."""
+    graph: dict[str, set[str]] = {}
+    for module in MODULES:
+        source = package_of(module)
+        for _, target in imports_of(module):
+            other = package_of(target)
+            if other != source:
+                graph.setdefault(source, set()).add(other)
+    return graph
+
+
+def test_no_package_cycle():
+    """The layer table ranks units, some of them modules; this checks whole packages, so a
+    package cannot sit both below and above another (as kiln.quant once did around kiln.ops)."""
+    graph = package_graph()
+    done: set[str] = set()
+
+    def visit(package: str, path: list[str]) -> None:
+        if package in path:
+            cycle = path[path.index(package):] + [package]
+            raise AssertionError("package cycle: " + " -> ".join(cycle))
+        if package in done:
+            return
+        for other in sorted(graph.get(package, ())):
+            visit(other, path + [package])
+        done.add(package)
+
+    for package in sorted(graph):
+        visit(package, [])

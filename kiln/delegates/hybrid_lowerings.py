@@ -1,11 +1,11 @@
 """The quantized delegate's lowerings of LiteRT's hybrid (dynamic-range) convolutions and
 FULLY_CONNECTED: float activations, constant int8 weights.
 
-Each invoke still quantizes its input with kiln.quant.hybrid's own functions (the input
+Each invoke still quantizes its input with kiln.kernels.hybrid's own functions (the input
 changes every run); what moves to prepare time is the rest of the kernel's per-call work:
 checks, the weight layout, padded buffers, scale vectors. The integer products run as exact
 float GEMMs (integer_lowerings' bound rule), and the float rescaling repeats the pure
-kernel's float32 operations in its order, so results are kiln.quant.hybrid's bit for bit.
+kernel's float32 operations in its order, so results are kiln.kernels.hybrid's bit for bit.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
+from ..kernels import hybrid
 from ..ops.elementwise import activation_range
-from ..quant import hybrid
-from .integer_lowerings import IM2COL_BUDGET, _Padded, _conv_geometry, _exact_float
+from .integer_lowerings import IM2COL_BUDGET, _conv_geometry, _exact_float, _Padded
 
 if TYPE_CHECKING:  # pragma: no cover
     from .quantized import QNode

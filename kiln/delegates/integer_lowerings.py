@@ -1,12 +1,12 @@
 """The quantized delegate's lowerings of the weighted, windowed and reducing integer ops.
 
-Each computes what its pure kernel (kiln/quant/integer.py) computes, bit for bit, with the
+Each computes what its pure kernel (kiln/quant/nn_kernels.py) computes, bit for bit, with the
 per-node work done once: weights centred and laid out as float BLAS operands, multipliers
 and clamp bounds worked out, padded input buffers allocated. Integer accumulations run as
 float matmuls, which are exact while every partial sum is an integer below 2^24 (float32)
 or 2^53 (float64): the bound ``depth · max|x − zp| · max|w|`` picks the type at prepare time
 (none fits: the node keeps its reference kernel). The output stage is `Requantizer`, the
-rescalings of kiln.quant.arith rewritten as a few in-place int64 operations.
+rescalings of kiln.kernels.fixedpoint rewritten as a few in-place int64 operations.
 
 A lowering returns None where it does not handle a node; the delegate then runs the node's
 reference kernel inside the chain (kiln/delegates/quantized.py).
@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
+from ..kernels import nn as nn_kernels
+from ..kernels.fixedpoint import INT32_MAX, INT32_MIN
 from ..ops.windowed import window_geometry, window_views
-from ..quant import integer, integer_more
-from ..quant.arith import INT32_MAX, INT32_MIN
 from ..schema import Activation
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 I64 = np.dtype(np.int64)
 F32_EXACT, F64_EXACT = 1 << 24, 1 << 53
-#: Activation types the weighted lowerings take (uint8: the legacy kernels of kiln.quant.integer_more).
+#: Activation types the weighted lowerings take (uint8: the legacy kernels of kiln.kernels.nn).
 CODES = (np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.uint8))
 #: Element budget of one im2col matrix (bigger convolutions run in chunks of output rows).
 IM2COL_BUDGET = 1 << 22
@@ -181,14 +181,14 @@ def lower_fully_connected(node: "QNode") -> Callable | None:
     ft = _exact_float(acc_bound)
     if ft is None:
         return None
-    if x.dtype == np.uint8:   # legacy uint8 (kiln.quant.integer_more): per-tensor weights only
+    if x.dtype == np.uint8:   # legacy uint8 (kiln.kernels.nn): per-tensor weights only
         if w_qp.per_channel:
             return None
-        m, s = integer_more._uint8_multiplier(x_qp, w_qp, out_qp)
+        m, s = nn_kernels._uint8_multiplier(x_qp, w_qp, out_qp)
     else:
-        m, s = integer.fully_connected_multipliers(x_qp, w_qp, out_qp, units)
+        m, s = nn_kernels.fully_connected_multipliers(x_qp, w_qp, out_qp, units)
     out_dtype = node.call.out_dtypes[0]
-    lo, hi = integer.activation_range(_activation(node), out_qp, out_dtype)
+    lo, hi = nn_kernels.activation_range(_activation(node), out_qp, out_dtype)
     bound = acc_bound + (0 if bias is None else int(np.abs(bias).max(initial=0)))
     requant = Requantizer("single", m, s, out_qp.zero_point[0], lo, hi, out_dtype, bound)
     w_t = np.ascontiguousarray(wc.T.astype(ft))
@@ -211,7 +211,7 @@ def lower_fully_connected(node: "QNode") -> Callable | None:
 
 def lower_batch_matmul(node: "QNode") -> Callable | None:
     """int8 / 16x8 BATCH_MATMUL: centred operands as exact float matmuls; int8 rounds twice,
-    int16 takes the int64-accumulator rescaling (`integer.batch_matmul`)."""
+    int16 takes the int64-accumulator rescaling (`nn_kernels.batch_matmul`)."""
     a, b = node.ins[0], node.ins[1]
     if a.dtype not in (np.int8, np.int16) or b.dtype not in (np.int8, np.int16) or a.ndim < 2 or b.ndim < 2:
         return None
@@ -224,9 +224,9 @@ def lower_batch_matmul(node: "QNode") -> Callable | None:
     if ft is None:
         return None
     product = np.float32(np.float32(a_qp.scale[0]) * np.float32(b_qp.scale[0]))
-    m, s = integer.quantize_multiplier(float(product) / float(out_qp.scale[0]))
+    m, s = nn_kernels.quantize_multiplier(float(product) / float(out_qp.scale[0]))
     out_dtype = node.call.out_dtypes[0]
-    lo, hi = integer.activation_range(Activation.NONE, out_qp, out_dtype)
+    lo, hi = nn_kernels.activation_range(Activation.NONE, out_qp, out_dtype)
     kind = "int64" if a.dtype == np.int16 else "double"
     requant = Requantizer(kind, m, s, out_qp.zero_point[0], lo, hi, out_dtype, bound)
     (sa, ca), (sb, cb) = zip(node.in_slots[:2], node.consts[:2])
@@ -263,14 +263,14 @@ def _conv_geometry(node: "QNode", khw):
 
 
 def _conv_requantizer(node: "QNode", channels: int, bound: int) -> Requantizer:
-    """The convolutions' output stage (`integer._requantize_conv`)."""
+    """The convolutions' output stage (`nn_kernels._requantize_conv`)."""
     x_qp, w_qp, out_qp = _in_qp(node, 0), _in_qp(node, 1), _out_qp(node)
     if node.ins[0].dtype == np.uint8:
-        m, s = integer_more._uint8_multiplier(x_qp, w_qp, out_qp)
+        m, s = nn_kernels._uint8_multiplier(x_qp, w_qp, out_qp)
     else:
-        m, s = integer._channel_multipliers(x_qp, w_qp, out_qp, channels)
+        m, s = nn_kernels._channel_multipliers(x_qp, w_qp, out_qp, channels)
     out_dtype = node.call.out_dtypes[0]
-    lo, hi = integer.activation_range(_activation(node), out_qp, out_dtype)
+    lo, hi = nn_kernels.activation_range(_activation(node), out_qp, out_dtype)
     kind = "int64" if node.ins[0].dtype == np.int16 else "double"
     return Requantizer(kind, m, s, out_qp.zero_point[0], lo, hi, out_dtype, bound)
 
@@ -410,7 +410,7 @@ def _pool_geometry(node: "QNode"):
 
 
 def _pool_range(node: "QNode"):
-    return integer._pool_range(_activation(node), _out_qp(node), node.call.out_dtypes[0])
+    return nn_kernels._pool_range(_activation(node), _out_qp(node), node.call.out_dtypes[0])
 
 
 def lower_max_pool(node: "QNode") -> Callable | None:
@@ -447,7 +447,7 @@ def lower_max_pool(node: "QNode") -> Callable | None:
 
 def lower_avg_pool(node: "QNode") -> Callable | None:
     """Integer AVERAGE_POOL_2D: int64 tap sums over a zero-padded copy, divided by each
-    window's pixel count rounding half away from zero (`integer.average_pool2d`)."""
+    window's pixel count rounding half away from zero (`nn_kernels.average_pool2d`)."""
     x = node.ins[0]
     geometry = _pool_geometry(node)
     if geometry is None or x.dtype.kind not in "iu":
@@ -494,9 +494,9 @@ def lower_mean(node: "QNode") -> Callable | None:
     if not axes or count == 0:
         return None
     x_qp, out_qp = _in_qp(node, 0), _out_qp(node)
-    m, s = integer.mean_multiplier(x_qp, out_qp, count)
+    m, s = nn_kernels.mean_multiplier(x_qp, out_qp, count)
     out_dtype = node.call.out_dtypes[0]
-    lo, hi = integer.dtype_range(out_dtype)
+    lo, hi = nn_kernels.dtype_range(out_dtype)
     bound = count * _centred_max(x.dtype, int(x_qp.zero_point[0]))
     requant = Requantizer("double", m, s, out_qp.zero_point[0], lo, hi, out_dtype, bound)
     offset = int(x_qp.zero_point[0]) * count

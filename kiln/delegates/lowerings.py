@@ -15,9 +15,17 @@ import numpy as np
 
 from ..ops.activations import _softmax_values
 from ..ops.indexing import _strided_slice_plan
-from ..ops.lstm import _UNI, _is_plain, _packed, _read_lstm, uni_lstm_run
+from ..ops.lstm import _is_plain, _packed, _read_lstm, uni_lstm_run
 from ..ops.shape import _transpose_perm, dense, int_values, norm_axis
-from .compiled import F32, COMPILED_LOWERINGS, CompiledSupport, _Node, _probe, _reference_call
+from ..schema import UNIDIRECTIONAL_LSTM
+from .compiled import (
+    COMPILED_LOWERINGS,
+    F32,
+    CompiledSupport,
+    _Node,
+    _probe,
+    _reference_call,
+)
 
 
 def _owned(a: np.ndarray) -> np.ndarray:
@@ -32,12 +40,12 @@ def _lower_uni_lstm(node: _Node):
     (out, *_) = _probe(node, kernel, call)  # every check the kernel makes, for these shapes
     probe_inputs = [c if c is not None else (None if s is None else np.zeros(s, F32))
                     for s, c in zip(node.in_shapes, node.consts)]
-    p = _read_lstm("UNIDIRECTIONAL_SEQUENCE_LSTM", probe_inputs, _UNI,
+    p = _read_lstm("UNIDIRECTIONAL_SEQUENCE_LSTM", probe_inputs, UNIDIRECTIONAL_LSTM,
                    diagonal=bool(node.opts.diagonal_recurrent_tensors))
     packed = _packed(p) if _is_plain(p, node.opts.fused_activation_function) else None
     pairs = list(zip(node.in_slots, node.consts))
     oi = node.out_slots[0]
-    state_slots = [node.in_slots[_UNI.output_state], node.in_slots[_UNI.cell_state]]
+    state_slots = [node.in_slots[UNIDIRECTIONAL_LSTM.output_state], node.in_slots[UNIDIRECTIONAL_LSTM.cell_state]]
 
     def run(slots):
         args = [c if c is not None else (slots[s] if s >= 0 else None) for s, c in pairs]
@@ -129,7 +137,7 @@ def _register(name: str, lower, versions=(1,), const_operands: tuple[int, ...] =
     COMPILED_LOWERINGS.register(name, CompiledSupport(frozenset(versions), const_operands, lower, constant_data))
 
 
-_register("UNIDIRECTIONAL_SEQUENCE_LSTM", _lower_uni_lstm, const_operands=tuple(_UNI.weights))
+_register("UNIDIRECTIONAL_SEQUENCE_LSTM", _lower_uni_lstm, const_operands=tuple(UNIDIRECTIONAL_LSTM.weights))
 _register("STRIDED_SLICE", _lower_strided_slice, const_operands=(1, 2, 3))
 _register("REVERSE_V2", _lower_reverse, const_operands=(1,))
 _register("TRANSPOSE", _lower_transpose, const_operands=(1,))

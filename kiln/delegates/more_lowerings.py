@@ -14,8 +14,12 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from ..quant import integer, integer_activations as act, integer_elementwise as elementwise
-from ..quant.arith import multiply_by_quantized_multiplier_double_rounding as rescale
+from ..kernels import activations as act
+from ..kernels import elementwise
+from ..kernels import nn as nn_kernels
+from ..kernels.fixedpoint import (
+    multiply_by_quantized_multiplier_double_rounding as rescale,
+)
 from ..schema import Activation
 from .integer_lowerings import I64, Requantizer, _in_qp, _out_qp
 
@@ -57,7 +61,7 @@ def _softmax_int8(table, out_qp, out_dtype, xi: int, oi: int):
     sequential), ``1 / (sum · s_y)`` in float32, the product rounded half away."""
     s_y = F32.type(out_qp.scale[0])
     zp = int(out_qp.zero_point[0])
-    lo, hi = integer.dtype_range(out_dtype)
+    lo, hi = nn_kernels.dtype_range(out_dtype)
 
     def run(slots):
         x = slots[xi]
@@ -164,7 +168,7 @@ def lower_binary_int16(node: "QNode") -> Callable | None:
     a_qp, b_qp, out_qp = _in_qp(node, 0), _in_qp(node, 1), _out_qp(node)
     out_dtype = node.call.out_dtypes[0]
     activation = Activation(getattr(node.opts, "fused_activation_function", Activation.NONE))
-    lo, hi = integer.activation_range(activation, out_qp, out_dtype)
+    lo, hi = nn_kernels.activation_range(activation, out_qp, out_dtype)
     za, zb, zy = int(a_qp.zero_point[0]), int(b_qp.zero_point[0]), int(out_qp.zero_point[0])
     (sa, ca), (sb, cb) = _operand(node, 0), _operand(node, 1)
     oi = node.out_slots[0]

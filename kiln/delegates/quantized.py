@@ -39,7 +39,10 @@ from ..ir import Operator
 from ..ops.record import HYBRID, INT8, INT16, UINT8, KernelCall, operand_types
 from ..ops.tables import OpTable
 from ..runtime.delegate import DelegateKernel, NodeInfo, Partition, ReportingDelegate
-from . import hybrid_lowerings as hyb, integer_lowerings as low, more_lowerings as more, transpose_lowerings as tconv
+from . import hybrid_lowerings as hyb
+from . import integer_lowerings as low
+from . import more_lowerings as more
+from . import transpose_lowerings as tconv
 
 CODE_TYPES = frozenset({INT8, UINT8, INT16})
 

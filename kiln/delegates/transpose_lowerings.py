@@ -5,9 +5,9 @@ int8 / 16x8: every input pixel's taps as one exact float GEMM (centred input × 
 laid out [in_c, kh·kw·out_c]), scattered tap by tap into a zeroed float buffer of the
 uncropped output — integer sums stay exact while ``in_c·kh·kw · max|x − zp| · max|w|`` is below
 the float type's integer range (integer_lowerings' bound rule) — then cropped and given the
-convolutions' output stage (`Requantizer`), as `kiln.quant.integer.transpose_conv`.
+convolutions' output stage (`Requantizer`), as `kiln.kernels.nn.transpose_conv`.
 
-Hybrid: `kiln.quant.hybrid.transpose_conv` rescales each product on its own in float32 and
+Hybrid: `kiln.kernels.hybrid.transpose_conv` rescales each product on its own in float32 and
 adds the terms into the output in scatter order (input row, column, then channel). For one
 output element, ascending input rows and columns are descending filter taps, so visiting the
 taps (i, j) from the last to the first and the channels in order — each step one vectorised
@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
+from ..kernels import hybrid
+from ..kernels import nn as nn_kernels
 from ..ops.elementwise import activation_range as float_activation_range
 from ..ops.windowed import transpose_conv_geometry
-from ..quant import hybrid, integer
 from ..schema import Activation
 from .integer_lowerings import I64, Requantizer, _centred_max, _exact_float
 
@@ -72,9 +73,9 @@ def lower_transpose_conv(node: "QNode") -> Callable | None:
         return None
     bias = node.consts[3] if len(node.consts) > 3 else None
     bias = None if bias is None else np.asarray(bias, I64).reshape(cout)
-    m, s = integer._channel_multipliers(x_qp, w_qp, out_qp, cout)
+    m, s = nn_kernels._channel_multipliers(x_qp, w_qp, out_qp, cout)
     out_dtype = node.call.out_dtypes[0]
-    lo, hi = integer.activation_range(Activation(node.opts.fused_activation_function), out_qp, out_dtype)
+    lo, hi = nn_kernels.activation_range(Activation(node.opts.fused_activation_function), out_qp, out_dtype)
     kind = "int64" if x.dtype == np.int16 else "double"
     requant = Requantizer(kind, m, s, out_qp.zero_point[0], lo, hi, out_dtype,
                           acc_bound + (0 if bias is None else int(np.abs(bias).max(initial=0))))

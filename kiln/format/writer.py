@@ -8,10 +8,10 @@ flatbuffer and reference them by offset/size, as LiteRT's large-model format doe
 from __future__ import annotations
 
 import hashlib
+import importlib
 
 import flatbuffers
 import numpy as np
-import importlib
 
 
 def _schema_module(name: str):
@@ -35,6 +35,7 @@ from ..errors import ModelError
 from ..ir import Model, Operator, Subgraph, Tensor
 from ..schema import BUILTIN_CODES, OPTIONS_TAGS, PLACEHOLDER_FOR_GREATER_OP_CODES, DType
 from . import options as options_codec
+from .runtime_version import refresh_min_runtime_version
 
 _FLATBUFFER_LIMIT = (1 << 31) - (1 << 20)  # keep a margin under 2 GiB for the tables
 _ALIGN = 16
@@ -337,7 +338,10 @@ def write_model(model: Model, *, external_buffers: bool | None = None) -> bytes:
 
     ``external_buffers`` forces (True) or forbids (False) storing constant data after the
     flatbuffer; by default it is used only when the constants would not fit under 2 GiB.
+    A ``min_runtime_version`` entry in the model's metadata is recomputed from its operators
+    first (`runtime_version.refresh_min_runtime_version`).
     """
+    refresh_min_runtime_version(model)
     if external_buffers is None:
         total = sum(t.data.nbytes for sg in model.subgraphs for t in sg.tensors if t.data is not None)
         external_buffers = total > _FLATBUFFER_LIMIT

@@ -16,13 +16,12 @@ import shutil
 from pathlib import Path
 
 from .bfloat16 import DT_BFLOAT16, DT_FLOAT, consumers_of
-from .savedmodel import CALL_OPS
-from .trial import resource_bindings
+from .savedmodel import CALL_OPS, bound_inputs
 
 
 def _readers(model) -> dict:
     """object-graph node id -> [(function, node name, op)] of every node taking the variable."""
-    bindings = resource_bindings(model)
+    bindings = bound_inputs(model)
     out: dict = {}
     for fdef in model.meta.graph_def.library.function:
         name = fdef.signature.name
@@ -162,7 +161,7 @@ def _rewrite_checkpoint(model, node_ids, directory: Path) -> None:
 def store(model, chosen: dict, directory) -> str:
     """Retype the chosen variables everywhere and move the model to ``directory``; a report line."""
     directory = Path(directory)
-    bindings = resource_bindings(model)
+    bindings = bound_inputs(model)
     handles = _graph_handles(model, bindings)
     graph = model.meta.object_graph_def
     by_name = {n.name: n for n in model.meta.graph_def.node}

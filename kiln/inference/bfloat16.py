@@ -7,7 +7,8 @@ gets ``T: DT_BFLOAT16``; constants that feed only converted ops are stored in bf
 inserted on every edge whose two ends now disagree, so function arguments, results, variable reads
 and calls into other functions stay float32. Kept in float32: the ops of grappler's bfloat16
 deny list, Softmax/LogSoftmax/Mean/Sum whose result reaches a signature output through
-identity-like ops, stateful ops and ops on resources, and the ``filterlist``.
+identity-like ops, ops computing a value written back into a variable (a state update would
+drift by a rounding error per call), stateful ops and ops on resources, and the ``filterlist``.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from __future__ import annotations
 import difflib
 
 from ..errors import KilnError
+from . import effects
 from .options import OptionsError
-from .savedmodel import CALL_OPS, reachable, signature_wrapper
+from .savedmodel import CALL_OPS, bound_inputs, reachable, signature_wrapper
 
 DT_FLOAT, DT_BFLOAT16, DT_RESOURCE = 1, 14, 20
 #: grappler's bfloat16 deny list (auto_mixed_precision_lists.h, AutoMixedPrecisionListsMkl).
@@ -286,8 +288,23 @@ def scope_functions(model, accelerator, scope: str) -> dict[str, bool]:
     return {name: name in on_xla for name in sorted(served | on_xla)}
 
 
-def rewrite(model, accelerator, options, workdir) -> tuple[list[str], int]:
-    """The stage: convert the functions in scope; (report lines, ops converted). Refuses a model
+def _whole_callees(model, updates: dict) -> None:
+    """A call whose result feeds a state update keeps its callee (and what that calls) float32 too."""
+    todo = [(f, n) for f in updates for n in model.functions[f].node_def if n.name in updates[f] and n.op in CALL_OPS]
+    while todo:
+        _, node = todo.pop()
+        callee = node.attr["f"].func.name
+        if callee not in updates or callee not in model.functions:
+            continue
+        every = {n.name for n in model.functions[callee].node_def}
+        if every <= updates[callee]:
+            continue
+        updates[callee] |= every
+        todo += [(callee, n) for n in model.functions[callee].node_def if n.op in CALL_OPS]
+
+
+def rewrite(model, accelerator, options, workdir) -> tuple[list[str], set[str]]:
+    """The stage: convert the functions in scope; (report lines, functions changed). Refuses a model
     that already holds bfloat16 ops unless ``skip_safety_checks``. Variables stored in bfloat16 are
     written to a copy of the model under ``workdir``, which becomes ``model.path``."""
     bo = options.bfloat16_optimization_options
@@ -302,13 +319,18 @@ def rewrite(model, accelerator, options, workdir) -> tuple[list[str], int]:
     functions = scope_functions(model, accelerator, scope)
     if not functions:
         return [f"scope {scope}: no accelerator functions, nothing converted (scope ALL converts CPU "
-                f"functions too)"], 0
+                f"functions too)"], set()
     keep = set(DENY) | set(bo.filterlist)
     feeders = output_feeders(model)
     from . import bf16vars  # it uses this module's helpers
 
-    lines, total_ops, total_casts = [], 0, 0
-    plans = {name: plan_function(model.functions[name], on_xla, keep, {n for f, n in feeders if f == name})
+    lines, total_ops, total_casts, changed = [], 0, 0, set()
+    bindings = bound_inputs(model)
+    updates = {name: effects.state_update_nodes(model.functions[name], effects.writers(model, name, bindings))
+               for name in functions}
+    _whole_callees(model, updates)
+    plans = {name: plan_function(model.functions[name], on_xla, keep,
+                                 {n for f, n in feeders if f == name} | updates[name])
              for name, on_xla in functions.items()}
     stored = bf16vars.select(model, plans)  # variables read only by converted ops: stored in bfloat16
     for reads in stored.values():
@@ -321,14 +343,18 @@ def rewrite(model, accelerator, options, workdir) -> tuple[list[str], int]:
         total_ops += n_ops
         total_casts += result["casts"]
         if n_ops:
+            changed.add(name)
             ops = ", ".join(f"{op} x{k}" for op, k in sorted(result["ops"].items()))
             lines.append(f"{name} ({'XLA' if on_xla else 'CPU'}): {ops} to bfloat16, {result['casts']} cast(s)")
         kept = sorted({n for n in keep_nodes})
         if kept:
             lines.append(f"{name}: kept float32 (feed a signature output): {', '.join(kept)}")
+        if updates[name]:
+            lines.append(f"{name}: kept float32 (compute a state update, which would drift in bfloat16): "
+                         f"{', '.join(sorted(updates[name]))}")
     lines.insert(0, f"scope {scope}: {total_ops} op(s) in {len(functions)} function(s) to bfloat16, "
                     f"{total_casts} cast(s); kept float32: {', '.join(sorted(keep))}"
                     + (" (skip_safety_checks: the model already held bfloat16 ops)" if existing else ""))
     if stored:
         lines.insert(1, bf16vars.store(model, stored, workdir))
-    return lines, total_ops
+    return lines, changed

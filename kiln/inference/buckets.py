@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from .options import OptionsError
 from .rewrite import call_sites
-from .savedmodel import DT_RESOURCE, arg_shape, user_name
+from .savedmodel import DT_RESOURCE, arg_shape, live_functions, reachable, user_name
 
 DEFAULT_MAX_BATCH_BUCKET = 64
 PREFIX = "__kiln_bucketed_"
@@ -33,6 +33,9 @@ class Bucketed:
     batch_buckets: list
     dimension_buckets: dict = field(default_factory=dict)  # "input[dim]" -> sizes
     call_sites: int = 0
+    batch_ops: list = field(default_factory=list)  # rewrite.BatchedSite: one queue per bucket (routed)
+    routers: list = field(default_factory=list)  # the router functions put in front of batch ops
+    replaced: list = field(default_factory=list)  # (caller, node) of the batch ops the router took over
 
     @property
     def max_compiles(self) -> int:
@@ -181,18 +184,23 @@ def apply(model, accelerator, batched: dict, experimental) -> tuple[list[Buckete
             raise OptionsError(f"experimental.dimension_buckets[{k}]: no accelerator function has an input "
                                f"{e.input!r}; their inputs are {sorted(all_inputs)}")
     done, notes = [], []
+    on_xla = set(accelerator).union(*(reachable(model, a) for a in accelerator)) if accelerator else set()
+    live = live_functions(model)
     for name in sorted(accelerator):
         target = model.functions[name]
-        sites = [(c, n) for c, n in call_sites(model, name) if c is not None]
+        # calls inside another accelerator function compile into its cluster, at its shapes: no padding
+        sites = [(c, n) for c, n in call_sites(model, name)
+                 if c is not None and c.signature.name not in on_xla and c.signature.name in live]
         if not sites:
             continue
         out_shapes = _known_output_shapes(model, name, sites)
         dims = _dimension_plan(target, entries, name)
         if name in batched:
-            if not dims:  # BatchFunction pads to its sizes already: nothing to add
+            if dims:  # other dimensions are padded before the batch op: one queue per bucket
+                done.append(route_batched(model, name, entries, list(batched[name]), live))
+            else:  # BatchFunction pads to its sizes already: nothing to add
                 done.append(Bucketed(name, "(BatchFunction)", list(batched[name]), {}, len(sites)))
-                continue
-            batch_args, sizes = [], list(batched[name])
+            continue
         else:
             batch_args = [i for i, a in enumerate(target.signature.input_arg)
                           if a.type != DT_RESOURCE and (arg_shape(target, i) or [0])[:1] == [None]]
@@ -217,3 +225,153 @@ def apply(model, accelerator, batched: dict, experimental) -> tuple[list[Buckete
         done.append(Bucketed(name, PREFIX + name, sizes,
                              {f"{user_name(target, i)}[{d}]": s for i, (d, s) in dims.items()}, len(sites)))
     return done, notes
+
+
+# -- dimension buckets in front of a batch op ----------------------------------------------------
+# BatchFunction concatenates concurrent requests, so they must agree on every dimension but the
+# batch: requests of lengths 5 and 11 padded after the batch op fail together ("Dimensions of
+# inputs should match"). So a batched function's other dimensions are padded *before* the batch
+# op, and each bucket gets a batch op (a queue) of its own: a Case on the bucket index picks it.
+# Lengths beyond the largest bucket go to a last branch that runs the function unbatched.
+
+ROUTER = "__kiln_routed_"
+
+
+def _batch_ops_of(model, name: str, live: set) -> list:
+    """(caller FunctionDef, BatchFunction node) of every live batch op that runs ``name``."""
+    found = []
+    for fdef in model.meta.graph_def.library.function:
+        if fdef.signature.name not in live:
+            continue
+        for node in fdef.node_def:
+            if node.op == "BatchFunction":
+                f = node.attr["f"].func.name
+                if f == name or name in reachable(model, f):
+                    found.append((fdef, node))
+    return found
+
+
+def _branch(name: str, types: list, out_types: list, node=None, call: str | None = None):
+    """A Case branch: the batch op ``node`` (a copy) or a plain call of ``call``, over its arguments."""
+    from tensorflow.core.framework import function_pb2
+
+    fdef = function_pb2.FunctionDef()
+    fdef.signature.name = name
+    for j, t in enumerate(types):
+        fdef.signature.input_arg.add(name=f"x{j}", type=t)
+    for k, t in enumerate(out_types):
+        fdef.signature.output_arg.add(name=f"y{k}", type=t)
+    inner = fdef.node_def.add()
+    if node is not None:
+        inner.CopyFrom(node)
+        inner.name, out = "batch", "out_tensors"
+        del inner.input[:]
+    else:
+        inner.name, inner.op, out = "call", "StatefulPartitionedCall", "output"
+        inner.attr["f"].func.name = call
+        inner.attr["Tin"].list.type.extend(types)
+        inner.attr["Tout"].list.type.extend(out_types)
+    inner.input.extend(f"x{j}" for j in range(len(types)))
+    for k in range(len(out_types)):
+        fdef.ret[f"y{k}"] = f"{inner.name}:{out}:{k}"
+    fdef.signature.is_stateful = True
+    return fdef
+
+
+def _router(wrapper, types: list, out_types: list, out_shapes: list, dims: dict, branches: list):
+    """FunctionDef: pad each bucketed dimension, run the bucket's branch, slice the padding off."""
+    import tensorflow as tf
+    from tensorflow.core.framework import attr_value_pb2
+    from tensorflow.python.ops import gen_functional_ops
+
+    specs = [tf.TensorSpec([] if t == DT_RESOURCE else arg_shape(wrapper, j), tf.dtypes.as_dtype(t))
+             for j, t in enumerate(types)]
+    refs = [attr_value_pb2.NameAttrList(name=b) for b in branches]
+
+    def body(*xs):
+        xs, original = list(xs), {}
+        index, overflow = tf.constant(0), tf.constant(False)
+        for i, (dim, sizes) in dims.items():
+            n = tf.shape(xs[i])[dim]
+            original[dim] = n
+            table = tf.constant(sizes, dtype=tf.int32)
+            position = tf.minimum(tf.searchsorted(table, tf.reshape(n, [1]), side="left")[0], len(sizes) - 1)
+            index = index * len(sizes) + position
+            overflow = tf.logical_or(overflow, n > sizes[-1])
+            xs[i] = _pad_to(xs[i], dim, _bucket(n, sizes))
+        branch = tf.where(overflow, len(branches) - 1, index)
+        outs = gen_functional_ops.case(branch, xs, Tout=out_types, branches=refs)
+        result = []
+        for y, shape in zip(outs, out_shapes):
+            for dim, size in original.items():
+                if shape and dim < len(shape) and shape[dim] is None:
+                    y = _slice_dim(y, dim, size, len(shape))
+            result.append(y)
+        return result
+
+    return tf.function(body, input_signature=specs, autograph=False).get_concrete_function().function_def
+
+
+def route_batched(model, name: str, entries, batch_sizes: list, live: set) -> Bucketed:
+    """Put a bucketing router in front of every batch op running ``name`` (see above)."""
+    import itertools
+
+    from .rewrite import BatchedSite
+
+    done = Bucketed(name, "", batch_sizes)
+    library = model.meta.graph_def.library
+    for n, (caller, node) in enumerate(_batch_ops_of(model, name, live)):
+        wrapper = model.functions[node.attr["f"].func.name]
+        dims = _dimension_plan(wrapper, entries, name)
+        if not dims:
+            continue
+        types = list(node.attr["Tin"].list.type) + list(node.attr["Tcaptured"].list.type)
+        out_types = list(node.attr["Tout"].list.type)
+        base = f"{ROUTER}{name}_{n}"
+        combos = list(itertools.product(*[range(len(sizes)) for _, sizes in dims.values()]))
+        branches = []
+        for c, combo in enumerate(combos):
+            branch = _branch(f"{base}_bucket{c}", types, out_types, node=node)
+            shared = node.attr["shared_name"].s.decode() + "/" + "x".join(
+                str(sizes[k]) for (_, sizes), k in zip(dims.values(), combo))
+            branch.node_def[0].attr["shared_name"].s = shared.encode()
+            library.function.add().CopyFrom(branch)
+            branches.append(branch.signature.name)
+            attrs = {"max_batch_size": node.attr["max_batch_size"].i,
+                     "allowed_batch_sizes": list(node.attr["allowed_batch_sizes"].list.i),
+                     "batch_timeout_micros": node.attr["batch_timeout_micros"].i}
+            done.batch_ops.append(BatchedSite(name, branch.signature.name, "batch", shared, attrs))
+        overflow = _branch(f"{base}_beyond", types, out_types, call=wrapper.signature.name)
+        library.function.add().CopyFrom(overflow)
+        branches.append(overflow.signature.name)
+        router = _router(wrapper, types, out_types, _output_shapes(node), dims, branches)
+        router.signature.name = base
+        library.function.add().CopyFrom(router)
+        call = type(node)(name=node.name, op="StatefulPartitionedCall", device=node.device)
+        call.input.extend(node.input)
+        call.attr["f"].func.name = base
+        call.attr["Tin"].list.type.extend(types)
+        call.attr["Tout"].list.type.extend(out_types)
+        if "_output_shapes" in node.attr:
+            call.attr["_output_shapes"].CopyFrom(node.attr["_output_shapes"])
+        done.replaced.append((caller.signature.name, node.name))
+        node.CopyFrom(call)
+        _rename_back(caller, node.name)
+        done.wrapper = done.wrapper or base
+        done.routers.append(base)
+        done.call_sites += 1
+        done.dimension_buckets = {f"{user_name(wrapper, i)}[{d}]": s for i, (d, s) in dims.items()}
+    model.reindex()
+    return done
+
+
+def _rename_back(fdef, node_name: str) -> None:
+    """Consumers of a batch op turned into a call read ``output`` instead of ``out_tensors``."""
+    old, new = f"{node_name}:out_tensors:", f"{node_name}:output:"
+    for node in fdef.node_def:
+        for i, inp in enumerate(node.input):
+            if inp.startswith(old):
+                node.input[i] = new + inp[len(old):]
+    for key, value in fdef.ret.items():
+        if value.startswith(old):
+            fdef.ret[key] = new + value[len(old):]

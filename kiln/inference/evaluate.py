@@ -24,7 +24,7 @@ GENERATED_ROWS = (3, 5)
 
 
 def generated_inputs(signature_def, seed: int = 0) -> list[dict]:
-    """Inputs when no dataset is given, GENERATED_ROWS rows: standard normal floats, integers 0-9,
+    """Inputs when no dataset is given, GENERATED_ROWS rows: standard normal floats, integers 1-9,
     random booleans, empty strings (a model that cannot run them is reported as not measured)."""
     import tensorflow as tf
 
@@ -38,8 +38,8 @@ def generated_inputs(signature_def, seed: int = 0) -> list[dict]:
             dtype = tf.dtypes.as_dtype(info.dtype)
             if dtype.is_floating:
                 feeds[key] = rng.standard_normal(shape).astype(dtype.as_numpy_dtype)
-            elif dtype.is_integer:  # small ids, valid for most vocabularies and tables
-                feeds[key] = rng.integers(0, 10, shape).astype(dtype.as_numpy_dtype)
+            elif dtype.is_integer:  # small ids, valid for most vocabularies; not 0 (padding id, masked-out)
+                feeds[key] = rng.integers(1, 10, shape).astype(dtype.as_numpy_dtype)
             elif dtype == tf.bool:
                 feeds[key] = rng.integers(0, 2, shape).astype(bool)
             elif dtype == tf.string:
@@ -71,16 +71,31 @@ def snapshot(model, directory) -> str:
 
 def run(model_dir: str, key: str, samples: list[dict]) -> list[dict]:
     """Outputs of signature ``key`` for each sample (numpy), in TensorFlow."""
+    result = run_all(model_dir, {key: samples})[key]
+    if isinstance(result, Exception):
+        raise result
+    return result
+
+
+def run_all(model_dir: str, inputs: dict) -> dict:
+    """signature -> outputs per sample, or the exception it raised; the model is loaded once."""
     import tensorflow as tf
 
-    fn = tf.saved_model.load(model_dir).signatures[key]
-    inputs = fn.structured_input_signature[1]
-    results = []
-    for sample in samples:
-        feeds = {name: tf.constant(np.asarray(sample[name]), dtype=spec.dtype) for name, spec in inputs.items()
-                 if name in sample}
-        results.append({k: v.numpy() for k, v in fn(**feeds).items()})
-    return results
+    loaded = tf.saved_model.load(model_dir)
+    out = {}
+    for key, samples in inputs.items():
+        fn = loaded.signatures[key]
+        specs = fn.structured_input_signature[1]
+        try:
+            results = []
+            for sample in samples:
+                feeds = {name: tf.constant(np.asarray(sample[name]), dtype=spec.dtype)
+                         for name, spec in specs.items() if name in sample}
+                results.append({k: v.numpy() for k, v in fn(**feeds).items()})
+            out[key] = results
+        except Exception as exc:  # noqa: BLE001 (TF raises many kinds; callers decide)
+            out[key] = exc
+    return out
 
 
 def compare(reference: list[dict], other: list[dict]) -> dict:
@@ -110,6 +125,14 @@ class StageError(KilnError, RuntimeError):
     """A stage produced a model that fails where the model before it runs."""
 
 
+def on_generated(m: dict) -> str:
+    """A note for a refusal measured on generated inputs (they may mean nothing to the model)."""
+    if m.get("source") != "generated inputs":
+        return ""
+    return (" (measured on generated inputs, which may not be valid for this model, e.g. an attention mask: give "
+            "real inputs with --evaluation_data / evaluation_data= to measure on them)")
+
+
 def _first_line(exc: Exception) -> str:
     """The line that says what went wrong (TensorFlow's graph errors open with a traceback)."""
     lines = [line for line in str(exc).splitlines() if line.strip()]
@@ -118,28 +141,44 @@ def _first_line(exc: Exception) -> str:
     return (said or lines or [type(exc).__name__])[0].strip()
 
 
-def measure(before_dir, after_dir: str, inputs: dict, stage: str, remedy: str, reference=None) -> tuple:
+def measure(before_dir, after_dir: str, inputs: dict, stage: str, remedy: str, reference=None,
+            runner=None) -> tuple:
     """({signature: {"samples": n, "source": ..., "outputs": compare(...)}}, outputs after the stage).
 
     ``reference``: outputs of the model before, already computed (the previous stage's ``after``),
-    used instead of running ``before_dir``. A signature the model before cannot run on these inputs
+    used instead of running ``before_dir``; ``runner(after_dir, {key: samples})`` runs the model after
+    (default ``run_all``: one request at a time). A signature the model before cannot run on these inputs
     is recorded as not measured. Raises StageError when the model after the stage fails where the
     one before runs: a broken conversion is never written."""
     result, after = {}, {}
-    for key, (samples, source) in inputs.items():
-        try:
-            ref = reference[key] if reference and key in reference else run(before_dir, key, samples)
-        except Exception as exc:  # noqa: BLE001 (e.g. generated ids out of an embedding's range)
-            result[key] = {"samples": len(samples), "source": source, "error": _first_line(exc)}
+    known = {k: reference[k] for k in inputs if reference and k in reference}
+    missing = {k: samples for k, (samples, _) in inputs.items() if k not in known}
+    before = {**known, **(run_all(str(before_dir), missing) if missing else {})}
+    runnable = {k: inputs[k][0] for k in inputs if not isinstance(before[k], Exception)}
+    got_all = (runner or run_all)(after_dir, runnable) if runnable else {}
+    for key, (samples, source) in sorted(inputs.items()):
+        ref = before[key]
+        if isinstance(ref, Exception):  # e.g. generated ids out of an embedding's range
+            result[key] = {"samples": len(samples), "rows": _rows(samples), "source": source,
+                           "error": _first_line(ref)}
             continue
-        try:
-            got = run(after_dir, key, samples)
-        except Exception as exc:  # noqa: BLE001
+        got = got_all[key]
+        if isinstance(got, Exception):
             raise StageError(f"{stage}: signature {key!r} fails after the stage on inputs the model before it runs: "
-                             f"{_first_line(exc)}; {remedy}") from None
+                             f"{_first_line(got)}; {remedy}") from None
         after[key] = got
-        result[key] = {"samples": len(samples), "source": source, "outputs": compare(ref, got)}
+        result[key] = {"samples": len(samples), "rows": _rows(samples), "source": source,
+                       "outputs": compare(ref, got)}
     return result, after
+
+
+def _rows(samples: list) -> int:
+    """Input rows over all samples (dimension 0 of the first input; 1 for a scalar)."""
+    total = 0
+    for sample in samples:
+        first = np.asarray(next(iter(sample.values()))) if sample else np.zeros(())
+        total += int(first.shape[0]) if first.ndim else 1
+    return total
 
 
 class Scratch:
@@ -170,5 +209,5 @@ def summary(measured: dict) -> list[str]:
         worst = max(floats, key=lambda k: floats[k]["max_rel"])
         e = floats[worst]
         lines.append(f"{key}: max abs error {e['max_abs']:.3g}, max relative error {e['max_rel']:.3g} "
-                     f"(output {worst!r}, {m['samples']} {m['source']} samples)")
+                     f"(output {worst!r}, {m.get('rows', m['samples'])} rows of {m['source']})")
     return lines

@@ -96,6 +96,9 @@ def _file_proto():
            type_name=f".{PACKAGE}.BFloat16OptimizationOptions")
     _field(opts, "xla_sharding_options", 204, "message", type_name=f".{PACKAGE}.XlaShardingOptions")
     _field(opts, "experimental", 1000, "message", type_name=f".{PACKAGE}.KilnExperimental")
+    # kiln's own: apply the stages that can change results without measuring their error (faster;
+    # the report says nothing was measured). Top level, so `skip_accuracy_check: true` reads plainly.
+    _field(opts, "skip_accuracy_check", 1001, "bool")
     return fp
 
 

@@ -1,8 +1,10 @@
 """The inference converter's pipeline: SavedModel -> accelerator-ready SavedModel, as named stages.
 
-Each stage edits the parsed SavedModel in memory and records what it changed in the report; the
-stages that can change results (quantize, bfloat16, I/O shapes) also record the error they cost,
-measured in TensorFlow on snapshots before and after. (The module is not called ``convert`` so
+Each stage edits the parsed SavedModel in memory and records what it changed (and its wall time)
+in the report; the stages that can change results (quantize, bfloat16, batching, I/O shapes) also
+record the error they cost, measured by the accuracy guard (guard.py) in TensorFlow on snapshots
+before and after. Then the output steps: costs, the placed functions' latency before and after,
+warm-up records, the report files. (The module is not called ``convert`` so
 importing it cannot rebind ``kiln.inference.convert``, the function.) The output is written to a
 temporary directory next to ``output_model_dir`` and renamed into place only when everything
 succeeded, so an error never leaves a half-written model behind.
@@ -12,14 +14,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 import uuid
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 
 from ..errors import KilnError
-from ..quant import datasets
 from . import options as opts
-from . import bfloat16, buckets, evaluate, quantize, rewrite, savedmodel, sharding, trial, warmup
+from . import (batchcheck, bfloat16, buckets, effects, evaluate, graft, guard, latency, quantize, rewrite,
+               savedmodel, sharding, trial, warmup)
 from .report import ConversionReport, FunctionEntry, StageEntry
 
 
@@ -30,7 +34,7 @@ class OutputError(KilnError, OSError):
 class _State:
     """What the stages share: the model being edited, the options, and the report being filled."""
 
-    def __init__(self, model, options, report):
+    def __init__(self, model, options, report, evaluation_data=None):
         self.model = model
         self.options = options
         self.report = report
@@ -39,9 +43,7 @@ class _State:
         self.batched: list = []
         self.token = uuid.uuid4().hex[:8]  # shared_name prefix: unique per conversion
         self.scratch = None  # evaluate.Scratch: snapshots and the quantized model, removed at the end
-        self.held_out: dict = {}  # signature -> representative samples kept out of calibration
-        self.eval_inputs = None
-        self.reference = None  # outputs of the model as the last measured stage left it (batching keeps them)
+        self.guard = guard.Guard(model, options, evaluation_data)
         self.bucketed: list = []
 
 
@@ -52,18 +54,33 @@ def _stage_select(s: _State) -> list[str]:
 
 def _stage_place(s: _State) -> list[str]:
     s.call_sites = rewrite.place_on_xla(s.model, s.accelerator)
+    if s.accelerator:  # trial-compile now: a function XLA cannot take fails before anything is measured
+        runner, live = trial.Trial(s.model), savedmodel.live_functions(s.model)
+        for name in s.accelerator:
+            if name in live:
+                runner.compile(name, 1)
     return [f"{name}: _XlaMustCompile on {n} call site(s)" for name, n in s.call_sites.items()]
 
 
-def _batch_targets(s: _State, entry, index: int) -> list[str]:
+def _batch_targets(s: _State, entry, index: int) -> tuple[list[str], set | None]:
+    """(functions to batch, the callers whose call sites to batch). A signature target batches the
+    function only where that signature calls it, not under other signatures; dead code is left alone."""
     kind = entry.experimental.WhichOneof("batch_function") if entry.HasField("experimental") else None
-    if kind:
-        return savedmodel.resolve_target(s.model, kind, getattr(entry.experimental, kind),
-                                         f"batch_options[{index}].experimental")
-    return list(s.accelerator)
+    live = savedmodel.live_functions(s.model)
+    if not kind:
+        return list(s.accelerator), live
+    value = getattr(entry.experimental, kind)
+    names = savedmodel.resolve_target(s.model, kind, value, f"batch_options[{index}].experimental")
+    if kind != "signature_name":
+        return names, live
+    wrapper = savedmodel.signature_wrapper(s.model, value)
+    return names, savedmodel.reachable(s.model, wrapper) | {wrapper}
 
 
 def _stage_batch(s: _State) -> list[str]:
+    if not s.options.batch_options:
+        return ["no batch_options: nothing batched"]
+    before = s.scratch.snapshot(s.model, "before_batch")
     changes, batched_by = [], {}
     existing = list(rewrite.existing_batch_ops(s.model))
     for i, entry in enumerate(s.options.batch_options):
@@ -74,47 +91,62 @@ def _stage_batch(s: _State) -> list[str]:
             changes += [f"updated existing BatchFunction {b.node} in {b.caller}" for b in sites]
             s.batched += sites
             continue
-        targets = _batch_targets(s, entry, i)
+        targets, callers = _batch_targets(s, entry, i)
         if not targets:
             raise savedmodel.SelectionError(
                 f"batch_options[{i}] has no function to batch: no accelerator functions are selected and "
                 f"experimental.function_alias / concrete_function_name / signature_name is not set")
         added = []
         for name in targets:
-            if name in batched_by:
-                raise savedmodel.SelectionError(f"function {name!r} is batched twice: by {batched_by[name]} and "
-                                                f"by batch_options[{i}]")
-            batched_by[name] = f"batch_options[{i}]"
-            added += rewrite.batch_function(s.model, name, entry, s.token, set(s.accelerator), f"batch_options[{i}]")
+            for (function, caller), by in batched_by.items():
+                if function == name and (callers is None or caller in callers):
+                    raise savedmodel.SelectionError(f"function {name!r} is batched twice: by {by} and "
+                                                    f"by batch_options[{i}]")
+            sites = rewrite.batch_function(s.model, name, entry, s.token, set(s.accelerator), f"batch_options[{i}]",
+                                           callers)
+            batched_by.update({(b.function, b.caller): f"batch_options[{i}]" for b in sites})
+            added += sites
         if not added:
             raise rewrite.BatchingError(f"batch_options[{i}]: no function of {targets} is called from another "
                                         f"function, so there is no call site to batch")
+        runner = trial.Trial(s.model)
+        for name in sorted({b.function for b in added}):
+            changes += batchcheck.check_batch_major(runner, name, rewrite.check_batchable(s.model, name, ""),
+                                                    f"batch_options[{i}]")
         changes += [f"{b.function} in {b.caller}: BatchFunction shared_name {b.shared_name}" for b in added]
         s.batched += added
-    return changes
+    return changes + _measure_batching(s, before)
+
+
+def _measure_batching(s: _State, before: str) -> list[str]:
+    """Concurrent requests through the batched model against the model before (batchcheck.py)."""
+    callers = {b.caller for b in s.batched}
+    keys = savedmodel.signatures_reaching(s.model, callers)
+    if not keys:
+        return []
+    stateful = {}
+    for key in keys:
+        below = savedmodel.reachable(s.model, savedmodel.signature_wrapper(s.model, key))
+        found = [e for f in sorted({b.function for b in s.batched if b.caller in below | {b.caller}})
+                 if f in s.model.functions for e in effects.effects(s.model, f)]
+        if found:
+            stateful[key] = [effects.describe(found)]
+    if s.guard.skip:
+        return [f"{key}: the batched function keeps state ({'; '.join(v)}); not measured (skip_accuracy_check)"
+                for key, v in sorted(stateful.items())] + s.guard.lines(None, "batched vs unbatched")
+    inputs = {k: v[0] for k, v in s.guard.inputs(s.model).items() if k in keys}
+    size = batchcheck.rows_of(inputs) + 2  # at least two rows of another request in every batch
+    probe = batchcheck.probe_snapshot(s.model, s.scratch.path / "after_batch", size)
+    measured = s.guard.measure("batching", s.model, before, probe, keys, "remove the batch_options entry",
+                               runner=lambda path, feeds: batchcheck.run_concurrently(path, feeds, size),
+                               keep_reference=True)
+    s.report.accuracy["batching"] = measured
+    notes = batchcheck.refuse_changed(measured, stateful)
+    return notes + s.guard.lines(measured, "concurrent requests batched vs one at a time")
 
 
 def _stage_sharding(s: _State) -> list[str]:
     return sharding.plan(s.options)
-
-
-def _eval_inputs(s: _State) -> dict:
-    """Per signature: (samples, source) the accuracy measurements run on."""
-    if s.eval_inputs is None:
-        s.eval_inputs = {}
-        files = dict(s.options.experimental.evaluation_datasets)
-        for key in sorted(s.model.signatures):
-            held = s.held_out.get(key)
-            if key in files:
-                samples = datasets.load(files[key], what=f"evaluation dataset {files[key]!r} (signature {key!r})",
-                                        min_samples=1)
-                quantize.check_inputs(samples, s.model.meta.signature_def[key], files[key])
-                s.eval_inputs[key] = (samples, "representative")
-            elif held:
-                s.eval_inputs[key] = (held[:32], "held-out representative")
-            else:
-                s.eval_inputs[key] = (evaluate.generated_inputs(s.model.meta.signature_def[key]), "generated")
-    return s.eval_inputs
 
 
 def _stage_quantize(s: _State) -> list[str]:
@@ -125,25 +157,30 @@ def _stage_quantize(s: _State) -> list[str]:
     plan = quantize.plan(s.model, q)
     calibration = {}
     for key, samples in plan["samples"].items():
-        calibration[key], s.held_out[key] = quantize.split(samples)
-    out = s.scratch.path / "quantized"
-    quantize.quantize(s.model.path, out, q, calibration)
-    before = s.model
-    s.model = savedmodel.read(out)
-    inputs = {k: v for k, v in _eval_inputs(s).items() if k in plan["keys"]}
-    measured, s.reference = evaluate.measure(str(before.path), str(out), inputs, "quantize",
-                                             "remove external_feature_configs.quantization_options or try "
-                                             "another method")
-    size_before, size_after = quantize.sizes(before.path, out)
-    s.report.accuracy["quantization"] = measured
+        calibration[key], s.guard.held_out[key] = quantize.split(samples)
+    prepared, out = s.scratch.path / "quantizer_input", s.scratch.path / "quantized"
+    removed = graft.prepare(s.model, plan["keys"], prepared)
+    quantize.quantize(prepared, out, q, calibration)
+    before = str(s.model.path)  # the input on disk; the model is edited in memory from here
+    s.model.twins = graft.graft(s.model, out, plan["keys"], removed)
+    after = s.scratch.snapshot(s.model, "after_quantize")
+    measured = s.guard.measure("quantize", s.model, before, after, plan["keys"],
+                               "remove external_feature_configs.quantization_options or try another method")
+    if measured is not None:
+        s.report.accuracy["quantization"] = measured
+    size_before, size_after = quantize.sizes(before, after)
     s.report.quantization = {"method": plan["method"], "signature_keys": plan["keys"],
                              "calibration_samples": {k: len(v) for k, v in calibration.items()},
-                             "held_out_samples": {k: len(v) for k, v in s.held_out.items()},
+                             "held_out_samples": {k: len(v) for k, v in s.guard.held_out.items()},
                              "bytes_before": size_before, "bytes_after": size_after}
     lines = [f"{plan['method']} (op set XLA) on {', '.join(plan['keys'])}: model {size_before} -> {size_after} "
-             f"bytes ({size_after / max(size_before, 1):.2f}x); calibration samples "
+             f"bytes ({size_after / max(size_before, 1):.2f}x; the float32 variables stay for the object graph "
+             f"and the signatures not quantized); calibration samples "
              f"{dict(s.report.quantization['calibration_samples']) or 'none (no dataset needed)'}"]
-    return lines + [f"error vs float: {line}" for line in evaluate.summary(measured)]
+    unlisted = sorted(set(s.model.signatures) - set(plan["keys"]))
+    if unlisted:
+        lines.append(f"kept in float32 (not in signature_keys): {', '.join(unlisted)}")
+    return lines + s.guard.lines(measured, "error vs float")
 
 
 def _stage_bfloat16(s: _State) -> list[str]:
@@ -153,15 +190,19 @@ def _stage_bfloat16(s: _State) -> list[str]:
     if s.report.quantization and opts.state_name(s.options, "bfloat16_optimization") != "ENABLED":
         return ["skipped: the model is int8-quantized, and bfloat16 would re-round its quantize/dequantize "
                 "arithmetic; bfloat16_optimization: ENABLED applies both"]
-    before = s.scratch.snapshot(s.model, "before_bf16")
-    lines, converted = bfloat16.rewrite(s.model, s.accelerator, s.options, s.scratch.path / "bf16_model")
-    if not converted:
+    # before: the model as placed; numerically that is the input model (XLA float32 equals TensorFlow's
+    # kernels to rounding) unless quantized, so the input is run instead (no XLA compilation to wait for)
+    before = s.scratch.snapshot(s.model, "before_bf16") if s.report.quantization else s.report.input_model_dir
+    lines, changed = bfloat16.rewrite(s.model, s.accelerator, s.options, s.scratch.path / "bf16_model")
+    if not changed:
         return lines
-    measured, s.reference = evaluate.measure(before, s.scratch.snapshot(s.model, "after_bf16"), _eval_inputs(s),
-                                             "bfloat16", "add the failing op type to bfloat16_optimization_options."
-                                             "filterlist or set bfloat16_optimization: DISABLED", s.reference)
-    s.report.accuracy["bfloat16"] = measured
-    return lines + [f"error vs float32: {line}" for line in evaluate.summary(measured)]
+    measured = s.guard.measure("bfloat16", s.model, before, s.scratch.snapshot(s.model, "after_bf16"),
+                               savedmodel.signatures_reaching(s.model, changed),
+                               "add the failing op type to bfloat16_optimization_options.filterlist or set "
+                               "bfloat16_optimization: DISABLED")
+    if measured is not None:
+        s.report.accuracy["bfloat16"] = measured
+    return lines + s.guard.lines(measured, "error vs float32")
 
 
 def _stage_io_shapes(s: _State) -> list[str]:
@@ -176,6 +217,9 @@ def _stage_io_shapes(s: _State) -> list[str]:
     before = s.scratch.snapshot(s.model, "before_io")
     done, notes = buckets.apply(s.model, s.accelerator, sizes, s.options.experimental)
     s.bucketed = done
+    for b in done:  # a router in front of a batch op: one queue per bucket replaces the op
+        if b.replaced:
+            s.batched = [x for x in s.batched if (x.caller, x.node) not in b.replaced] + b.batch_ops
     s.report.io_shapes = [dict(function=b.function, wrapper=b.wrapper, batch_buckets=b.batch_buckets,
                                dimension_buckets=b.dimension_buckets, call_sites=b.call_sites,
                                max_compiles=b.max_compiles) for b in done]
@@ -185,13 +229,17 @@ def _stage_io_shapes(s: _State) -> list[str]:
              + f" -> at most {b.max_compiles} XLA compilation(s)"
              + (" (BatchFunction splits larger requests)" if b.function in sizes else
                 " up to the largest bucket, then one per multiple of it")
-             + f" ({b.call_sites} call site(s))" for b in done]
-    if any(b.wrapper.startswith(buckets.PREFIX) for b in done):
-        measured, s.reference = evaluate.measure(before, s.scratch.snapshot(s.model, "after_io"), _eval_inputs(s),
-                                                 "I/O shapes", "set io_shape_optimization: DISABLED", s.reference)
-        s.report.accuracy["io_shapes"] = measured
-        _refuse_row_mixing(measured)
-        lines += [f"padded vs unpadded: {line}" for line in evaluate.summary(measured)]
+             + f" ({b.call_sites} call site(s))"
+             + ("; padded before the batch op, one BatchFunction queue per bucket, longer inputs run "
+                "unbatched" if b.replaced else "") for b in done]
+    padded = {b.wrapper for b in done if b.wrapper.startswith(buckets.PREFIX)} | {r for b in done for r in b.routers}
+    if padded:
+        measured = s.guard.measure("I/O shapes", s.model, before, s.scratch.snapshot(s.model, "after_io"),
+                                   savedmodel.signatures_reaching(s.model, padded), "set io_shape_optimization: DISABLED")
+        if measured is not None:
+            s.report.accuracy["io_shapes"] = measured
+            _refuse_row_mixing(s, measured, padded)
+        lines += s.guard.lines(measured, "padded vs unpadded")
     return (lines or ["nothing bucketed"]) + notes
 
 
@@ -201,14 +249,18 @@ def _stage_io_shapes(s: _State) -> list[str]:
 PADDING_TOLERANCE = 1e-2
 
 
-def _refuse_row_mixing(measured: dict) -> None:
+def _refuse_row_mixing(s: _State, measured: dict, padded: set) -> None:
     for key, m in sorted(measured.items()):
         for name, e in sorted(m.get("outputs", {}).items()):
             if e.get("max_rel", 0) > PADDING_TOLERANCE or e.get("exact") is False:
+                below = savedmodel.reachable(s.model, savedmodel.signature_wrapper(s.model, key))
+                found = [x for f in sorted(padded & below) for x in effects.effects(s.model, f)]
+                why = f"keeps state that padding rows reach ({effects.describe(found)})" if found else \
+                    "mixes rows (e.g. a batch statistic) or padded positions"
                 raise evaluate.StageError(
                     f"I/O shapes: padding to buckets changes output {name!r} of signature {key!r} (max relative error "
-                    f"{e.get('max_rel', 0):.3g}): an accelerator function mixes rows (e.g. a batch statistic) or "
-                    f"padded positions; set io_shape_optimization: DISABLED, or bucket only dimensions it keeps apart")
+                    f"{e.get('max_rel', 0):.3g}): an accelerator function {why}; set io_shape_optimization: DISABLED, "
+                    f"or bucket only dimensions it keeps apart" + ("" if found else evaluate.on_generated(m)))
 
 
 STAGES = [
@@ -231,18 +283,44 @@ def _costs(s: _State, model_dir: Path) -> None:
     batch_of = _batch_of(s)
     runner = trial.Trial(savedmodel.SavedModelFile(model_dir, s.model.proto, s.model.meta, s.model.functions))
     aliases = s.model.aliases
-    served = set()
-    for key in s.model.signatures:
-        wrapper = savedmodel.signature_wrapper(s.model, key)
-        served |= savedmodel.reachable(s.model, wrapper) | {wrapper}
-    for name, how in s.accelerator.items():
-        cost = runner.compile(name, batch_of(name))
-        s.report.functions.append(FunctionEntry(name, how, cost.flops, cost.bytes_accessed, cost.shapes,
-                                                s.call_sites.get(name, 0), aliases.get(name), name in served))
     cpu = trial.cpu_functions(s.model, set(s.accelerator))
+    # an accelerator function the CPU part calls runs (and is counted) on its own; one only another
+    # accelerator function calls compiles into that one's cluster (its cost is already in the caller's)
+    called_from_cpu = set().union(*(savedmodel.callees(s.model, c) for c in cpu)) if cpu else set()
+    live = savedmodel.live_functions(s.model)
+    for name, how in s.accelerator.items():
+        if name not in live:  # e.g. the float body of a quantized signature: nothing runs it
+            s.report.functions.append(FunctionEntry(name, how + " (unused: nothing in the model calls it)", 0, 0,
+                                                    [], 0, aliases.get(name), False))
+            continue
+        cost = runner.compile(name, batch_of(name))
+        inside = sorted(a for a in s.accelerator if a != name and name in savedmodel.callees(s.model, a))
+        s.report.functions.append(FunctionEntry(name, how, cost.flops, cost.bytes_accessed, cost.shapes,
+                                                s.call_sites.get(name, 0), aliases.get(name),
+                                                name in called_from_cpu, inside))
     s.report.cpu_functions = {k: v for k, v in trial.cpu_flops(s.model, cpu, batch_of, runner.renamed).items()}
     s.report.cpu_cost = sum(s.report.cpu_functions.values())
     s.report.cpu_ops = {name: _cpu_ops(s, name) for name in cpu}
+    return runner
+
+
+def _latency(s: _State, runner) -> None:
+    """Each served accelerator function timed before (input model) and after (converted), here."""
+    start = time.perf_counter()
+    served = [f.name for f in s.report.served_functions]
+    if served:
+        original = savedmodel.read(s.report.input_model_dir)
+        pairs, twin_of = [], {t: o for o, twins in s.model.twins.items() for t in twins}
+        for name in served:
+            before = twin_of.get(name, name)
+            if before in original.functions:
+                pairs.append((before, name))
+        largest = {b.function: max(b.attrs["allowed_batch_sizes"] or [b.attrs["max_batch_size"]]) for b in s.batched}
+        cap = s.options.experimental.max_batch_bucket or buckets.DEFAULT_MAX_BATCH_BUCKET
+        s.report.latency = latency.measure(trial.Trial(original), runner, pairs,
+                                           lambda name: largest.get(name, min(latency.ROWS, cap)))
+        s.report.machine = latency.machine()
+    s.report.timings["latency"] = round(time.perf_counter() - start, 3)
 
 
 _PLUMBING = {"NoOp", "Identity", "Const", "StatefulPartitionedCall", "PartitionedCall", "ReadVariableOp"}
@@ -270,7 +348,7 @@ def _signatures(s: _State) -> dict:
         wrapper = savedmodel.signature_wrapper(s.model, key)
         below = savedmodel.reachable(s.model, wrapper) | {wrapper}
         on_xla = sorted(a for a in s.accelerator if a in below)
-        batched = sorted({b.shared_name for b in s.batched if b.caller in below or b.function in below})
+        batched = sorted({b.shared_name for b in s.batched if b.caller in below})
         sizes = sorted({n for b in s.batched if b.caller in below
                         for n in (b.attrs["allowed_batch_sizes"] or [b.attrs["max_batch_size"]])})
         sizes = sizes or sorted({n for b in s.bucketed if b.function in below for n in b.batch_buckets})
@@ -292,33 +370,85 @@ def _write_fingerprint(model_dir: Path) -> None:
     stale.write_bytes(fingerprinting.CreateFingerprintDef(str(model_dir)))
 
 
-def _prepare_output(output_model_dir) -> tuple[Path, Path]:
+def _prepare_output(output_model_dir) -> tuple[Path, Path, list[Path]]:
+    """(output, temporary directory next to it, parent directories created for it)."""
     out = Path(output_model_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise OutputError(f"output_model_dir {str(out)!r} already exists and is not an empty directory")
     parent = out.parent if str(out.parent) else Path(".")
+    created = []
+    for missing in reversed([p for p in [parent, *parent.parents] if not p.exists()]):
+        try:
+            missing.mkdir()
+        except OSError as exc:
+            _remove_created(created)
+            raise OutputError(f"cannot create {str(missing)!r}, a parent of output_model_dir: {exc.strerror}") from None
+        created.append(missing)
     if not parent.is_dir():
-        raise OutputError(f"the parent directory of output_model_dir {str(out)!r} does not exist")
+        raise OutputError(f"the parent of output_model_dir {str(out)!r} is not a directory")
     tmp = parent / f".{out.name}.kiln-tmp-{uuid.uuid4().hex[:8]}"
-    return out, tmp
+    return out, tmp, created
 
 
-def convert(input_model_dir, output_model_dir, options=None) -> ConversionReport:
-    """Convert; ``options`` is a ConverterOptions text proto or message. Returns the report."""
+def _remove_created(created: list[Path]) -> None:
+    for path in reversed(created):
+        try:
+            path.rmdir()
+        except OSError:
+            break
+
+
+def convert(input_model_dir, output_model_dir, options=None, *, evaluation_data=None) -> ConversionReport:
+    """Convert; ``options`` is a ConverterOptions text proto or message; ``evaluation_data`` the real
+    inputs the accuracy guard runs on ({signature: file or iterable of {input: array}}). Returns the
+    report; warns (AccuracyNotMeasuredWarning) when a stage that can change results was not measured."""
     options = opts.coerce(options)
     model = savedmodel.read(input_model_dir)
-    out, tmp = _prepare_output(output_model_dir)
     report = ConversionReport(str(input_model_dir), str(output_model_dir))
-    unknown = sorted(set(options.experimental.evaluation_datasets) - set(model.signatures))
-    if unknown:
-        raise opts.OptionsError(f"experimental.evaluation_datasets: {unknown} are not signatures of the model "
-                                f"{sorted(model.signatures)}")
-    state = _State(model, options, report)
-    with evaluate.Scratch() as state.scratch:
-        for name, stage in STAGES:
-            report.stages.append(StageEntry(name, "applied", stage(state)))
-        _write(state, out, tmp)
+    state = _State(model, options, report, evaluation_data)
+    out, tmp, created = _prepare_output(output_model_dir)
+    try:
+        with evaluate.Scratch() as state.scratch:
+            for name, stage in STAGES:
+                start = time.perf_counter()
+                changes = stage(state)
+                report.stages.append(StageEntry(name, "applied", changes, round(time.perf_counter() - start, 3)))
+                report.timings[name] = report.stages[-1].seconds
+            report.unmeasured = list(state.guard.unmeasured)
+            report.accuracy_skipped = state.guard.skip
+            _write(state, out, tmp)
+    except BaseException:
+        _remove_created(created)
+        raise
+    message = state.guard.warning()
+    if message:
+        warnings.warn(message, guard.AccuracyNotMeasuredWarning, stacklevel=2)
+    ratio = latency.slower(report.latency)
+    if ratio:
+        warnings.warn(f"the converted functions run {ratio:.1f}x slower than the input's on this machine "
+                      f"({report.machine}; see the report's latency lines). That is expected on a CPU: XLA's CPU "
+                      f"backend and bfloat16 without native support are slower than TensorFlow's own kernels. "
+                      f"The conversion targets accelerators (GPU, TPU): measure there before deploying",
+                      latency.SlowerOnThisMachineWarning, stacklevel=2)
     return report
+
+
+def _warmup(s: _State, path: Path) -> None:
+    """Records TF Serving replays at load: never for a state-changing signature, only ones that run."""
+    start = time.perf_counter()
+    sizes = {key: info["warmup_batch_sizes"] for key, info in s.report.signatures.items()}
+    stateful = {k: effects.describe(v) for k, v in effects.signature_effects(s.model).items()}
+    samples = {key: s.guard.real_inputs(s.model, key) for key in sizes}
+    dimensions = [(e.input, e.dimension, list(e.sizes)) for e in s.options.experimental.dimension_buckets] \
+        if opts.enabled(s.options, "io_shape_optimization") else []
+    requests, skipped = warmup.plan(s.model, sizes, samples, stateful, dimensions)
+    requests, failed = warmup.verify(s.report.input_model_dir, requests, [k for k in sizes if not samples[k]])
+    s.report.warmup_records = warmup.write_records(path, requests)
+    s.report.warmup = {"records": {k: [list(next(iter(f.values())).shape) if f else [] for key, f in requests
+                                       if key == k] for k in sorted({key for key, _ in requests})},
+                       "real_inputs": sorted(k for k, v in samples.items() if v),
+                       "skipped": skipped + failed}
+    s.report.timings["warm-up records"] = round(time.perf_counter() - start, 3)
 
 
 def _write(state: _State, out: Path, tmp: Path) -> None:
@@ -327,14 +457,15 @@ def _write(state: _State, out: Path, tmp: Path) -> None:
         shutil.copytree(model.path, tmp, ignore=shutil.ignore_patterns("saved_model.pb"))
         (tmp / "saved_model.pb").write_bytes(model.proto.SerializeToString())
         _write_fingerprint(tmp)
-        _costs(state, tmp)  # trial compilation: raises before anything is published
+        start = time.perf_counter()
+        runner = _costs(state, tmp)  # trial compilation: raises before anything is published
+        report.timings["costs"] = round(time.perf_counter() - start, 3)
+        _latency(state, runner)
         report.signatures = _signatures(state)
         report.batching = [asdict(b) for b in state.batched]
         extra = tmp / "assets.extra"
         (extra / "kiln").mkdir(parents=True, exist_ok=True)
-        requests = [(key, warmup.representative_inputs(model.meta.signature_def[key], n))
-                    for key, info in report.signatures.items() for n in info["warmup_batch_sizes"]]
-        report.warmup_records = warmup.write_records(extra / warmup.WARMUP_FILE, requests)
+        _warmup(state, extra / warmup.WARMUP_FILE)
         (extra / "kiln" / "converter_options.pbtxt").write_text(opts.to_text(options))
         (extra / "kiln" / "report.txt").write_text(report.text + "\n")
         (extra / "kiln" / "report.json").write_text(report.to_json() + "\n")

@@ -16,6 +16,8 @@ import io
 import os
 from pathlib import Path
 
+import numpy as np
+
 from ..errors import KilnError
 from ..quant import datasets
 from .options import OptionsError
@@ -60,6 +62,10 @@ def plan(model, q) -> dict:
     if unknown:
         raise OptionsError(f"{WHERE}.representative_datasets: {unknown} are not among signature_keys {keys}")
     method = _method(q)
+    if q.HasField("freeze_all_variables") and not q.freeze_all_variables:
+        raise OptionsError(f"{WHERE}.freeze_all_variables: false is not supported: kiln grafts the quantized "
+                           f"signatures into the original model, so their weights must be frozen into them "
+                           f"(TensorFlow's default, true)")
     if method == "METHOD_NO_QUANTIZE":
         raise OptionsError(f"{WHERE}.quantization_method METHOD_NO_QUANTIZE: remove quantization_options instead")
     if q.op_set not in (qo.OpSet.OP_SET_UNSPECIFIED, qo.XLA):
@@ -71,7 +77,8 @@ def plan(model, q) -> dict:
             path = q.representative_datasets[key].tfrecord_file_path
             if not path:
                 raise OptionsError(f"{WHERE}.representative_datasets[{key!r}] has no tfrecord_file_path")
-            samples[key] = datasets.load(path, what=f"representative dataset {path!r} (signature {key!r})")
+            samples[key] = datasets.load(path, what=f"representative dataset {path!r} (signature {key!r})",
+                                         progress=False)
             check_inputs(samples[key], model.meta.signature_def[key], path)
         elif method == "METHOD_STATIC_RANGE_INT8":
             raise OptionsError(f"{WHERE}: static-range int8 quantization calibrates on a representative dataset; "
@@ -88,9 +95,9 @@ def check_inputs(samples: list, signature_def, path: str) -> None:
                 f"{path!r}, record {index}: inputs {sorted(sample)} but the signature takes {sorted(want)}")
         for name, info in signature_def.inputs.items():
             rank = None if info.tensor_shape.unknown_rank else len(info.tensor_shape.dim)
-            if rank is not None and sample[name].ndim != rank:
+            if rank is not None and np.ndim(sample[name]) != rank:
                 raise datasets.DatasetError(f"{path!r}, record {index}: input {name!r} has shape "
-                                            f"{list(sample[name].shape)}, the signature takes rank {rank}")
+                                            f"{list(np.shape(sample[name]))}, the signature takes rank {rank}")
 
 
 def split(samples: list) -> tuple[list, list]:

@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict, dataclass, field
 
 ACCELERATOR = "XLA"  # the original says "TPU"; kiln places functions on any XLA device
-OPTIMIZATION_STAGES = ("sharding", "quantize", "bfloat16", "I/O shapes")
+OPTIMIZATION_STAGES = ("sharding", "quantize", "bfloat16", "batch in the graph", "I/O shapes")
 
 
 @dataclass
@@ -19,7 +19,8 @@ class FunctionEntry:
     shapes: list
     call_sites: int
     alias: str | None = None
-    served: bool = True  # reached from a signature; other traces are compiled but not counted
+    served: bool = True  # called from the CPU part of a signature; other traces are compiled but not counted
+    compiled_into: list = field(default_factory=list)  # accelerator functions that call it directly
 
 
 @dataclass
@@ -27,6 +28,7 @@ class StageEntry:
     name: str
     status: str  # "applied", "skipped", "not implemented (issue #13)"
     changes: list = field(default_factory=list)
+    seconds: float = 0.0  # wall time of the stage at conversion
 
 
 @dataclass
@@ -41,9 +43,15 @@ class ConversionReport:
     batching: list = field(default_factory=list)  # dicts of BatchedSite
     stages: list = field(default_factory=list)  # StageEntry
     warmup_records: int = 0
+    warmup: dict = field(default_factory=dict)  # {"records": {signature: [rows...]}, "real_inputs", "skipped"}
     accuracy: dict = field(default_factory=dict)  # stage -> signature -> {"outputs": {name: errors}, ...}
     quantization: dict = field(default_factory=dict)  # method, samples, sizes
     io_shapes: list = field(default_factory=list)  # one dict per bucketed function
+    unmeasured: list = field(default_factory=list)  # {"stage", "signature", "why"}: applied, error not measured
+    accuracy_skipped: bool = False  # skip_accuracy_check: nothing was measured, by request
+    timings: dict = field(default_factory=dict)  # conversion step -> seconds (stages and the final steps)
+    latency: dict = field(default_factory=dict)  # function -> {"rows", "before_ms", "after_ms", ...} (latency.py)
+    machine: str = ""  # where the latency was measured
     cost_source: str = ("accelerator: flops counted on the HLO TensorFlow's tf2xla bridge emits "
                         "(experimental_get_compiler_ir stage='hlo'); CPU: TensorFlow's registered per-op flops")
 
@@ -65,15 +73,17 @@ class ConversionReport:
     @property
     def text(self) -> str:
         total = self.total_cost
-        rule = "-" * 32
+        costs = [self.cpu_cost] + [f.cost for f in self.served_functions]
+        width = max(8, max(len(str(c)) for c in costs) + 2)  # the original's 8, wider for 7+ digit costs
+        rule = "-" * (24 + width)
         lines = ["-------- Conversion Report --------",
                  f"{ACCELERATOR} cost of the model: {self._pct(self.accelerator_cost):5.2f}% "
                  f"({self.accelerator_cost}/{total})",
                  f"CPU cost of the model: {self._pct(self.cpu_cost):5.2f}% ({self.cpu_cost}/{total})",
-                 "", "Cost breakdown", "=" * 32, f"{'%':<10}{'Cost':<8}Name", rule,
-                 f"{self._pct(self.cpu_cost):<10.2f}{self.cpu_cost:<8}[CPU cost]"]
+                 "", "Cost breakdown", "=" * len(rule), f"{'%':<10}{'Cost':<{width}}Name", rule,
+                 f"{self._pct(self.cpu_cost):<10.2f}{self.cpu_cost:<{width}}[CPU cost]"]
         for f in self.served_functions:
-            lines.append(f"{self._pct(f.cost):<10.2f}{f.cost:<8}{f.name}")
+            lines.append(f"{self._pct(f.cost):<10.2f}{f.cost:<{width}}{f.name}")
         lines.append(rule)
         optimizations = [s for s in self.stages if s.name in OPTIMIZATION_STAGES]
         if optimizations:
@@ -81,7 +91,47 @@ class ConversionReport:
             for stage in optimizations:
                 lines += [f"{stage.name}: {stage.changes[0] if stage.changes else stage.status}"]
                 lines += [f"  {c}" for c in stage.changes[1:]]
+        lines += self._latency_lines() + self._warmup_lines() + self._accuracy_lines()
         return "\n".join(lines)
+
+    def _latency_lines(self) -> list[str]:
+        if not self.latency:
+            return []
+        lines = ["", f"Latency on this machine ({self.machine}), median per call, before -> after:"]
+        for name, t in self.latency.items():
+            if "error" in t:
+                lines.append(f"  {name}: not timed ({t['error']})")
+                continue
+            ratio = t["after_ms"] / t["before_ms"] if t["before_ms"] else float("inf")
+            how = f"{ratio:.2f}x slower" if ratio > 1 else f"{1 / ratio:.2f}x faster"
+            if t.get("first_call_only"):
+                lines.append(f"  {name} at {t['rows']} rows: first calls only (too slow to repeat): "
+                             f"{t['before_ms']:.0f} ms -> {t['after_ms']:.0f} ms with compilation ({how})")
+                continue
+            lines.append(f"  {name} at {t['rows']} rows: {t['before_ms']:.3f} ms -> {t['after_ms']:.3f} ms ({how}; "
+                         f"first call {t['first_call_after_ms']:.0f} ms with XLA compilation)")
+        return lines
+
+    def _warmup_lines(self) -> list[str]:
+        if not self.warmup:
+            return []
+        records = self.warmup.get("records", {})
+        real = set(self.warmup.get("real_inputs", []))
+        lines = ["", f"Warm-up: {self.warmup_records} record(s) for TF Serving"
+                     + (": " + "; ".join(f"{k} {_shapes(shapes)} ({'real inputs' if k in real else 'zeros, empty strings'})"
+                                         for k, shapes in records.items()) if records else "")]
+        lines += [f"  no records for {s['signature']!r}: {s['why']}" for s in self.warmup.get("skipped", [])]
+        return lines
+
+    def _accuracy_lines(self) -> list[str]:
+        if self.accuracy_skipped:
+            return ["", "Accuracy check: skipped (skip_accuracy_check): the stages that can change results "
+                        "were applied without measuring their error"]
+        if self.unmeasured:
+            return ["", "WARNING: applied without a measured error (inputs the model does not run; give real "
+                        "inputs with --evaluation_data):"] + \
+                [f"  {u['stage']} on signature {u['signature']!r}: {u['why']}" for u in self.unmeasured]
+        return []
 
     def __str__(self) -> str:
         return self.text
@@ -103,9 +153,15 @@ class ConversionReport:
             "batching": list(self.batching),
             "stages": [asdict(s) for s in self.stages],
             "warmup_records": self.warmup_records,
+            "warmup": dict(self.warmup),
             "accuracy": self.accuracy,
             "quantization": dict(self.quantization),
             "io_shapes": list(self.io_shapes),
+            "unmeasured": list(self.unmeasured),
+            "accuracy_skipped": self.accuracy_skipped,
+            "timings": dict(self.timings),
+            "latency": dict(self.latency),
+            "machine": self.machine,
         }
 
     def to_json(self) -> str:
@@ -113,6 +169,13 @@ class ConversionReport:
 
     def to_html(self) -> str:
         return render_html(self)
+
+
+def _shapes(shapes: list) -> str:
+    """"at 1, 2, 4 rows" when only the batch varies, else the shapes of the first input."""
+    if all(len(x) == len(shapes[0]) and x[1:] == shapes[0][1:] for x in shapes) and shapes and shapes[0]:
+        return "at " + ", ".join(str(x[0]) for x in shapes) + " rows"
+    return "of shapes " + ", ".join("x".join(map(str, x)) for x in shapes)
 
 
 def _bars(report: ConversionReport) -> str:
@@ -154,6 +217,13 @@ def render_html(report: ConversionReport) -> str:
                 for stage, per_sig in sorted(report.accuracy.items()) for key, m in sorted(per_sig.items())
                 for out, e in sorted(m.get("outputs", {}).items())]
     buckets = [(b["function"], b["batch_buckets"], b["dimension_buckets"], b["max_compiles"]) for b in report.io_shapes]
+    latency = [(name, t.get("rows"), t.get("before_ms", ""), t.get("after_ms", ""), t.get("first_call_after_ms", ""),
+                t.get("error", "")) for name, t in report.latency.items()]
+    warm = [(k, "; ".join("x".join(map(str, shape)) for shape in shapes), "") for k, shapes in
+            report.warmup.get("records", {}).items()] + [(x["signature"], "none", x["why"])
+                                                         for x in report.warmup.get("skipped", [])]
+    unmeasured = [(u["stage"], u["signature"], u["why"]) for u in report.unmeasured]
+    timings = [(k, f"{v:.2f}") for k, v in report.timings.items()]
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>kiln conversion report</title>
 <style>
@@ -184,8 +254,17 @@ pre {{ background: #f5f7fa; padding: 12px; }}
 {_table(["stage", "signature", "inputs", "samples", "output", "max abs error", "max relative error"], accuracy)}
 <h2>I/O shape buckets</h2>
 {_table(["function", "batch buckets", "other dimensions", "max XLA compilations"], buckets)}
+<h2>Latency on this machine</h2>
+<p>{html.escape(report.machine)}; median per call, before (input model) and after (converted)</p>
+{_table(["function", "rows", "before ms", "after ms", "first call after ms (XLA compilation)", "not timed"], latency)}
+<h2>Warm-up records</h2>
+{_table(["signature", "record shapes (first input)", "why none"], warm)}
+{"<h2>Not measured</h2>" + _table(["stage", "signature", "why"], unmeasured) if unmeasured else ""}
+<p>{"Accuracy check skipped (skip_accuracy_check)." if report.accuracy_skipped else ""}</p>
 <h2>Stages</h2>
 {_table(["stage", "status", "changes"], stages)}
+<h2>Conversion time (seconds)</h2>
+{_table(["step", "seconds"], timings)}
 <p>{report.warmup_records} warm-up records written.</p>
 </body></html>
 """

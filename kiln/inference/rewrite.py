@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import options as opts
-from .savedmodel import CALL_OPS, DT_RESOURCE, SelectionError, arg_shape, reachable, user_name
+from .savedmodel import CALL_OPS, DT_RESOURCE, SelectionError, arg_shape, bound_inputs, reachable, user_name
 
 BATCH_OP = "BatchFunction"
+DT_INT64 = 9
 
 
 class BatchingError(SelectionError):
@@ -103,13 +104,58 @@ def update_existing(model, batch, token: str, index: int) -> list[BatchedSite]:
     return sites
 
 
-def check_batchable(model, name: str, where: str) -> list[int]:
-    """Indices of the batched (non-resource) inputs; TensorFlow's batching errors, at conversion."""
+def composite_inputs(model, name: str) -> dict[int, tuple[str, str]]:
+    """arg index -> (input name, type) for the flat components of composite inputs (SparseTensor,
+    RaggedTensor, ...), from the function's saved input signature."""
+    saved = model.meta.object_graph_def.concrete_functions.get(name)
     fdef = model.functions[name]
+    out = {}
+    if saved is not None and saved.HasField("canonicalized_input_signature"):
+        import tensorflow as tf
+        from tensorflow.python.saved_model import nested_structure_coder
+
+        try:
+            structure = nested_structure_coder.decode_proto(saved.canonicalized_input_signature)
+        except Exception:  # noqa: BLE001 (a spec this TensorFlow cannot rebuild: fall back below)
+            structure = None
+        if structure is not None:
+            pos = 0
+            for spec in tf.nest.flatten(structure):
+                width = len(tf.nest.flatten(spec, expand_composites=True)) if isinstance(spec, tf.TypeSpec) else 1
+                if width > 1 or (isinstance(spec, tf.TypeSpec) and not isinstance(spec, tf.TensorSpec)):
+                    for k in range(pos, min(pos + width, len(fdef.signature.input_arg))):
+                        out[k] = (user_name(fdef, pos), type(spec).__name__.replace("Spec", ""))
+                pos += width
+            return out
+    names = [user_name(fdef, i) for i in range(len(fdef.signature.input_arg))]  # components share a name
+    for label in {n for n in names if names.count(n) > 1}:
+        group = [i for i, n in enumerate(names) if n == label and fdef.signature.input_arg[i].type != DT_RESOURCE]
+        types = [fdef.signature.input_arg[i].type for i in group]
+        ranks = [len(arg_shape(fdef, i) or []) for i in group]
+        sparse = len(group) == 3 and types[0] == types[2] == DT_INT64 and ranks == [2, 1, 1]
+        for i in group:
+            out[i] = (label, "SparseTensor" if sparse else "composite tensor (e.g. a RaggedTensor)")
+    return out
+
+
+def check_batchable(model, name: str, where: str) -> list[int]:
+    """Indices of the batched inputs; TensorFlow's batching errors, at conversion.
+
+    Resources and captured tensors (a ``tf.constant``, a lookup table's default value: bound to the
+    object graph) are not batched: they become the BatchFunction's captured_tensors."""
+    fdef = model.functions[name]
+    bound = {i for (f, i) in bound_inputs(model) if f == name}
+    composites = composite_inputs(model, name)
     batched = []
     for i, arg in enumerate(fdef.signature.input_arg):
-        if arg.type == DT_RESOURCE:
+        if arg.type == DT_RESOURCE or i in bound:
             continue
+        if i in composites:
+            label, kind = composites[i]
+            raise BatchingError(f"{where}: cannot batch function {name!r}: input {label!r} is a {kind}; "
+                                f"BatchFunction batches dense tensors along dimension 0 only. Convert it to a "
+                                f"dense tensor before the batched function (e.g. tf.sparse.to_dense) or batch "
+                                f"a function that takes dense tensors")
         shape = arg_shape(fdef, i)
         label = user_name(fdef, i)
         if shape is not None and len(shape) == 0:
@@ -165,10 +211,13 @@ def _rename_outputs(fdef, node_name: str) -> None:
             fdef.ret[key] = new + value[len(old):]
 
 
-def batch_function(model, name: str, batch, token: str, accelerator: set, where: str) -> list[BatchedSite]:
-    """Replace every call of ``name`` by a BatchFunction op running it; one unique shared_name each."""
+def batch_function(model, name: str, batch, token: str, accelerator: set, where: str,
+                   callers: set | None = None) -> list[BatchedSite]:
+    """Replace every call of ``name`` (inside ``callers`` when given: a signature's own call graph)
+    by a BatchFunction op running it; one unique shared_name each."""
     batched = check_batchable(model, name, where)
-    sites_found = list(call_sites_in_functions(model, name))
+    sites_found = [(c, n) for c, n in call_sites_in_functions(model, name)
+                   if callers is None or c.signature.name in callers]
     if not sites_found:
         return []  # e.g. an alias's standalone trace: nothing in the graph calls it
     wrapper_name = f"__kiln_batched_{name}"
@@ -186,7 +235,7 @@ def batch_function(model, name: str, batch, token: str, accelerator: set, where:
                                 f"{on_xla[0]!r} instead")
         data = [i for i in node.input if not i.startswith("^")]
         controls = [i for i in node.input if i.startswith("^")]
-        shared = f"kiln/{token}/{name}/{n}"
+        shared = f"kiln/{token}/{name}/{caller.signature.name}/{n}"
         new = type(node)(name=node.name, op=BATCH_OP, device=node.device)
         new.input.extend([data[i] for i in order] + controls)
         new.attr["f"].func.name = wrapper_name

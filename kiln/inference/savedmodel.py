@@ -33,6 +33,7 @@ class SavedModelFile:
     proto: object  # saved_model_pb2.SavedModel
     meta: object  # the MetaGraphDef tagged "serve"
     functions: dict = field(default_factory=dict)  # name -> FunctionDef
+    twins: dict = field(default_factory=dict)  # function -> its quantized copies (graft.py)
 
     @property
     def aliases(self) -> dict:
@@ -132,6 +133,29 @@ def signature_wrapper(model: SavedModelFile, key: str) -> str:
     raise InputModelError(f"cannot find the function behind signature {key!r}")
 
 
+def signatures_reaching(model: SavedModelFile, functions) -> list[str]:
+    """The signature keys whose call graph holds one of ``functions``: the ones a stage changing
+    those functions can change (the others need no measurement)."""
+    functions = set(functions)
+    keys = []
+    for key in sorted(model.signatures):
+        wrapper = signature_wrapper(model, key)
+        if functions & (reachable(model, wrapper) | {wrapper}):
+            keys.append(key)
+    return keys
+
+
+def live_functions(model: SavedModelFile) -> set[str]:
+    """Functions a loaded model can run: those the signatures reach and the object graph's saved
+    functions with what they call. (Quantization leaves the old bodies of quantized signatures dead.)"""
+    starts = {signature_wrapper(model, key) for key in model.signatures}
+    starts |= {n for n in model.meta.object_graph_def.concrete_functions if n in model.functions}
+    live = set(starts)
+    for name in starts:
+        live |= reachable(model, name)
+    return live
+
+
 def signature_function(model: SavedModelFile, key: str) -> str:
     """The function signature ``key`` calls: the wrapper's only callee, else the wrapper itself."""
     if key not in model.signatures:
@@ -140,6 +164,50 @@ def signature_function(model: SavedModelFile, key: str) -> str:
     wrapper = signature_wrapper(model, key)
     inner = [c for n in model.functions[wrapper].node_def if n.op in CALL_OPS for c in called_functions(n)]
     return inner[0] if len(inner) == 1 else wrapper
+
+
+def _argument_passing(node) -> list[tuple[str, int]]:
+    """(function, inputs to skip) for each function a node passes its inputs on to, in order."""
+    if node.op in CALL_OPS or node.op == "BatchFunction":
+        return [(node.attr["f"].func.name, 0)]
+    if node.op in ("Case", "StatelessCase"):
+        return [(f.name, 1) for f in node.attr["branches"].list.func]
+    if node.op in ("If", "StatelessIf"):
+        return [(node.attr[k].func.name, 1) for k in ("then_branch", "else_branch")]
+    if node.op in ("While", "StatelessWhile"):
+        return [(node.attr[k].func.name, 0) for k in ("cond", "body")]
+    return []
+
+
+def bound_inputs(model) -> dict:
+    """(function, arg index) -> object-graph node id of what is captured there: a variable, a constant
+    (``tf.constant``, a table's default value) or another resource (a lookup table)."""
+    binding = {}
+    for name, saved in model.meta.object_graph_def.concrete_functions.items():
+        fdef = model.functions.get(name)
+        if fdef is None or not saved.bound_inputs:
+            continue
+        first = len(fdef.signature.input_arg) - len(saved.bound_inputs)
+        for k, node_id in enumerate(saved.bound_inputs):
+            binding[(name, first + k)] = node_id
+    changed = True
+    while changed:  # push bindings down direct call edges until nothing new appears
+        changed = False
+        for fdef in model.meta.graph_def.library.function:
+            caller = fdef.signature.name
+            arg_index = {a.name: i for i, a in enumerate(fdef.signature.input_arg)}
+            for node in fdef.node_def:
+                targets = _argument_passing(node)
+                if not targets:
+                    continue
+                data = [i for i in node.input if not i.startswith("^")]
+                for callee, skip in targets:
+                    for pos, inp in enumerate(data[skip:]):
+                        src = arg_index.get(inp)
+                        if src is not None and (caller, src) in binding and (callee, pos) not in binding:
+                            binding[(callee, pos)] = binding[(caller, src)]
+                            changed = True
+    return binding
 
 
 # -- selection -------------------------------------------------------------------------------
@@ -157,7 +225,7 @@ def _by_name(model: SavedModelFile, name: str, field_name: str) -> list[str]:
     if name not in model.functions:
         raise SelectionError(f"{field_name} {name!r} does not exist; the model's concrete functions are "
                              f"{model.public_functions()}")
-    return [name]
+    return [name] + model.twins.get(name, [])  # a quantized function is selected by its original name too
 
 
 def resolve_target(model: SavedModelFile, kind: str, value, where: str) -> list[str]:
@@ -194,13 +262,25 @@ def select_accelerator_functions(model: SavedModelFile, tpu_functions) -> dict[s
                 raise SelectionError(f"function {name!r} is selected twice: by {chosen[name]} and by {how}")
             chosen[name] = how
     for a in chosen:
-        below = reachable(model, a)
-        for b in chosen:
-            if b != a and b in below:
+        for b in sorted(_reached_through_others(model, a, set(chosen))):
+            if b in chosen:
                 raise SelectionError(
                     f'Unable to place both "{a}" and "{b}" on the accelerator because "{a}" indirectly calls '
                     f'"{b}". This behavior is unsupported because it can cause invalid graphs to be generated.')
     return chosen
+
+
+def _reached_through_others(model: SavedModelFile, start: str, selected: set) -> set[str]:
+    """The selected functions ``start`` reaches through a function that is not selected. A selected
+    function calling another one directly is allowed, as in the original (the callee compiles into
+    the caller's XLA cluster); a call through an unselected function in between is not."""
+    todo, seen = [c for c in callees(model, start) if c not in selected], set()
+    while todo:
+        f = todo.pop()
+        if f not in seen:
+            seen.add(f)
+            todo += list(callees(model, f)) if f not in selected else []
+    return seen & selected
 
 
 def arg_shape(fdef, index: int):

@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass
 
 from ..errors import KilnError
-from .savedmodel import CALL_OPS, DT_RESOURCE, arg_shape, callees, reachable, signature_wrapper, user_name
+from .savedmodel import DT_RESOURCE, arg_shape, bound_inputs, callees, reachable, signature_wrapper, user_name
 
 
 class TrialCompileError(KilnError, RuntimeError):
@@ -32,34 +32,6 @@ class FunctionCost:
 
 
 # -- variables behind resource arguments -----------------------------------------------------
-
-def resource_bindings(model) -> dict:
-    """(function, arg index) -> object-graph node id of the variable passed there."""
-    binding = {}
-    for name, saved in model.meta.object_graph_def.concrete_functions.items():
-        fdef = model.functions.get(name)
-        if fdef is None or not saved.bound_inputs:
-            continue
-        first = len(fdef.signature.input_arg) - len(saved.bound_inputs)
-        for k, node_id in enumerate(saved.bound_inputs):
-            binding[(name, first + k)] = node_id
-    changed = True
-    while changed:  # push bindings down direct call edges until nothing new appears
-        changed = False
-        for fdef in model.meta.graph_def.library.function:
-            caller = fdef.signature.name
-            arg_index = {a.name: i for i, a in enumerate(fdef.signature.input_arg)}
-            for node in fdef.node_def:
-                if node.op not in CALL_OPS and node.op != "BatchFunction":
-                    continue
-                callee = node.attr["f"].func.name
-                for pos, inp in enumerate(i for i in node.input if not i.startswith("^")):
-                    src = arg_index.get(inp)
-                    if src is not None and (caller, src) in binding and (callee, pos) not in binding:
-                        binding[(callee, pos)] = binding[(caller, src)]
-                        changed = True
-    return binding
-
 
 def _variable_values(model) -> dict:
     """object-graph node id -> numpy value, from the SavedModel's checkpoint."""
@@ -107,6 +79,7 @@ def _renamed_library(model, prefix: str):
 
 _UNSUPPORTED = re.compile(r"(\w+) \(No registered '(\w+)' OpKernel for (XLA_\w+)")
 _UNSUPPORTED_ALT = re.compile(r"[Uu]nsupported op[^:]*: (\w+)")
+_NOT_CONSTANT = re.compile(r"Input (\d+) to node `([^`]+)` with op (\w+) must be a compile-time constant")
 
 
 class Trial:
@@ -123,7 +96,7 @@ class Trial:
         for fdef in _renamed_library(model, self.prefix):
             ctx.add_function_def(fdef)
             self.renamed[fdef.signature.name[len(self.prefix):]] = fdef
-        self.binding = resource_bindings(model)
+        self.binding = bound_inputs(model)
         self.values = None
         self.variables = {}
 
@@ -154,20 +127,38 @@ class Trial:
                 missing.add(op)
         return missing
 
-    def compile(self, name: str, batch: int) -> FunctionCost:
-        """Lower ``name`` to HLO at batch size ``batch`` (unknown dims 1); costs of that HLO."""
+    def _constant(self, node_id):
+        """The value of a captured constant (object-graph ``constant`` node -> the graph's Const)."""
+        import tensorflow as tf
+
+        node = self.model.meta.object_graph_def.nodes[node_id]
+        if not node.HasField("constant"):
+            return None
+        for graph_node in self.model.meta.graph_def.node:
+            if graph_node.name == node.constant.operation and graph_node.op == "Const":
+                return tf.make_ndarray(graph_node.attr["value"].tensor)
+        return None
+
+    def arguments(self, name: str, batch: int):
+        """(call, specs): a Python function taking the data arguments of ``name`` (variables and captured
+        constants bound inside it, constants as graph constants so XLA sees their values) and the
+        TensorSpecs of those arguments at batch size ``batch`` (other unknown dimensions 1)."""
         import tensorflow as tf
         from tensorflow.python.ops import gen_functional_ops
 
         fdef = self.model.functions[name]
-        tensors, handles, shapes = [], [], []
+        bound, specs = {}, []
         for i, arg in enumerate(fdef.signature.input_arg):
+            node_id = self.binding.get((name, i))
             if arg.type == DT_RESOURCE:
-                node_id = self.binding.get((name, i))
                 if node_id is None:
                     raise TrialCompileError(f"cannot trial-compile {name!r}: resource argument "
                                             f"{user_name(fdef, i)!r} is not bound to a variable kiln can find")
-                handles.append(self._variable(node_id))
+                bound[i] = ("variable", self._variable(node_id))
+                continue
+            value = self._constant(node_id) if node_id is not None else None
+            if value is not None:
+                bound[i] = ("constant", value)
                 continue
             shape = arg_shape(fdef, i) or [batch]
             shape = [batch if k == 0 and d is None else (1 if d is None else d) for k, d in enumerate(shape)]
@@ -176,30 +167,73 @@ class Trial:
                 raise TrialCompileError(f"accelerator function {name!r}: input {user_name(fdef, i)!r} is a "
                                         f"{dtype.name} tensor, which XLA cannot take; keep the function on the "
                                         f"CPU (do not select it) or select the function it calls after parsing")
-            shapes.append(shape)
-            tensors.append(tf.zeros(shape, dtype))
-        variables = list(handles)
+            specs.append(tf.TensorSpec(shape, dtype))
         out_types = [o.type for o in fdef.signature.output_arg]
 
         def call(*xs):
-            args, xs_it, var_it = [], iter(xs), iter(variables)
-            for a in fdef.signature.input_arg:
-                args.append(next(var_it).handle if a.type == DT_RESOURCE else next(xs_it))
+            args, xs_it = [], iter(xs)
+            for i, a in enumerate(fdef.signature.input_arg):
+                kind, value = bound.get(i, (None, None))
+                if kind == "variable":
+                    args.append(value.handle)
+                elif kind == "constant":
+                    args.append(tf.constant(value, dtype=tf.dtypes.as_dtype(a.type)))
+                else:
+                    args.append(next(xs_it))
             return gen_functional_ops.stateful_partitioned_call(args=args, Tout=out_types, f=self.prefix + name)
 
+        return call, specs
+
+    def compile(self, name: str, batch: int) -> FunctionCost:
+        """Lower ``name`` to HLO at batch size ``batch`` (unknown dims 1); costs of that HLO."""
+        import tensorflow as tf
+
+        call, specs = self.arguments(name, batch)
         jitted = tf.function(call, jit_compile=True, autograph=False)
         try:
-            hlo = jitted.experimental_get_compiler_ir(*tensors)(stage="hlo")
+            hlo = jitted.experimental_get_compiler_ir(*specs)(stage="hlo")
         except Exception as exc:  # tf.errors.*: name the op XLA refused
             msg = str(exc).replace(self.prefix, "")
+            first = msg.strip().splitlines()[0] if msg.strip() else type(exc).__name__
+            constant = _NOT_CONSTANT.search(msg)
+            if constant:
+                raise TrialCompileError(self._not_constant(name, *constant.groups()) + f" TensorFlow said: {first}") \
+                    from None
             found = _UNSUPPORTED.findall(msg) or [(m, m, "XLA") for m in _UNSUPPORTED_ALT.findall(msg)]
             ops = sorted({op for _, op, _ in found} | self._ops_without_xla_kernel(name))
             what = f"op(s) {', '.join(ops)} cannot be compiled by XLA" if ops else "XLA cannot compile it"
-            first = msg.strip().splitlines()[0] if msg.strip() else type(exc).__name__
             raise TrialCompileError(f"accelerator function {name!r}: {what}; keep it on the CPU (do not select "
                                     f"it) or move those ops out of it. TensorFlow said: {first}") from None
         flops, nbytes = hlo_costs(hlo)
-        return FunctionCost(flops, nbytes, shapes)
+        return FunctionCost(flops, nbytes, [list(s.shape) for s in specs])
+
+    def _not_constant(self, name: str, index: str, node: str, op: str) -> str:
+        """Why a shape argument is not a compile-time constant: the function inputs its value comes from."""
+        sources, node = [], node.split("/")[-1]  # inlined calls prefix the caller's node names
+        for fn in [name] + sorted(reachable(self.model, name)):
+            fdef = self.model.functions[fn]
+            nodes = {n.name: n for n in fdef.node_def}
+            if node not in nodes:
+                continue
+            data = [i for i in nodes[node].input if not i.startswith("^")]
+            args = {a.name: k for k, a in enumerate(fdef.signature.input_arg)}
+            todo, seen = [data[int(index)]] if int(index) < len(data) else [], set()
+            while todo:
+                src = todo.pop().split(":")[0]
+                if src in seen:
+                    continue
+                seen.add(src)
+                if src in args:
+                    sources.append(user_name(fdef, args[src]) + ("" if fn == name else f" (of {fn})"))
+                elif src in nodes:
+                    todo += [i for i in nodes[src].input if not i.startswith("^")]
+            break
+        came = (f" Its value comes from input(s) {', '.join(repr(x) for x in sorted(set(sources)))}, which XLA "
+                f"sees only when the function runs.") if sources else ""
+        return (f"accelerator function {name!r}: input {index} of node {node!r} ({op}) must be a compile-time "
+                f"constant (a shape, axis or size), and it is computed at run time.{came} Compute it inside the "
+                f"function from static shapes or tf.shape of its own inputs, pass it as a Python value, or keep "
+                f"the function on the CPU.")
 
 
 # -- HLO cost counting -----------------------------------------------------------------------
@@ -268,6 +302,7 @@ def cpu_flops(model, names, batch_of, renamed) -> dict[str, int]:
     """
     import tensorflow as tf
     from tensorflow.python.framework import function_def_to_graph, ops
+    from tensorflow.python.util import deprecation
 
     out = {}
     for name in names:
@@ -307,12 +342,13 @@ def cpu_flops(model, names, batch_of, renamed) -> dict[str, int]:
                     graph.get_operation_by_name(arg.name).outputs[0].set_shape(shapes[i])
                 except (KeyError, ValueError):
                     pass
-        for op in graph.get_operations():
-            try:
-                stat = ops.get_stats_for_node_def(graph, op.node_def, "flops")
-            except (ValueError, TypeError, tf.errors.OpError):
-                continue
-            total += int(stat.value or 0)
+        with deprecation.silence():  # the flop registry calls a TF1 helper that logs a deprecation notice
+            for op in graph.get_operations():
+                try:
+                    stat = ops.get_stats_for_node_def(graph, op.node_def, "flops")
+                except (ValueError, TypeError, tf.errors.OpError):
+                    continue
+                total += int(stat.value or 0)
         out[name] = total
     return out
 

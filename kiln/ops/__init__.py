@@ -63,6 +63,15 @@ def get(name: str) -> OpDef | None:
     return OPS.get(name)
 
 
+def states(op_type: str, fact: str) -> bool:
+    """Whether builtin ``op_type``'s record states ``fact`` — one of its boolean facts
+    ("reshapes", "reads_shape_only", "converts", "reduces", "resource", "calls_subgraphs") —
+    so passes and backends ask the record instead of keeping op lists of their own. False for
+    ops kiln has no record of."""
+    record = OPS.get(op_type)
+    return record is not None and bool(getattr(record, fact))
+
+
 def has_side_effects(op_type: str) -> bool:
     """Whether running ``op_type`` does something its outputs do not show. Ops kiln has no
     record of (CUSTOM, CALL, builtins it does not know) are assumed to: what kiln does not
@@ -136,5 +145,6 @@ def require(name: str) -> OpDef:
 
 __all__ = [
     "KernelCall", "OPS", "OPTIONS_BY_TABLE", "OpDef", "OptionsSpec", "apply_activation", "get",
-    "declared_options", "has_side_effects", "infer_output_shapes", "is_pure", "require", "subgraph_fields",
+    "declared_options", "has_side_effects", "infer_output_shapes", "is_pure", "require", "states",
+    "subgraph_fields",
 ]

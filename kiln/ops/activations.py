@@ -19,9 +19,17 @@ from numpy.polynomial import chebyshev
 
 from ..errors import OpError
 from ..schema import Activation, DType
-from .elementwise import reject_quantized
-from . import integer, integer_more
-from .record import UNLISTED, KernelCall, OpDef, OptionsSpec, input_dtype, output_dtype
+from . import quantized_kernels
+from .record import (
+    UNLISTED,
+    KernelCall,
+    OpDef,
+    OptionsSpec,
+    input_dtype,
+    output_dtype,
+    reject_quantized,
+)
+from .traits import INT8_ONLY, fixed, own
 
 
 def _float_input(call: KernelCall, x: np.ndarray) -> None:
@@ -234,36 +242,53 @@ def _log_softmax_version(op) -> int:
 
 OPS: tuple[OpDef, ...] = (
     OpDef("TANH", _float_kernel(_tanh), None, _tanh_logistic_version, 3,
-          runtime_versions=("1.14.0", "1.14.0", "2.3.0"), quantized=integer.TANH),
+          runtime_versions=("1.14.0", "1.14.0", "2.3.0"), quantized=quantized_kernels.TANH,
+          quantization=fixed((1 / 128, 0), (1 / 32768, 0))),
     OpDef("LOGISTIC", _float_kernel(_logistic), None, _tanh_logistic_version, 3,
-          runtime_versions=("1.14.0", "1.14.0", "2.3.0"), quantized=integer.LOGISTIC),
+          runtime_versions=("1.14.0", "1.14.0", "2.3.0"), quantized=quantized_kernels.LOGISTIC,
+          quantization=fixed((1 / 256, -128), (1 / 32768, 0))),
     OpDef("RELU", _clamp_kernel(0, None), None,
           _int16_8(3, 2, i8_types=(DType.INT8, DType.UINT8)), 3,
-          runtime_versions=("1.5.0", "2.1.0", "2.5.0"), quantized=integer.RELU),
+          runtime_versions=("1.5.0", "2.1.0", "2.5.0"), quantized=quantized_kernels.RELU,
+          quantization=own(),
+          fuses_as=Activation.RELU),
     OpDef("RELU6", _clamp_kernel(0, 6), None, _int16_8(3, 2), 3,
-          runtime_versions=("1.5.0", "1.14.0", "2.5.0"), quantized=integer.RELU6),
+          runtime_versions=("1.5.0", "1.14.0", "2.5.0"), quantized=quantized_kernels.RELU6,
+          quantization=own(),
+          fuses_as=Activation.RELU6),
     OpDef("RELU_N1_TO_1", _clamp_kernel(-1, 1),
-          runtime_versions=("1.5.0",), quantized=integer.RELU_N1_TO_1),
+          runtime_versions=("1.5.0",), quantized=quantized_kernels.RELU_N1_TO_1,
+          quantization=own(types=INT8_ONLY),
+          fuses_as=Activation.RELU_N1_TO_1),
     OpDef("LEAKY_RELU", _leaky_relu, OptionsSpec("LeakyReluOptions", {"alpha": 0.0}),
           _leaky_relu_version, 2,
-          runtime_versions=("1.13.1", "2.3.0"), quantized=integer.LEAKY_RELU),
+          runtime_versions=("1.13.1", "2.3.0"), quantized=quantized_kernels.LEAKY_RELU,
+          quantization=own()),
     OpDef("PRELU", _prelu,
-          runtime_versions=("1.8.0",), quantized=integer_more.PRELU),
+          runtime_versions=("1.8.0",), quantized=quantized_kernels.PRELU,
+          quantization=own(0, 1, symmetric=(1,))),
     OpDef("ELU", _float_kernel(_elu),
-          runtime_versions=("1.14.0",), quantized=integer_more.ELU),
+          runtime_versions=("1.14.0",), quantized=quantized_kernels.ELU,
+          # TF 2.21 keeps ELU float; LiteRT has an int8 lookup-table kernel
+          quantization=own(types=INT8_ONLY)),
     OpDef("GELU", _float_kernel(_gelu), OptionsSpec("GeluOptions", {"approximate": False}),
           _gelu_version, 3,
-          runtime_versions=("2.9.0", "2.9.0", UNLISTED), quantized=integer.GELU),
+          runtime_versions=("2.9.0", "2.9.0", UNLISTED), quantized=quantized_kernels.GELU,
+          quantization=own()),
     OpDef("HARD_SWISH", _hard_swish, OptionsSpec("HardSwishOptions"),
-          runtime_versions=("1.15.0",), quantized=integer.HARD_SWISH),
+          runtime_versions=("1.15.0",), quantized=quantized_kernels.HARD_SWISH,
+          quantization=own(types=INT8_ONLY)),
     OpDef("SOFTMAX", _softmax, OptionsSpec("SoftmaxOptions", {"beta": 0.0}), _int16_8(3, 2), 4,
-          runtime_versions=("1.5.0", "1.14.0", "2.3.0", UNLISTED), quantized=integer.SOFTMAX),
+          runtime_versions=("1.5.0", "1.14.0", "2.3.0", UNLISTED), quantized=quantized_kernels.SOFTMAX,
+          quantization=fixed((1 / 256, -128), (1 / 32768, 0))),
     OpDef("LOG_SOFTMAX", _log_softmax, OptionsSpec("LogSoftmaxOptions"), _log_softmax_version, 2,
-          runtime_versions=("1.14.0", "1.14.0"), quantized=integer.LOG_SOFTMAX),
+          runtime_versions=("1.14.0", "1.14.0"), quantized=quantized_kernels.LOG_SOFTMAX,
+          quantization=fixed((16 / 256, 127))),
     OpDef("L2_NORMALIZATION", _l2_normalization,
           OptionsSpec("L2NormOptions", {"fused_activation_function": Activation.NONE}),
           _l2_version, 2,
-          runtime_versions=("1.5.0", "1.14.0"), quantized=integer_more.L2_NORMALIZATION),
+          runtime_versions=("1.5.0", "1.14.0"), quantized=quantized_kernels.L2_NORMALIZATION,
+          quantization=fixed((1 / 128, 0))),
 )
 
 __all__ = ["OPS", "erfc"]

@@ -53,5 +53,6 @@ OPS = (
           runtime_versions=("1.15.0",), subgraph_fields=("then_subgraph_index", "else_subgraph_index"),
           quantized=on_codes(_if)),
     OpDef("CALL_ONCE", _call_once, OptionsSpec("CallOnceOptions", {"init_subgraph_index": 0}),
-          runtime_versions=("2.5.0",), side_effects=True, subgraph_fields=("init_subgraph_index",)),
+          runtime_versions=("2.5.0",), side_effects=True, subgraph_fields=("init_subgraph_index",),
+          resource=True),
 )

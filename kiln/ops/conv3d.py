@@ -14,15 +14,16 @@ LiteRT's builtin float kernels (NONE still maps +-inf to +-FLT_MAX).
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
 
 from ..errors import OpError
 from ..schema import Activation, Padding
-from .elementwise import clamp_activation, reject_quantized
+from .record import KernelCall, OpDef, OptionsSpec, clamp_activation, reject_quantized
+from .traits import Shapes, Weights, elements, output_times_weights
 from .windowed import out_size, pad_before_after
-from .record import KernelCall, OpDef, OptionsSpec
 
 #: Element budget of one im2col patch matrix; larger convolutions run in depth-slice chunks.
 _IM2COL_BUDGET = 1 << 24
@@ -200,11 +201,20 @@ _CONV3D_OPTIONS = OptionsSpec("Conv3DOptions", {
 })
 
 # op_version.cc has no rule for either op (always version 1); register.cc registers 1 only.
+
+
+def _conv3d_transpose_macs(op, shapes: Shapes | None = None) -> int:
+    w = op.inputs[1]
+    return elements(op.inputs[2], shapes) * math.prod(w.shape[:4]) if w is not None else 0
+
+
 OPS: tuple[OpDef, ...] = (
     OpDef("CONV_3D", _conv3d_kernel, _CONV3D_OPTIONS,
-          runtime_versions=("2.5.0",)),
+          runtime_versions=("2.5.0",),
+          weights=Weights((1,), axis=4, bias=2, spatial=(0, 1, 2)), macs=output_times_weights(lambda w: math.prod(w[:4]))),
     OpDef("CONV_3D_TRANSPOSE", _conv3d_transpose_kernel, _CONV3D_OPTIONS,
-          runtime_versions=("2.6.0",)),
+          runtime_versions=("2.6.0",),
+          macs=_conv3d_transpose_macs),
 )
 
 __all__ = ["OPS"]

@@ -18,94 +18,27 @@ values and whose quantized operands all share one set of parameters.
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Callable
 
 import numpy as np
 
 from ..errors import OpError
 from ..schema import Activation, DType
-from . import integer_arith, integer_more
-from .record import UNLISTED, KernelCall, OpDef, OptionsSpec, input_dtype, on_codes, output_dtype
-
-# -- helpers shared with activations.py and reduce.py ---------------------------------------
-
-_QUANT_TYPES = frozenset({DType.INT8, DType.UINT8, DType.INT16, DType.INT4})
-
-
-def is_quantized(tensor) -> bool:
-    """True for an integer tensor that carries affine quantization parameters."""
-    if tensor is None or tensor.dtype not in _QUANT_TYPES:
-        return False
-    q = tensor.quantization
-    return q is not None and q.scale.size > 0
-
-
-def reject_quantized(call: KernelCall, *, shared_ok: bool = False) -> None:
-    """Refuse quantized operands (no quantized kernel yet).
-
-    With ``shared_ok`` an op that only compares, selects or moves raw values accepts them
-    when every quantized input and output uses the same scale and zero point, because its
-    result on the raw integers is then exactly the quantized result.
-    """
-    op = call.op
-    tensors = [t for t in (*op.inputs, *op.outputs) if t is not None]
-    quantized = [t for t in tensors if t.dtype in _QUANT_TYPES and is_quantized(t)]
-    if not quantized:
-        return
-    if shared_ok:
-        first = quantized[0].quantization
-        ints = [t for t in tensors if t.dtype in _QUANT_TYPES]
-        if len(ints) == len(quantized) and all(t.quantization == first for t in quantized):
-            return
-    t = quantized[0]
-    raise OpError(
-        f"{call.op.name}: quantized kernel not implemented yet (tensor {t.name!r} is "
-        f"{t.dtype.name} with quantization parameters)"
-    )
-
-
-def activation_range(act: int, dtype: np.dtype) -> tuple:
-    """The (min, max) clamp LiteRT applies for a fused activation on ``dtype`` outputs.
-
-    Mirrors LiteRT's CalculateActivationRange: TANH and SIGN_BIT have no range of their own
-    and fall back to the type's limits, like NONE.
-    """
-    return _activation_range(act, np.dtype(dtype))
-
-
-@lru_cache(maxsize=None)
-def _activation_range(act: int, dtype: np.dtype) -> tuple:
-    info = np.finfo(dtype) if np.issubdtype(dtype, np.floating) else np.iinfo(dtype)
-    lo, hi = info.min, info.max
-    if act == Activation.RELU:
-        return 0, hi
-    if act == Activation.RELU6:
-        return 0, 6
-    if act == Activation.RELU_N1_TO_1:
-        return -1, 1
-    if act in (Activation.NONE, Activation.TANH, Activation.SIGN_BIT):
-        return lo, hi
-    raise OpError(f"unknown fused activation function {act}")
-
-
-def clamp_activation(x: np.ndarray, act: int, *, in_place: bool = False) -> np.ndarray:
-    """Apply a fused activation the way LiteRT's arithmetic kernels do (a clamp).
-
-    ``in_place`` lets the clamp overwrite ``x`` (a fresh result the caller owns).
-    """
-    kind = x.dtype.kind
-    if kind == "f":
-        lo, hi = _activation_range(act, x.dtype)
-        return x.clip(lo, hi, out=x if in_place else None)  # np.clip, without its wrappers
-    if kind in "iu" and act == Activation.NONE:
-        return x
-    if x.dtype == np.bool_ or not np.issubdtype(x.dtype, np.number):
-        return x
-    if np.issubdtype(x.dtype, np.integer) and act == Activation.NONE:
-        return x
-    lo, hi = activation_range(act, x.dtype)
-    return np.clip(x, lo, hi).astype(x.dtype, copy=False)
+from . import quantized_kernels
+from .record import (
+    UNLISTED,
+    KernelCall,
+    OpDef,
+    OptionsSpec,
+    activation_range,
+    clamp_activation,
+    input_dtype,
+    is_quantized,
+    on_codes,
+    output_dtype,
+    reject_quantized,
+)
+from .traits import INT8_ONLY, own, requantize
 
 
 def _same_type(x, like: np.ndarray) -> np.ndarray:
@@ -506,9 +439,9 @@ _COMPARISONS = (  # name, function, options table, version rule, max version, ru
     ("GREATER_EQUAL", np.greater_equal, "GreaterEqualOptions", _by_type({_I16: 3, _I8: 2}), 3,
      ("1.14.0", "1.14.0", "2.13.0")),
     ("EQUAL", np.equal, "EqualOptions", _by_type({_I16: 5, DType.STRING: 3, _I8: 2}), 5,
-     ("1.14.0", "1.14.0", "2.3.0", "2.13.0", UNLISTED)),
+     ("1.14.0", "1.14.0", "2.3.0", "2.13.0", "2.21.0")),
     ("NOT_EQUAL", np.not_equal, "NotEqualOptions",
-     _by_type({_I16: 4, DType.STRING: 3, _I8: 2}), 4, ("1.14.0", "1.14.0", "2.3.0", UNLISTED)),
+     _by_type({_I16: 4, DType.STRING: 3, _I8: 2}), 4, ("1.14.0", "1.14.0", "2.3.0", "2.21.0")),
 )
 
 
@@ -520,7 +453,7 @@ def _comparison(name, fn, table, rule, top, runtime) -> OpDef:
     """int8 rescales both sides (LiteRT's comparisons); int16 and uint8 compare codes of
     shared parameters."""
     kernel = _compare(fn)
-    quantized = {**on_codes(kernel), "int8": integer_arith.comparison(fn)}
+    quantized = {**on_codes(kernel), "int8": quantized_kernels.comparison(fn)}
     return OpDef(name, kernel, _table(table), rule, top, runtime_versions=runtime, quantized=quantized)
 
 
@@ -531,19 +464,22 @@ OPS: tuple[OpDef, ...] = (
     # arithmetic with fused activation
     OpDef("ADD", _binary(_add, act=True, fresh=True, quiet_ints=True), _table("AddOptions", **_ADD_OPTS),
           _add_version, 6,
-          runtime_versions=("1.5.0", "1.14.0", "2.4.0", "2.6.0", "2.13.0", UNLISTED),
-          fused_activation_host=True, quantized=integer_arith.ADD),
+          runtime_versions=("1.5.0", "1.14.0", "2.4.0", "2.6.0", "2.13.0", "2.23.0"),
+          fused_activation_host=True, quantized=quantized_kernels.ADD,
+          quantization=own(0, 1)),
     OpDef("SUB", _binary(_sub, act=True, fresh=True, quiet_ints=True), _table("SubOptions", **_ADD_OPTS),
           _sub_version, 5,
           runtime_versions=("1.6.0", "1.14.0", "2.3.0", "2.4.0", "2.4.0"), fused_activation_host=True,
-          quantized=integer_arith.SUB),
+          quantized=quantized_kernels.SUB,
+          quantization=own(0, 1)),
     OpDef("MUL", _binary(_mul, act=True, fresh=True, quiet_ints=True), _table("MulOptions", **_ACT_OPTS),
           _mul_version, 8,
-          runtime_versions=("1.5.0", "1.14.0", "1.15.0", "2.3.0", "2.6.0", "2.11.0", "2.13.0", UNLISTED),
-          fused_activation_host=True, quantized=integer_arith.MUL),
+          runtime_versions=("1.5.0", "1.14.0", "1.15.0", "2.3.0", "2.6.0", "2.11.0", "2.13.0", "2.23.0"),
+          fused_activation_host=True, quantized=quantized_kernels.MUL,
+          quantization=own(0, 1)),
     OpDef("DIV", _binary(_div, act=True, fresh=True), _table("DivOptions", **_ACT_OPTS),
           _div_version, 2,
-          runtime_versions=("1.6.0", "2.3.0"), fused_activation_host=True, quantized=integer_arith.DIV),
+          runtime_versions=("1.6.0", "2.3.0"), fused_activation_host=True, quantized=quantized_kernels.DIV),
     # other binary arithmetic
     OpDef("FLOOR_DIV", _binary(_floor_div), _table("FloorDivOptions"),
           _by_type({(_I16, _I8): 3, _F32: 2}), 3,
@@ -553,24 +489,31 @@ OPS: tuple[OpDef, ...] = (
           runtime_versions=("1.13.0", "2.13.0")),
     OpDef("SQUARED_DIFFERENCE", _binary(_squared_difference), _table("SquaredDifferenceOptions"),
           _by_type({_I8: 2}), 2,
-          runtime_versions=("1.13.1", "2.5.0"), quantized=integer_arith.SQUARED_DIFFERENCE),
+          runtime_versions=("1.13.1", "2.5.0"), quantized=quantized_kernels.SQUARED_DIFFERENCE,
+          quantization=own(0, 1, types=INT8_ONLY)),
     OpDef("POW", _binary(_pow), _table("PowOptions"),
           runtime_versions=("1.10.0",)),
     OpDef("MAXIMUM", _MAXIMUM, _MAX_MIN, _max_min_version, 4,
-          runtime_versions=("1.14.0", "1.14.0", "2.3.0", "2.3.0"), quantized=on_codes(_MAXIMUM)),
+          runtime_versions=("1.14.0", "1.14.0", "2.3.0", "2.3.0"), quantized=on_codes(_MAXIMUM),
+          quantization=requantize()),
     OpDef("MINIMUM", _MINIMUM, _MAX_MIN, _max_min_version, 4,
-          runtime_versions=("1.14.0", "1.14.0", "2.3.0", "2.3.0"), quantized=on_codes(_MINIMUM)),
+          runtime_versions=("1.14.0", "1.14.0", "2.3.0", "2.3.0"), quantized=on_codes(_MINIMUM),
+          quantization=requantize()),
     OpDef("ATAN2", _binary(_atan2), _table("ATan2Options"),
           runtime_versions=("2.10.0",)),
     # unary math
     OpDef("RSQRT", _unary_float("RSQRT"), None, _by_type({_I16: 3, _I8: 2}), 3,
-          runtime_versions=("1.10.0", "2.5.0", "2.15.0"), quantized=integer_arith.RSQRT),
+          runtime_versions=("1.10.0", "2.5.0", "2.15.0"), quantized=quantized_kernels.RSQRT,
+          quantization=own()),
     OpDef("SQRT", _unary_float("SQRT"), None, _by_type({(_I8, _I16): 2}), 2,
-          runtime_versions=("1.10.0", UNLISTED), quantized=integer_more.SQRT),
+          runtime_versions=("1.10.0", "2.21.0"), quantized=quantized_kernels.SQRT,
+          quantization=own()),
     OpDef("EXP", _unary_float("EXP"), _table("ExpOptions"), _by_type({(_I8, _I16): 2}), 2,
-          runtime_versions=("1.7.0", "2.12.0"), quantized=integer_arith.EXP),
+          runtime_versions=("1.7.0", "2.12.0"), quantized=quantized_kernels.EXP,
+          quantization=own()),
     OpDef("LOG", _unary_float("LOG"), None, _by_type({(_I8, _I16): 2}), 2,
-          runtime_versions=("1.14.0", "2.15.0"), quantized=integer_arith.LOG),
+          runtime_versions=("1.14.0", "2.15.0"), quantized=quantized_kernels.LOG,
+          quantization=own()),
     OpDef("SIN", _unary_float("SIN"), None, max_version=2,
           runtime_versions=("1.9.0", UNLISTED)),
     OpDef("COS", _unary_float("COS"), _table("CosOptions"), max_version=2,
@@ -586,7 +529,8 @@ OPS: tuple[OpDef, ...] = (
     OpDef("NEG", _unary(np.negative), _table("NegOptions"),
           runtime_versions=("1.9.0",)),
     OpDef("ABS", _unary(np.abs), _table("AbsOptions"), _abs_version, 5,
-          runtime_versions=("1.13.0", "2.4.0", "2.5.0", "2.6.0", "2.12.0"), quantized=integer_arith.ABS),
+          runtime_versions=("1.13.0", "2.4.0", "2.5.0", "2.6.0", "2.12.0"), quantized=quantized_kernels.ABS,
+          quantization=own()),
     OpDef("SIGN", _unary(_sign), _table("SignOptions"), _by_type({_I32: 2}), 2,
           runtime_versions=("2.11.0", "2.12.0")),
     # comparisons
@@ -606,8 +550,9 @@ OPS: tuple[OpDef, ...] = (
           runtime_versions=("2.2.0", "2.12.0"), quantized=on_codes(_select_v2)),
     OpDef("CAST", _cast, _table("CastOptions", in_data_type=DType.FLOAT32,
                                 out_data_type=DType.FLOAT32), _cast_version, 9,
-          runtime_versions=("1.5.0", "2.7.0", "2.8.0", "2.9.0", "2.12.0", "2.15.0", "2.17.0", UNLISTED,
-                            UNLISTED)),
+          runtime_versions=("1.5.0", "2.7.0", "2.8.0", "2.9.0", "2.12.0", "2.15.0", "2.17.0", "2.21.0",
+                            UNLISTED),
+                            converts=True),
     OpDef("ZEROS_LIKE", _zeros_like, _table("ZerosLikeOptions"),
           runtime_versions=("1.12.0",)),
     OpDef("ADD_N", _add_n, _table("AddNOptions"),

@@ -13,9 +13,18 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import DType
-from .elementwise import is_quantized, reject_quantized
-from . import integer_more
-from .record import KernelCall, OpDef, OptionsSpec, input_dtype, input_rank, on_codes
+from . import quantized_kernels
+from .record import (
+    KernelCall,
+    OpDef,
+    OptionsSpec,
+    input_dtype,
+    input_rank,
+    is_quantized,
+    on_codes,
+    reject_quantized,
+)
+from .traits import INT8_ONLY, same
 
 _F32 = np.float32
 
@@ -110,8 +119,9 @@ RESIZE_BILINEAR = OpDef(
     }),
     version=_resize_bilinear_version,
     max_version=4,
-    quantized=integer_more.RESIZE_BILINEAR,
+    quantized=quantized_kernels.RESIZE_BILINEAR,
     runtime_versions=("1.7.0", "1.14.0", "2.2.0", "2.5.0"),
+    quantization=same()
 )
 
 
@@ -164,6 +174,7 @@ RESIZE_NEAREST_NEIGHBOR = OpDef(
     version=_resize_nearest_version,
     max_version=4,
     runtime_versions=("1.13.1", "1.14.0", "2.3.0", "2.4.0"),
+    quantization=same()
 )
 
 
@@ -229,6 +240,7 @@ DEPTH_TO_SPACE = OpDef(
     max_version=2,
     shape=_depth_to_space_shape,
     runtime_versions=("2.1.0", "2.5.0"),
+    quantization=same(types=INT8_ONLY)
 )
 SPACE_TO_DEPTH = OpDef(
     name="SPACE_TO_DEPTH",
@@ -239,6 +251,7 @@ SPACE_TO_DEPTH = OpDef(
     max_version=2,
     shape=_space_to_depth_shape,
     runtime_versions=("1.5.0", "1.14.0"),
+    quantization=same(types=INT8_ONLY)
 )
 
 
@@ -328,6 +341,7 @@ SPACE_TO_BATCH_ND = OpDef(
     version=_batch_space_version,
     max_version=4,
     runtime_versions=("1.6.0", "1.14.0", "2.3.0", "2.12.0"),
+    quantization=same(),   # LiteRT 2.3 runs it with int8 and int16 activations (measured, BUILTIN_REF)
 )
 BATCH_TO_SPACE_ND = OpDef(
     name="BATCH_TO_SPACE_ND",
@@ -337,6 +351,7 @@ BATCH_TO_SPACE_ND = OpDef(
     version=_batch_space_version,
     max_version=4,
     runtime_versions=("1.6.0", "1.14.0", "2.3.0", "2.12.0"),
+    quantization=same(),   # LiteRT 2.3 runs it with int8 and int16 activations (measured, BUILTIN_REF)
 )
 
 

@@ -15,8 +15,18 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import DType
-from .record import HYBRID, UNLISTED, KernelCall, OpDef, OptionsSpec, input_dtype, input_rank, on_codes
+from .record import (
+    HYBRID,
+    UNLISTED,
+    KernelCall,
+    OpDef,
+    OptionsSpec,
+    input_dtype,
+    input_rank,
+    on_codes,
+)
 from .shape import dense, int_scalar, int_values, norm_axis
+from .traits import same
 
 _POSITION_TYPES = (np.dtype(np.int16), np.dtype(np.int32), np.dtype(np.int64))
 
@@ -470,8 +480,9 @@ def _movement(name: str, kernel, **kw) -> OpDef:
 OPS = (
     _movement("SLICE", _slice, options=OptionsSpec("SliceOptions"), version=_slice_version,
               max_version=8,
-              runtime_versions=("1.14.0", "1.14.0", "1.14.0", "2.4.0", "2.5.0", "2.14.0", UNLISTED,
-                                UNLISTED)),
+              runtime_versions=("1.14.0", "1.14.0", "1.14.0", "2.4.0", "2.5.0", "2.14.0", "2.21.0",
+                                UNLISTED),
+                                quantization=same()),
     _movement("STRIDED_SLICE", _strided_slice,
               options=OptionsSpec("StridedSliceOptions", {
                   "begin_mask": 0, "end_mask": 0, "ellipsis_mask": 0, "new_axis_mask": 0,
@@ -479,18 +490,20 @@ OPS = (
               }),
               version=_strided_slice_version, max_version=8,
               runtime_versions=("1.6.0", "1.14.0", "2.1.0", "2.2.0", "2.5.0", "2.6.0", "2.14.0",
-                                "2.14.0")),
+                                "2.14.0"),
+                                quantization=same()),
     _movement("GATHER", _gather, options=OptionsSpec("GatherOptions", {"axis": 0, "batch_dims": 0}),
               version=_gather_version, max_version=8,
               runtime_versions=("1.6.0", "1.14.0", "1.15.0", "2.4.0", "2.5.0", "2.13.0", "2.15.0",
-                                UNLISTED)),
+                                UNLISTED),
+                                quantization=same(table=True)),
     _movement("GATHER_ND", _gather_nd, options=OptionsSpec("GatherNdOptions"),
               version=_gather_nd_version, max_version=6,
               runtime_versions=("1.14.0", "2.3.0", "2.5.0", "2.13.0", "2.16.0", UNLISTED)),
     OpDef("EMBEDDING_LOOKUP", _embedding_lookup,
           version=_embedding_lookup_version, max_version=5,
           quantized={**on_codes(_embedding_lookup), HYBRID: _embedding_lookup},
-          runtime_versions=("1.13.0", "1.14.0", "1.14.0", "2.18.0", UNLISTED)),
+          runtime_versions=("1.13.0", "1.14.0", "1.14.0", "2.18.0", "2.21.0")),
     _movement("WHERE", _where, options=OptionsSpec("WhereOptions"),
               version=lambda op: 1 if input_dtype(op, 0) == DType.BOOL else 2, max_version=2,
               runtime_versions=("1.14.0", "2.8.0")),
@@ -499,7 +512,7 @@ OPS = (
     _movement("DYNAMIC_UPDATE_SLICE", _dynamic_update_slice,
               options=OptionsSpec("DynamicUpdateSliceOptions"),
               version=_dynamic_update_slice_version, max_version=6,
-              runtime_versions=("2.9.0", "2.17.0", "2.19.0", "2.20.0", UNLISTED, UNLISTED)),
+              runtime_versions=("2.9.0", "2.17.0", "2.19.0", "2.20.0", "2.21.0", "2.22.0")),
     _movement("ONE_HOT", _one_hot, options=OptionsSpec("OneHotOptions", {"axis": 0}),
               runtime_versions=("1.11.0",)),
     _movement("UNIQUE", _unique, options=OptionsSpec("UniqueOptions", {"idx_out_type": 2}),

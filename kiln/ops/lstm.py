@@ -18,62 +18,35 @@ input narrower or wider than the input) kiln computes the intended result instea
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..errors import OpError
-from ..schema import Activation, DType
-from . import integer_lstm
-from .record import KernelCall, OpDef, OptionsSpec, apply_activation, input_dtype, output_dtype, with_state
+from ..schema import (
+    BIDIRECTIONAL_LSTM_AUX_INPUT,
+    BIDIRECTIONAL_LSTM_BW,
+    BIDIRECTIONAL_LSTM_FW,
+    UNIDIRECTIONAL_LSTM,
+    Activation,
+    DType,
+    LstmLayout,
+)
+from . import quantized_kernels
+from .record import (
+    KernelCall,
+    OpDef,
+    OptionsSpec,
+    apply_activation,
+    input_dtype,
+    output_dtype,
+    with_state,
+)
+from .traits import INT8_ONLY, OutputScale, Quantization, Shapes, Weights, elements, shape_of
 
 _GATES = ("i", "f", "c", "o")  # input, forget, cell (candidate), output — LiteRT's operand order
 _QUANTIZED = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))
-
-
-# -- operand layout --------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class _Layout:
-    """Operand indices of one LSTM direction (uni op, or the fw/bw half of the bidi op)."""
-
-    input_w: tuple[int, int, int, int]
-    recurrent_w: tuple[int, int, int, int]
-    peephole: tuple[int, int, int]          # cell_to_{input, forget, output}
-    bias: tuple[int, int, int, int]
-    projection_w: int
-    projection_b: int
-    output_state: int
-    cell_state: int
-    layer_norm: tuple[int, ...] = ()        # only the unidirectional op has them
-    aux_w: tuple[int, ...] = ()             # only the bidirectional op has them
-
-    @property
-    def weights(self) -> tuple[int, ...]:
-        """Every weight-like operand (all but the input and the states)."""
-        return (*self.input_w, *self.recurrent_w, *self.peephole, *self.bias, self.projection_w,
-                self.projection_b, *self.layer_norm, *self.aux_w)
-
-
-def _direction(base: int, output_state: int, cell_state: int, **extra) -> _Layout:
-    """Layout of a direction whose input_to_input_weights operand sits at ``base``."""
-    return _Layout(
-        input_w=(base, base + 1, base + 2, base + 3),
-        recurrent_w=(base + 4, base + 5, base + 6, base + 7),
-        peephole=(base + 8, base + 9, base + 10),
-        bias=(base + 11, base + 12, base + 13, base + 14),
-        projection_w=base + 15,
-        projection_b=base + 16,
-        output_state=output_state,
-        cell_state=cell_state,
-        **extra,
-    )
-
-
-_UNI = _direction(1, 18, 19, layer_norm=(20, 21, 22, 23))
-_FW = _direction(1, 35, 36, aux_w=(40, 41, 42, 43))
-_BW = _direction(18, 37, 38, aux_w=(44, 45, 46, 47))
-_BIDI_AUX_INPUT = 39
 
 
 # -- small numeric helpers -------------------------------------------------------------------
@@ -100,13 +73,16 @@ def _f32(a: np.ndarray | None) -> np.ndarray | None:
 
 
 def _check_float(op_name: str, x: np.ndarray, weights: np.ndarray) -> None:
-    """Refuse integer-quantized and hybrid (int8 weights) operands: no kernel for them yet."""
+    """Refuse integer-quantized and hybrid (int8 weights) operands the float kernel got: the
+    node's quantized kernels (chosen by operand types) run those that carry quantization
+    parameters."""
     if x.dtype in _QUANTIZED:
         raise OpError(f"{op_name}: {x.dtype} (integer-quantized) input: quantized kernel not "
                       "implemented yet")
     if weights.dtype in _QUANTIZED:
-        raise OpError(f"{op_name}: float input with {weights.dtype} weights (hybrid): quantized "
-                      "kernel not implemented yet")
+        hybrid = " (the sequence LSTMs' hybrid kernels need each int8 weight's scale)" if "LSTM" in op_name else ""
+        raise OpError(f"{op_name}: float input with {weights.dtype} weights without quantization parameters "
+                      f"(hybrid): quantized kernel not implemented yet{hybrid}")
     if x.dtype != np.float32:
         raise OpError(f"{op_name}: input must be float32, got {x.dtype}")
 
@@ -190,26 +166,26 @@ def _gather(inputs, indices, names=_GATES) -> dict[str, np.ndarray]:
     return found
 
 
-def _read_lstm(op_name: str, inputs, lay: _Layout, diagonal: bool = False) -> _Lstm:
+def _read_lstm(op_name: str, inputs, lay: LstmLayout, diagonal: bool = False) -> _Lstm:
     """Collect and check one direction's operands (the checks LiteRT's Prepare makes)."""
     def get(i):
         return inputs[i] if i < len(inputs) else None
 
-    for idx, what in zip(lay.input_w[1:] + lay.recurrent_w[1:] + lay.bias[1:],
+    for idx, what in zip(lay.input_weights[1:] + lay.recurrent_weights[1:] + lay.biases[1:],
                          ("input_to_forget", "input_to_cell", "input_to_output",
                           "recurrent_to_forget", "recurrent_to_cell", "recurrent_to_output",
                           "forget_gate_bias", "cell_gate_bias", "output_gate_bias")):
         if get(idx) is None:
             raise OpError(f"{op_name}: required operand {idx} ({what}) is missing")
     p = _Lstm(
-        input_w=_gather(inputs, lay.input_w),
-        recurrent_w=_gather(inputs, lay.recurrent_w),
-        bias=_gather(inputs, lay.bias),
-        peephole=_gather(inputs, lay.peephole, ("i", "f", "o")),
+        input_w=_gather(inputs, lay.input_weights),
+        recurrent_w=_gather(inputs, lay.recurrent_weights),
+        bias=_gather(inputs, lay.biases),
+        peephole=_gather(inputs, lay.peepholes, ("i", "f", "o")),
         layer_norm=_gather(inputs, lay.layer_norm),
-        aux_w=_gather(inputs, lay.aux_w),
-        projection_w=_f32(get(lay.projection_w)),
-        projection_b=_f32(get(lay.projection_b)),
+        aux_w=_gather(inputs, lay.aux_weights),
+        projection_w=_f32(get(lay.projection_weights)),
+        projection_b=_f32(get(lay.projection_bias)),
         diagonal=diagonal,
     )
     if ("i" in p.input_w) != ("i" in p.recurrent_w):
@@ -399,7 +375,7 @@ def _matmul_counts(x: np.ndarray, aux: np.ndarray | None, time_major: bool) -> n
         (~_zero_steps(aux, time_major)).astype(np.int8)
 
 
-def _lstm_pass(name: str, inputs, lay: _Layout, p: _Lstm, x: np.ndarray,
+def _lstm_pass(name: str, inputs, lay: LstmLayout, p: _Lstm, x: np.ndarray,
                aux: np.ndarray | None, opts, *, time_major: bool, reverse: bool = False,
                packed: tuple | None = None):
     """One direction over time-major ``x`` from its states. Returns the outputs
@@ -434,7 +410,7 @@ def _uni_lstm_kernel(call: KernelCall, *inputs):
     time_major = bool(opts.time_major)
     xt = _swap_time_batch(_lstm_input(name, inputs, 3), time_major)
     _check_clips(name, opts)
-    p = _read_lstm(name, inputs, _UNI, diagonal=bool(opts.diagonal_recurrent_tensors))
+    p = _read_lstm(name, inputs, UNIDIRECTIONAL_LSTM, diagonal=bool(opts.diagonal_recurrent_tensors))
     _check_lstm_sizes(name, p, xt.shape[2], None)
     return uni_lstm_run(call, inputs, p)
 
@@ -444,7 +420,7 @@ def uni_lstm_run(call: KernelCall, inputs, p: _Lstm, packed: tuple | None = None
     the kernel after its checks, also run by the compiled delegate with ``packed`` weights."""
     time_major = bool(call.opts.time_major)
     xt = _swap_time_batch(inputs[0], time_major)
-    out, states = _lstm_pass("UNIDIRECTIONAL_SEQUENCE_LSTM", inputs, _UNI, p, xt, None, call.opts,
+    out, states = _lstm_pass("UNIDIRECTIONAL_SEQUENCE_LSTM", inputs, UNIDIRECTIONAL_LSTM, p, xt, None, call.opts,
                              time_major=time_major, packed=packed)
     return with_state(call, [_swap_time_batch(out, time_major)], states)
 
@@ -459,9 +435,9 @@ def _lstm_kernel(call: KernelCall, *inputs):
                       "kiln runs the FULL kernel")
     x = _lstm_input(name, inputs, 2)
     _check_clips(name, opts)
-    p = _read_lstm(name, inputs, _UNI)
+    p = _read_lstm(name, inputs, UNIDIRECTIONAL_LSTM)
     _check_lstm_sizes(name, p, x.shape[1], None)
-    out, states = _lstm_pass(name, inputs, _UNI, p, x[None], None, opts, time_major=True)
+    out, states = _lstm_pass(name, inputs, UNIDIRECTIONAL_LSTM, p, x[None], None, opts, time_major=True)
     return with_state(call, [out[0]], states)
 
 
@@ -471,16 +447,17 @@ def _bidi_lstm_kernel(call: KernelCall, *inputs):
     time_major = bool(opts.time_major)
     xt = _swap_time_batch(_lstm_input(name, inputs, 3), time_major)
     _check_clips(name, opts)
-    fw = _read_lstm(name, inputs, _FW)
-    bw = _read_lstm(name, inputs, _BW)
-    aux_in = _get(inputs, _BIDI_AUX_INPUT)
+    fw = _read_lstm(name, inputs, BIDIRECTIONAL_LSTM_FW)
+    bw = _read_lstm(name, inputs, BIDIRECTIONAL_LSTM_BW)
+    aux_in = _get(inputs, BIDIRECTIONAL_LSTM_AUX_INPUT)
     cross_linked = bidi_aux_routing(name, fw, bw, np.shape(inputs[0]), None if aux_in is None else np.shape(aux_in))
     aux_t = None if aux_in is None else _swap_time_batch(np.asarray(aux_in, np.float32), time_major)
     bw_x = xt if cross_linked else aux_t
     aux = aux_t if cross_linked else None
     (fw_out, fw_states), (bw_out, bw_states) = (
         _lstm_pass(name, inputs, lay, p, src, aux, opts, time_major=time_major, reverse=reverse)
-        for p, lay, src, reverse in ((fw, _FW, xt, False), (bw, _BW, bw_x, True)))
+        for p, lay, src, reverse in ((fw, BIDIRECTIONAL_LSTM_FW, xt, False),
+                                     (bw, BIDIRECTIONAL_LSTM_BW, bw_x, True)))
     outs = [_swap_time_batch(fw_out, time_major), _swap_time_batch(bw_out, time_major)]
     if opts.merge_outputs:
         outs = [np.concatenate(outs, axis=-1)]
@@ -570,6 +547,26 @@ _LSTM_COMMON = {
     "fused_activation_function": Activation.NONE, "cell_clip": 0.0, "proj_clip": 0.0,
 }
 
+
+def _sequence_lstm_macs(*directions: LstmLayout):
+    """MACs of a fused LSTM: per step and batch row, each gate's input and recurrent products
+    (three gates under CIFG), plus the projection; summed over the directions."""
+    def macs(op, shapes: Shapes | None = None) -> int:
+        total = 0
+        x_shape = shape_of(op.inputs[0], shapes)
+        steps_batch = math.prod(x_shape[:-1])
+        for lay in directions:
+            recurrent = op.inputs[lay.recurrent_weights[1]]
+            n_cell, n_output = recurrent.shape if recurrent is not None else (0, 0)
+            gates = 4 if op.inputs[lay.input_weights[0]] is not None else 3
+            total += steps_batch * gates * n_cell * (x_shape[-1] + n_output)
+            projection = op.inputs[lay.projection_weights]
+            if projection is not None:
+                total += steps_batch * elements(projection)
+        return total
+    return macs
+
+
 OPS: tuple = (
     OpDef(
         "UNIDIRECTIONAL_SEQUENCE_LSTM", _uni_lstm_kernel,
@@ -579,8 +576,11 @@ OPS: tuple = (
         }),
         version=_uni_lstm_version, max_version=4,
         runtime_versions=("1.13.1", "1.14.0", "2.3.0", "2.12.0"),
-        state_operands=(_UNI.output_state, _UNI.cell_state),
-        quantized=integer_lstm.UNIDIRECTIONAL_SEQUENCE_LSTM,
+        state_operands=UNIDIRECTIONAL_LSTM.states,
+        quantized=quantized_kernels.UNIDIRECTIONAL_SEQUENCE_LSTM,
+        weights=Weights(UNIDIRECTIONAL_LSTM.matrices, axis=None),
+        quantization=Quantization(OutputScale.LSTM, types=INT8_ONLY, hybrid=True),
+        macs=_sequence_lstm_macs(UNIDIRECTIONAL_LSTM)
     ),
     OpDef(
         "LSTM", _lstm_kernel,
@@ -589,7 +589,7 @@ OPS: tuple = (
         }),
         version=_lstm_version, max_version=4,
         runtime_versions=("1.7.0", "1.10.0", "1.14.0", "2.3.0"),
-        state_operands=(_UNI.output_state, _UNI.cell_state),
+        state_operands=UNIDIRECTIONAL_LSTM.states,
     ),
     OpDef(
         "BIDIRECTIONAL_SEQUENCE_LSTM", _bidi_lstm_kernel,
@@ -599,7 +599,12 @@ OPS: tuple = (
         }),
         version=_hybrid_version(1), max_version=3,
         runtime_versions=("1.14.0", "1.14.0", "1.14.0"),
-        state_operands=(_FW.output_state, _FW.cell_state, _BW.output_state, _BW.cell_state),
+        state_operands=BIDIRECTIONAL_LSTM_FW.states + BIDIRECTIONAL_LSTM_BW.states,
+        quantized=quantized_kernels.BIDIRECTIONAL_SEQUENCE_LSTM,
+        weights=Weights(BIDIRECTIONAL_LSTM_FW.matrices + BIDIRECTIONAL_LSTM_BW.matrices, axis=None),
+        # no integer kernel: the integer quantizer splits it into two unidirectional LSTMs
+        quantization=Quantization(OutputScale.LSTM, types=frozenset(), hybrid=True),
+        macs=_sequence_lstm_macs(BIDIRECTIONAL_LSTM_FW, BIDIRECTIONAL_LSTM_BW)
     ),
 
 )

@@ -29,9 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import OpError
-from .elementwise import reject_quantized
-from .record import KernelCall, OpDef, OptionsSpec
-
+from .record import KernelCall, OpDef, OptionsSpec, reject_quantized
 
 # -- LOCAL_RESPONSE_NORMALIZATION -----------------------------------------------------------------
 
@@ -334,7 +332,8 @@ OPS: tuple[OpDef, ...] = (
     OpDef("IMAG", _complex_part("IMAG", np.imag),
           runtime_versions=("2.5.0",)),
     OpDef("RANK", _rank,
-          runtime_versions=("1.14.0",)),
+          runtime_versions=("1.14.0",),
+          reads_shape_only=True),
     OpDef("NON_MAX_SUPPRESSION_V4", _nms_v4,
           runtime_versions=("2.1.0",)),
     OpDef("NON_MAX_SUPPRESSION_V5", _nms_v5,

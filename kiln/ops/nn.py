@@ -11,20 +11,36 @@ exactly: the extra pixel of an odd total padding goes after, not before.
 
 Fused activations clamp like LiteRT's builtin kernels (``elementwise.activation_range``).
 These are the float kernels; the records' ``quantized`` kernels (int8, 16x8 and hybrid:
-float input, int8 weights) are in kiln.ops.integer.
+float input, int8 weights) are in kiln.ops.quantized_kernels.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from ..errors import OpError
 from ..schema import Activation, DType, Padding
-from . import integer, integer_more
-from .elementwise import reject_quantized
-from .record import UNLISTED, KernelCall, OpDef, OptionsSpec, input_dtype, output_dtype
+from . import quantized_kernels
+from .record import (
+    KernelCall,
+    OpDef,
+    OptionsSpec,
+    input_dtype,
+    output_dtype,
+    reject_quantized,
+)
+from .traits import Shapes, Weights, elements, output_times_weights, own, shape_of
 from .windowed import (
-    _add_bias, _finish, _float_operand, _nhwc, _tap, padded_windows, transpose_conv_geometry, window_geometry,
+    _add_bias,
+    _finish,
+    _float_operand,
+    _nhwc,
+    _tap,
+    padded_windows,
+    transpose_conv_geometry,
+    window_geometry,
 )
 
 #: The fused activations LiteRT's FULLY_CONNECTED accepts at all.
@@ -111,9 +127,25 @@ def _fc_kernel(call: KernelCall, x, w, bias=None):
     return _finish(call, y, opts.fused_activation_function).reshape(out_shape)
 
 
+# -- multiply-accumulate counts ------------------------------------------------------------------
+
+def _transpose_conv_macs(op, shapes: Shapes | None = None) -> int:
+    """Every input element meets every kh × kw × out_c tap of the filter."""
+    w = op.inputs[1]
+    return elements(op.inputs[2], shapes) * w.shape[0] * w.shape[1] * w.shape[2] if w is not None else 0
+
+
+def _batch_matmul_macs(op, shapes: Shapes | None = None) -> int:
+    """Output elements × the contracted dimension of input 0."""
+    if op.inputs[0] is None or not op.outputs or op.outputs[0] is None:
+        return 0
+    x = shape_of(op.inputs[0], shapes)
+    return elements(op.outputs[0], shapes) * (x[-2] if op.options["adj_x"] else x[-1])
+
+
 FULLY_CONNECTED = OpDef(
     name="FULLY_CONNECTED",
-    quantized={**integer.FULLY_CONNECTED, **integer_more.FULLY_CONNECTED},
+    quantized=quantized_kernels.FULLY_CONNECTED,
     kernel=_fc_kernel,
     options=OptionsSpec("FullyConnectedOptions", {
         "fused_activation_function": Activation.NONE,
@@ -127,7 +159,9 @@ FULLY_CONNECTED = OpDef(
     shape=_fc_shape,
     fused_activation_host=True,
     runtime_versions=("1.5.0", "1.10.0", "1.14.0", "1.14.0", "2.0.0", "2.1.0", "2.3.0", "2.3.0",
-                      "2.3.0", "2.11.0", "2.15.0", "2.17.0", "2.18.0", UNLISTED),
+                      "2.3.0", "2.11.0", "2.15.0", "2.17.0", "2.18.0", "2.21.0"),
+                      operands=("input", "weights", "bias"), weights=Weights((1,), axis=0, bias=2),
+    quantization=own(int4_weights=True, hybrid=True), macs=output_times_weights(lambda w: w[-1])
 )
 
 
@@ -223,7 +257,7 @@ _CONV_OPTIONS = {
 
 CONV_2D = OpDef(
     name="CONV_2D",
-    quantized={**integer.CONV_2D, **integer_more.CONV_2D},
+    quantized=quantized_kernels.CONV_2D,
     kernel=_conv_kernel,
     options=OptionsSpec("Conv2DOptions", _CONV_OPTIONS),
     version=_conv_version,
@@ -231,6 +265,8 @@ CONV_2D = OpDef(
     shape=_conv_shape,
     fused_activation_host=True,
     runtime_versions=("1.5.0", "1.14.0", "1.14.0", "2.3.0", "2.4.0", "2.9.0", "2.11.0", "2.15.0"),
+    operands=("input", "filter", "bias"), weights=Weights((1,), axis=0, bias=2, spatial=(1, 2), bias_required=True),
+    quantization=own(int4_weights=True, hybrid=True), macs=output_times_weights(lambda w: math.prod(w[1:]))
 )
 
 
@@ -318,7 +354,7 @@ def _dw_kernel(call: KernelCall, x, w, bias=None):
 
 DEPTHWISE_CONV_2D = OpDef(
     name="DEPTHWISE_CONV_2D",
-    quantized={**integer.DEPTHWISE_CONV_2D, **integer_more.DEPTHWISE_CONV_2D},
+    quantized=quantized_kernels.DEPTHWISE_CONV_2D,
     kernel=_dw_kernel,
     options=OptionsSpec("DepthwiseConv2DOptions", {
         "padding": Padding.SAME,
@@ -334,6 +370,8 @@ DEPTHWISE_CONV_2D = OpDef(
     shape=_dw_shape,
     fused_activation_host=True,
     runtime_versions=("1.5.0", "1.12.0", "1.14.0", "2.2.0", "2.3.0", "2.3.0", "2.11.0"),
+    operands=("input", "filter", "bias"), weights=Weights((1,), axis=3, bias=2, spatial=(1, 2), bias_required=True),
+    quantization=own(int4_weights=True, hybrid=True), macs=output_times_weights(lambda w: w[1] * w[2])
 )
 
 
@@ -378,7 +416,7 @@ def _tconv_kernel(call: KernelCall, output_shape, w, x, bias=None):
 
 TRANSPOSE_CONV = OpDef(
     name="TRANSPOSE_CONV",
-    quantized=integer.TRANSPOSE_CONV,
+    quantized=quantized_kernels.TRANSPOSE_CONV,
     kernel=_tconv_kernel,
     options=OptionsSpec("TransposeConvOptions", {
         "padding": Padding.SAME,
@@ -390,6 +428,8 @@ TRANSPOSE_CONV = OpDef(
     version=_tconv_version,
     max_version=5,
     runtime_versions=("1.9.0", "2.2.0", "2.3.0", "2.13.0", "2.15.0"),
+    operands=("output_shape", "weights", "input", "bias"), weights=Weights((1,), axis=0, bias=3, input=2),
+    quantization=own(2, hybrid=True), macs=_transpose_conv_macs
 )
 
 
@@ -438,7 +478,7 @@ def _bmm_kernel(call: KernelCall, a, b):
 
 BATCH_MATMUL = OpDef(
     name="BATCH_MATMUL",
-    quantized=integer.BATCH_MATMUL,
+    quantized=quantized_kernels.BATCH_MATMUL,
     kernel=_bmm_kernel,
     options=OptionsSpec("BatchMatMulOptions", {
         "adj_x": False,
@@ -449,6 +489,8 @@ BATCH_MATMUL = OpDef(
     max_version=4,
     shape=_bmm_shape,
     runtime_versions=("2.3.0", "2.3.0", "2.4.0", "2.5.0"),
+    quantization=own(0, 1),
+    macs=_batch_matmul_macs
 )
 
 

@@ -11,10 +11,25 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import Activation, DType, Padding
-from .elementwise import activation_range, reject_quantized
-from . import integer
-from .record import KernelCall, OpDef, OptionsSpec, input_dtype, output_dtype
-from .windowed import _float_operand, _nhwc, _pad_hw, _tap, padded_windows, window_geometry
+from . import quantized_kernels
+from .record import (
+    KernelCall,
+    OpDef,
+    OptionsSpec,
+    activation_range,
+    input_dtype,
+    output_dtype,
+    reject_quantized,
+)
+from .traits import same
+from .windowed import (
+    _float_operand,
+    _nhwc,
+    _pad_hw,
+    _tap,
+    padded_windows,
+    window_geometry,
+)
 
 
 def _pool_version(op) -> int:
@@ -105,12 +120,14 @@ _POOL_OPTIONS = OptionsSpec("Pool2DOptions", {
 MAX_POOL_2D = OpDef(
     name="MAX_POOL_2D", kernel=_max_pool_kernel, options=_POOL_OPTIONS,
     version=_pool_version, max_version=3, shape=_pool_shape, fused_activation_host=True,
-    runtime_versions=("1.5.0", "1.14.0", "2.3.0"), quantized=integer.MAX_POOL_2D,
+    runtime_versions=("1.5.0", "1.14.0", "2.3.0"), quantized=quantized_kernels.MAX_POOL_2D,
+    quantization=same()
 )
 AVERAGE_POOL_2D = OpDef(
     name="AVERAGE_POOL_2D", kernel=_avg_pool_kernel, options=_POOL_OPTIONS,
     version=_pool_version, max_version=3, shape=_pool_shape, fused_activation_host=True,
-    runtime_versions=("1.5.0", "1.14.0", "2.3.0"), quantized=integer.AVERAGE_POOL_2D,
+    runtime_versions=("1.5.0", "1.14.0", "2.3.0"), quantized=quantized_kernels.AVERAGE_POOL_2D,
+    quantization=same()
 )
 
 

@@ -14,9 +14,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import OpError
-from ..quant.arith import multiply_by_quantized_multiplier_double_rounding, quantize_multiplier, round_half_away
+from ..kernels.fixedpoint import (
+    multiply_by_quantized_multiplier_double_rounding,
+    quantize_multiplier,
+    round_half_away,
+)
 from ..schema import DType
-from .record import UNLISTED, OpDef, input_dtype, on_codes, output_dtype
+from .record import OpDef, input_dtype, on_codes, output_dtype
 
 
 def _params(q, what: str):
@@ -100,8 +104,10 @@ def _quantize_version(op) -> int:
 OPS = (
     OpDef(name="DEQUANTIZE", kernel=_dequantize, version=_dequantize_version, max_version=5,
           quantized=on_codes(_dequantize),
-          runtime_versions=("1.13.1", "1.14.0", "1.15.0", "2.2.0", "2.7.0", "2.18.0")),
+          runtime_versions=("1.13.1", "1.14.0", "1.15.0", "2.2.0", "2.7.0", "2.18.0"),
+          converts=True),
     OpDef(name="QUANTIZE", kernel=_quantize, version=_quantize_version, max_version=3,
           quantized=on_codes(_quantize),
-          runtime_versions=("1.14.0", "1.15.0", "2.7.0", UNLISTED)),
+          runtime_versions=("1.14.0", "1.15.0", "2.7.0", "2.21.0"),
+          converts=True),
 )

@@ -37,7 +37,7 @@ A kernel that meets a case it does not support raises ``OpError`` saying what is
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
@@ -45,6 +45,7 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import BUILTIN_CODES, Activation, DType, options_defaults
+from .traits import HYBRID, INT8, INT16, UINT8, MacRule, Quantization, Weights
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..ir import Operator
@@ -88,16 +89,16 @@ class KernelCall:
 
 Kernel = Callable[..., Any]
 
-#: Keys of `OpDef.quantized`: the element type of a node's quantized activations, or HYBRID
-#: for float activations with quantized weights (LiteRT's dynamic-range kernels).
-INT8, UINT8, INT16, HYBRID = "int8", "uint8", "int16", "hybrid"
+#: Keys of `OpDef.quantized` (defined in traits.py): the element type of a node's quantized
+#: activations — INT8, UINT8, INT16 — or HYBRID for float activations with quantized weights
+#: (LiteRT's dynamic-range kernels).
 #: The integer types a quantized activation may have.
 CODE_TYPES = (INT8, UINT8, INT16)
 _QUANTIZABLE = frozenset({DType.INT8, DType.UINT8, DType.INT16, DType.INT4})
 _FLOATS = frozenset({DType.FLOAT32, DType.FLOAT16})
 
 
-def _quantized(tensor) -> bool:
+def is_quantized(tensor) -> bool:
     """An integer tensor with affine quantization parameters."""
     if tensor is None or tensor.dtype not in _QUANTIZABLE:
         return False
@@ -111,13 +112,13 @@ def operand_types(op: "Operator") -> str | None:
     else the element type of the first quantized of input 0 and output 0 ("int8", ...)."""
     ins = [t for t in op.inputs if t is not None]
     outs = [t for t in op.outputs if t is not None]
-    if not any(_quantized(t) for t in (*ins, *outs)):
+    if not any(is_quantized(t) for t in (*ins, *outs)):
         return None
     first_in = op.inputs[0] if op.inputs else None
-    if outs and outs[0].dtype in _FLOATS and not _quantized(first_in):
+    if outs and outs[0].dtype in _FLOATS and not is_quantized(first_in):
         return HYBRID
     for t in (first_in, outs[0] if outs else None, *ins):
-        if _quantized(t):
+        if is_quantized(t):
             return t.dtype.name.lower()
     return HYBRID  # pragma: no cover - only outputs beyond the first are quantized
 
@@ -199,6 +200,46 @@ class OpDef:
     #: Kernels for quantized operands, keyed by `operand_types` (INT8, UINT8, INT16, HYBRID);
     #: same contract as ``kernel``. A quantized node whose key is missing is refused.
     quantized: Mapping[str, Kernel] = field(default_factory=dict, hash=False)
+
+    #: Names of the input slots, in operand order ("input", "filter", "bias"; the fused
+    #: LSTMs' layout is kiln.schema's). Empty where the positions need no names.
+    operands: tuple[str, ...] = ()
+    #: The operands holding constant weights (and the bias), quantized per channel along an
+    #: axis (kiln.ops.traits.Weights).
+    weights: Weights | None = None
+    #: How the quantizer makes it integer and which integer / hybrid kernels LiteRT has for it
+    #: (kiln.ops.traits.Quantization); None: it stays float in every quantized model.
+    quantization: Quantization | None = None
+    #: Multiply-accumulates of one execution (kiln.ops.traits.MacRule); None: it carries none.
+    macs: MacRule | None = None
+
+    # -- what it does to its data, for passes and backends that move ops around --------------
+    #: Its output is input 0's data in another shape, in the same order (RESHAPE, SQUEEZE,
+    #: EXPAND_DIMS): a channel-keeping reshape between two ops changes nothing they compute.
+    reshapes: bool = False
+    #: It reads only its input's shape, never the values (SHAPE, RANK).
+    reads_shape_only: bool = False
+    #: It moves a value between representations and computes nothing (QUANTIZE, DEQUANTIZE, CAST).
+    converts: bool = False
+    #: It reduces input 0 over the axes in input 1 (an axis of size 1 reduces nothing).
+    reduces: bool = False
+    #: The fused_activation_function a producer applies in its place (RELU: Activation.RELU).
+    fuses_as: Activation | None = None
+    #: It reads or writes resource variables, or runs the init subgraph that creates them.
+    resource: bool = False
+
+    @property
+    def calls_subgraphs(self) -> bool:
+        """It runs other subgraphs (WHILE, IF, CALL_ONCE): it cannot be cut out of its model."""
+        return bool(self.subgraph_fields)
+
+    def operand(self, name: str) -> int:
+        """The position of the input slot called ``name``."""
+        try:
+            return self.operands.index(name)
+        except ValueError:
+            raise OpError(f"{self.name} has no operand {name!r} (its operands: "
+                          f"{', '.join(self.operands) or 'unnamed'})") from None
 
     def kernel_for(self, op: "Operator") -> Kernel:
         """The kernel that runs node ``op``, chosen by its operand types (`operand_types`)."""
@@ -286,3 +327,72 @@ def input_rank(op: "Operator", i: int = 0) -> int:
 def dtype_version(op: "Operator", table: Mapping[DType, int], i: int = 0, default: int = 1) -> int:
     """Version picked by the type of input ``i`` (the most common shape of a version rule)."""
     return table.get(input_dtype(op, i), default)
+
+
+# -- fused activations and quantized operands, for every family's kernels ----------------------
+
+def reject_quantized(call: KernelCall, *, shared_ok: bool = False) -> None:
+    """Refuse quantized operands (no quantized kernel yet).
+
+    With ``shared_ok`` an op that only compares, selects or moves raw values accepts them
+    when every quantized input and output uses the same scale and zero point, because its
+    result on the raw integers is then exactly the quantized result.
+    """
+    op = call.op
+    tensors = [t for t in (*op.inputs, *op.outputs) if t is not None]
+    quantized = [t for t in tensors if t.dtype in _QUANTIZABLE and is_quantized(t)]
+    if not quantized:
+        return
+    if shared_ok:
+        first = quantized[0].quantization
+        ints = [t for t in tensors if t.dtype in _QUANTIZABLE]
+        if len(ints) == len(quantized) and all(t.quantization == first for t in quantized):
+            return
+    t = quantized[0]
+    raise OpError(
+        f"{call.op.name}: quantized kernel not implemented yet (tensor {t.name!r} is "
+        f"{t.dtype.name} with quantization parameters)"
+    )
+
+
+def activation_range(act: int, dtype: np.dtype) -> tuple:
+    """The (min, max) clamp LiteRT applies for a fused activation on ``dtype`` outputs.
+
+    Mirrors LiteRT's CalculateActivationRange: TANH and SIGN_BIT have no range of their own
+    and fall back to the type's limits, like NONE.
+    """
+    return _activation_range(act, np.dtype(dtype))
+
+
+@lru_cache(maxsize=None)
+def _activation_range(act: int, dtype: np.dtype) -> tuple:
+    info = np.finfo(dtype) if np.issubdtype(dtype, np.floating) else np.iinfo(dtype)
+    lo, hi = info.min, info.max
+    if act == Activation.RELU:
+        return 0, hi
+    if act == Activation.RELU6:
+        return 0, 6
+    if act == Activation.RELU_N1_TO_1:
+        return -1, 1
+    if act in (Activation.NONE, Activation.TANH, Activation.SIGN_BIT):
+        return lo, hi
+    raise OpError(f"unknown fused activation function {act}")
+
+
+def clamp_activation(x: np.ndarray, act: int, *, in_place: bool = False) -> np.ndarray:
+    """Apply a fused activation the way LiteRT's arithmetic kernels do (a clamp).
+
+    ``in_place`` lets the clamp overwrite ``x`` (a fresh result the caller owns).
+    """
+    kind = x.dtype.kind
+    if kind == "f":
+        lo, hi = _activation_range(act, x.dtype)
+        return x.clip(lo, hi, out=x if in_place else None)  # np.clip, without its wrappers
+    if kind in "iu" and act == Activation.NONE:
+        return x
+    if x.dtype == np.bool_ or not np.issubdtype(x.dtype, np.number):
+        return x
+    if np.issubdtype(x.dtype, np.integer) and act == Activation.NONE:
+        return x
+    lo, hi = activation_range(act, x.dtype)
+    return np.clip(x, lo, hi).astype(x.dtype, copy=False)

@@ -20,9 +20,17 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import DType
-from .elementwise import reject_quantized
-from . import integer
-from .record import KernelCall, OpDef, OptionsSpec, input_dtype, on_codes, output_dtype
+from . import quantized_kernels
+from .record import (
+    KernelCall,
+    OpDef,
+    OptionsSpec,
+    input_dtype,
+    on_codes,
+    output_dtype,
+    reject_quantized,
+)
+from .traits import INT8_ONLY, own, same
 
 # -- axes ---------------------------------------------------------------------------------
 
@@ -238,20 +246,32 @@ _ARG_MAX, _ARG_MIN = _arg(True), _arg(False)
 
 OPS: tuple[OpDef, ...] = (
     OpDef("MEAN", _reducer(_mean), _REDUCER, _MEAN_MAX_MIN, 3,
-          runtime_versions=("1.6.0", "1.14.0", "2.4.0"), quantized=integer.MEAN),
+          runtime_versions=("1.6.0", "1.14.0", "2.4.0"), quantized=quantized_kernels.MEAN,
+          quantization=own(),
+          reduces=True),
     OpDef("SUM", _reducer(_sum), _REDUCER, _by_input_type({_I8: 2}), 2,
-          runtime_versions=("1.10.0", "1.15.0")),
+          runtime_versions=("1.10.0", "1.15.0"), quantized=quantized_kernels.SUM,
+          # int8 only, as TF quantizes it (it leaves SUM float in 16x8); the kernel is LiteRT's
+          # optimized one, bit-exact with its default resolver (its reference kernel is wrong)
+          quantization=own(types=INT8_ONLY), reduces=True),
     OpDef("REDUCE_PROD", _reducer(_prod), _REDUCER,
           _by_input_type({(DType.INT8, DType.INT16): 2}), 2,
-          runtime_versions=("1.11.0", "2.6.0")),
+          runtime_versions=("1.11.0", "2.6.0"),
+          reduces=True),
     OpDef("REDUCE_MAX", _REDUCE_MAX, _REDUCER, _MEAN_MAX_MIN, 3,
-          runtime_versions=("1.11.0", "1.14.0", "2.5.0"), quantized=on_codes(_REDUCE_MAX)),
+          runtime_versions=("1.11.0", "1.14.0", "2.5.0"), quantized=on_codes(_REDUCE_MAX),
+          quantization=same(),
+          reduces=True),
     OpDef("REDUCE_MIN", _REDUCE_MIN, _REDUCER, _MEAN_MAX_MIN, 3,
-          runtime_versions=("1.11.0", "1.14.0", "2.5.0"), quantized=on_codes(_REDUCE_MIN)),
+          runtime_versions=("1.11.0", "1.14.0", "2.5.0"), quantized=on_codes(_REDUCE_MIN),
+          quantization=same(),
+          reduces=True),
     OpDef("REDUCE_ANY", _reducer(_any), _REDUCER,
-          runtime_versions=("1.11.0",)),
+          runtime_versions=("1.11.0",),
+          reduces=True),
     OpDef("REDUCE_ALL", _reducer(_all), _REDUCER,
-          runtime_versions=("2.6.0",)),
+          runtime_versions=("2.6.0",),
+          reduces=True),
     OpDef("ARG_MAX", _ARG_MAX, OptionsSpec("ArgMaxOptions", {"output_type": DType.FLOAT32}),
           _by_input_type({(DType.BOOL,): 3, _I8: 2}), 3,
           runtime_versions=("1.9.0", "1.14.0", "2.9.0"), quantized=on_codes(_ARG_MAX)),

@@ -10,7 +10,14 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import Activation
-from .lstm import _check_float, _check_shape, _f32, _get, _hybrid_version, _swap_time_batch
+from .lstm import (
+    _check_float,
+    _check_shape,
+    _f32,
+    _get,
+    _hybrid_version,
+    _swap_time_batch,
+)
 from .record import KernelCall, OpDef, OptionsSpec, apply_activation, with_state
 
 

@@ -24,8 +24,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import OpError
-from .elementwise import reject_quantized
-from .record import KernelCall, OpDef
+from .record import KernelCall, OpDef, reject_quantized
 
 _DATA_TYPES = (np.dtype(np.float32), np.dtype(np.int32))
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import OpError
-from .record import UNLISTED, OpDef, OptionsSpec, input_dtype, on_codes
 from ..schema import DType
+from .record import UNLISTED, OpDef, OptionsSpec, input_dtype, on_codes
 
 
 def _var_handle(call):
@@ -38,9 +38,12 @@ def _assign_version(op) -> int:
 
 OPS = (
     OpDef("VAR_HANDLE", _var_handle, OptionsSpec("VarHandleOptions", {"container": "", "shared_name": ""}),
-          runtime_versions=("2.6.0",), stateful=True),
+          runtime_versions=("2.6.0",), stateful=True,
+          resource=True),
     OpDef("READ_VARIABLE", _read_variable,
-          runtime_versions=("2.6.0",), stateful=True, quantized=on_codes(_read_variable)),
+          runtime_versions=("2.6.0",), stateful=True, quantized=on_codes(_read_variable),
+          resource=True),
     OpDef("ASSIGN_VARIABLE", _assign_variable, version=_assign_version, max_version=2,
-          runtime_versions=("2.6.0", UNLISTED), side_effects=True, quantized=on_codes(_assign_variable)),
+          runtime_versions=("2.6.0", UNLISTED), side_effects=True, quantized=on_codes(_assign_variable),
+          resource=True),
 )

@@ -15,8 +15,7 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import Padding
-from .elementwise import activation_range
-from .record import KernelCall
+from .record import KernelCall, activation_range
 
 
 def _float_operand(call: KernelCall, x: np.ndarray, what: str) -> np.ndarray:

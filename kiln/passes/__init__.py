@@ -10,15 +10,25 @@ from .activation import FuseActivations
 from .affine import FoldAffine
 from .bias import FuseBias
 from .canonicalize import Canonicalize
+from .cse import EliminateCommonSubexpressions
 from .dce import DeadCodeElimination, prune_subgraphs
 from .dilated import FuseDilatedConv
 from .fold import ConstantFolding, fold_operator
 from .identity import RemoveNoOps
-from .cse import EliminateCommonSubexpressions
 from .loops import RemoveDeadLoopVariables
+from .manager import (
+    FunctionPass,
+    OperatorPass,
+    Pass,
+    PassError,
+    PassManager,
+    PassStats,
+    RulePass,
+    check_invariants,
+    run_passes,
+)
 from .pad import FusePadIntoConv
 from .shapes import ShapeInference
-from .manager import FunctionPass, OperatorPass, Pass, RulePass, PassError, PassManager, PassStats, check_invariants, run_passes
 from .versioning import AssignVersions
 
 

@@ -12,25 +12,26 @@ CONCATENATION is no host: LiteRT's kernel rejects any fused activation. TANH is 
 from __future__ import annotations
 
 from .. import ops
-from ..schema import Activation, DType
 from ..rules import Decline, Rule
+from ..schema import Activation, DType
 from .manager import RulePass
 from .rewrite import bypass, describe, sole_user, writes_variable
 
-FUSABLE_ACTIVATIONS = {
-    "RELU": Activation.RELU, "RELU6": Activation.RELU6, "RELU_N1_TO_1": Activation.RELU_N1_TO_1,
-}
+
+def _fused_form(op_type: str) -> Activation | None:
+    """The fused_activation_function that stands for activation op ``op_type`` (its record's)."""
+    record = ops.get(op_type)
+    return None if record is None else record.fuses_as
+
+
 #: Ops whose LiteRT float kernels apply fused_activation_function (their records say so).
 HOSTS = frozenset(name for name, record in ops.OPS.items() if record.fused_activation_host)
-
-
-_RESHAPES = ("RESHAPE", "EXPAND_DIMS", "SQUEEZE")
 
 
 def _host_of(x):
     """(host op, its output) feeding ``x`` directly or through sole-use reshapes."""
     t = x
-    while t.producer is not None and t.producer.op_type in _RESHAPES:
+    while t.producer is not None and ops.states(t.producer.op_type, "reshapes"):
         src = t.producer.inputs[0]
         if sole_user(src) is not t.producer:
             break
@@ -40,7 +41,7 @@ def _host_of(x):
 
 def _match(site):
     sg, act = site
-    if act.op_type not in FUSABLE_ACTIVATIONS or writes_variable(act):
+    if _fused_form(act.op_type) is None or writes_variable(act):
         return None
     return sg, act
 
@@ -71,7 +72,7 @@ def _rewrite(site) -> bool:
     sg, act = site
     x = act.inputs[0]
     host, _ = _host_of(x)
-    host.options["fused_activation_function"] = int(FUSABLE_ACTIVATIONS[act.op_type])
+    host.options["fused_activation_function"] = int(_fused_form(act.op_type))
     if not bypass(sg, act, x):
         host.options["fused_activation_function"] = 0
         raise Decline("its input and output are both subgraph outputs (LiteRT cannot alias them)")

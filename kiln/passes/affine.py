@@ -15,9 +15,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Operator
-from ..schema import DType
 from ..rules import Rule
-from .bias import BIAS_INPUT, out_channels, producer_refusal, through_reshapes
+from ..schema import DType
+from .bias import bias_operand, out_channels, producer_refusal, through_reshapes
 from .manager import PassError, RulePass
 from .rewrite import add_constant, broadcastable_to_last, bypass, const, describe, is_output, sole_user, writes_variable
 
@@ -66,7 +66,7 @@ def _match_scale(site):
         return None
     for i in _operands(mul):
         producer = through_reshapes(mul.inputs[i]).producer
-        if producer is not None and producer.op_type in BIAS_INPUT:
+        if producer is not None and bias_operand(producer.op_type) is not None:
             return mul
     return None
 
@@ -84,7 +84,7 @@ def _scale_plan(mul: Operator):
     vec = broadcastable_to_last(value, n) if n >= 0 and value.ndim <= x.rank else None
     if vec is None:
         return "the constant is not one value per output channel"
-    idx = BIAS_INPUT[op.op_type]
+    idx = bias_operand(op.op_type)
     if len(op.inputs) > idx and op.inputs[idx] is not None and const(op.inputs[idx]) is None:
         return f"the bias of {describe(op)} is not constant"
     if is_output(mul.outputs[0]) and is_output(x):
@@ -102,7 +102,7 @@ def _fold_scale(mul: Operator) -> bool:
     sg = mul.subgraph
     w = const(op.inputs[1])
     op.set_input(1, add_constant(sg, f"{op.inputs[1].name}/scaled", _scale_weights(op, w, vec), DType.FLOAT32))
-    idx = BIAS_INPUT[op.op_type]
+    idx = bias_operand(op.op_type)
     if len(op.inputs) > idx and op.inputs[idx] is not None:
         b = const(op.inputs[idx])
         op.set_input(idx, add_constant(sg, f"{op.inputs[idx].name}/scaled", b * vec, DType.FLOAT32))

@@ -7,24 +7,25 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import ops
 from ..ir import Operator, Subgraph
-from ..schema import DType
 from ..rules import Decline, Rule
+from ..schema import DType
 from .manager import PassError, RulePass
 from .rewrite import add_constant, broadcastable_to_last, bypass, const, describe, is_output, sole_user, writes_variable
 
-#: op type -> index of its bias operand
-BIAS_INPUT = {"FULLY_CONNECTED": 2, "CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "CONV_3D": 2, "TRANSPOSE_CONV": 3}
+
+def bias_operand(op_type: str) -> int | None:
+    """The position of an affine op's bias operand (its record's ``weights.bias``); None for
+    an op without one."""
+    record = ops.get(op_type)
+    return None if record is None or record.weights is None else record.weights.bias
 
 
 def out_channels(op: Operator) -> int:
-    w = op.inputs[1]
-    if op.op_type == "DEPTHWISE_CONV_2D" or op.op_type == "CONV_3D":
-        return w.signature[-1]
-    return w.signature[0]
-
-
-_RESHAPES = ("RESHAPE", "EXPAND_DIMS", "SQUEEZE")
+    """An affine op's output channels: its weights' per-channel dimension."""
+    weights = ops.require(op.op_type).weights
+    return op.inputs[weights.first].signature[weights.axis]
 
 
 def through_reshapes(t):
@@ -32,7 +33,7 @@ def through_reshapes(t):
     readers of their inputs; returns the tensor an affine op may produce."""
     while True:
         op = t.producer
-        if op is None or op.op_type not in _RESHAPES or sole_user(t) is None:
+        if op is None or not ops.states(op.op_type, "reshapes") or sole_user(t) is None:
             return t
         src = op.inputs[0]
         if not src.signature or not t.signature or src.signature[-1] != t.signature[-1] or src.signature[-1] < 0:
@@ -47,7 +48,7 @@ def producer_refusal(t) -> tuple[Operator | None, str]:
     output is unshared and activation-free; else None and why not)."""
     t = through_reshapes(t)
     op = t.producer
-    if op is None or op.op_type not in BIAS_INPUT:
+    if op is None or bias_operand(op.op_type) is None:
         return None, _blocking_reshape(t) or "it does not follow a FULLY_CONNECTED, convolution or TRANSPOSE_CONV"
     if sole_user(t) is None:
         return None, f"the output of {describe(op)} is also read elsewhere"
@@ -64,10 +65,10 @@ def _blocking_reshape(t) -> str | None:
     """When reshapes lead from ``t`` back to an affine op but `through_reshapes` stopped at
     ``t``: why it could not go through."""
     reshape, src = t.producer, t
-    while src.producer is not None and src.producer.op_type in _RESHAPES:
+    while src.producer is not None and ops.states(src.producer.op_type, "reshapes"):
         src = src.producer.inputs[0]
-    if reshape is None or reshape.op_type not in _RESHAPES or src.producer is None \
-            or src.producer.op_type not in BIAS_INPUT:
+    if reshape is None or not ops.states(reshape.op_type, "reshapes") or src.producer is None \
+            or bias_operand(src.producer.op_type) is None:
         return None
     if sole_user(t) is None:
         return f"the output of {describe(reshape)} is also read elsewhere"
@@ -110,7 +111,7 @@ def _channel_split(x, value: np.ndarray) -> tuple[Operator, np.ndarray] | None:
 
 def _set_bias(sg: Subgraph, op: Operator, vec: np.ndarray, name: str) -> bool:
     """Add ``vec`` to ``op``'s bias (creating it); False when its bias is not a constant."""
-    idx = BIAS_INPUT[op.op_type]
+    idx = bias_operand(op.op_type)
     old = const(op.inputs[idx]) if len(op.inputs) > idx and op.inputs[idx] is not None else None
     if len(op.inputs) > idx and op.inputs[idx] is not None and old is None:
         return False

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import ops
 from ..ir import Operator, Subgraph
 from ..rules import Decline, Rule
 from ..schema import DType
 from .manager import PassError, RulePass
 from .rewrite import add_constant, bypass, const, describe, is_output, sole_user, writes_variable
 
-_RESHAPES = ("RESHAPE", "EXPAND_DIMS", "SQUEEZE")
 _SHARED = "the output of {} is also read elsewhere"
 _UNKNOWN_DIMS = "the result has more than one unknown dim (no constant shape describes it)"
 
@@ -64,7 +64,7 @@ def _match_reshape_chain(site):
     if op.op_type != "RESHAPE":
         return None
     prev = op.inputs[0].producer
-    return op if prev is not None and prev.op_type in _RESHAPES else None
+    return op if prev is not None and ops.states(prev.op_type, "reshapes") else None
 
 
 def _reshape_chain_refusal(op: Operator) -> str | None:
@@ -391,9 +391,6 @@ TRANSPOSE_INTO_MATMUL = _rule(
     _transpose_into_matmul, _matmul_refusal, "took the TRANSPOSE as its adj flag")
 
 
-_REDUCTIONS = ("MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD")
-
-
 def _picked_axes(op: Operator) -> set[int]:
     axes, rank = const(op.inputs[1]), len(op.inputs[0].signature)
     return {int(a) % rank for a in np.asarray(axes).reshape(-1)} if axes.size else set()
@@ -402,7 +399,7 @@ def _picked_axes(op: Operator) -> set[int]:
 def _match_reduction(site):
     """A reduction over constant axes that all have static size 1."""
     _, op = site
-    if op.op_type not in _REDUCTIONS or len(op.inputs) < 2 or writes_variable(op):
+    if not ops.states(op.op_type, "reduces") or len(op.inputs) < 2 or writes_variable(op):
         return None
     x = op.inputs[0]
     if const(op.inputs[1]) is None or not x.signature:

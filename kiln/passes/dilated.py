@@ -5,18 +5,21 @@ refuses the 5-D form."""
 
 from __future__ import annotations
 
-from ..schema import Padding
+from .. import ops
 from ..rules import Rule
+from ..schema import Padding
 from .manager import PassError, RulePass
 from .rewrite import bypass, const, describe, sole_user
 
 
-#: Per convolution: where the filter's spatial dims sit, and the spatial axes' option suffixes.
-_SPATIAL = {
-    "CONV_2D": (slice(1, 3), ("h", "w")),
-    "DEPTHWISE_CONV_2D": (slice(1, 3), ("h", "w")),
-    "CONV_3D": (slice(0, 3), ("d", "h", "w")),
-}
+def _spatial(op_type: str) -> tuple[tuple[int, ...], tuple[str, ...]] | None:
+    """A convolution's filter spatial dims (its record's ``weights.spatial``) and the spatial
+    axes' option suffixes ("h", "w"; "d", "h", "w"); None for other ops."""
+    record = ops.get(op_type)
+    dims = record.weights.spatial if record is not None and record.weights is not None else ()
+    if not dims:
+        return None
+    return dims, ("d", "h", "w")[3 - len(dims):]
 
 
 def _effective_padding(kernel, block, pads, crops) -> Padding | None:
@@ -44,7 +47,7 @@ def _effective_padding(kernel, block, pads, crops) -> Padding | None:
 def _match(site):
     """A convolution reading a SPACE_TO_BATCH_ND: (conv, space_to_batch)."""
     _, conv = site
-    if conv.op_type not in _SPATIAL:
+    if _spatial(conv.op_type) is None:
         return None
     stb = conv.inputs[0].producer
     if stb is None or stb.op_type != "SPACE_TO_BATCH_ND":
@@ -54,7 +57,7 @@ def _match(site):
 
 def _refusal(match) -> str | None:
     conv, stb = match
-    _, axes = _SPATIAL[conv.op_type]
+    _, axes = _spatial(conv.op_type)
     o = conv.options
     if o["padding"] != Padding.VALID:
         return "the convolution between the space-to-batch ops pads (it must be VALID)"
@@ -78,7 +81,8 @@ def _refusal(match) -> str | None:
         return f"the block shapes differ ({list(block)} vs {list(block2)})"
     if len(block) != len(axes):
         return f"the block shape has {len(block)} dims, the convolution {len(axes)} spatial ones"
-    kernel = conv.inputs[1].signature[_SPATIAL[conv.op_type][0]]
+    dims, _ = _spatial(conv.op_type)
+    kernel = [conv.inputs[1].signature[d] for d in dims]
     if _effective_padding(kernel, block, pads, crops) is None:
         return "the paddings minus the crops are neither SAME nor VALID padding"
     return None
@@ -86,11 +90,11 @@ def _refusal(match) -> str | None:
 
 def _rewrite(match) -> bool:
     conv, stb = match
-    where, axes = _SPATIAL[conv.op_type]
+    dims, axes = _spatial(conv.op_type)
     conv_out = conv.outputs[0]
     bts = sole_user(conv_out)
     block, pads, crops = const(stb.inputs[1]), const(stb.inputs[2]), const(bts.inputs[2])
-    padding = _effective_padding(conv.inputs[1].signature[where], block, pads, crops)
+    padding = _effective_padding([conv.inputs[1].signature[d] for d in dims], block, pads, crops)
     conv.set_input(0, stb.inputs[0])
     conv.options["padding"] = int(padding)
     for a, r in zip(axes, block):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import ops
 from ..ir import Operator
 from ..rules import Decline, Rule
 from .manager import RulePass
@@ -40,7 +41,6 @@ def _all(value, x) -> bool:
     return value is not None and value.size > 0 and bool(np.all(value == x))
 
 
-_RESHAPES = ("RESHAPE", "SQUEEZE", "EXPAND_DIMS")
 
 
 def _looks_like_identity(op: Operator) -> bool:
@@ -50,7 +50,7 @@ def _looks_like_identity(op: Operator) -> bool:
     if len(op.outputs) != 1 or not op.inputs or op.inputs[0] is None or op.outputs[0] is None:
         return False
     x, out = op.inputs[0], op.outputs[0]
-    if t in _RESHAPES + ("BROADCAST_TO", "SLICE"):
+    if ops.states(t, "reshapes") or t in ("BROADCAST_TO", "SLICE"):
         return tuple(x.signature) == tuple(out.signature)
     if t == "CAST":
         return x.dtype == out.dtype
@@ -77,7 +77,7 @@ def noop_refusal(op: Operator) -> str | None:
     if x.dtype != out.dtype:
         return f"it turns {x.dtype.name} into {out.dtype.name}"
     t = op.op_type
-    if t in _RESHAPES and not _same_signature(op):  # same element count: one unknown dim is fine
+    if ops.states(t, "reshapes") and not _same_signature(op):  # same element count: one unknown dim is fine
         return "more than one dim is unknown, so the shapes may differ at run time"
     if t in ("BROADCAST_TO", "SLICE") and not all(d >= 0 for d in x.signature):
         # BROADCAST_TO may grow a dim that is 1 at conversion time; a full-size SLICE must start at 0

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops.windowed import out_size, pad_before_after
-from ..schema import Padding
 from ..rules import Rule
+from ..schema import Padding
 from .manager import RulePass
 from .rewrite import const, describe, sole_user
 

@@ -1,14 +1,12 @@
-"""Post-training quantization: LiteRT's integer arithmetic and TensorFlow's parameter rules.
+"""Post-training quantization of a float model, above the runtime (it calibrates with it).
 
-`arith` holds the fixed-point primitives of LiteRT's integer kernels, `integer`,
-`integer_elementwise` and `integer_activations` its int8 / 16x8 kernels and `hybrid` its
-dynamic-range kernels, all bit-exact with its reference kernels — leaf modules the op
-records' quantized kernels (kiln.ops.integer) call. `params` derives scales and zero points
-the way TensorFlow's converter does;
-`weights` (dynamic range, float16) and `static` (calibrated int8) rewrite a model;
-`quantize` is the entry point; `QuantizationDebugger` (debugger, debug_*) measures what a
-quantized model lost, op by op. The entry point is imported on first use, so the op
-records can use `arith` without pulling in the interpreter that calibration runs.
+`params` derives scales and zero points the way TensorFlow's converter does; `weights`
+(dynamic range, weight-only, float16) and `static` (calibrated int8 / 16x8 with `int16`'s
+scheme; `lstm` gives fused LSTMs TF's full-integer layout) rewrite a model; `calibrate`
+and `datasets` read representative data; `quantize` (api.py) is the entry point and
+`QuantizationDebugger` (the `debug` subpackage) measures what a quantized model lost, op
+by op. LiteRT's integer arithmetic itself is below the op records, in `kiln.kernels`.
+The entry points are imported on first use.
 """
 
 __all__ = ["MODES", "QuantizationDebugger", "quantize"]
@@ -16,7 +14,7 @@ __all__ = ["MODES", "QuantizationDebugger", "quantize"]
 
 def __getattr__(name):
     if name == "QuantizationDebugger":
-        from .debugger import QuantizationDebugger
+        from .debug import QuantizationDebugger
 
         return QuantizationDebugger
     if name in __all__:

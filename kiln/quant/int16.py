@@ -19,30 +19,16 @@ from ..schema import DType
 from . import params
 from .static import Scheme, StaticReport, quantize_static
 
-#: Ops LiteRT 2.3 runs with int16 activations (measured op by op with BUILTIN_REF on
-#: kiln-quantized models; see tests/quant/test_16x8.py). Every other op stays float.
-INT16_OPS = frozenset({
-    "CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV",
-    "ADD", "SUB", "MUL", "BATCH_MATMUL", "MEAN",
-    "RELU", "RELU6", "LEAKY_RELU", "PRELU", "ABS", "RSQRT", "GELU", "EXP", "LOG", "SQRT",
-    "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE", "MAX_POOL_2D", "AVERAGE_POOL_2D", "PAD", "PADV2",
-    "STRIDED_SLICE", "SLICE", "SPLIT", "SPLIT_V", "GATHER", "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR",
-    "REDUCE_MAX", "REDUCE_MIN", "MAXIMUM", "MINIMUM", "TILE", "BROADCAST_TO", "PACK", "CONCATENATION", "REVERSE_V2",
-    "LOGISTIC", "SOFTMAX", "TANH",
-    "UNIDIRECTIONAL_SEQUENCE_LSTM",   # as TF's int8 LSTM, between int16 <-> int8 QUANTIZEs
-})
-#: Measured without an int16 kernel in LiteRT 2.3 (so kept float; rechecked one op at a time
-#: with BUILTIN_REF): SQUARED_DIFFERENCE ("SquaredDifference only supports FLOAT32 and INT32"),
-#: HARD_SWISH, RELU_N1_TO_1, LOG_SOFTMAX ("Only float32, uint8 and int8 are supported"),
-#: DEPTH_TO_SPACE, SPACE_TO_DEPTH, L2_NORMALIZATION (type checks in Prepare); SUM runs but TF
-#: does not quantize it to int16 and its reference kernel is wrong in int8 and int16 alike
-#: (measured: thousands of codes off in int16).
-
-#: LiteRT's int16 LOGISTIC / TANH / SOFTMAX produce Q0.15 (op_resolver checks, tfl_ops.td).
-FIXED_INT16 = {"LOGISTIC": (1 / 32768, 0), "SOFTMAX": (1 / 32768, 0), "TANH": (1 / 32768, 0)}
-
-INT16X8 = Scheme("int16", DType.INT16, params.activation_int16, FIXED_INT16, bias_bits=64, ops=INT16_OPS,
-                 bias_by_reciprocal=True)
+#: The ops quantized to int16 are those whose record lists INT16 among the types LiteRT runs
+#: (`kiln.ops.traits.Quantization.types`, measured op by op with BUILTIN_REF on kiln-quantized
+#: models; see tests/quant/test_16x8.py); their fixed Q0.15 outputs (LOGISTIC, TANH, SOFTMAX)
+#: are the records' too. Measured without an int16 kernel in LiteRT 2.3, so kept float:
+#: SQUARED_DIFFERENCE ("SquaredDifference only supports FLOAT32 and INT32"), HARD_SWISH,
+#: RELU_N1_TO_1, LOG_SOFTMAX ("Only float32, uint8 and int8 are supported"), DEPTH_TO_SPACE,
+#: SPACE_TO_DEPTH, L2_NORMALIZATION (type checks in Prepare); SUM runs but TF does not
+#: quantize it to int16 (its reference kernel is wrong in int8 and int16 alike, measured:
+#: thousands of codes off in int16; int8 SUM runs LiteRT's optimized kernel, kiln.kernels.nn).
+INT16X8 = Scheme("int16", DType.INT16, params.activation_int16, bias_bits=64, bias_by_reciprocal=True)
 
 
 def quantize_int16x8(model: Model, dataset: Any, **options) -> StaticReport:

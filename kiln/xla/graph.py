@@ -20,11 +20,16 @@ from ..ops.record import KernelCall, signature
 from ..schema import DType
 from .table import ALL_STATIC, Lowering, LoweringCall, get_lowering, make_call, node_options
 
-#: Ops that read or write state or run subgraphs: never folded, even on static inputs.
-STATEFUL = frozenset({"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE", "CALL_ONCE", "WHILE", "IF"})
-#: Resource-variable ops (kiln/xla/lower_vars.py: to_jax carries them as state); their
-#: RESOURCE tensors are handles known while tracing.
-RESOURCE_OPS = frozenset({"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE", "CALL_ONCE"})
+
+def is_resource_op(op_type: str) -> bool:
+    """A resource-variable op (its record says so; kiln/xla/lower_vars.py: to_jax carries them
+    as state): its RESOURCE tensors are handles known while tracing."""
+    return ops.states(op_type, "resource")
+
+
+def _stateful(op_type: str) -> bool:
+    """It reads or writes state or runs subgraphs: never folded, even on static inputs."""
+    return ops.states(op_type, "resource") or ops.states(op_type, "calls_subgraphs")
 #: Element types XLA has no arrays of.
 _NO_ARRAYS = frozenset({DType.STRING, DType.RESOURCE, DType.VARIANT, DType.COMPLEX64, DType.COMPLEX128})
 #: Constants at least this big (floating point, not needed static) become parameters:
@@ -39,9 +44,9 @@ def static_tensors(subgraph) -> set[int]:
         for t in op.inputs:
             if t is not None and t.is_constant:
                 static.add(id(t))
-        if op.op_type in ("SHAPE", "RANK"):
+        if ops.states(op.op_type, "reads_shape_only"):
             known = True  # shapes are fixed per compile
-        elif op.op_type == "CUSTOM" or op.op_type in STATEFUL or ops.get(op.op_type) is None:
+        elif op.op_type == "CUSTOM" or _stateful(op.op_type) or ops.get(op.op_type) is None:
             known = False
         else:
             known = all(t is None or id(t) in static for t in op.inputs) and \
@@ -67,7 +72,7 @@ def why_not_lowered(op, registration, static: set[int]) -> str | None:
     for k, t in enumerate((*op.inputs, *op.outputs)):
         if t is None:
             continue
-        if t.dtype in _NO_ARRAYS and not (t.dtype == DType.RESOURCE and op.op_type in RESOURCE_OPS):
+        if t.dtype in _NO_ARRAYS and not (t.dtype == DType.RESOURCE and is_resource_op(op.op_type)):
             return f"{name} has a {t.dtype.name} tensor ({t.name!r}), which XLA has no arrays of"
         if is_quantized(t):
             if not low.quantized:
@@ -106,8 +111,10 @@ def prepare_nodes(operators: Sequence, label_of) -> list[TracedNode]:
     return nodes
 
 
-def param_tensors(nodes: Sequence[TracedNode]) -> list:
-    """Constants read by ``nodes`` that become parameters (first-use order, no repeats)."""
+def param_tensors(nodes: Sequence[TracedNode], every_weight: bool = False) -> list:
+    """Constants read by ``nodes`` that become parameters (first-use order, no repeats): the
+    large floating-point ones, or with ``every_weight`` every floating-point one of rank >= 1
+    (to_jax: the weights a user may train or share; 0-d scalars stay literals)."""
     needed_static = set()
     for n in nodes:
         for k in n.lowering.static_operands(len(n.op.inputs)):
@@ -120,9 +127,17 @@ def param_tensors(nodes: Sequence[TracedNode]) -> list:
                 continue
             seen.add(id(t))
             data = np.asarray(t.data)
-            if data.dtype.kind == "f" and data.size >= PARAM_MIN_SIZE:
+            if data.dtype.kind == "f" and (data.ndim >= 1 and data.size >= 1 if every_weight
+                                           else data.size >= PARAM_MIN_SIZE):
                 params.append(t)
     return params
+
+
+def _at(exc: Exception, op) -> Exception:
+    """``exc`` marked with the node it failed in (``lowering_op``; the outermost traced node
+    wins: a WHILE, for a failure in its body), so a caller can fall back for that node."""
+    exc.lowering_op = op
+    return exc
 
 
 def _is_static(value) -> bool:
@@ -151,7 +166,7 @@ def run_nodes(nodes: Sequence[TracedNode], env: dict, float_dtype=None) -> dict:
             else:
                 args.append(np.asarray(t.data))  # a constant that is not a parameter
         try:
-            if all(_is_static(a) for a in args) and op.op_type not in STATEFUL:
+            if all(_is_static(a) for a in args) and not _stateful(op.op_type):
                 call = KernelCall(n.call.opts, op, list(n.call.out_dtypes))
                 result = ops.require(op.op_type).kernel(call, *args)
             else:
@@ -164,11 +179,11 @@ def run_nodes(nodes: Sequence[TracedNode], env: dict, float_dtype=None) -> dict:
                     env[id(t)] = updates[id(t)] = value.reshape(np.shape(args[k]))
                 result = result[:n_out]
         except KilnError as exc:
-            raise type(exc)(f"{n.call.label}: {exc}") from exc
+            raise _at(type(exc)(f"{n.call.label}: {exc}"), op) from exc
         except Exception as exc:
-            raise OpError(f"{n.call.label}: cannot lower for input shapes "
-                          f"{[None if a is None else list(np.shape(a)) for a in args]}: "
-                          f"{type(exc).__name__}: {exc}") from exc
+            raise _at(OpError(f"{n.call.label}: cannot lower for input shapes "
+                              f"{[None if a is None else list(np.shape(a)) for a in args]}: "
+                              f"{type(exc).__name__}: {exc}"), op) from exc
         if not isinstance(result, (tuple, list)):
             result = (result,)
         for t, value, dtype in zip(op.outputs, result, n.call.out_dtypes):

@@ -1,5 +1,5 @@
 """Hybrid (dynamic-range) FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D: float activations,
-int8 weights, as kiln.quant.hybrid computes them and bit-exact with it.
+int8 weights, as kiln.kernels.hybrid computes them and bit-exact with it.
 
 Each row (FULLY_CONNECTED) or batch entry (the convolutions) of the input is quantized on the
 fly — float32 steps and the float64 ones exactly where the reference takes them — multiplied
@@ -164,7 +164,7 @@ def hybrid_check(op, opts):
 
 
 def hybrid_transpose_conv(x, w, w_scale, bias, *, out_hw, pads, strides):
-    """Hybrid TRANSPOSE_CONV before its activation (kiln.quant.hybrid.transpose_conv): each
+    """Hybrid TRANSPOSE_CONV before its activation (kiln.kernels.hybrid.transpose_conv): each
     term ``float32(acc) · channel_scale · batch_scale`` rounded to float32 twice, then added
     in float32 in LiteRT's scatter order (input row, column, channel). For one output
     position the input row ascends as the filter row descends, so the order is: filter taps

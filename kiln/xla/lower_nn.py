@@ -8,8 +8,8 @@ drift from them.
 
 from __future__ import annotations
 
-import numpy as np
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from ..errors import OpError

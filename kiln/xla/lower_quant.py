@@ -1,7 +1,7 @@
 """Lowerings of quantized ops to integer arithmetic, bit-exact with LiteRT's reference kernels.
 
 QUANTIZE and DEQUANTIZE mirror kiln/ops/quantize.py; int8 FULLY_CONNECTED and CONV_2D mirror
-kiln.quant.integer, their legacy uint8 forms kiln.quant.integer_more (both measured against
+kiln.kernels.nn, their legacy uint8 forms kiln.kernels.nn (both measured against
 LiteRT's BUILTIN_REF kernels there): accumulation in int32 with the zero points subtracted,
 then LiteRT's fixed-point requantization in int64 — one rounding for FULLY_CONNECTED, two for
 CONV_2D and QUANTIZE — the output zero point and the fused activation's clamp. Nothing goes
@@ -16,16 +16,21 @@ import numpy as np
 from jax import lax
 
 from ..errors import OpError
+from ..kernels.fixedpoint import (
+    INT32_MAX,
+    INT32_MIN,
+    quantize_multiplier,
+    quantize_multipliers,
+)
+from ..kernels.nn import _uint8_multiplier
 from ..ops.windowed import window_geometry
-from ..quant.arith import INT32_MAX, INT32_MIN, quantize_multiplier, quantize_multipliers
-from ..quant.integer_more import _uint8_multiplier
 from ..schema import Activation, DType
 from .table import computed_once, register_lowering
 
 _I64 = jnp.int64
 
 
-# -- LiteRT's fixed-point arithmetic on JAX integers (kiln.quant.arith's, traced) ---------------
+# -- LiteRT's fixed-point arithmetic on JAX integers (kiln.kernels.fixedpoint's, traced) ---------------
 
 def rescale_once(x, multiplier, shift):
     """round(x · M · 2^(shift − 31)), one rounding (arith.multiply_by_quantized_multiplier)."""
@@ -149,7 +154,7 @@ register_lowering("DEQUANTIZE", _dequantize, quantized=_edges_check)
 
 def _activation_range(act: int, q, dtype) -> tuple[int, int]:
     """LiteRT's CalculateActivationRangeQuantized (float32 division, rounded half away), as
-    kiln.quant.integer.activation_range computes it."""
+    kiln.kernels.nn.activation_range computes it."""
     qmin, qmax = _limits(dtype)
     scale, zp = np.float32(q.scale[0]), int(q.zero_point[0])
 
@@ -174,7 +179,7 @@ def _channel_multipliers(x_q, w_q, out_q, channels: int):
 def _weighted_multipliers(op, channels: int):
     """The per-channel (multiplier, shift) of a FULLY_CONNECTED / convolution node: int8 / 16x8
     take PopulateConvolutionQuantizationParams' double products; the legacy uint8 kernels
-    (integer_more) one multiplier from the float32 product of the scales, as
+    (kiln.kernels.nn) one multiplier from the float32 product of the scales, as
     GetQuantizedConvolutionMultipler forms it."""
     q_x, q_w, q_out = (op.inputs[0].quantization, op.inputs[1].quantization, op.outputs[0].quantization)
     if op.inputs[0].dtype != DType.UINT8:
@@ -349,7 +354,7 @@ def int8_depthwise(call, x, w, bias=None):
     return _output_stage(acc, bias, m, s, call, twice=True)
 
 
-# -- int8 ADD / SUB / MUL (kiln.quant.integer_elementwise) ----------------------------------------
+# -- int8 ADD / SUB / MUL (kiln.kernels.elementwise) ----------------------------------------
 
 #: ADD / SUB lift 8-bit inputs by 2^20 before rescaling them to a common scale.
 _LEFT_SHIFT = 20

@@ -1,6 +1,6 @@
 """Lowering of the full-integer UNIDIRECTIONAL_SEQUENCE_LSTM (LiteRT's 8x8->16 kernel) as one
 lax.scan over time, bit-exact with kiln's reference kernel: both run the per-step integer
-arithmetic of kiln.quant.integer_lstm (written once over an array namespace), here on
+arithmetic of kiln.kernels.lstm (written once over an array namespace), here on
 jax.numpy int64 (the delegate traces under x64) with the gemmlowp sigmoid / tanh tables as
 constants. Prepare-time constants (multipliers, zero-point-folded biases) come from the
 static weights and the node's quantization parameters, as LiteRT's Prepare computes them.
@@ -15,8 +15,8 @@ import numpy as np
 from jax import lax
 
 from ..errors import OpError
+from ..kernels import lstm as il
 from ..ops.record import with_state
-from ..quant import integer_lstm as il
 from ..schema import DType
 from . import lower_rnn  # noqa: F401 - the float lowering this one is added to
 from .table import add_quantized_lowering
@@ -31,7 +31,7 @@ def _uni_lstm_int8(call, *inputs):
         raise OpError(f"{il.NAME}: cell_clip and proj_clip must be >= 0, got {opts.cell_clip} and {opts.proj_clip}")
     p = il.prepare(op, inputs, cell_clip=float(opts.cell_clip), proj_clip=float(opts.proj_clip))
     time_major = bool(opts.time_major)
-    x, h_in, c_in = inputs[0], inputs[il.OUTPUT_STATE], inputs[il.CELL_STATE]
+    x, h_in, c_in = inputs[0], inputs[il.LAYOUT.output_state], inputs[il.LAYOUT.cell_state]
     batch = np.shape(x)[1 if time_major else 0]
     if np.size(h_in) != batch * p.n_output or np.size(c_in) != batch * p.n_cell:
         raise OpError(f"{il.NAME}: states have {np.size(h_in)} and {np.size(c_in)} elements, expected batch "

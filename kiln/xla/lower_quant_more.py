@@ -1,5 +1,5 @@
-"""Quantized PRELU, RESIZE_BILINEAR, L2_NORMALIZATION (kiln.quant.integer_more) and LOG_SOFTMAX
-(kiln.quant.integer_activations), bit-exact with those kernels.
+"""Quantized PRELU, RESIZE_BILINEAR, L2_NORMALIZATION (kiln.kernels) and LOG_SOFTMAX
+(kiln.kernels.activations), bit-exact with those kernels.
 
 * PRELU (int8, uint8 and 16x8): the kernel's two float32-formed multipliers, both paths
   rescaled with two roundings and picked by the sign of ``x − zp`` — integer arithmetic,
@@ -8,7 +8,7 @@
   rows / columns and their fractions are the kernel's own (``_integer_axis``), computed
   while tracing from the static sizes.
 * L2_NORMALIZATION (int8): the inverse-square-root Newton steps are
-  `integer_more.l2_normalize_centered`, written once over an array namespace and run here
+  `kiln.kernels.activations.l2_normalize_centered`, written once over an array namespace and run here
   on jax.numpy int64.
 * LOG_SOFTMAX (int8): the kernel's float32 steps from tables of its own NumPy values, the
   row sums in NumPy's pairwise order, and each row sum's log (see `_log_softmax`).
@@ -20,9 +20,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import ops
+from ..kernels.activations import l2_normalize_centered
+from ..kernels.fixedpoint import quantize_multiplier
+from ..kernels.image import _integer_axis
 from ..ops.record import operand_types
-from ..quant.integer_more import _integer_axis, l2_normalize_centered
-from ..quant.arith import quantize_multiplier
 from ..schema import Activation, DType
 from .lower_quant import _limits, rescale_twice
 
@@ -172,7 +173,7 @@ def _numpy_sum(v):
 
 
 def _log_softmax(call, x):
-    """kiln.quant.integer_activations.log_softmax step for step. The dequantized codes, their
+    """kiln.kernels.activations.log_softmax step for step. The dequantized codes, their
     differences to the row maximum and those differences' exp are tables over (maximum, code)
     pairs the kernel's own NumPy calls fill; the row sums add in NumPy's order; log(Σ) is
     the float64 log rounded to float32. Measured on 840,000 outputs (row lengths 5-1,000,

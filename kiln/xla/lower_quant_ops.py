@@ -10,7 +10,7 @@ Three kinds:
   ABS): a function of one int8 / uint8 code has 256 values, so the lowering is a lookup in
   the table of the node's own reference kernel evaluated on every code at trace time (what
   LiteRT's Prepare does for its LUT kernels). Exact by construction, one gather in XLA.
-* Integer arithmetic mirroring kiln.quant.integer: MAX / AVERAGE_POOL_2D, MEAN, SOFTMAX
+* Integer arithmetic mirroring kiln.kernels.nn: MAX / AVERAGE_POOL_2D, MEAN, SOFTMAX
   (int8's float-table kernel), BATCH_MATMUL, SQUARED_DIFFERENCE, TRANSPOSE_CONV (and its hybrid
   form, kiln/xla/lower_hybrid.py's float steps).
 """
@@ -23,16 +23,26 @@ from jax import lax
 
 from .. import ops
 from ..errors import KilnError, OpError
+from ..kernels.activations import (
+    ONE_OVER_ONE_PLUS_X_LUT,
+    lut16_lookup,
+    softmax_int16_exps,
+)
+from ..kernels.elementwise import LEFT_SHIFT_SQUARED_DIFFERENCE
+from ..kernels.fixedpoint import quantize_multiplier
 from ..ops.record import KernelCall, operand_types
 from ..ops.windowed import transpose_conv_geometry, window_geometry
-from ..quant.arith import quantize_multiplier
-from ..quant.integer_activations import ONE_OVER_ONE_PLUS_X_LUT, lut16_lookup, softmax_int16_exps
-from ..quant.integer_elementwise import LEFT_SHIFT_SQUARED_DIFFERENCE
 from ..schema import Activation, DType
 from . import table
 from .lower_hybrid import hybrid_transpose_conv
 from .lower_nn import transpose_conv_2d
-from .lower_quant import _activation_range, _channel_multipliers, _limits, rescale_int64, rescale_twice
+from .lower_quant import (
+    _activation_range,
+    _channel_multipliers,
+    _limits,
+    rescale_int64,
+    rescale_twice,
+)
 from .table import add_quantized_rule, fused_range, register_lowering
 
 _I64 = jnp.int64
@@ -63,13 +73,9 @@ def _per_tensor(op, kinds=(DType.INT8,)) -> str | None:
 
 # -- data movement on the codes ------------------------------------------------------------------
 
-#: Ops that read only the input's shape.
-_SHAPE_ONLY = ("SHAPE", "RANK")
-
-
 def codes_check(op, opts) -> str | None:
     """None when the node's quantized kernel is the op's float kernel run on the codes."""
-    if op.op_type in _SHAPE_ONLY:
+    if ops.states(op.op_type, "reads_shape_only"):
         return None
     record = ops.require(op.op_type)
     key = operand_types(op)
@@ -89,7 +95,7 @@ def _allow_codes() -> None:
         record = ops.get(name)
         if low.quantized or record is None:
             continue
-        if name in _SHAPE_ONLY or any(k is record.kernel for k in record.quantized.values()):
+        if record.reads_shape_only or any(k is record.kernel for k in record.quantized.values()):
             add_quantized_rule(name, low.fn, codes_check, float_check=True)
 
 

@@ -16,13 +16,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..errors import OpError
-from ..ops.lstm import (_BIDI_AUX_INPUT, _BW, _FW, _UNI, _check_clips, _check_lstm_sizes,
-                        _get, _read_lstm, _state, bidi_aux_routing)
 from .. import ops
+from ..errors import OpError
+from ..ops.lstm import _check_clips, _check_lstm_sizes, _get, _state, bidi_aux_routing
 from ..ops.record import with_state
-from ..schema import Activation
-from .lower_rnn import _activation, lstm_scan
+from ..schema import (BIDIRECTIONAL_LSTM_AUX_INPUT, BIDIRECTIONAL_LSTM_BW, BIDIRECTIONAL_LSTM_FW, UNIDIRECTIONAL_LSTM,
+                      Activation)
+from .lower_rnn import _activation, lstm_scan, read_lstm
 from .table import register_lowering
 
 _BIDI_LSTM = "BIDIRECTIONAL_SEQUENCE_LSTM"
@@ -43,7 +43,7 @@ def _state0(name, what, value, rows, cols):
 
 def _with_aux(p):
     """The direction's operands with W_aux appended to W (per gate), for an input [x, aux]."""
-    return dataclasses.replace(p, input_w={g: np.concatenate([w, p.aux_w[g]], axis=1) for g, w in p.input_w.items()})
+    return dataclasses.replace(p, input_w={g: jnp.concatenate([w, p.aux_w[g]], axis=1) for g, w in p.input_w.items()})
 
 
 def _bidi_lstm(call, *inputs):
@@ -51,22 +51,22 @@ def _bidi_lstm(call, *inputs):
     x = inputs[0]
     if x is None or _get(inputs, 4) is None:
         raise OpError(f"{_BIDI_LSTM}: the input (operand 0) and input_to_output weights (operand 4) are required")
-    if x.dtype != np.float32 or np.asarray(inputs[4]).dtype != np.float32:
+    if x.dtype != np.float32 or inputs[4].dtype != np.float32:
         raise OpError(f"{_BIDI_LSTM}: input and weights must be float32, got {x.dtype} and {inputs[4].dtype}")
     if x.ndim != 3:
         raise OpError(f"{_BIDI_LSTM}: input must be 3-D, got shape {list(x.shape)}")
     time_major = bool(opts.time_major)
     _check_clips(_BIDI_LSTM, opts)
     xt = _time_major(_f32(x), time_major)
-    fw, bw = _read_lstm(_BIDI_LSTM, inputs, _FW), _read_lstm(_BIDI_LSTM, inputs, _BW)
-    aux_in = _get(inputs, _BIDI_AUX_INPUT)
+    fw, bw = read_lstm(_BIDI_LSTM, inputs, BIDIRECTIONAL_LSTM_FW), read_lstm(_BIDI_LSTM, inputs, BIDIRECTIONAL_LSTM_BW)
+    aux_in = _get(inputs, BIDIRECTIONAL_LSTM_AUX_INPUT)
     cross_linked = bidi_aux_routing(_BIDI_LSTM, fw, bw, x.shape, None if aux_in is None else aux_in.shape)
     aux_t = None if aux_in is None else _time_major(_f32(aux_in), time_major)
     bw_x = xt if cross_linked else aux_t
     aux = aux_t if cross_linked else None
     batch = xt.shape[1]
     updates, outs = {}, []
-    for p, lay, src, reverse in ((fw, _FW, xt, False), (bw, _BW, bw_x, True)):
+    for p, lay, src, reverse in ((fw, BIDIRECTIONAL_LSTM_FW, xt, False), (bw, BIDIRECTIONAL_LSTM_BW, bw_x, True)):
         h0 = _state0(_BIDI_LSTM, f"output/activation state (operand {lay.output_state})",
                      _get(inputs, lay.output_state), batch, p.n_output)
         c0 = _state0(_BIDI_LSTM, f"cell_state (operand {lay.cell_state})", _get(inputs, lay.cell_state),
@@ -86,8 +86,7 @@ def _bidi_lstm_check(op, opts):
     return None
 
 
-register_lowering(_BIDI_LSTM, _bidi_lstm, static=tuple(sorted(set(_FW.weights) | set(_BW.weights))),
-                  check=_bidi_lstm_check)
+register_lowering(_BIDI_LSTM, _bidi_lstm, check=_bidi_lstm_check)
 
 
 def _lstm_step(call, *inputs):
@@ -98,11 +97,11 @@ def _lstm_step(call, *inputs):
     if x is None or x.ndim != 2 or x.dtype != np.float32:
         raise OpError(f"LSTM: input must be 2-D float32, got {None if x is None else (list(x.shape), x.dtype)}")
     _check_clips("LSTM", call.opts)
-    p = _read_lstm("LSTM", inputs, _UNI)
+    p = read_lstm("LSTM", inputs, UNIDIRECTIONAL_LSTM)
     _check_lstm_sizes("LSTM", p, x.shape[1], None)
     batch = x.shape[0]
-    h0 = _state0("LSTM", "output/activation state", _get(inputs, _UNI.output_state), batch, p.n_output)
-    c0 = _state0("LSTM", "cell_state", _get(inputs, _UNI.cell_state), batch, p.n_cell)
+    h0 = _state0("LSTM", "output/activation state", _get(inputs, UNIDIRECTIONAL_LSTM.output_state), batch, p.n_output)
+    c0 = _state0("LSTM", "cell_state", _get(inputs, UNIDIRECTIONAL_LSTM.cell_state), batch, p.n_cell)
     out, h, c = lstm_scan(p, _f32(x)[None], h0, c0, call.opts)
     return with_state(call, [out[0]], (h, c))
 
@@ -115,7 +114,7 @@ def _lstm_step_check(op, opts):
     return None
 
 
-register_lowering("LSTM", _lstm_step, static=tuple(_UNI.weights), check=_lstm_step_check)
+register_lowering("LSTM", _lstm_step, check=_lstm_step_check)
 
 
 # -- the plain RNN ops ---------------------------------------------------------------------------
@@ -128,8 +127,8 @@ def _rnn_cell(name: str, x, w, r, b, h_in, batch: int):
     """One cell's operands as float32 arrays, checked as kiln/ops/rnn.py checks them."""
     if any(a is None for a in (x, w, r, b)):
         raise OpError(f"{name}: input, weights, recurrent weights and bias are all required")
-    if x.dtype != np.float32 or np.asarray(w).dtype != np.float32:
-        raise OpError(f"{name}: input and weights must be float32, got {x.dtype} and {np.asarray(w).dtype}")
+    if x.dtype != np.float32 or w.dtype != np.float32:
+        raise OpError(f"{name}: input and weights must be float32, got {x.dtype} and {w.dtype}")
     units = w.shape[0]
     for what, a, shape in (("weights", w, (units, x.shape[-1])), ("recurrent weights", r, (units, units)),
                            ("bias", b, (units,))):

@@ -21,11 +21,11 @@ from contextlib import contextmanager
 import numpy as np
 
 from ..errors import OpError
-from .graph import RESOURCE_OPS
+from .graph import is_resource_op
 from .lower_control import _subgraph, _subgraph_problem, _traced
 from .table import register_lowering
 
-__all__ = ["RESOURCE_OPS", "VariableStore", "using", "variable_name"]
+__all__ = ["VariableStore", "is_resource_op", "using", "variable_name"]
 
 _STORE: contextvars.ContextVar = contextvars.ContextVar("kiln_xla_variable_store", default=None)
 

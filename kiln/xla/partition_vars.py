@@ -26,10 +26,9 @@ from typing import Sequence
 
 import numpy as np
 
+from .. import ops
 from ..errors import OpError
 from ..schema import DType
-
-VARIABLE_OPS = frozenset({"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE"})
 
 
 def why_not(op) -> str | None:
@@ -39,7 +38,7 @@ def why_not(op) -> str | None:
     for earlier in op.subgraph.operators:
         if earlier is op:
             return None
-        if earlier.op_type in VARIABLE_OPS - {"VAR_HANDLE"}:
+        if ops.states(earlier.op_type, "resource") and earlier.op_type not in ("VAR_HANDLE", "CALL_ONCE"):
             return ("CALL_ONCE comes after a READ_VARIABLE / ASSIGN_VARIABLE of its subgraph; the delegate "
                     "runs inits before its partition, which would change their order")
     return None
@@ -113,7 +112,7 @@ class PartitionVariables:
 
     @classmethod
     def of(cls, partition, nodes, label: str) -> "PartitionVariables | None":
-        if any(n.op.op_type in VARIABLE_OPS or n.op.op_type == "CALL_ONCE" for n in nodes) or \
+        if any(ops.states(n.op.op_type, "resource") for n in nodes) or \
                 any(t.dtype == DType.RESOURCE for t in partition.inputs):
             return cls(partition, nodes, label)
         return None

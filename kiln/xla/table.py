@@ -154,10 +154,19 @@ def _load_builtins() -> None:
         from ._jax import require_jax
 
         require_jax()
-        from . import (lower_control, lower_math, lower_nn, lower_quant, lower_rnn,  # noqa: F401 - they register
-                       lower_seq, lower_shape, lower_vars)
-        from . import lower_quant_lstm  # noqa: F401 - after lower_rnn: adds to its LSTM lowering
-        from . import lower_quant_more, lower_quant_ops
+        from . import (  # noqa: F401 - they register
+            lower_control,
+            lower_math,
+            lower_nn,
+            lower_quant,
+            lower_quant_lstm,  # noqa: F401 - after lower_rnn: adds to its LSTM lowering
+            lower_quant_more,
+            lower_quant_ops,
+            lower_rnn,
+            lower_seq,
+            lower_shape,
+            lower_vars,
+        )
 
         lower_quant_more.register()  # these two add quantized rules to the lowerings above,
         lower_quant_ops.register()   # on-codes ones last: to ops given no rule before

@@ -10,10 +10,10 @@ import pytest
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import kiln  # noqa: E402
-from kiln.converter.runtime_version import (  # noqa: E402
+from kiln.format.runtime_version import (  # noqa: E402
     max_version, min_runtime_version_bytes, model_runtime_version, op_runtime_version,
 )
-from kiln.errors import ConversionError  # noqa: E402
+from kiln.errors import ModelError  # noqa: E402
 from kiln.ir import Model  # noqa: E402
 from tests.converter import zoo  # noqa: E402
 
@@ -97,9 +97,9 @@ def test_runtime_version_lookup():
     assert op_runtime_version("DEPTHWISE_CONV_2D", 2) == "1.12.0"
     assert op_runtime_version("FULLY_CONNECTED", 5) == "2.0.0"
     assert op_runtime_version("BROADCAST_TO", 1) is None  # version 1 never shipped
-    with pytest.raises(ConversionError, match="CONV_2D version 99 has no runtime version"):
+    with pytest.raises(ModelError, match="CONV_2D version 99 has no runtime version"):
         op_runtime_version("CONV_2D", 99)
-    with pytest.raises(ConversionError, match="NOT_AN_OP version 1: kiln has no op record"):
+    with pytest.raises(ModelError, match="NOT_AN_OP version 1: kiln has no op record"):
         op_runtime_version("NOT_AN_OP", 1)
 
 

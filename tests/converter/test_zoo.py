@@ -138,7 +138,7 @@ def test_min_runtime_version_like_tf(case):
     if ours_pairs == theirs_pairs:
         assert ours == theirs
     elif ours_pairs <= theirs_pairs:
-        from kiln.converter.runtime_version import _key
+        from kiln.format.runtime_version import _key
 
         # kiln may drop ops TF keeps, so its minimum can only be lower or equal.
         assert _key(ours.rstrip(b"\0").decode()) <= _key(theirs.rstrip(b"\0").decode())

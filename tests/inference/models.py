@@ -308,3 +308,250 @@ def save_keras_text_classifier(path) -> str:
 
     w = Wrap()
     return save_module(w, path, {"serving_default": w.serve.get_concrete_function()}, {"body": w.body})
+
+
+class RunningMean(tf.Module):
+    """Keeps state: a running mean of its outputs, subtracted from them; ``set_w`` overwrites the weights.
+
+    Warm-up must never call ``set_w``; batching changes what the running mean sees (padding rows,
+    batches instead of requests); bfloat16 must leave the state update in float32."""
+
+    def __init__(self):
+        self.w = tf.Variable(tf.reshape(tf.range(12, dtype=tf.float32), [4, 3]) / 10.0)
+        self.mean = tf.Variable(tf.zeros([3]))
+
+    @tf.function
+    def body(self, x):
+        y = tf.matmul(x, self.w)
+        self.mean.assign(0.9 * self.mean + 0.1 * tf.reduce_mean(y, axis=0))
+        return y - self.mean
+
+    @tf.function(input_signature=[SPEC])
+    def serve(self, x):
+        return {"y": self.body(x)}
+
+    @tf.function(input_signature=[tf.TensorSpec([4, 3], tf.float32)])
+    def set_w(self, w):
+        self.w.assign(w)
+        return {"ok": tf.constant(True)}
+
+    @tf.function(input_signature=[])
+    def state(self):
+        return {"mean": self.mean.read_value(), "w": self.w.read_value()}
+
+
+def save_running_mean(path) -> str:
+    m = RunningMean()
+    return save_module(m, path, {"serving_default": m.serve.get_concrete_function(),
+                                 "set_w": m.set_w.get_concrete_function(),
+                                 "state": m.state.get_concrete_function()}, {"body": m.body})
+
+
+class Captures(tf.Module):
+    """Batched functions that capture non-variable tensors: a tf.constant and a lookup table's default."""
+
+    def __init__(self):
+        self.scale = tf.constant([1.0, 2.0, 3.0, 4.0])
+        self.w = tf.Variable(tf.reshape(tf.range(8, dtype=tf.float32), [4, 2]) / 8.0)
+        self.table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(["a", "b", "c"], [1, 2, 3]), default_value=-1)
+
+    @tf.function
+    def body(self, x):
+        return tf.matmul(x * self.scale, self.w)
+
+    @tf.function
+    def ids(self, words):
+        return self.table.lookup(words)
+
+    @tf.function(input_signature=[SPEC, tf.TensorSpec([None], tf.string)])
+    def serve(self, x, words):
+        return {"y": self.body(x), "ids": self.ids(words)}
+
+
+def save_captures(path) -> str:
+    m = Captures()
+    return save_module(m, path, {"serving_default": m.serve.get_concrete_function()},
+                       {"body": m.body, "ids": m.ids})
+
+
+class NotBatchMajor(tf.Module):
+    """Outputs whose dim 0 is not the batch: a flattened result (dynamic) and a column sum (static)."""
+
+    @tf.function
+    def flat(self, x):
+        return tf.reshape(x * 2.0, [-1])
+
+    @tf.function
+    def total(self, x):
+        return tf.reduce_sum(x, axis=0)
+
+    @tf.function(input_signature=[SPEC])
+    def serve_flat(self, x):
+        return {"y": self.flat(x)}
+
+    @tf.function(input_signature=[SPEC])
+    def serve_total(self, x):
+        return {"y": self.total(x)}
+
+
+class Sparse(tf.Module):
+    """A function taking a SparseTensor: BatchFunction batches dense tensors only."""
+
+    @tf.function
+    def body(self, x):
+        return tf.sparse.reduce_sum(x, axis=1)
+
+    @tf.function(input_signature=[tf.SparseTensorSpec([None, 4], tf.float32)])
+    def serve(self, x):
+        return {"y": self.body(x)}
+
+
+class ParsesStrings(tf.Module):
+    """A signature taking CSV text ("0.5,1,2,3"): parsed on the CPU, the numbers go to ``body``.
+    An empty string cannot be parsed, so zero-valued warm-up records would fail."""
+
+    def __init__(self):
+        self.w = tf.Variable(tf.reshape(tf.range(8, dtype=tf.float32), [4, 2]) / 8.0)
+
+    @tf.function
+    def body(self, x):
+        return tf.nn.relu(tf.matmul(x, self.w))
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def serve(self, text):
+        x = tf.strings.to_number(tf.strings.split(text, ",").to_tensor(shape=[None, 4]))
+        return {"y": self.body(x)}
+
+
+def save_parses_strings(path) -> str:
+    m = ParsesStrings()
+    return save_module(m, path, {"serving_default": m.serve.get_concrete_function()}, {"body": m.body})
+
+
+def csv_rows(rows: int, seed: int = 0) -> np.ndarray:
+    values = np.random.default_rng(seed).uniform(-2, 2, (rows, 4))
+    return np.array([",".join(f"{v:.3f}" for v in row).encode() for row in values], dtype=object)
+
+
+class DirectCall(tf.Module):
+    """``outer`` calls ``inner`` directly: both may be placed (the original allows direct calls)."""
+
+    def __init__(self):
+        self.w = tf.Variable(tf.reshape(tf.range(16, dtype=tf.float32), [4, 4]) / 16.0)
+
+    @tf.function
+    def inner(self, x):
+        return tf.matmul(x, self.w)
+
+    @tf.function
+    def outer(self, x):
+        return tf.nn.relu(self.inner(x)) + 1.0
+
+    @tf.function(input_signature=[SPEC])
+    def serve(self, x):
+        return {"y": self.outer(x), "z": self.inner(x) * 2.0}
+
+
+class ShapeFromInput(tf.Module):
+    """``body`` reshapes with a shape computed outside it: not a compile-time constant for XLA."""
+
+    @tf.function
+    def body(self, x, n):
+        return tf.reshape(x, [n[0], -1]) * 2.0
+
+    @tf.function(input_signature=[SPEC])
+    def serve(self, x):
+        return {"y": self.body(x, tf.shape(x))}
+
+
+class JitTwoSignatures(tf.Module):
+    """A jit_compile=True function with an alias behind two signatures, and one without an alias:
+    TensorFlow's quantizer inlines both and drops ``other`` unless kiln keeps the model whole."""
+
+    def __init__(self):
+        rng = np.random.default_rng(0)
+        self.w = tf.Variable(rng.standard_normal((64, 32)).astype(np.float32) / 8.0)
+        self.v = tf.Variable(rng.standard_normal((32, 8)).astype(np.float32) / 4.0)
+
+    @tf.function(jit_compile=True)
+    def body(self, x):
+        return tf.nn.relu(tf.matmul(x, self.w))
+
+    @tf.function(jit_compile=True)
+    def head(self, h):
+        return tf.matmul(h, self.v)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 64], tf.float32)])
+    def serve(self, x):
+        return {"y": self.head(self.body(x))}
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 64], tf.float32)])
+    def other(self, x):
+        return {"z": self.body(x) * 2.0}
+
+
+def save_jit_two_signatures(path) -> str:
+    m = JitTwoSignatures()
+    return save_module(m, path, {"serving_default": m.serve.get_concrete_function(),
+                                 "other": m.other.get_concrete_function()}, {"body": m.body})
+
+
+class FiltersRows(tf.Module):
+    """Drops rows with a negative first value: dimension 0 of the output is known only when it runs."""
+
+    @tf.function
+    def body(self, x):
+        return tf.boolean_mask(x, x[:, 0] > 0.0)
+
+    @tf.function(input_signature=[SPEC])
+    def serve(self, x):
+        return {"y": self.body(x)}
+
+
+def save_keras_encoder(path) -> str:
+    """A tf_keras transformer encoder block behind two signatures (pooled logits, per-token states),
+    jit-compiled, reading an attention mask: padding positions must stay masked."""
+    import tf_keras as keras
+
+    vocab, width = 100, 32
+
+    class Encoder(tf.Module):
+        def __init__(self):
+            self.embed = keras.layers.Embedding(vocab, width)
+            self.attend = keras.layers.MultiHeadAttention(num_heads=4, key_dim=8)
+            self.norm1, self.norm2 = keras.layers.LayerNormalization(), keras.layers.LayerNormalization()
+            self.ff1, self.ff2 = keras.layers.Dense(64, activation="gelu"), keras.layers.Dense(width)
+            self.head = keras.layers.Dense(3)
+            self.head(tf.zeros([1, width]))
+
+        @tf.function(jit_compile=True)
+        def encoder(self, ids, mask):
+            h = self.embed(ids)
+            h = self.norm1(h + self.attend(h, h, attention_mask=tf.cast(mask[:, None, :], tf.bool)))
+            return self.norm2(h + self.ff2(self.ff1(h)))
+
+        @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None], tf.int32)])
+        def classify(self, ids, mask):
+            h = self.encoder(ids, mask)
+            weights = tf.cast(mask, tf.float32)[:, :, None]
+            return {"logits": self.head(tf.reduce_sum(h * weights, 1) / tf.maximum(tf.reduce_sum(weights, 1), 1.0))}
+
+        @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None], tf.int32)])
+        def encode(self, ids, mask):
+            return {"hidden": self.encoder(ids, mask)}
+
+    m = Encoder()
+    return save_module(m, path, {"serving_default": m.classify.get_concrete_function(),
+                                 "encode": m.encode.get_concrete_function()}, {"encoder": m.encoder})
+
+
+def token_samples(count: int, seed: int = 0) -> list[dict]:
+    """Sentences of 5 tokens, then of 9 (two lengths: each new shape costs an XLA compilation per measured
+    model), one per sample, with their all-ones masks."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(count):
+        n = 5 if i < count // 2 else 9
+        out.append({"ids": rng.integers(1, 100, (1, n)).astype(np.int32), "mask": np.ones((1, n), np.int32)})
+    return out

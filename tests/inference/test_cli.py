@@ -1,9 +1,11 @@
 """``kiln infer-convert``: the original's command line, exit codes and messages."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 tf = pytest.importorskip("tensorflow")
@@ -56,3 +58,52 @@ def test_errors_exit_non_zero_with_a_message(toy, tmp_path, capsys, extra, messa
 def test_kiln_cli_stays_tensorflow_free():
     code = "import sys, kiln.cli; kiln.cli.build_parser(); assert 'tensorflow' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT)})
+
+
+@pytest.fixture(scope="module")
+def parses_strings(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli_strings")
+    path = models.save_parses_strings(root / "csv")
+    data = root / "csv.npz"
+    np.savez(data, text=models.csv_rows(12).astype(bytes))
+    return path, data
+
+
+def test_unmeasured_stage_warns_loudly_and_exits_3(parses_strings, tmp_path, capsys):
+    """Generated inputs (empty strings) do not parse: bfloat16 cannot be measured, so the CLI says so
+    and exits 3; with real inputs it is measured (0); with --skip_accuracy_check it is skipped (0)."""
+    path, data = parses_strings
+    base = ["infer-convert", "--input_model_dir", path, "--converter_options_string",
+            'tpu_functions { function_alias: "body" } io_shape_optimization: DISABLED']
+    assert main(base + ["--output_model_dir", str(tmp_path / "a")]) == 3
+    out, err = capsys.readouterr()
+    assert "WARNING: applied without a measured error" in out
+    assert err.startswith("kiln infer-convert: WARNING: the error of these stages was NOT measured")
+    assert "bfloat16 on signature 'serving_default'" in err and "--evaluation_data" in err
+    assert (tmp_path / "a" / "saved_model.pb").is_file()  # written: the warning is about trust, not failure
+    assert main(base + ["--output_model_dir", str(tmp_path / "b"), "--evaluation_data", str(data)]) == 0
+    out, err = capsys.readouterr()
+    assert "rows of evaluation data" in out and "WARNING" not in err
+    assert main(base + ["--output_model_dir", str(tmp_path / "new" / "parent" / "c"), "--skip_accuracy_check"]) == 0
+    out, err = capsys.readouterr()
+    assert "Accuracy check: skipped (skip_accuracy_check)" in out and err == ""
+    assert (tmp_path / "new" / "parent" / "c" / "saved_model.pb").is_file()
+
+
+def test_evaluation_data_names_signatures(toy, tmp_path, capsys):
+    rc = main(["infer-convert", "--input_model_dir", toy, "--output_model_dir", str(tmp_path / "o"),
+               "--evaluation_data", "nope=x.npz", "--evaluation_data", "other=y.npz"])
+    assert rc == 1 and "evaluation_data: ['nope', 'other'] are not signatures of the model" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_prints_only_the_report(toy, tmp_path):
+    """No TensorFlow log lines, deprecation notices or progress bars: stderr stays empty."""
+    out = tmp_path / "quiet"
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    result = subprocess.run([sys.executable, "-m", "kiln", "infer-convert", "--input_model_dir", toy,
+                             "--output_model_dir", str(out), "--converter_options_string",
+                             'tpu_functions { function_alias: "tpu_func" }'],
+                            cwd=ROOT, env=dict(env, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == "" and result.stdout.startswith("-------- Conversion Report --------")

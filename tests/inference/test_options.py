@@ -29,7 +29,7 @@ def test_field_numbers_match_the_original():
     assert fields == {"tpu_functions": 1, "external_feature_configs": 3, "batch_options": 100,
                       "io_shape_optimization": 200, "bfloat16_optimization": 201,
                       "disable_default_optimizations": 202, "bfloat16_optimization_options": 203,
-                      "xla_sharding_options": 204, "experimental": 1000}
+                      "xla_sharding_options": 204, "experimental": 1000, "skip_accuracy_check": 1001}
     desc = m["ConverterOptions"].DESCRIPTOR.fields_by_name
     # the original's two optimization switches are the State enum itself: `bfloat16_optimization: DISABLED`
     assert desc["bfloat16_optimization"].enum_type.name == "State"

@@ -109,7 +109,7 @@ def test_variables_read_only_by_bfloat16_ops_are_stored_in_bfloat16(toy, toy_bf1
 def test_report_gives_the_measured_bfloat16_error(toy, toy_bf16):
     out, report = toy_bf16
     measured = report.accuracy["bfloat16"]["serving_default"]
-    assert measured["source"] == "generated"
+    assert measured["source"] == "generated inputs"
     model = savedmodel.read(toy)
     samples = evaluate.generated_inputs(model.meta.signature_def["serving_default"])
     want = evaluate.compare(evaluate.run(toy, "serving_default", samples),
@@ -129,8 +129,8 @@ def test_errors_measured_on_an_evaluation_dataset(root, toy):
     report = convert(toy, str(root / "evalset"), TOY + NO_IO +
                      f'experimental {{ evaluation_datasets {{ key: "serving_default" value: "{path}" }} }}')
     measured = report.accuracy["bfloat16"]["serving_default"]
-    assert measured["source"] == "representative" and measured["samples"] == 12
-    assert "12 representative samples" in report.text
+    assert measured["source"] == "evaluation data" and measured["rows"] == 8  # batches of 3 and 5 rows
+    assert "8 rows of evaluation data" in report.text
     with pytest.raises(OptionsError, match=r"evaluation_datasets: \['serve'\] are not signatures of the model"):
         convert(toy, str(root / "evalset_bad"), TOY + 'experimental { evaluation_datasets { key: "serve" '
                 f'value: "{path}" }} }}')
@@ -354,7 +354,7 @@ def test_static_range_int8_with_a_representative_dataset(root, mlp, mlp_samples,
     q = report.quantization
     assert q["calibration_samples"] == {"serving_default": 27} and q["held_out_samples"] == {"serving_default": 3}
     measured = report.accuracy["quantization"]["serving_default"]
-    assert measured["source"] == "held-out representative" and measured["samples"] == 3
+    assert measured["source"] == "held-out representative samples" and measured["rows"] == 3
     x = mlp_samples[-1]["x"]
     err = np.max(np.abs(_run(out, "serving_default", x=x)["y"] - _run(mlp, "serving_default", x=x)["y"]))
     assert 0 < err <= measured["outputs"]["y"]["max_abs"] + 1e-6
@@ -373,7 +373,7 @@ def test_dynamic_range_and_weight_only(root, mlp, method):
     assert report.quantization["method"] == method
     assert report.quantization["bytes_after"] != report.quantization["bytes_before"]
     measured = report.accuracy["quantization"]["serving_default"]
-    assert measured["source"] == "generated" and 0 < measured["outputs"]["y"]["max_rel"] < 0.1
+    assert measured["source"] == "generated inputs" and 0 < measured["outputs"]["y"]["max_rel"] < 0.1
 
 
 @pytest.mark.filterwarnings("ignore:.*representative samples")
@@ -448,6 +448,8 @@ def test_padding_that_changes_results_is_refused(root):
     ('quantization_method { preset_method: METHOD_DYNAMIC_RANGE_INT8 } representative_datasets { key: "other" '
      'value { tfrecord_file_path: "x" } }', r"representative_datasets: \['other'\] are not among signature_keys"),
     ("quantization_method { preset_method: METHOD_NO_QUANTIZE }", r"METHOD_NO_QUANTIZE: remove quantization_options"),
+    ("quantization_method { preset_method: METHOD_DYNAMIC_RANGE_INT8 } freeze_all_variables: false",
+     r"freeze_all_variables: false is not supported"),
     ('representative_datasets { key: "serving_default" value { } }', r"\['serving_default'\] has no tfrecord_file_path"),
 ])
 def test_quantization_option_errors(root, mlp, quant, message):

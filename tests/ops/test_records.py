@@ -7,8 +7,8 @@ import re
 import pytest
 
 from kiln import ops
-from kiln.converter.runtime_version import model_runtime_version
-from kiln.errors import ConversionError
+from kiln.format.runtime_version import model_runtime_version
+from kiln.errors import ModelError
 from kiln.ir import Model
 from kiln.ops.record import UNLISTED
 from kiln.schema import DType
@@ -49,12 +49,12 @@ def test_every_version_the_rule_produces_has_a_runtime_version(record):
         record.runtime_version(version)  # raises when the row is missing
 
 
-def test_a_missing_runtime_version_row_is_a_conversion_error():
+def test_a_missing_runtime_version_row_is_a_model_error():
     m = Model()
     sg = m.add_subgraph("main")
     sg.add_operator("ADD", [], [], version=1)
     sg.add_operator("ADD", [], [], version=len(ops.require("ADD").runtime_versions) + 1)
-    with pytest.raises(ConversionError, match=r"operator 1: ADD version 7 has no runtime version"):
+    with pytest.raises(ModelError, match=r"operator 1: ADD version 7 has no runtime version"):
         model_runtime_version(m)
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.quant import integer_activations as act
+from kiln.kernels import activations as act
 from tests.quant.test_dispatch import Const, In, check, one_op, qp, reference
 
 EVERY_INT16 = np.arange(-32768, 32768, dtype=np.int16).reshape(256, 256)

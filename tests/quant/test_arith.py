@@ -1,4 +1,4 @@
-"""kiln.quant.arith is bit-exact with LiteRT's reference integer kernels (BUILTIN_REF), which
+"""kiln.kernels.fixedpoint is bit-exact with LiteRT's reference integer kernels (BUILTIN_REF), which
 requantize with a single rounding; the double-rounding variant (LiteRT's optimised kernels)
 is not, on the same data."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kiln.quant import arith
+from kiln.kernels import fixedpoint as arith
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")

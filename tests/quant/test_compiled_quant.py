@@ -2,7 +2,7 @@
 the reference kernels' bits: one-op integer models run invoke after invoke on fresh inputs
 (the delegate checks a lowering against the kernel on the first run only, so later runs test
 the lowering itself) agree with kiln's and LiteRT's BUILTIN_REF, and each node ran its
-lowering, not its reference kernel. The output stage is tested against kiln.quant.arith over
+lowering, not its reference kernel. The output stage is tested against kiln.kernels.fixedpoint over
 whole accumulator ranges. (The quantized zoo models: tests/quant/test_runtime_models.py.)"""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import kiln
 from kiln import ops
 from kiln.delegates import QUANTIZED_LOWERINGS, QuantizedDelegate, QuantizedSupport
 from kiln.delegates.integer_lowerings import Requantizer
-from kiln.quant import arith
-from kiln.quant.arith import INT32_MAX, INT32_MIN
+from kiln.kernels import fixedpoint as arith
+from kiln.kernels.fixedpoint import INT32_MAX, INT32_MIN
 from kiln.schema import Activation, Padding
 from tests.quant.test_dispatch import Const, In, _probe, _run, bias_for, codes, one_op, qp, reference
 
@@ -201,7 +201,7 @@ def _uint8_bias(x_q, w_q, channels, rng):
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_weighted_uint8(seed):
-    """The legacy uint8 FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D (kiln.quant.integer_more)."""
+    """The legacy uint8 FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D (kiln.kernels.nn)."""
     rng = np.random.default_rng(seed)
     x_q, w_q, y_q = _uint8_case(rng)
     delegated("FULLY_CONNECTED", [In(codes(2, 3, 24, dtype=np.uint8), x_q), Const(codes(7, 24, dtype=np.uint8), w_q),

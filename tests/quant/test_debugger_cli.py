@@ -12,8 +12,8 @@ from kiln.cli import main
 
 tf = pytest.importorskip("tensorflow")
 
-from kiln.quant.debug_report import CUMULATIVE_COLOR, LAYER_COLOR, WORST_COLOR  # noqa: E402
-from kiln.quant.debugger import QuantizationDebugger  # noqa: E402
+from kiln.quant.debug.report import CUMULATIVE_COLOR, LAYER_COLOR, WORST_COLOR  # noqa: E402
+from kiln.quant.debug.debugger import QuantizationDebugger  # noqa: E402
 from tests.inference.test_report_html import _png_pixels  # noqa: E402
 
 from .test_debugger import broken_cnn, cnn  # noqa: E402

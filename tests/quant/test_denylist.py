@@ -11,7 +11,7 @@ import pytest
 
 import kiln
 from kiln.format import read_model
-from kiln.quant.debugger import QuantizationDebugger
+from kiln.quant.debug.debugger import QuantizationDebugger
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")

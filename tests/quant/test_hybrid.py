@@ -1,4 +1,4 @@
-"""kiln.quant.hybrid against LiteRT's reference kernels (BUILTIN_REF), bit for bit, on
+"""kiln.kernels.hybrid against LiteRT's reference kernels (BUILTIN_REF), bit for bit, on
 one-op hybrid models: int8 weights (per channel or per tensor), float activations."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import pytest
 
 from kiln.ir import QuantParams
 from kiln.ops.windowed import window_geometry
-from kiln.quant import hybrid, params
+from kiln.kernels import hybrid
+from kiln.quant import params
 from tests.harness import Const, feed, single_op_model
 from tests.quant.zoo_models import builtin_ref
 

@@ -1,4 +1,4 @@
-"""Full-integer fused LSTMs (kiln.quant.lstm_integer) run by LiteRT's integer kernel.
+"""Full-integer fused LSTMs (kiln.quant.lstm) run by LiteRT's integer kernel.
 
 tf_keras: kiln's int8 LSTM has TF's layout and TF's int8 weights and biases. On 16
 calibration samples TF writes a cell scale of 2^-16, finer than LiteRT's integer kernel

@@ -1,4 +1,4 @@
-"""kiln's integer UNIDIRECTIONAL_SEQUENCE_LSTM kernel (kiln.quant.integer_lstm) against LiteRT's
+"""kiln's integer UNIDIRECTIONAL_SEQUENCE_LSTM kernel (kiln.kernels.lstm) against LiteRT's
 BUILTIN_REF: the LSTM's int8 output and its variable state tensors (int8 hidden, int16 cell)
 bit for bit, invoke after invoke, on kiln's int8 and 16x8 LSTMs (Keras 3, tf_keras,
 Bidirectional split in two, stacked) and on TF's own int8 tf_keras LSTMs; batch > 1 and a

@@ -272,3 +272,19 @@ def test_output_shapes_follow_a_resize_before_invoke(zoo):
         interp.allocate_tensors()
     assert [list(d["shape"]) for d in ours.get_output_details()] == \
         [list(d["shape"]) for d in ref.get_output_details()] == [[6, 5]]
+
+
+def test_output_shapes_follow_a_resize_after_an_invoke(zoo):
+    """The output an invoke left behind is of the old shape; after the resize the details
+    (and get_tensor, until the next invoke) follow the new one, as LiteRT's do."""
+    data = zoo.bytes("dynamic_batch")
+    ref, ours = litert(data), kiln.Interpreter(model_content=data)
+    idx = ours.get_input_details()[0]["index"]
+    for batch in (1, 6):
+        for interp in (ref, ours):
+            interp.resize_tensor_input(idx, [batch, 8, 8, 3])
+            interp.allocate_tensors()
+        assert [list(d["shape"]) for d in ours.get_output_details()] == \
+            [list(d["shape"]) for d in ref.get_output_details()] == [[batch, 5]]
+        assert ours.get_tensor(ours.get_output_details()[0]["index"]).shape == (batch, 5)
+        run_api(ours, sample_inputs(ours.get_input_details(), batch))

@@ -18,7 +18,7 @@ from kiln.format import read_model, write_model  # noqa: E402
 from kiln.ir import Model, QuantParams  # noqa: E402
 from kiln.schema import DType  # noqa: E402
 from kiln.xla import XlaDelegate  # noqa: E402
-from kiln.xla.graph import RESOURCE_OPS  # noqa: E402
+from kiln.xla.graph import is_resource_op  # noqa: E402
 from kiln.xla.table import lowered_ops  # noqa: E402
 from tests.harness import assert_close, feed  # noqa: E402
 from tests.runtime.conftest import litert  # noqa: E402
@@ -37,7 +37,7 @@ def _xla(data, **kwargs):
 
 
 def _resource_model_names(zoo) -> list[str]:
-    names = [n for n in ZOO if any(op.op_type in RESOURCE_OPS for sg in read_model(zoo.bytes(n)).subgraphs
+    names = [n for n in ZOO if any(is_resource_op(op.op_type) for sg in read_model(zoo.bytes(n)).subgraphs
                                    for op in sg.operators)]
     assert names, "the runtime zoo has no model with resource variables"
     return names

@@ -1,6 +1,6 @@
 """Quantized lowerings, bit for bit: QUANTIZE / DEQUANTIZE and int8 FULLY_CONNECTED / CONV_2D
 through XlaDelegate against LiteRT's reference kernels (BUILTIN_REF), kiln's reference
-kernels and kiln.quant.integer's pure kernels; the fixed-point steps against kiln.quant.arith."""
+kernels and kiln.kernels.nn's pure kernels; the fixed-point steps against kiln.kernels.fixedpoint."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from kiln import ops  # noqa: E402
 from kiln.format import write_model  # noqa: E402
 from kiln.ir import Model, Operator, QuantParams  # noqa: E402
 from kiln.ops.windowed import window_geometry  # noqa: E402
-from kiln.quant import arith, integer  # noqa: E402
+from kiln.kernels import fixedpoint as arith, nn as integer  # noqa: E402
 from kiln.schema import Activation, DType, Padding  # noqa: E402
 from kiln.xla import XlaDelegate  # noqa: E402
 from kiln.xla._jax import x64  # noqa: E402
 from kiln.xla.lower_quant import rescale_once, rescale_twice  # noqa: E402
-from tests.harness import feed  # noqa: E402
+from tests.harness import feed, own_kernels  # noqa: E402
 
 RNG = np.random.default_rng(5)
 ACTS = [Activation.NONE, Activation.RELU, Activation.RELU6]
@@ -156,7 +156,7 @@ def test_quantize_saturates():
     model, feeds = one_op("QUANTIZE", [(x, None, False)], x.shape, np.int8, qp(0.02, -3))
     got = on_xla(model, feeds)
     np.testing.assert_array_equal(got, [127, -128, 127, -128])
-    np.testing.assert_array_equal(got[:3], feed(kiln.Interpreter(model_content=model), feeds)[0][:3])
+    np.testing.assert_array_equal(got[:3], feed(kiln.Interpreter(model_content=model, **own_kernels()), feeds)[0][:3])
 
 
 # -- int8 FULLY_CONNECTED / CONV_2D -----------------------------------------------------------
@@ -215,7 +215,7 @@ def test_16x8_fully_connected_is_lowered():
     model, feeds = one_op("FULLY_CONNECTED", [(x, qp(0.01), False), (w, qp(0.02), True)], (3, 4), np.int16,
                           qp(0.05))
     got = on_xla(model, feeds)
-    np.testing.assert_array_equal(got, feed(kiln.Interpreter(model_content=model), feeds)[0])
+    np.testing.assert_array_equal(got, feed(kiln.Interpreter(model_content=model, **own_kernels()), feeds)[0])
     np.testing.assert_array_equal(got, litert_ref(model, feeds))
 
 
@@ -260,7 +260,7 @@ def _hybrid_weights(w, axis):
 
 def _same_as_reference_and_litert(model, feeds):
     got = on_xla(model, feeds)
-    np.testing.assert_array_equal(got, feed(kiln.Interpreter(model_content=model), feeds)[0])
+    np.testing.assert_array_equal(got, feed(kiln.Interpreter(model_content=model, **own_kernels()), feeds)[0])
     np.testing.assert_array_equal(got, litert_ref(model, feeds))
 
 
@@ -329,7 +329,7 @@ def test_int8_depthwise(multiplier, stride, padding):
 @pytest.mark.parametrize("act", [Activation.NONE, Activation.RELU])
 @pytest.mark.parametrize("shapes", [((3, 8), (3, 8)), ((2, 3, 8), (8,))])
 def test_int8_elementwise(op_type, act, shapes):
-    from kiln.quant import integer_elementwise
+    from kiln.kernels import elementwise as integer_elementwise
 
     a, b = int8(*shapes[0]), int8(*shapes[1])
     a_qp, b_qp, out_qp = qp(0.03, -5), qp(0.011, 7), qp(0.05 if op_type != "MUL" else 0.004, 3)
