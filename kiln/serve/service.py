@@ -9,6 +9,7 @@ drain deadline; then they are answered 503 / UNAVAILABLE.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures as cf
 import math
 import time
 
@@ -68,6 +69,8 @@ class Service:
                 break
             try:
                 job.future.result(min(job.deadline, self.drain_deadline, now + 0.1) - now)
+            except cf.TimeoutError:  # not yet: look at the deadlines again
+                continue
             except Exception:  # noqa: S110 - result() below raises it
                 break
         if not job.future.done():  # pragma: no cover - every branch above resolves it

@@ -174,3 +174,27 @@ def test_grpc_and_rest_share_the_batcher_and_the_metrics(both):
     np.testing.assert_array_equal(np.concatenate(results), want)
     assert server.metric("kiln_serve_backend_calls_total", model="two_tfl") - calls0 < 16
     assert server.metric("kiln_serve_requests_total", model="two_tfl", code="200") - count0 == 17
+
+
+def test_an_answer_slower_than_a_tenth_of_a_second_is_waited_for(models, tmp_path):
+    """A gRPC call waits for its answer up to its deadline, however long the batch takes to fill
+    (a slow answer was once taken for a passed deadline)."""
+    port = free_port()
+    server = Server("--model_base_path", str(models["two_sm"]), "--model_name", "two", "--port", str(port),
+                    "--batching_parameters_file", batching_file(tmp_path, max_batch_size=8, batch_timeout_micros=400000,
+                                                                num_batch_threads=1))
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            a, b = rows(2), rows(2, 2, seed=1)
+            response = _predict(channel, "two", a=a, b=b)  # waits ~0.4 s for a batch that stays partial
+            rest = server.predict("two", {"inputs": {"a": a.tolist(), "b": b.tolist()}}).json()["outputs"]
+            np.testing.assert_array_equal(tf.make_ndarray(response.outputs["scores"]), np.float32(rest["scores"]))
+            request = predict_pb2.PredictRequest()
+            request.model_spec.name = "two"
+            request.inputs["a"].CopyFrom(tf.make_tensor_proto(a))
+            request.inputs["b"].CopyFrom(tf.make_tensor_proto(b))
+            with pytest.raises(grpc.RpcError) as info:  # the client's own deadline, sooner than the batch
+                prediction_service_pb2_grpc.PredictionServiceStub(channel).Predict(request, timeout=0.2)
+            assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    finally:
+        server.stop()

@@ -50,6 +50,7 @@ def test_requests_to_made_up_names_do_not_grow_the_metrics(serve, models, tmp_pa
                  lambda: s.post(f"{server.url}/v1/models/one/labels/l{i}:predict", data=body)][i % 5]()
             assert r.status_code in (400, 404, 501), r.text
     page = server.get("/monitoring/prometheus/metrics").text
+    print(f"metrics page: {before} bytes before, grew {len(page.encode()) - before} bytes after 2,000 made-up names")
     assert len(page.encode()) - before < 20_000
     assert 'model="(other)"' in page and "made-up" not in page and "l1999" not in page
 
@@ -66,6 +67,7 @@ def test_one_bad_request_among_32_concurrent_fails_alone(serve, models, tmp_path
     ids[13] = [7, 77]
     answers = concurrently(lambda i: server.predict("e", {"instances": [ids[i].tolist()]}), range(32), 32)
     codes = [a.status_code for a in answers]
+    print(f"{model}: {codes.count(200)} x 200, {codes.count(400)} x 400 among 32 concurrent clients")
     assert codes == [400 if i == 13 else 200 for i in range(32)], [a.text for a in answers if a.status_code != 200]
     error = answers[13].json()["error"]
     assert message in error and "'ids'" in error
@@ -87,6 +89,8 @@ def test_a_60_mib_body_grows_memory_less_than_4_times_its_size(serve, models, tm
     assert r.status_code == 200, r.text[:300]
     assert len(r.json()["predictions"]) == 750_000
     peak = int(status_of(server.proc.pid)["VmHWM"].split()[0]) << 10
+    print(f"a {len(body) / 2**20:.1f} MiB body grew peak RSS by {(peak - before) / 2**20:.0f} MiB "
+          f"({(peak - before) / len(body):.2f}x the body)")
     assert peak - before < 4 * len(body), f"{(peak - before) / len(body):.2f}x the body"
 
 
@@ -159,6 +163,8 @@ def test_hundreds_of_malformed_requests_get_no_500(serve, models, tmp_path, batc
         assert answer.startswith(b"HTTP/1.1 400") and b'"error"' in answer, answer
     answer = raw(server.port, b"GET /v1/models/two HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
     assert answer.startswith(b"HTTP/1.1 200") and b"Connection: close" in answer  # answered, not upgraded
+    print(f"batching={batching}: {len(codes)} malformed requests, {codes.count(500)} answered 500, codes "
+          f"{sorted(set(codes))}")
     assert len(codes) >= 800 and 500 not in codes
     assert server.get("/healthz").status_code == 200
     assert server.metric("kiln_serve_requests_total", code="500") == 0
@@ -186,6 +192,7 @@ def test_a_half_second_drain_timeout_exits_within_two_seconds(serve, models, tmp
     took = time.monotonic() - start
     for c in clients:
         c.join()
+    print(f"drain timeout 0.5 s: exit {code} after {took:.2f} s, answers {[getattr(a, 'status_code', a) for a in answers]}")
     assert code == 0 and took < 2.0, (code, took)
     assert all(isinstance(a, requests.Response) for a in answers), answers
     assert {a.status_code for a in answers} <= {200, 503}
@@ -212,6 +219,9 @@ def test_unbatched_overload_answers_503_and_keeps_the_deadline(serve, models, tm
     codes = [c for c, _ in results]
     assert set(codes) <= {200, 503, 504} and codes.count(503) > 0 and codes.count(200) > 0
     latencies = sorted(t for _, t in results)
+    print(f"unbatched overload, deadline 1 s: {codes.count(200)} x 200, {codes.count(503)} x 503, "
+          f"{codes.count(504)} x 504; p50 {latencies[len(latencies) // 2]:.2f} s, "
+          f"p99 {latencies[int(len(latencies) * 0.99)]:.2f} s, max {latencies[-1]:.2f} s")
     assert latencies[int(len(latencies) * 0.99)] <= 2.0, latencies[-10:]
 
 
