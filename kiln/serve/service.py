@@ -73,7 +73,7 @@ class Service:
                 continue
             except Exception:  # noqa: S110 - result() below raises it
                 break
-        if not job.future.done():  # pragma: no cover - every branch above resolves it
+        if not job.done:  # pragma: no cover - every branch above resolves it
             raise DeadlineExceeded("the request's deadline passed")
         return job.future.result()
 

@@ -198,3 +198,29 @@ def test_an_answer_slower_than_a_tenth_of_a_second_is_waited_for(models, tmp_pat
             assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     finally:
         server.stop()
+
+
+def test_unbatched_predict_equals_rest(models, tmp_path):
+    """Without batching a request runs on the calling thread (or the pool for large ones): gRPC
+    answers it as REST does, errors included."""
+    config = tmp_path / "models.config"
+    config.write_text("model_config_list {\n" + "".join(
+        f'  config {{ name: "{name}" base_path: "{models[name]}" }}\n' for name in ("two_tfl", "embed_tfl")) + "}\n")
+    port = free_port()
+    server = Server("--model_config_file", str(config), "--port", str(port))
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            a, b = rows(3), rows(3, 2, seed=1)
+            got = _predict(channel, "two_tfl", a=a, b=b)
+            rest = server.predict("two_tfl", {"inputs": {"a": a.tolist(), "b": b.tolist()}}).json()["outputs"]
+            for name in ("scores", "doubled"):
+                np.testing.assert_array_equal(tf.make_ndarray(got.outputs[name]), np.float32(rest[name]))
+            ids = np.int32([[1, 2], [49, 0]])
+            got = tf.make_ndarray(_predict(channel, "embed_tfl", ids=ids).outputs["vec"])
+            rest = server.predict("embed_tfl", {"inputs": {"ids": ids.tolist()}}).json()["outputs"]
+            np.testing.assert_array_equal(got, np.float32(rest))
+            with pytest.raises(grpc.RpcError) as info:
+                _predict(channel, "embed_tfl", ids=np.int32([[1, 77]]))
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "'ids'" in info.value.details()
+    finally:
+        server.stop()
