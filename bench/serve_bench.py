@@ -2,8 +2,9 @@
 
 A model (``--model mlp``: a 16 -> 64 -> 64 -> 10 MLP, where the front end is nearly all the cost;
 ``cnn``: a small CNN on 32x32x3 images) is served by ``kiln serve`` (unbatched, and batched with
-``--batched``) with 1 and 2 worker processes on 127.0.0.1. The load comes from a separate client
-process that keeps 1, 8 and 64 keep-alive connections busy (closed loop) with single-row
+``--batched``) with 1 and 2 worker processes on 127.0.0.1; with ``--bare``, also a bare-bones
+server (bench/serve_bare.py: the least any Python front end does per request) as the floor. The
+load comes from a separate client process that keeps 1, 8 and 64 keep-alive connections busy (closed loop) with single-row
 ``instances`` requests, written with raw asyncio so the client costs little CPU of the shared
 cores. The anchor is the same model's runner called in a loop in one process
 (``kiln.runtime.open(...).new_runner()``, one row per call), measured in the same run. Each
@@ -16,7 +17,7 @@ one core would give), errors.
 Goal (issue #24): the ratio at 64 clients >= 0.15 for the MLP on a 2-core machine.
 
     python bench/serve_bench.py [--backends kiln litert] [--model mlp|cnn] [--workers 1 2]
-                                [--clients 1 8 64] [--seconds 3] [--repeats 3] [--batched]
+                                [--clients 1 8 64] [--seconds 3] [--repeats 3] [--batched] [--bare]
 """
 
 from __future__ import annotations
@@ -101,6 +102,33 @@ class Server:
 
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(120)
+
+
+class BareServer:
+    """bench/serve_bare.py: the floor any Python front end pays, served the same way."""
+
+    def __init__(self, base: Path, backend: str, workers: int, body: Path):
+        self.port = free_port()
+        self.proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "serve_bare.py"),
+                                      str(base / "1" / "model.tflite"), str(self.port), str(workers), backend],
+                                     cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), start_new_session=True)
+        request = (b"POST /v1/models/model:predict HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                   % (len(body.read_bytes()), body.read_bytes()))
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
+                    s.sendall(request)
+                    if s.recv(100).startswith(b"HTTP/1.1 200"):
+                        time.sleep(1.0 * workers)  # every worker loaded
+                        return
+            except OSError:
+                time.sleep(0.2)
+        raise SystemExit("the bare-bones server did not answer")
+
+    def stop(self):
+        os.killpg(self.proc.pid, signal.SIGTERM)
         self.proc.wait(120)
 
 
@@ -246,6 +274,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batched", action="store_true", help="also serve with batching on")
+    parser.add_argument("--bare", action="store_true",
+                        help="also measure bench/serve_bare.py, a bare-bones server (the floor of any Python front end)")
     parser.add_argument("--client", help=argparse.SUPPRESS)  # internal: run as the load-generating process
     args = parser.parse_args()
     if args.client:
@@ -258,7 +288,8 @@ def main() -> int:
     body.write_bytes(json.dumps({"instances": [row.tolist()]}).encode())
     batching = work / "batching.config"
     batching.write_text(BATCHING)
-    modes = [("unbatched", None)] + ([("batched", batching)] if args.batched else [])
+    modes = [("unbatched", None)] + ([("batched", batching)] if args.batched else []) + (
+        [("bare", None)] if args.bare else [])
     print(f"{args.model} model {shape}, one row per request; {args.seconds:g} s per point, median of {args.repeats} "
           f"interleaved runs; raw-asyncio client process; {os.cpu_count()} CPU cores, load average "
           f"{os.getloadavg()[0]:.1f}")
@@ -267,7 +298,8 @@ def main() -> int:
     for backend in args.backends:
         for mode, batching_file in modes:
             for workers in args.workers:
-                server = Server(base, backend, workers, batching_file)
+                server = (BareServer(base, backend, workers, body) if mode == "bare"
+                          else Server(base, backend, workers, batching_file))
                 try:
                     run_load(server.port, max(args.clients), 1.0, body)  # warm-up: every worker's interpreters
                     runs: dict = {c: [] for c in args.clients}
