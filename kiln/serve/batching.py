@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import math
+import re
 import threading
 import time
 from collections import deque
@@ -50,8 +51,22 @@ class Hooks:
     isolated: object | None = None
 
 
-def request_error(exc: BaseException, names) -> ServeError:
-    """The answer to a request whose own run failed: the model could not run on its inputs (400)."""
+_INDEX_ERROR = re.compile(r"\bind(ex|ices)\b|out of bounds|out of range", re.IGNORECASE)
+
+
+def _suspects(text: str, inputs) -> list[str]:
+    """The inputs an error can be about: for a kernel's index error, the integer inputs (a table
+    lookup's ids) when there are some; else all of them."""
+    names = sorted(inputs)
+    if isinstance(inputs, dict) and _INDEX_ERROR.search(text):
+        ints = [n for n in names if getattr(getattr(inputs[n], "dtype", None), "kind", "") in ("i", "u")]
+        return ints or names
+    return names
+
+
+def request_error(exc: BaseException, inputs) -> ServeError:
+    """The answer to a request whose own run failed: the model could not run on its inputs (400),
+    naming the inputs it can be about."""
     if isinstance(exc, ServeError):
         return exc
     if isinstance(exc, MemoryError):
@@ -60,8 +75,8 @@ def request_error(exc: BaseException, names) -> ServeError:
     if len(text) > MESSAGE_LIMIT:
         text = text[:MESSAGE_LIMIT] + "..."
     kind = "" if isinstance(exc, KilnError) else f"{type(exc).__name__}: "
-    return InvalidArgument(f"the model failed on this request's input(s) {', '.join(repr(n) for n in sorted(names))}: "
-                           f"{kind}{text}")
+    suspects = ", ".join(repr(n) for n in _suspects(text, inputs))
+    return InvalidArgument(f"the model failed on this request's input(s) {suspects}: {kind}{text}")
 
 
 class Request:

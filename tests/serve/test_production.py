@@ -306,3 +306,35 @@ def test_worker_processes_share_the_port_batching_and_metrics(serve, models, tmp
     assert server.metric("kiln_serve_batch_size_sum", model="one") - server.metric("kiln_serve_padding_rows_total") == 40
     code, log = server.stop()
     assert code == 0 and log.count("draining") == 2, log
+
+
+def test_a_keras_model_with_two_dtypes_isolates_a_bad_index_the_kernel_finds(serve, tmp_path):
+    """A model kiln's tests did not write: Keras's Embedding wraps negative ids before its GATHER,
+    so no table range is declared on the input and the kernel finds the bad id. The bad request
+    fails alone, its 400 naming the integer input; the others equal Keras."""
+    import tensorflow as tf
+
+    import kiln
+
+    feat = tf.keras.Input((3,), dtype=tf.float32, name="feat")
+    tok = tf.keras.Input((2,), dtype=tf.int32, name="tok")
+    looked_up = tf.keras.layers.Flatten()(tf.keras.layers.Embedding(10, 3)(tok))
+    out = tf.keras.layers.Dense(2, activation="softmax")(tf.keras.layers.Concatenate()([feat, looked_up]))
+    model = tf.keras.Model([feat, tok], out)
+    path = tmp_path / "km" / "1" / "model.tflite"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(kiln.TFLiteConverter.from_keras_model(model).convert())
+    server = serve("--model_base_path", str(path.parent.parent), "--model_name", "km",
+                   "--batching_parameters_file", batching_file(tmp_path, max_batch_size=16, batch_timeout_micros=300000,
+                                                               num_batch_threads=1))
+    x = rows(16, 3, seed=5)
+    ids = np.random.default_rng(6).integers(0, 10, (16, 2)).astype(np.int32)
+    ids[5] = [3, 10]
+    answers = concurrently(lambda i: server.predict("km", {"instances": [{"feat": x[i].tolist(),
+                                                                           "tok": ids[i].tolist()}]}), range(16), 16)
+    assert [a.status_code for a in answers] == [400 if i == 5 else 200 for i in range(16)], [a.text for a in answers]
+    error = answers[5].json()["error"]
+    assert "input(s) 'tok':" in error and "'feat'" not in error, error
+    good = [i for i in range(16) if i != 5]
+    want = model([x[good], ids[good]]).numpy()
+    np.testing.assert_allclose([answers[i].json()["predictions"][0] for i in good], want, rtol=1e-5, atol=1e-6)
