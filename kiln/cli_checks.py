@@ -28,13 +28,20 @@ NUMBERS: dict[tuple[str, str], tuple[float | None, float | None]] = {
     ("benchmark", "warmup"): (0, None),
     ("benchmark", "seed"): (0, None),
     ("quantize", "debug_target"): (0, None),
-    ("serve", "port"): (1, 65535),
-    ("serve", "rest_api_port"): (0, 65535),   # 0: not given, --port is used
+    ("serve", "port"): (0, 65535),            # TF Serving's gRPC port; 0: no gRPC
+    ("serve", "rest_api_port"): (0, 65535),   # 0: no REST (both 0 is refused in `check`)
     ("serve", "file_system_poll_wait_seconds"): (0, None),
     ("serve", "rest_api_timeout_in_ms"): (1, None),
     ("serve", "rest_api_num_threads"): (0, None),
+    ("serve", "grpc_max_threads"): (0, None),
+    ("serve", "num_workers"): (1, 256),
     ("serve", "tensorflow_intra_op_parallelism"): (0, None),
     ("serve", "max_request_bytes"): (1, None),
+    ("serve", "request_body_budget_bytes"): (1, None),
+    ("serve", "max_queued_requests"): (1, None),
+    ("serve", "max_connections"): (1, None),
+    ("serve", "http_idle_timeout_seconds"): (0.001, None),
+    ("serve", "http_read_timeout_seconds"): (0.001, None),
     ("serve", "drain_timeout_seconds"): (0, None),
 }
 
@@ -104,6 +111,19 @@ def check_paths(command: str, args) -> None:
             raise paths.PathError(f"--model_base_path {base!r}: is a file, not a directory of versions")
 
 
+def check_serve_ports(args) -> None:
+    """TF Serving's ports: ``--port`` (gRPC) and ``--rest_api_port`` (REST), 0 turning one off.
+    At least one is on, they differ, and each one on can be bound now."""
+    ports = {"--port": args.port, "--rest_api_port": args.rest_api_port}
+    if not any(ports.values()):
+        raise UsageError("--port and --rest_api_port are both 0: there is nothing to serve on")
+    if args.port and args.port == args.rest_api_port:
+        raise UsageError(f"--port (gRPC) and --rest_api_port (REST) are both {args.port}: give them different ports")
+    for port in ports.values():
+        if port:
+            check_port_free(args.host, port)
+
+
 def check_port_free(host: str, port: int) -> None:
     """Bind ``host:port`` once and let go, so a port in use or an unknown host is a one-line
     error before the server starts (the server binds it again right after)."""
@@ -112,7 +132,7 @@ def check_port_free(host: str, port: int) -> None:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
             probe.bind((host, port))
     except socket.gaierror as exc:
-        raise KilnError(f"--rest_api_host {host!r}: unknown host ({exc.strerror})") from None
+        raise KilnError(f"--host {host!r}: unknown host ({exc.strerror})") from None
     except OSError as exc:
         raise KilnError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
@@ -122,4 +142,4 @@ def check(command: str, args) -> None:
     check_numbers(command, args)
     check_paths(command, args)
     if command == "serve" and (getattr(args, "model_base_path", None) or getattr(args, "model_config_file", None)):
-        check_port_free(args.rest_api_host, args.rest_api_port or args.port)
+        check_serve_ports(args)

@@ -331,24 +331,36 @@ def test_calibration_bar_shows_its_total_and_stays(files, tmp_path):
 
 # -- serve -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("flag, value, message", [
-    ("--port", "99999", "--port must be from 1 to 65535, got 99999"),
-    ("--port", "0", "--port must be from 1 to 65535, got 0"),
-    ("--rest_api_port", "65536", "--rest_api_port must be from 0 to 65535, got 65536"),
+@pytest.mark.parametrize("flags, message", [
+    (["--port", "99999"], "--port must be from 0 to 65535, got 99999"),
+    (["--port", "-1"], "--port must be from 0 to 65535, got -1"),
+    (["--rest_api_port", "65536"], "--rest_api_port must be from 0 to 65535, got 65536"),
+    (["--port", "0", "--rest_api_port", "0"], "--port and --rest_api_port are both 0: there is nothing to serve on"),
+    (["--port", "9000", "--rest_api_port", "9000"], "are both 9000: give them different ports"),
 ])
-def test_serve_refuses_ports_out_of_range(files, flag, value, message):
-    result = kiln_cmd("serve", "--model_base_path", files["versions"], flag, value, timeout=30)
+def test_serve_refuses_ports_out_of_range(files, flags, message):
+    """TF Serving's ports: --port is gRPC and --rest_api_port REST, 0 turns either off."""
+    result = kiln_cmd("serve", "--model_base_path", files["versions"], *flags, timeout=30)
     assert_one_line_error(result, "serve", message, code=2)
     assert "REST API on" not in result.stderr + result.stdout
 
 
-def test_serve_on_a_busy_port_is_one_line(files):
+@pytest.mark.parametrize("busy_flag, other", [("--rest_api_port", ("--port", "0")),
+                                              ("--port", ("--rest_api_port", "0")),
+                                              ("--port", ()),  # both APIs on, one port busy
+                                              ("--rest_api_port", ())])
+def test_serve_on_a_busy_port_is_one_line(files, busy_flag, other):
+    """Every port kiln serve would listen on is probed before start-up, gRPC's as well as REST's."""
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        result = kiln_cmd("serve", "--model_base_path", files["versions"], "--rest_api_port", port, timeout=30)
-    assert_one_line_error(result, "serve", f"cannot listen on 127.0.0.1:{port}: Address already in use")
+        if not other:  # the other API on a free port of its own
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                other = ("--port" if busy_flag == "--rest_api_port" else "--rest_api_port", str(s.getsockname()[1]))
+        result = kiln_cmd("serve", "--model_base_path", files["versions"], busy_flag, port, *other, timeout=30)
+    assert_one_line_error(result, "serve", f"cannot listen on 127.0.0.1:{port}: Address already in use", code=1)
     assert "REST API on" not in result.stderr + result.stdout
 
 

@@ -19,7 +19,7 @@ except ImportError as e:
     raise BeamUnavailableError(f"kiln.beam needs Apache Beam: pip install 'kiln[beam]' ({e})") from None
 
 from .handler import KilnModelHandler, read_model_bytes  # noqa: E402
-from .model import KilnModel, ModelSpec, TensorSpec, model_spec  # noqa: E402
+from .model import KilnModel, Signature, TensorSpec, model_spec  # noqa: E402
 
-__all__ = ["BeamUnavailableError", "KilnModel", "KilnModelHandler", "ModelSpec", "TensorSpec", "model_spec",
+__all__ = ["BeamUnavailableError", "KilnModel", "KilnModelHandler", "Signature", "TensorSpec", "model_spec",
            "read_model_bytes"]

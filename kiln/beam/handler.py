@@ -12,7 +12,7 @@ from apache_beam.ml.inference.base import ModelHandler, PredictionResult
 from kiln.errors import KilnError, ModelError, UnsupportedError
 from kiln.format import read_model
 
-from .model import BACKENDS, KilnModel, ModelSpec, model_spec
+from .model import BACKENDS, KilnModel, Signature, model_spec
 
 #: Largest batch the handler proposes for a model whose batch dimension is free.
 DEFAULT_MAX_BATCH = 256
@@ -70,7 +70,7 @@ class KilnModelHandler(ModelHandler[Any, PredictionResult, KilnModel]):
         self._signature_key = signature_key
         self._backend = backend
         self._num_threads = num_threads
-        self._spec: ModelSpec | None = None
+        self._spec: Signature | None = None
 
     # -- the model -----------------------------------------------------------------------------
     def _read(self) -> bytes:
@@ -79,7 +79,7 @@ class KilnModelHandler(ModelHandler[Any, PredictionResult, KilnModel]):
     def _where(self) -> str:
         return f"KilnModelHandler({self._model_uri})"
 
-    def spec(self) -> ModelSpec:
+    def spec(self) -> Signature:
         """The signature's inputs, outputs and batch dimension (read once, on first use)."""
         if self._spec is None:
             try:

@@ -11,97 +11,25 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from kiln.errors import InterpreterError, OpError, UnsupportedError
-from kiln.format import read_model
-from kiln.ir import Model, Tensor
-from kiln.schema import DType
+from kiln.runtime import served
+from kiln.runtime.served import Signature, TensorSpec, model_signatures, pick_signature
 
 BACKENDS = ("kiln", "litert", "xla")
 
 
-@dataclass(frozen=True)
-class TensorSpec:
-    """One named input or output: dtype and shape signature (-1 marks a free dimension)."""
-
-    name: str
-    dtype: np.dtype
-    shape: tuple[int, ...]
-    is_string: bool = False
+def model_spec(model, signature_key: str | None = None) -> Signature:
+    """The signature ``signature_key`` of a kiln IR model (default: serving_default or the only one)."""
+    return _with_inputs(pick_signature(model_signatures(model), signature_key))
 
 
-@dataclass(frozen=True)
-class ModelSpec:
-    """What a signature takes and returns, and how its examples batch.
-
-    ``batched``: every input has a leading dimension with the same signature, taken as the
-    batch; an example is then one row (the shape without that dimension). Otherwise an example
-    is a whole set of inputs and runs alone. ``fixed_batch``: the batch size the model was
-    converted with when it is static (None: any size).
-    """
-
-    signature_key: str | None
-    inputs: tuple[TensorSpec, ...]
-    outputs: tuple[TensorSpec, ...]
-    batched: bool
-    fixed_batch: int | None
-
-    def row_shape(self, spec: TensorSpec) -> tuple[int, ...]:
-        return spec.shape[1:] if self.batched else spec.shape
-
-    def row_bytes(self) -> int:
-        """Bytes of one example's inputs, free dimensions counted as 1."""
-        total = 0
-        for spec in self.inputs:
-            dims = [max(d, 1) for d in self.row_shape(spec)]
-            total += int(np.prod(dims, dtype=np.int64)) * (8 if spec.is_string else spec.dtype.itemsize)
-        return total
-
-
-def _tensor_spec(name: str, tensor: Tensor) -> TensorSpec:
-    is_string = tensor.dtype == DType.STRING
-    dtype = np.dtype(object) if is_string else np.dtype(tensor.dtype.numpy)
-    return TensorSpec(name, dtype, tuple(int(d) for d in tensor.signature), is_string)
-
-
-def _pick_signature(model: Model, signature_key: str | None):
-    keys = [s.key for s in model.signatures]
-    if signature_key is not None:
-        for sig in model.signatures:
-            if sig.key == signature_key:
-                return sig
-        raise InterpreterError(f"signature_key {signature_key!r}: the model has no such signature "
-                               f"(it has {keys or 'none'})")
-    if len(keys) == 1:
-        return model.signatures[0]
-    if "serving_default" in keys:
-        return model.signatures[keys.index("serving_default")]
-    if keys:
-        raise InterpreterError(f"the model has {len(keys)} signatures {keys}; pass signature_key to pick one")
-    return None  # no signatures: the main subgraph's inputs and outputs, named by their tensors
-
-
-def model_spec(model: Model, signature_key: str | None = None) -> ModelSpec:
-    """The spec of ``signature_key`` (default: the only signature, or serving_default)."""
-    sig = _pick_signature(model, signature_key)
-    if sig is None:
-        sg = model.subgraphs[0]
-        inputs = tuple(_tensor_spec(t.name, t) for t in sg.inputs)
-        outputs = tuple(_tensor_spec(t.name, t) for t in sg.outputs)
-    else:
-        inputs = tuple(_tensor_spec(n, t) for n, t in sig.inputs.items())
-        outputs = tuple(_tensor_spec(n, t) for n, t in sig.outputs.items())
-    if not inputs:
-        raise UnsupportedError(f"signature {getattr(sig, 'key', None)!r} has no inputs; there is nothing "
-                               "to feed examples to")
-    leading = {s.shape[0] if s.shape else None for s in inputs}
-    batched = None not in leading and len(leading) == 1
-    fixed = next(iter(leading)) if batched else None
-    return ModelSpec(getattr(sig, "key", None), inputs, outputs, batched,
-                     None if fixed is None or fixed < 0 else int(fixed))
+def _with_inputs(signature: Signature) -> Signature:
+    if not signature.inputs:
+        raise UnsupportedError(f"signature {signature.key!r} has no inputs; there is nothing to feed examples to")
+    return signature
 
 
 def _where(index: int, name: str) -> str:
@@ -157,19 +85,18 @@ class KilnModel:
 
     def __init__(self, content: bytes, signature_key: str | None = None, backend: str = "kiln",
                  num_threads: int | None = None):
-        self.spec = model_spec(read_model(content), signature_key)
+        if backend not in BACKENDS:
+            raise UnsupportedError(f"backend {backend!r} is not one of {list(BACKENDS)}")
+        self._model = served.open(content, backend, num_threads=num_threads)
+        self.spec = _with_inputs(self._model.signature(signature_key))
         self.backend = backend
-        self._interpreter = _make_interpreter(content, backend, num_threads)
-        self._runner = (self._interpreter.get_signature_runner(self.spec.signature_key)
-                        if self.spec.signature_key is not None else None)
-        if self._runner is None:
-            self._interpreter.allocate_tensors()
+        self._runner = self._model.new_runner()
         self._lock = threading.Lock()
         self.invocations = 0
 
     # -- examples -> columns -------------------------------------------------------------------
     def _columns(self, index: int, example) -> dict[str, np.ndarray]:
-        specs = self.spec.inputs
+        specs = list(self.spec.inputs.values())
         names = [s.name for s in specs]
         if isinstance(example, Mapping):
             unknown = [k for k in example if k not in names]
@@ -191,22 +118,7 @@ class KilnModel:
     # -- running -------------------------------------------------------------------------------
     def _invoke(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         self.invocations += 1
-        if self._runner is not None:
-            return dict(self._runner(**feeds))
-        interp = self._interpreter
-        details = interp.get_input_details()
-        resized = False
-        for spec, d in zip(self.spec.inputs, details):
-            if tuple(d["shape"]) != feeds[spec.name].shape:
-                interp.resize_tensor_input(d["index"], feeds[spec.name].shape)
-                resized = True
-        if resized:
-            interp.allocate_tensors()
-        for spec, d in zip(self.spec.inputs, details):
-            interp.set_tensor(d["index"], feeds[spec.name])
-        interp.invoke()
-        return {spec.name: interp.get_tensor(d["index"])
-                for spec, d in zip(self.spec.outputs, interp.get_output_details())}
+        return self._runner.run(self.spec.key, feeds)
 
     def _batch_sizes(self, n: int) -> list[tuple[int, int]]:
         """(rows taken, rows fed) per call for ``n`` rows of one shape."""
@@ -224,7 +136,7 @@ class KilnModel:
             chunk = rows[start:start + taken]
             start += taken
             padding = [chunk[0]] * (fed - taken)  # rows copied from the first, dropped after
-            feeds = {s.name: np.stack([r[s.name] for r in chunk + padding]) for s in self.spec.inputs}
+            feeds = {name: np.stack([r[name] for r in chunk + padding]) for name in self.spec.inputs}
             results = self._invoke(feeds)
             per_row = {}
             for name, value in results.items():
@@ -250,7 +162,7 @@ class KilnModel:
                 return [{k: np.array(v) for k, v in self._invoke(c).items()} for c in columns]
             groups: dict[tuple, list[int]] = {}
             for i, c in enumerate(columns):
-                groups.setdefault(tuple(c[s.name].shape for s in self.spec.inputs), []).append(i)
+                groups.setdefault(tuple(c[name].shape for name in self.spec.inputs), []).append(i)
             results: list = [None] * len(columns)
             for indices in groups.values():
                 for i, row in zip(indices, self._run_rows([columns[i] for i in indices])):
@@ -258,23 +170,3 @@ class KilnModel:
             return results
 
 
-def _make_interpreter(content: bytes, backend: str, num_threads: int | None):
-    if backend == "kiln":
-        from kiln.runtime import Interpreter
-
-        return Interpreter(model_content=content, num_threads=num_threads)
-    if backend == "xla":
-        from kiln.runtime import Interpreter
-        from kiln.xla import XlaDelegate
-
-        # power-of-two batches up to 2**15 each keep their compiled function
-        return Interpreter(model_content=content, num_threads=num_threads,
-                           experimental_delegates=[XlaDelegate(cache_size=16)])
-    if backend == "litert":
-        try:
-            from ai_edge_litert.interpreter import Interpreter
-        except ImportError:
-            raise UnsupportedError("backend 'litert' needs the ai-edge-litert package "
-                                   "(pip install ai-edge-litert)") from None
-        return Interpreter(model_content=content, num_threads=num_threads)
-    raise UnsupportedError(f"backend {backend!r} is not one of {list(BACKENDS)}")

@@ -1,4 +1,4 @@
-"""Server-side batching with TF Serving's batching parameters, and the unbatched executor.
+"""Executors: server-side batching with TF Serving's parameters, and two unbatched ones.
 
 `BatchScheduler` keeps one queue of batches per signature, as TF Serving's batching session
 does. A request joins the open batch if it fits (and, unless ``pad_variable_length_inputs``,
@@ -10,32 +10,73 @@ each with its own runner (interpreters are not thread-safe). The rows are padded
 sliced back to each request in order. A request that would need more than
 ``max_enqueued_batches`` batches is refused at once (503); a request whose deadline passed is
 dropped from its batch (504). Each request is answered exactly once.
+
+One client cannot fail another's request: when a batch fails, each of its requests runs again
+alone (padded with its own rows), so only the requests the model cannot run fail, each with
+the error of its own run — a batch's error, which may quote any member's values, reaches no
+one. `DirectExecutor` runs unbatched requests on a thread pool behind a bounded queue (full:
+503 at once); `InlineExecutor` runs them on the caller's thread, for models whose call costs
+less than a thread hop.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import math
+import re
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
+from ..errors import KilnError
 from .config import BatchingOptions
-from .status import DeadlineExceeded, Internal, InvalidArgument, ServeError, Unavailable
+from .status import DeadlineExceeded, Internal, InvalidArgument, ResourceExhausted, ServeError, Unavailable
 
 #: observe(rows with padding, rows without, seconds): called after every backend call.
 Observer = Callable[[int, int, float], None]
+#: Characters of a backend's error message passed on to the client.
+MESSAGE_LIMIT = 400
 
 
-def _backend_error(exc: Exception) -> ServeError:
+@dataclass
+class Hooks:
+    """Where an executor reports: backend calls, its queue depth (``set``), isolated requests (``inc``)."""
+
+    observe: Observer | None = None
+    queue: object | None = None
+    isolated: object | None = None
+
+
+_INDEX_ERROR = re.compile(r"\bind(ex|ices)\b|out of bounds|out of range", re.IGNORECASE)
+
+
+def _suspects(text: str, inputs) -> list[str]:
+    """The inputs an error can be about: for a kernel's index error, the integer inputs (a table
+    lookup's ids) when there are some; else all of them."""
+    names = sorted(inputs)
+    if isinstance(inputs, dict) and _INDEX_ERROR.search(text):
+        ints = [n for n in names if getattr(getattr(inputs[n], "dtype", None), "kind", "") in ("i", "u")]
+        return ints or names
+    return names
+
+
+def request_error(exc: BaseException, inputs) -> ServeError:
+    """The answer to a request whose own run failed: the model could not run on its inputs (400),
+    naming the inputs it can be about."""
     if isinstance(exc, ServeError):
         return exc
-    if isinstance(exc, ValueError):
-        return InvalidArgument(f"{type(exc).__name__}: {exc}")
-    return Internal(f"the backend failed: {type(exc).__name__}: {exc}")
+    if isinstance(exc, MemoryError):
+        return ResourceExhausted("the model ran out of memory on this request")
+    text = (str(exc).strip().splitlines() or [""])[0]
+    if len(text) > MESSAGE_LIMIT:
+        text = text[:MESSAGE_LIMIT] + "..."
+    kind = "" if isinstance(exc, KilnError) else f"{type(exc).__name__}: "
+    suspects = ", ".join(repr(n) for n in _suspects(text, inputs))
+    return InvalidArgument(f"the model failed on this request's input(s) {suspects}: {kind}{text}")
 
 
 class Request:
@@ -125,12 +166,12 @@ class BatchScheduler:
     """Batches concurrent requests of one model version (one queue per signature)."""
 
     def __init__(self, options: BatchingOptions, new_runner: Callable, observe: Observer | None = None,
-                 name: str = "model", warmup: Callable | None = None):
+                 name: str = "model", warmup: Callable | None = None, hooks: Hooks | None = None):
         """``warmup(runner)``, when given, runs in every worker before it takes requests."""
         self.options = options
         self._warmup = warmup
         self.name = name
-        self._observe = observe
+        self.hooks = hooks or Hooks(observe)
         self._cond = threading.Condition()
         self._queues: dict[str, deque] = {}
         self._queued_pieces = 0
@@ -154,6 +195,11 @@ class BatchScheduler:
     @property
     def queued(self) -> int:
         return self._queued_pieces
+
+    def _set_queued(self, delta: int) -> None:
+        self._queued_pieces += delta
+        if self.hooks.queue is not None:
+            self.hooks.queue.set(self._queued_pieces)
 
     # -- submitting ----------------------------------------------------------------------------
 
@@ -197,7 +243,7 @@ class BatchScheduler:
                     queue.append(batch)
                 batch.pieces.append(_Piece(request, index, part, size))
                 batch.rows += size
-                self._queued_pieces += 1
+            self._set_queued(len(sizes))
             # Workers sleep until the oldest batch is due; they need waking only when a batch is new
             # (its due time) or full, not for every request that joins an open batch.
             if new or (open_batch is not None and open_batch.rows >= self._limit):
@@ -244,7 +290,7 @@ class BatchScheduler:
                     if best is not None:
                         queue, batch = best
                         queue.popleft()
-                        self._queued_pieces -= len(batch.pieces)
+                        self._set_queued(-len(batch.pieces))
                         break
                     if self._closing and not any(self._queues.values()):
                         return
@@ -264,30 +310,51 @@ class BatchScheduler:
         if not live:
             return
         try:
-            feeds, rows, padded = self._assemble(live)
-            start = time.perf_counter()
-            outputs = runner(batch.key, feeds)
-            seconds = time.perf_counter() - start
-            with self._cond:
-                self.calls += 1
-            if self._observe is not None:
-                self._observe(padded, rows, seconds)
-            for name, out in outputs.items():
-                out = np.asarray(out)
-                if out.ndim == 0 or out.shape[0] != padded:
-                    raise Internal(f"Batched output tensor's 0th dimension does not equal the sum of the 0th "
-                                   f"dimension sizes of the input tensors (output {name!r}: "
-                                   f"{out.shape[0] if out.ndim else 'a scalar'}, batch {padded})")
+            outputs = self._call(runner, batch.key, live)
         except Exception as exc:
-            err = _backend_error(exc)
-            for piece in live:
-                piece.request.fail(err)
+            if isinstance(exc, Internal) or len(live) == 1:
+                for piece in live:
+                    piece.request.fail(request_error(exc, piece.inputs))
+                return
+            if self.hooks.isolated is not None:
+                self.hooks.isolated.inc(len(live))
+            for piece in live:  # each alone: only the requests the model cannot run fail
+                self._run_alone(piece, batch.key, runner)
             return
         start = 0
         for piece in live:
-            piece.request.part_done(piece.index, {n: np.asarray(o)[start:start + piece.rows]
-                                                  for n, o in outputs.items()})
+            piece.request.part_done(piece.index, {n: o[start:start + piece.rows] for n, o in outputs.items()})
             start += piece.rows
+
+    def _run_alone(self, piece: _Piece, key: str, runner) -> None:
+        if piece.request.done:
+            return
+        try:
+            outputs = self._call(runner, key, [piece])
+        except Exception as exc:
+            piece.request.fail(request_error(exc, piece.inputs))
+            return
+        piece.request.part_done(piece.index, {n: o[:piece.rows] for n, o in outputs.items()})
+
+    def _call(self, runner, key: str, pieces: list) -> dict:
+        """One backend call on ``pieces``' rows (padded): the checked outputs."""
+        feeds, rows, padded = self._assemble(pieces)
+        start = time.perf_counter()
+        outputs = runner(key, feeds)
+        seconds = time.perf_counter() - start
+        with self._cond:
+            self.calls += 1
+        if self.hooks.observe is not None:
+            self.hooks.observe(padded, rows, seconds)
+        checked = {}
+        for name, out in outputs.items():
+            out = np.asarray(out)
+            if out.ndim == 0 or out.shape[0] != padded:
+                raise Internal(f"Batched output tensor's 0th dimension does not equal the sum of the 0th "
+                               f"dimension sizes of the input tensors (output {name!r}: "
+                               f"{out.shape[0] if out.ndim else 'a scalar'}, batch {padded})")
+            checked[name] = out
+        return checked
 
     def _assemble(self, pieces: list) -> tuple[dict, int, int]:
         names = list(pieces[0].inputs)
@@ -310,39 +377,56 @@ class BatchScheduler:
     # -- shutting down -------------------------------------------------------------------------
 
     def close(self, drain: bool = True, timeout: float | None = None) -> None:
-        """Stop taking requests; run what is queued (``drain``) or fail it; wait for the workers."""
+        """Stop taking requests; run what is queued (``drain``, for up to ``timeout`` s) and fail
+        the rest (503); wait for the workers."""
         with self._cond:
             self._closing = True
             if not drain:
-                for queue in self._queues.values():
-                    for batch in queue:
-                        for piece in batch.pieces:
-                            piece.request.fail(Unavailable("the model version was unloaded"))
-                    queue.clear()
-                self._queued_pieces = 0
+                self._fail_queued("the model version was unloaded")
             self._cond.notify_all()
+        deadline = None if timeout is None else time.monotonic() + timeout
         for t in self._threads:
-            t.join(timeout)
+            t.join(None if deadline is None else max(deadline - time.monotonic(), 0))
+        with self._cond:
+            self._fail_queued("the server shut down before the request ran (drain timeout)")
+
+    def _fail_queued(self, message: str) -> None:
+        for queue in self._queues.values():
+            for batch in queue:
+                for piece in batch.pieces:
+                    piece.request.fail(Unavailable(message))
+            queue.clear()
+        self._set_queued(-self._queued_pieces)
 
 
 class DirectExecutor:
-    """Runs every request on its own (no batching): a thread pool, one runner per thread."""
+    """Runs every request on its own (no batching): a thread pool, one runner per thread, behind
+    a queue of at most ``max_queued`` requests (more: 503 at once)."""
 
     def __init__(self, new_runner: Callable, threads: int, observe: Observer | None = None,
-                 shared_runner: bool = False, name: str = "model"):
+                 shared_runner: bool = False, name: str = "model", max_queued: int = 256,
+                 hooks: Hooks | None = None):
         self._new_runner = new_runner
         self._shared = new_runner() if shared_runner else None
         self._local = threading.local()
         self._pool = cf.ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"kiln-run-{name}")
-        self._observe = observe
+        self.hooks = hooks or Hooks(observe)
+        self.max_queued = max_queued
+        self.name = name
         self._lock = threading.Lock()
         self._pending = 0
+        self._waiting: set[Request] = set()
         self._closing = False
         self.calls = 0
 
     @property
     def queued(self) -> int:
         return self._pending
+
+    def _set_pending(self, delta: int) -> None:
+        self._pending += delta
+        if self.hooks.queue is not None:
+            self.hooks.queue.set(self._pending)
 
     def submit(self, key: str, inputs: dict, deadline: float) -> Request:
         first = next(iter(inputs.values()), None)
@@ -351,36 +435,139 @@ class DirectExecutor:
         with self._lock:
             if self._closing:
                 raise Unavailable("the server is shutting down; the request was not accepted")
-            self._pending += 1
+            if self._pending >= self.max_queued:
+                raise Unavailable(f"the queue of model {self.name} is full ({self.max_queued} requests wait for a "
+                                  "worker thread); retry later")
+            self._set_pending(1)
+            self._waiting.add(request)
         self._pool.submit(self._run, request, inputs)
         return request
 
+    def _runner(self):
+        if self._shared is not None:
+            return self._shared
+        runner = getattr(self._local, "runner", None)
+        if runner is None:
+            runner = self._local.runner = self._new_runner()
+        return runner
+
     def _run(self, request: Request, inputs: dict) -> None:
         with self._lock:
-            self._pending -= 1
-        if request.done:
-            return
-        if request.deadline <= time.monotonic():
-            request.fail(DeadlineExceeded("Deadline exceeded while the request waited for a worker"))
-            return
-        try:
-            runner = self._shared
-            if runner is None:
-                runner = getattr(self._local, "runner", None)
-                if runner is None:
-                    runner = self._local.runner = self._new_runner()
-            start = time.perf_counter()
-            outputs = runner(request.key, inputs)
-            seconds = time.perf_counter() - start
-            with self._lock:
-                self.calls += 1
-            if self._observe is not None:
-                self._observe(request.rows, request.rows, seconds)
-            request.part_done(0, outputs)
-        except Exception as exc:
-            request.fail(_backend_error(exc))
+            self._set_pending(-1)
+            self._waiting.discard(request)
+        run_request(request, inputs, self._runner, self.hooks, self)
 
     def close(self, drain: bool = True, timeout: float | None = None) -> None:
+        """Stop taking requests; run what waits (``drain``, for up to ``timeout`` s), fail the rest (503)."""
         with self._lock:
             self._closing = True
-        self._pool.shutdown(wait=drain, cancel_futures=not drain)
+        if drain:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while self._pending and (deadline is None or time.monotonic() < deadline):
+                time.sleep(0.005)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            waiting, self._waiting = list(self._waiting), set()
+        message = "the server shut down before the request ran" + (" (drain timeout)" if drain else "")
+        for request in waiting:
+            request.fail(Unavailable(message))
+
+
+class InlineExecutor:
+    """Runs each request at once on the submitting thread (the event loop, a gRPC thread), with
+    that thread's runner: for models whose call costs less than handing it to another thread.
+    A request of more than ``max_rows`` rows goes to ``larger`` (a `DirectExecutor`), so a big
+    one never holds the event loop."""
+
+    def __init__(self, new_runner: Callable, name: str = "model", hooks: Hooks | None = None,
+                 max_rows: int = 1 << 30, larger: "DirectExecutor | None" = None):
+        self.max_rows = max_rows
+        self.larger = larger
+        self._new_runner = new_runner
+        self._local = threading.local()
+        self.hooks = hooks or Hooks()
+        self.name = name
+        self._closing = False
+        self._lock = threading.Lock()
+        self.calls = 0
+
+    def _runner(self):
+        runner = getattr(self._local, "runner", None)
+        if runner is None:
+            runner = self._local.runner = self._new_runner()
+        return runner
+
+    def submit(self, key: str, inputs: dict, deadline: float) -> "Request | Finished":
+        if self._closing:
+            raise Unavailable("the server is shutting down; the request was not accepted")
+        if deadline <= time.monotonic():
+            return Finished(None, DeadlineExceeded("Deadline exceeded before the request could run"), deadline)
+        first = next(iter(inputs.values()), None)
+        rows = first.shape[0] if first is not None and first.ndim else 1
+        if rows > self.max_rows and self.larger is not None:
+            return self.larger.submit(key, inputs, deadline)
+        try:
+            start = time.perf_counter()
+            outputs = self._runner()(key, inputs)
+            seconds = time.perf_counter() - start
+        except Exception as exc:
+            return Finished(None, request_error(exc, inputs), deadline)
+        self.calls += 1
+        if self.hooks.observe is not None:
+            self.hooks.observe(rows, rows, seconds)
+        return Finished(outputs, None, deadline)
+
+    @property
+    def queued(self) -> int:
+        return self.larger.queued if self.larger is not None else 0
+
+    def close(self, drain: bool = True, timeout: float | None = None) -> None:
+        self._closing = True
+        if self.larger is not None:
+            self.larger.close(drain, timeout)
+
+
+class Finished:
+    """A request answered on the submitting thread: `Request`'s interface without a future to wait on."""
+
+    __slots__ = ("_outputs", "_error", "deadline")
+    done = True
+
+    def __init__(self, outputs: dict | None, error: BaseException | None, deadline: float):
+        self._outputs, self._error, self.deadline = outputs, error, deadline
+
+    @property
+    def future(self) -> "Finished":
+        return self
+
+    def result(self, timeout: float | None = None) -> dict:
+        if self._error is not None:
+            raise self._error
+        return self._outputs
+
+    def cancel(self) -> None:
+        """Nothing left to cancel."""
+
+    def fail(self, exc: BaseException) -> bool:
+        return False
+
+
+def run_request(request: Request, inputs: dict, runner: Callable, hooks: Hooks, owner) -> None:
+    """Run one unbatched request with ``runner()``'s runner and resolve it."""
+    if request.done:
+        return
+    if request.deadline <= time.monotonic():
+        request.fail(DeadlineExceeded("Deadline exceeded while the request waited for a worker"))
+        return
+    try:
+        start = time.perf_counter()
+        outputs = runner()(request.key, inputs)
+        seconds = time.perf_counter() - start
+        with owner._lock:
+            owner.calls += 1
+        if hooks.observe is not None:
+            hooks.observe(request.rows, request.rows, seconds)
+    except Exception as exc:
+        request.fail(request_error(exc, inputs))
+        return
+    request.part_done(0, outputs)

@@ -1,9 +1,11 @@
-"""``kiln serve``: TensorFlow Serving's REST API for .tflite models and SavedModels.
+"""``kiln serve``: TensorFlow Serving's REST and gRPC APIs for .tflite models and SavedModels.
 
-Flags keep TF Serving's names (``--model_base_path``, ``--model_name``, ``--rest_api_port``,
-``--enable_batching``, ``--batching_parameters_file``, ``--model_config_file``,
-``--file_system_poll_wait_seconds``, ``--rest_api_timeout_in_ms``), so a TF Serving command
-line carries over. Wired into the ``kiln`` command by kiln/cli.py through `add_parser`.
+Flags keep TF Serving's names (``--model_base_path``, ``--model_name``, ``--port`` for gRPC,
+``--rest_api_port``, ``--enable_batching``, ``--batching_parameters_file``,
+``--model_config_file``, ``--file_system_poll_wait_seconds``, ``--rest_api_timeout_in_ms``,
+``--grpc_max_threads``), so a TF Serving command line carries over; kiln's own flags bound
+what a request may cost (docs/serving.md). Wired into the ``kiln`` command by kiln/cli.py
+through `add_parser`.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
 
 
@@ -26,20 +27,22 @@ def _bool(text: str) -> bool:
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Register the ``serve`` subcommand."""
-    from .backends import BACKENDS
+    from ..runtime.served import BACKENDS
 
     p = subparsers.add_parser(
-        "serve", help="serve models over TensorFlow Serving's REST API (with request batching)",
+        "serve", help="serve models over TensorFlow Serving's REST and gRPC APIs (with request batching)",
         description="Serve .tflite models and SavedModels with TensorFlow Serving's REST API. A model "
                     "directory holds numeric version subdirectories; the newest is served and new versions "
                     "are picked up while serving.")
     p.add_argument("--model_base_path", metavar="DIR", help="directory of numeric version subdirectories")
     p.add_argument("--model_name", default="default", help="name the model is served under (default: default)")
     p.add_argument("--model_config_file", metavar="FILE", help="ModelServerConfig text proto for several models")
-    p.add_argument("--port", type=int, default=8501,
-                   help="REST port when --rest_api_port is not given (kiln serves REST only; default 8501)")
-    p.add_argument("--rest_api_port", type=int, default=0, help="REST port (TF Serving's flag; wins over --port)")
-    p.add_argument("--rest_api_host", default="127.0.0.1", help="address to bind (default 127.0.0.1, local only)")
+    p.add_argument("--port", type=int, default=8500,
+                   help="gRPC port (TF Serving's PredictionService and ModelService; 0: no gRPC; default 8500)")
+    p.add_argument("--rest_api_port", type=int, default=8501,
+                   help="REST port (0: no REST; default 8501, where TF Serving has REST off unless given)")
+    p.add_argument("--host", "--rest_api_host", dest="host", default="127.0.0.1",
+                   help="address both APIs bind (default 127.0.0.1, local only; 0.0.0.0 for every interface)")
     p.add_argument("--backend", choices=BACKENDS, default="kiln",
                    help="runtime for .tflite models (SavedModels always run on TensorFlow; default kiln)")
     p.add_argument("--enable_batching", type=_bool, nargs="?", const=True, default=False,
@@ -56,13 +59,28 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="seconds between looks for new versions; 0 looks once (default 1)")
     p.add_argument("--rest_api_timeout_in_ms", type=int, default=30000, help="per-request deadline (default 30000)")
     p.add_argument("--rest_api_num_threads", type=int, default=0,
-                   help="worker threads for unbatched requests (default: the number of CPU cores)")
+                   help="worker threads per worker process for unbatched requests (default: the number of CPU cores)")
+    p.add_argument("--grpc_max_threads", type=int, default=0,
+                   help="gRPC handler threads per worker process (default: 4 per CPU core, as TF Serving)")
+    p.add_argument("--num_workers", type=int, default=1,
+                   help="worker processes sharing the ports, each with its own models and batchers (default 1)")
     p.add_argument("--tensorflow_intra_op_parallelism", type=int, default=0,
-                   help="threads per interpreter (0: the backend's default)")
+                   help="threads per interpreter and for NumPy's BLAS in each worker (0: the backend's default "
+                        "threads, BLAS capped at 1)")
     p.add_argument("--max_request_bytes", type=int, default=64 << 20,
-                   help="largest request body accepted (default 64 MiB)")
+                   help="largest request body accepted (default 64 MiB); larger ones get 400")
+    p.add_argument("--request_body_budget_bytes", type=int, default=256 << 20,
+                   help="bytes of request bodies a worker holds at once; a request past it gets 503 (default 256 MiB)")
+    p.add_argument("--max_queued_requests", type=int, default=256,
+                   help="unbatched requests a model version queues per worker; more get 503 at once (default 256)")
+    p.add_argument("--max_connections", type=int, default=1024,
+                   help="open HTTP connections per worker; requests on more get 503 (default 1024)")
+    p.add_argument("--http_idle_timeout_seconds", type=float, default=60.0,
+                   help="an HTTP connection without a request in progress is closed after this (default 60)")
+    p.add_argument("--http_read_timeout_seconds", type=float, default=30.0,
+                   help="a request must arrive whole within this from its first byte, else 408 (default 30)")
     p.add_argument("--drain_timeout_seconds", type=float, default=30.0,
-                   help="on SIGTERM, how long in-flight requests may take to finish (default 30)")
+                   help="on SIGTERM, how long in-flight requests may take to finish; the rest get 503 (default 30)")
     p.add_argument("--access_log", type=_bool, nargs="?", const=True, default=True,
                    help="JSON access log lines on stderr (default true)")
     p.set_defaults(func=run)
@@ -93,57 +111,46 @@ def _setup_logging(access: bool) -> None:
     root.propagate = False
 
 
-def run(args) -> int:
-    import uvicorn
+def _positive(args, *names) -> None:
+    from .config import ConfigError
 
-    from .app import Settings, create_app
-    from .config import PROMETHEUS_PATH, BatchingOptions, ConfigError, read_batching_parameters, read_monitoring_config
-    from .models import ModelManager
+    for name in names:
+        if getattr(args, name) <= 0:
+            raise ConfigError(f"--{name} must be positive, got {getattr(args, name)}")
+
+
+def run(args) -> int:
+    from .config import (PROMETHEUS_PATH, BatchingOptions, ConfigError, read_batching_parameters,
+                         read_monitoring_config)
+    from .http import Limits
+    from .server import Options, serve
 
     _setup_logging(args.access_log)
-    log = logging.getLogger("kiln.serve")
-    if args.rest_api_timeout_in_ms <= 0 or args.max_request_bytes <= 0:
-        raise ConfigError("--rest_api_timeout_in_ms and --max_request_bytes must be positive")
+    _positive(args, "rest_api_timeout_in_ms", "max_request_bytes", "request_body_budget_bytes", "max_queued_requests",
+              "max_connections", "http_idle_timeout_seconds", "http_read_timeout_seconds", "num_workers")
+    if args.drain_timeout_seconds < 0:
+        raise ConfigError("--drain_timeout_seconds must be >= 0")
+    if not args.rest_api_port and not args.port:
+        raise ConfigError("--port and --rest_api_port are both 0: there is nothing to serve on")
     batching = None
     if args.batching_parameters_file:
         batching = read_batching_parameters(args.batching_parameters_file)
     elif args.enable_batching:
         batching = BatchingOptions()
     metrics_path = read_monitoring_config(args.monitoring_config_file) if args.monitoring_config_file else PROMETHEUS_PATH
-    manager = ModelManager(_specs(args), args.backend, batching, args.tensorflow_intra_op_parallelism or None,
-                           args.rest_api_num_threads or None,
-                           per_model_batching=args.enable_per_model_batching_parameters)
-    manager.poll_once()
-    for name, why in manager.not_served().items():
-        log.warning(f"model {name}: nothing served yet ({why}); still looking")
-    manager.start_polling(args.file_system_poll_wait_seconds)
-    app = create_app(manager, Settings(args.max_request_bytes, args.rest_api_timeout_in_ms / 1e3, metrics_path))
-    port = args.rest_api_port or args.port
-    config = uvicorn.Config(app, host=args.rest_api_host, port=port, log_level="warning", access_log=False,
-                            lifespan="off", timeout_graceful_shutdown=args.drain_timeout_seconds)
-    server = uvicorn.Server(config)
-    original_exit = server.handle_exit
-
-    def handle_exit(sig, frame):
-        app.state.serve["draining"] = True
-        log.info(f"kiln serve: signal {sig}: draining (no new connections; finishing what is queued)")
-        original_exit(sig, frame)
-
-    server.handle_exit = handle_exit
-    # uvicorn re-raises the signal it caught once it has shut down; a no-op handler makes that exit 0.
-    signal.signal(signal.SIGTERM, lambda *_: None)
-    log.info(f"kiln serve: REST API on http://{args.rest_api_host}:{port}/v1/models/"
-             f"{{{','.join(manager.model_names())}}} (backend {args.backend}, "
-             f"batching {'on' if batching else 'off'})")
-    try:
-        server.run()
-    finally:
-        manager.close(drain=True)
-    log.info("kiln serve: stopped")
-    if "tensorflow" in sys.modules:
-        # Every request is answered and every executor closed; TensorFlow's own interpreter-exit
-        # teardown takes seconds and has nothing left to do, so leave without it.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
-    return 0
+    limits = Limits(max_body_bytes=args.max_request_bytes, body_budget_bytes=args.request_body_budget_bytes,
+                    max_connections=args.max_connections, idle_timeout=args.http_idle_timeout_seconds,
+                    read_timeout=args.http_read_timeout_seconds)
+    options = Options(_specs(args), args.backend, batching, args.enable_per_model_batching_parameters,
+                      args.tensorflow_intra_op_parallelism or None, args.rest_api_num_threads or None, args.host,
+                      args.rest_api_port, args.port, args.grpc_max_threads or 4 * (os.cpu_count() or 1),
+                      args.rest_api_timeout_in_ms / 1e3, args.drain_timeout_seconds, args.file_system_poll_wait_seconds,
+                      metrics_path, args.max_queued_requests, limits, args.num_workers)
+    code = serve(options)
+    logging.getLogger("kiln.serve").info("kiln serve: stopped")
+    # Every request is answered. A backend call the drain timeout cut off may still be running in
+    # a worker thread, and TensorFlow's interpreter-exit teardown takes seconds with nothing left to
+    # do: leave now, so the drain timeout is the whole wait.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

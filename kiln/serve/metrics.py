@@ -1,43 +1,93 @@
-"""Prometheus metrics of the server (``/monitoring/prometheus/metrics``), per model and version.
+"""Prometheus metrics of the server, per model and version, with bounded label sets.
 
-Besides request counts and latencies it exports the backend calls and the batch sizes, so
-batching can be seen working: N single-row requests answered in fewer than N backend calls.
+No client can add a series: requests name models, versions and methods the server decides
+to label, and anything else is counted under ``model="(other)"``, ``version=""``,
+``method="other"``; status codes are the few the server answers. A scrape renders a text
+whose size depends on the served models only, off the event loop.
+
+With several worker processes (``--num_workers``) every worker writes its samples to
+memory-mapped files in one directory (prometheus_client's multiprocess mode) and whichever
+worker answers a scrape sums them all. ``process_*`` metrics cover the server's processes
+(the workers and their supervisor) together.
 """
 
 from __future__ import annotations
 
+import os
+import time
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
+from prometheus_client import values as _values
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 disable_created_metrics()  # no *_created series: TF Serving exports none, and they double the text
 
 _LATENCY = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+OTHER_MODEL = "(other)"
+METHODS = frozenset({"predict", "classify", "regress", "status", "metadata"})
+#: Environment variable naming the multiprocess directory (prometheus_client's own).
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+PIDS_FILE = "pids"
+
+
+def use_multiprocess_dir(path: str) -> None:
+    """Make this process write its samples under ``path`` (call before creating `Metrics`)."""
+    os.environ[MULTIPROC_ENV] = path
+    _values.ValueClass = _values.get_value_class()
 
 
 class Metrics:
-    """The server's metric families in a private registry."""
+    """The server's metric families. ``models``: the configured model names (labelled as they are)."""
 
-    def __init__(self):
+    def __init__(self, models=()):
+        self.models = frozenset(models)
+        self.multiprocess_dir = os.environ.get(MULTIPROC_ENV)
         self.registry = CollectorRegistry(auto_describe=True)
         labels = ("model", "version")
-        self.requests = Counter("kiln_serve_requests", "Requests answered, by method and HTTP status code.",
-                                ("model", "version", "method", "code"), registry=self.registry)
-        self.latency = Histogram("kiln_serve_request_latency_seconds", "Time from request received to answered.",
-                                 ("model", "version", "method"), buckets=_LATENCY, registry=self.registry)
+        r = self.registry
+        self.requests = Counter("kiln_serve_requests", "Requests answered, by method and HTTP status code "
+                                "(499: the client hung up first).", ("model", "version", "method", "code"), registry=r)
+        self.latency = Histogram("kiln_serve_request_latency_seconds", "Time from a request's first byte to its "
+                                 "answer.", ("model", "version", "method"), buckets=_LATENCY, registry=r)
         self.backend_calls = Counter("kiln_serve_backend_calls", "Backend (interpreter or TF function) calls.",
-                                     labels, registry=self.registry)
+                                     labels, registry=r)
         self.backend_latency = Histogram("kiln_serve_backend_latency_seconds", "Time of one backend call.",
-                                         labels, buckets=_LATENCY, registry=self.registry)
+                                         labels, buckets=_LATENCY, registry=r)
         self.batch_size = Histogram("kiln_serve_batch_size", "Rows per backend call, padding included.",
-                                    labels, buckets=_SIZES, registry=self.registry)
+                                    labels, buckets=_SIZES, registry=r)
         self.padding_rows = Counter("kiln_serve_padding_rows", "Rows added to reach an allowed batch size.",
-                                    labels, registry=self.registry)
+                                    labels, registry=r)
+        self.retried = Counter("kiln_serve_isolated_requests", "Requests run alone after their batch failed.",
+                               labels, registry=r)
         self.queue_depth = Gauge("kiln_serve_queue_depth", "Requests (or request pieces) waiting for a backend call.",
-                                 labels, registry=self.registry)
-        self.rejected = Counter("kiln_serve_rejected", "Requests refused because the batch queue was full.",
-                                labels, registry=self.registry)
+                                 labels, registry=r, multiprocess_mode="livesum")
+        self.rejected = Counter("kiln_serve_rejected", "Requests refused with 503 (a full queue, the body budget, the "
+                                "connection limit, shutting down).", labels, registry=r)
         self.loaded = Gauge("kiln_serve_model_version_available", "1 while the version is served.",
-                            labels, registry=self.registry)
+                            labels, registry=r, multiprocess_mode="livemax")
+        self._children: dict = {}
+
+    # -- labels --------------------------------------------------------------------------------
+    def model_label(self, name: str) -> str:
+        return name if name in self.models else OTHER_MODEL
+
+    @staticmethod
+    def method_label(method: str) -> str:
+        return method if method in METHODS else "other"
+
+    def request(self, model: str, version: str, method: str, code: int, seconds: float) -> None:
+        """Count one answer; ``model`` and ``version`` must already be labels (see `model_label`)."""
+        key = (model, version, method, code)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = (self.requests.labels(model, version, method, str(code)),
+                                              self.latency.labels(model, version, method),
+                                              self.rejected.labels(model, version) if code == 503 else None)
+        children[0].inc()
+        children[1].observe(seconds)
+        if children[2] is not None:
+            children[2].inc()
 
     def observer(self, model: str, version: int):
         """observe(padded rows, rows, seconds) for one version's executor."""
@@ -55,13 +105,91 @@ class Metrics:
 
         return observe
 
-    def attach(self, model: str, version: int, executor) -> None:
-        self.queue_depth.labels(model, str(version)).set_function(lambda: executor.queued)
+    def queue(self, model: str, version: int):
+        """The queue-depth gauge of one version (its executor sets it)."""
+        return self.queue_depth.labels(model, str(version))
+
+    def isolated(self, model: str, version: int):
+        return self.retried.labels(model, str(version))
+
+    def attach(self, model: str, version: int) -> None:
         self.loaded.labels(model, str(version)).set(1)
 
     def detach(self, model: str, version: int) -> None:
-        self.queue_depth.labels(model, str(version)).set_function(lambda: 0)
+        self.queue_depth.labels(model, str(version)).set(0)
         self.loaded.labels(model, str(version)).set(0)
 
+    # -- the page ------------------------------------------------------------------------------
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        """The Prometheus text: every worker's samples (multiprocess mode) and ``process_*``."""
+        if self.multiprocess_dir:
+            from prometheus_client.multiprocess import MultiProcessCollector
+
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry, self.multiprocess_dir)
+            registry.register(_ProcessCollector(self.multiprocess_dir))
+            return generate_latest(registry)
+        return generate_latest(self.registry) + generate_latest(_process_registry())
+
+
+def _process_registry() -> CollectorRegistry:
+    registry = CollectorRegistry()
+    registry.register(_ProcessCollector(None))
+    return registry
+
+
+class _ProcessCollector:
+    """``process_*`` metrics summed over the server's processes (read from /proc)."""
+
+    def __init__(self, directory: str | None):
+        self.directory = directory
+
+    def _pids(self) -> list[int]:
+        pids = {os.getpid()}
+        if self.directory:
+            try:
+                with open(os.path.join(self.directory, PIDS_FILE)) as f:
+                    pids.update(int(p) for p in f.read().split())
+            except (OSError, ValueError):
+                pass
+        return sorted(pids)
+
+    def collect(self):
+        ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        try:
+            with open("/proc/stat") as f:
+                boot = next(float(line.split()[1]) for line in f if line.startswith("btime"))
+        except (OSError, StopIteration, ValueError):
+            return []
+        cpu = rss = vms = fds = 0.0
+        start = None
+        for pid in self._pids():
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                cpu += (int(fields[11]) + int(fields[12])) / ticks
+                vms += int(fields[20])
+                rss += int(fields[21]) * page
+                started = boot + int(fields[19]) / ticks
+                start = started if start is None else min(start, started)
+                fds += len(os.listdir(f"/proc/{pid}/fd"))
+            except (OSError, ValueError, IndexError):
+                continue
+        out = [CounterMetricFamily("process_cpu_seconds", "User and system CPU time of the server's processes.",
+                                   value=cpu),
+               GaugeMetricFamily("process_resident_memory_bytes", "Resident memory of the server's processes.",
+                                 value=rss),
+               GaugeMetricFamily("process_virtual_memory_bytes", "Virtual memory of the server's processes.",
+                                 value=vms),
+               GaugeMetricFamily("process_open_fds", "Open file descriptors of the server's processes.", value=fds),
+               GaugeMetricFamily("process_start_time_seconds", "Start time of the server's oldest process, seconds "
+                                 "since the epoch.", value=start if start is not None else time.time())]
+        try:
+            import resource
+
+            out.append(GaugeMetricFamily("process_max_fds", "Open file descriptors allowed per process.",
+                                         value=resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
+        except (ImportError, OSError, ValueError):
+            pass
+        return out

@@ -13,11 +13,12 @@ import dataclasses
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .backends import LoadError, Loaded, find_model_file, load
-from .batching import BatchScheduler, DirectExecutor
+from .backends import LoadError, ServedModel, find_model_file, load, signature_def_json
+from .batching import BatchScheduler, DirectExecutor, Hooks, InlineExecutor
 from .config import BatchingOptions, ConfigError, ModelSpec, read_batching_parameters
 from .metrics import Metrics
 from .status import InvalidArgument, NotFound
@@ -28,6 +29,9 @@ log = logging.getLogger("kiln.serve")
 PER_MODEL_BATCHING_FILE = "batching_params.pbtxt"
 #: Threads that call a TF function holding BatchFunction: enough concurrent calls for it to batch.
 IN_GRAPH_BATCHING_THREADS = 64
+#: An unbatched .tflite model whose one-row call takes less than this runs on the request's own
+#: thread: handing it to a worker thread would cost more than the call.
+INLINE_CALL_SECONDS = 0.0005
 
 
 @dataclass
@@ -36,7 +40,7 @@ class ServedVersion:
 
     model: str
     version: int
-    loaded: Loaded
+    loaded: ServedModel
     executor: object
     batching: bool
     users: int = 0
@@ -63,14 +67,18 @@ class ModelManager:
 
     def __init__(self, specs: list[ModelSpec], backend: str = "kiln", batching: BatchingOptions | None = None,
                  num_threads: int | None = None, workers: int | None = None, metrics: Metrics | None = None,
-                 per_model_batching: bool = False):
-        """``per_model_batching``: TF Serving's --enable_per_model_batching_parameters (see `_batching_for`)."""
+                 per_model_batching: bool = False, max_queued: int = 256, inline: bool = True):
+        """``per_model_batching``: TF Serving's --enable_per_model_batching_parameters (see `_batching_for`);
+        ``max_queued``: requests an unbatched version queues before it answers 503; ``inline``: run
+        cheap unbatched models on the request's thread (see `INLINE_CALL_SECONDS`)."""
         self.backend = backend
+        self.max_queued = max_queued
+        self.inline = inline
         self.batching = batching
         self.per_model_batching = per_model_batching
         self.num_threads = num_threads
         self.workers = workers or os.cpu_count() or 1
-        self.metrics = metrics or Metrics()
+        self.metrics = metrics or Metrics(s.name for s in specs)
         self._models = {s.name: _Model(s) for s in specs}
         self._lock = threading.Condition()
         self._stop = threading.Event()
@@ -119,12 +127,14 @@ class ModelManager:
             log.error(f"model {name} version {version}: load failed: {message}")
             return
         served = ServedVersion(name, version, loaded, executor, batching)
-        self.metrics.attach(name, version, executor)
+        self.metrics.attach(name, version)
         with self._lock:
             model.served[version] = served
             model.states[version] = ("AVAILABLE", "OK", "")
             model.failed.pop(version, None)
-        how = "batched" if batching else ("TF in-graph BatchFunction" if loaded.has_batch_function else "unbatched")
+        how = "batched" if batching else ("TF in-graph BatchFunction" if loaded.has_batch_function else
+                                          "unbatched, on the request's thread" if isinstance(executor, InlineExecutor)
+                                          else "unbatched")
         log.info(f"model {name} version {version}: serving {loaded.path} with {loaded.backend} ({how})")
 
     def _batching_for(self, version_dir: Path) -> BatchingOptions | None:
@@ -138,18 +148,23 @@ class ModelManager:
         params = read_batching_parameters(own)
         return dataclasses.replace(params, num_batch_threads=self.batching.num_batch_threads)
 
-    def _executor(self, name: str, version: int, loaded: Loaded, batching: BatchingOptions | None):
-        observe = self.metrics.observer(name, version)
+    def _executor(self, name: str, version: int, loaded: ServedModel, batching: BatchingOptions | None):
+        hooks = Hooks(self.metrics.observer(name, version), self.metrics.queue(name, version),
+                      self.metrics.isolated(name, version))
         label = f"{name}-{version}"
         if batching is not None and not loaded.has_batch_function:
-            return BatchScheduler(batching, loaded.new_runner, observe, label,
-                                  _bucket_warmup(loaded, batching.allowed_batch_sizes)), True
+            return BatchScheduler(batching, loaded.new_runner, None, label,
+                                  _bucket_warmup(loaded, batching.allowed_batch_sizes), hooks), True
         if loaded.has_batch_function:
             if batching is not None:
                 log.info(f"model {name} version {version}: its graph holds BatchFunction; not batched again")
-            return DirectExecutor(loaded.new_runner, IN_GRAPH_BATCHING_THREADS, observe, True, label), False
-        shared = loaded.kind == "savedmodel"
-        return DirectExecutor(loaded.new_runner, self.workers, observe, shared, label), False
+            return DirectExecutor(loaded.new_runner, IN_GRAPH_BATCHING_THREADS, None, True, label,
+                                  self.max_queued, hooks), False
+        pool = DirectExecutor(loaded.new_runner, self.workers, None, loaded.thread_safe, label, self.max_queued, hooks)
+        seconds = _call_seconds(loaded) if self.inline and loaded.kind == "tflite" else float("inf")
+        if seconds < INLINE_CALL_SECONDS:  # requests of up to ~INLINE_CALL_SECONDS of work run inline
+            return InlineExecutor(loaded.new_runner, label, hooks, max(1, int(INLINE_CALL_SECONDS / seconds)), pool), False
+        return pool, False
 
     def _retire(self, model: _Model, version: int) -> None:
         with self._lock:
@@ -181,16 +196,19 @@ class ModelManager:
         self._poller = threading.Thread(target=loop, daemon=True, name="kiln-poll")
         self._poller.start()
 
-    def close(self, drain: bool = True) -> None:
-        """Stop polling and close every executor (running what is queued when ``drain``)."""
+    def close(self, drain: bool = True, timeout: float | None = None) -> None:
+        """Stop polling and close every executor (running what is queued when ``drain``, for up to
+        ``timeout`` s in all; what is left then is answered 503)."""
         self._stop.set()
         if self._poller is not None:
             self._poller.join()
+        deadline = None if timeout is None else time.monotonic() + timeout
         for model in self._models.values():
             with self._lock:
                 served, model.served = list(model.served.values()), {}
             for s in served:
-                s.executor.close(drain=drain)
+                left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+                s.executor.close(drain=drain, timeout=left)
                 self.metrics.detach(s.model, s.version)
 
     # -- lookup --------------------------------------------------------------------------------
@@ -271,14 +289,32 @@ class ModelManager:
         served = self.acquire(name, version, label)
         try:
             loaded = served.loaded
-            sig_json = loaded.signature_def_json or _signature_def_json(loaded)
+            sig_json = signature_def_json(loaded)
             return {"model_spec": {"name": name, "signature_name": "", "version": str(served.version)},
                     "metadata": {"signature_def": sig_json}}
         finally:
             self.release(served)
 
 
-def _bucket_warmup(loaded: Loaded, sizes):
+def _call_seconds(loaded: ServedModel) -> float:
+    """The fastest of a few one-row calls of the default signature (inf when it cannot be timed)."""
+    try:
+        signature = loaded.signature()
+        feeds = signature.zeros(1) if signature.batched else None
+        if feeds is None:
+            return float("inf")
+        runner = loaded.new_runner()
+        best = float("inf")
+        for _ in range(5):
+            start = time.perf_counter()
+            runner(signature.key, feeds)
+            best = min(best, time.perf_counter() - start)
+        return best
+    except Exception:  # a model that cannot run zeros is timed by its requests instead
+        return float("inf")
+
+
+def _bucket_warmup(loaded: ServedModel, sizes):
     """Run every allowed batch size once per worker (XLA compiles, interpreters allocate) before serving."""
     if not sizes:
         return None
@@ -286,22 +322,9 @@ def _bucket_warmup(loaded: Loaded, sizes):
     def warm(runner) -> None:
         for key in loaded.signatures:
             for rows in sizes:
-                feeds = loaded.warmup_feeds(key, rows)
+                feeds = loaded.signatures[key].zeros(rows)
                 if feeds is not None:
                     runner(key, feeds)
 
     return warm
 
-
-def _tensor_info_json(spec) -> dict:
-    shape = {"dim": [], "unknown_rank": True} if spec.shape is None else {
-        "dim": [{"size": str(d), "name": ""} for d in spec.shape], "unknown_rank": False}
-    return {"dtype": spec.dt_name, "tensor_shape": shape, "name": spec.tensor_name or spec.name}
-
-
-def _signature_def_json(loaded: Loaded) -> dict:
-    return {"signature_def": {
-        key: {"inputs": {n: _tensor_info_json(s) for n, s in sig.inputs.items()},
-              "outputs": {n: _tensor_info_json(s) for n, s in sig.outputs.items()},
-              "method_name": sig.method_name, "defaults": {}}
-        for key, sig in loaded.signatures.items()}}

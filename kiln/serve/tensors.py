@@ -14,10 +14,12 @@ import base64
 import binascii
 import json
 import math
-from dataclasses import dataclass
+import struct
 
 import numpy as np
 
+from ..runtime.served import TensorSpec
+from .jsonbody import MAX_DEPTH, NumericArray
 from .status import InvalidArgument
 
 ROW, COLUMNAR = "row", "columnar"
@@ -31,21 +33,9 @@ _DT_NAMES = {
 }
 
 
-@dataclass(frozen=True)
-class TensorSpec:
-    """A signature input or output: dtype (object for strings) and shape (-1 unknown, None: any rank)."""
-
-    name: str
-    dtype: np.dtype
-    shape: tuple | None
-    tensor_name: str = ""
-
-    @property
-    def dt_name(self) -> str:
-        return dtype_name(self.dtype)
-
-    def shape_text(self) -> str:
-        return "[?]" if self.shape is None else "[" + ",".join(str(d) for d in self.shape) + "]"
+def shape_text(spec: TensorSpec) -> str:
+    """A signature shape as TF Serving prints it: ``[-1,4]``, ``[?]`` for any rank."""
+    return "[?]" if spec.shape is None else "[" + ",".join(str(d) for d in spec.shape) + "]"
 
 
 def dtype_name(dtype) -> str:
@@ -66,8 +56,12 @@ def _json_type(value) -> str:
 
 
 def _short(value, limit: int = 120) -> str:
-    text = json.dumps(value, allow_nan=True)
+    text = json.dumps(value, allow_nan=True, default=_numeric_text)
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _numeric_text(value) -> str:
+    return f"[{value.first_token}, ...]" if isinstance(value, NumericArray) else type(value).__name__
 
 
 def _is_b64(value) -> bool:
@@ -82,6 +76,10 @@ def _shape_of(value) -> list[int]:
         if not value:
             break
         value = value[0]
+    if isinstance(value, NumericArray):
+        shape += value.shape
+    if len(shape) > MAX_DEPTH:
+        raise InvalidArgument(f"the request nests lists {len(shape)} deep; tensors have at most {MAX_DEPTH} dimensions")
     return shape
 
 
@@ -120,10 +118,12 @@ def _strings(value, name: str):
     return out.reshape(shape)
 
 
-def _first_bad_leaf(value, accept):
+def _first_bad_leaf(value, accept, depth: int = 0):
+    if depth > MAX_DEPTH:
+        return (value,)
     if isinstance(value, list):
         for v in value:
-            bad = _first_bad_leaf(v, accept)
+            bad = _first_bad_leaf(v, accept, depth + 1)
             if bad is not None:
                 return bad
         return None
@@ -135,6 +135,8 @@ def _ragged_detail(value) -> str | None:
     expected = _shape_of(value)
 
     def walk(v, level, path):
+        if level > MAX_DEPTH:
+            return f"lists nested deeper than {MAX_DEPTH} at {path}"
         if level == len(expected):
             return None if not isinstance(v, list) else f"a list at {path or 'the top'} deeper than rank {level}"
         if not isinstance(v, list):
@@ -157,8 +159,16 @@ def to_array(value, spec: TensorSpec, may_hold_bools: bool = True) -> np.ndarray
     (``may_hold_bools``), numeric inputs are scanned for them.
     """
     name, dtype = spec.name, spec.dtype
+    if isinstance(value, NumericArray):
+        return _numeric(value, spec)
+    if isinstance(value, list) and value and isinstance(value[0], NumericArray):
+        value = _stacked(value, spec)
+        if isinstance(value, np.ndarray):
+            return value
     if dtype.kind in "OSU":
         return _strings(value, name)
+    if len(_shape_of(value)) > MAX_DEPTH:  # refused before NumPy walks it
+        raise InvalidArgument(f"input '{name}': lists nested deeper than {MAX_DEPTH}")
     try:
         arr = np.array(value)
     except (ValueError, TypeError):
@@ -172,16 +182,16 @@ def to_array(value, spec: TensorSpec, may_hold_bools: bool = True) -> np.ndarray
                               and abs(v) <= 2 ** 63)
         shown = bad[0] if bad else value
         if isinstance(shown, int) and not isinstance(shown, bool):
-            raise InvalidArgument(f"input '{name}': Cannot convert JSON value: {shown} to {spec.dt_name} without "
+            raise InvalidArgument(f"input '{name}': Cannot convert JSON value: {shown} to {dtype_name(spec.dtype)} without "
                                   f"loss of precision.")
         raise InvalidArgument(f"input '{name}': JSON Value: {_short(shown)} Type: {_json_type(shown)} is not of "
-                              f"expected type: {spec.dt_name}")
+                              f"expected type: {dtype_name(spec.dtype)}")
 
     def fail(accept):
         bad = _first_bad_leaf(value, accept)
         shown = bad[0] if bad else value
         raise InvalidArgument(f"input '{name}': JSON Value: {_short(shown)} Type: {_json_type(shown)} is not "
-                              f"of expected type: {spec.dt_name}")
+                              f"of expected type: {dtype_name(spec.dtype)}")
 
     if kind in "iuf" and may_hold_bools and arr.dtype.kind != "b":
         if _first_bad_leaf(value, lambda v: not isinstance(v, bool)) is not None:
@@ -212,14 +222,66 @@ def to_array(value, spec: TensorSpec, may_hold_bools: bool = True) -> np.ndarray
             fail(lambda v: isinstance(v, int) and not isinstance(v, bool))
         info = np.iinfo(dtype)
         if arr.size and (arr.min() < info.min or arr.max() > info.max):
-            raise InvalidArgument(f"input '{name}': a value is out of the range of {spec.dt_name} "
+            raise InvalidArgument(f"input '{name}': a value is out of the range of {dtype_name(spec.dtype)} "
                                   f"[{info.min}, {info.max}]")
         return arr.astype(dtype)
     if kind == "b":
         if arr.dtype.kind != "b":
             fail(lambda v: isinstance(v, bool))
         return arr
-    raise InvalidArgument(f"input '{name}': inputs of type {spec.dt_name} cannot be given in JSON")
+    raise InvalidArgument(f"input '{name}': inputs of type {dtype_name(spec.dtype)} cannot be given in JSON")
+
+
+def _numeric(value: NumericArray, spec: TensorSpec) -> np.ndarray:
+    """A `NumericArray` as ``spec``'s dtype, with the rules `to_array` applies to JSON numbers."""
+    name, dtype, v = spec.name, spec.dtype, value.values
+    if v.size == 0:
+        return to_array(value.tolist(), spec)
+    if dtype.kind not in "iuf":
+        raise InvalidArgument(f"input '{name}': JSON Value: {value.first_token} Type: Number is not of expected "
+                              f"type: {dtype_name(dtype)}")
+    flat = v.reshape(-1)
+    if dtype.kind == "f":
+        limit = (1 << np.finfo(dtype).nmant + 1) - 1  # integers written as such must be exact (IsLosslessDecimal)
+        written_int = value.written_as_int()
+        if written_int is not False:
+            big = np.abs(flat) > limit
+            big &= np.isfinite(flat)
+            if written_int is not True:
+                big &= written_int
+            if big.any():
+                shown = flat[np.flatnonzero(big)[0]]
+                text = str(int(shown)) if abs(shown) <= 2 ** 53 else repr(float(shown))
+                raise InvalidArgument(f"input '{name}': Cannot convert JSON value: {text} to {dtype.name} without "
+                                      f"loss of precision.")
+        with np.errstate(over="ignore"):
+            out = v.astype(dtype)
+        if not np.isfinite(out).all():
+            lost = ~np.isfinite(out.reshape(-1)) & np.isfinite(flat)
+            if lost.any():
+                raise InvalidArgument(f"input '{name}': Cannot convert JSON value: {float(flat[lost][0])!r} to "
+                                      f"{dtype.name} without loss of precision.")
+        return out
+    if value.float_syntax:
+        raise InvalidArgument(f"input '{name}': JSON Value: {value.first_float_token} Type: Number is not of "
+                              f"expected type: {dtype_name(dtype)}")
+    info = np.iinfo(dtype)
+    low, high = flat.min(), flat.max()
+    if low < info.min or high > info.max:
+        raise InvalidArgument(f"input '{name}': a value is out of the range of {dtype_name(dtype)} "
+                              f"[{info.min}, {info.max}]")
+    if max(-low, high) > 2 ** 53:
+        raise InvalidArgument(f"input '{name}': integers beyond 2**53 in a request body of "
+                              f"{256} KiB or more are not read exactly; send them in smaller requests")
+    return v.astype(dtype)
+
+
+def _stacked(items: list, spec: TensorSpec):
+    """Rows that are all `NumericArray`s of one shape as one array; else the rows as lists."""
+    if all(isinstance(i, NumericArray) for i in items) and len({i.shape for i in items}) == 1:
+        parts = [_numeric(i, spec) for i in items]
+        return np.stack(parts) if parts else np.zeros((0,), spec.dtype)
+    return [i.tolist() if isinstance(i, NumericArray) else i for i in items]
 
 
 def check_shape(arr: np.ndarray, spec: TensorSpec, what: str = "") -> None:
@@ -229,15 +291,16 @@ def check_shape(arr: np.ndarray, spec: TensorSpec, what: str = "") -> None:
     want = spec.shape
     if arr.ndim != len(want) or any(w >= 0 and w != g for w, g in zip(want, arr.shape)):
         got = "[" + ",".join(str(d) for d in arr.shape) + "]"
-        raise InvalidArgument(f"input '{spec.name}'{what}: expected shape {spec.shape_text()} "
-                              f"({spec.dt_name}), got {got}")
+        raise InvalidArgument(f"input '{spec.name}'{what}: expected shape {shape_text(spec)} "
+                              f"({dtype_name(spec.dtype)}), got {got}")
 
 
 def parse_request(body: dict, specs: dict[str, TensorSpec],
                   may_hold_bools: bool = True) -> tuple[dict[str, np.ndarray], str]:
     """``instances`` or ``inputs`` of a parsed request body as arrays by input name, and the format.
 
-    ``may_hold_bools=False`` (the request text has no ``true``/``false``) skips a scan.
+    ``may_hold_bools=False`` (the request text has no ``true``/``false``) skips a scan. Shapes
+    are checked against the signature by `kiln.serve.backends.check_feeds`, for every API.
     """
     has_instances, has_inputs = "instances" in body, "inputs" in body
     if has_instances and has_inputs:
@@ -250,6 +313,14 @@ def parse_request(body: dict, specs: dict[str, TensorSpec],
 
 
 def _rows(instances, specs, may_hold_bools) -> dict[str, np.ndarray]:
+    if isinstance(instances, NumericArray):  # a large body's rows of numbers, read as one array
+        if not instances.shape[0]:
+            raise InvalidArgument("No values in 'instances' array")
+        names = sorted(specs)
+        if len(specs) > 1:
+            raise InvalidArgument("instances is a plain list, but expecting list of objects as multiple input "
+                                  f"tensors required as per tensorinfo_map (inputs: {', '.join(names)})")
+        return {names[0]: to_array(instances, specs[names[0]], may_hold_bools)}
     if not isinstance(instances, list):
         raise InvalidArgument("Excepting 'instances' to be an list/array")
     if not instances:
@@ -283,9 +354,7 @@ def _rows(instances, specs, may_hold_bools) -> dict[str, np.ndarray]:
             if _shape_of(item) != first:
                 raise InvalidArgument(f"input '{n}': Failed to process element: {i} of 'instances' list. Error: "
                                       f"Expecting shape {_fmt(first)} but got: {_fmt(_shape_of(item))}")
-        arr = to_array(items, spec, may_hold_bools)
-        check_shape(arr, spec)
-        out[n] = arr
+        out[n] = to_array(items, spec, may_hold_bools)
     return out
 
 
@@ -295,7 +364,7 @@ def _fmt(shape) -> str:
 
 def _columns(inputs, specs, may_hold_bools) -> dict[str, np.ndarray]:
     names = sorted(specs)
-    if not isinstance(inputs, dict) or _is_b64(inputs):
+    if isinstance(inputs, NumericArray) or not isinstance(inputs, dict) or _is_b64(inputs):
         if len(specs) > 1:
             raise InvalidArgument("inputs is a plain value/list, but expecting an object as multiple input tensors "
                                   f"required as per tensorinfo_map (inputs: {', '.join(names)})")
@@ -304,9 +373,7 @@ def _columns(inputs, specs, may_hold_bools) -> dict[str, np.ndarray]:
     for n in names:
         if n not in inputs:
             raise InvalidArgument(f"Missing named input: {n} in 'inputs' object.")
-        arr = to_array(inputs[n], specs[n], may_hold_bools)
-        check_shape(arr, specs[n])
-        out[n] = arr
+        out[n] = to_array(inputs[n], specs[n], may_hold_bools)
     unknown = sorted(set(inputs) - set(names))
     if unknown:
         raise InvalidArgument(f"'inputs' object has unknown input(s) {unknown}; the signature's inputs are {names}")
@@ -315,24 +382,27 @@ def _columns(inputs, specs, may_hold_bools) -> dict[str, np.ndarray]:
 
 # -- responses ---------------------------------------------------------------------------------
 
+_F32 = struct.Struct("<f")
+
+
 def _float_texts(flat: np.ndarray) -> list[str]:
     """TF Serving's WriteDecimal: "%g" if it reads back exactly, else max_digits10 digits; '.0' on whole numbers."""
-    digits = 9 if flat.dtype == np.float32 else 17
-    values = flat.tolist()
-    texts = ["%g" % v for v in values]
-    with np.errstate(all="ignore"):
-        back = np.array([float(t) if t not in ("nan", "inf", "-inf") else v for t, v in zip(texts, values)],
-                        dtype=flat.dtype)
-    same = (back == flat) | ~np.isfinite(flat)
+    single = flat.dtype == np.float32
+    digits = 9 if single else 17
     out = []
-    for text, value, ok in zip(texts, values, same.tolist()):
-        if math.isnan(value):
+    for value in flat.tolist():
+        if value != value:
             out.append("NaN")
             continue
-        if math.isinf(value):
+        if value in (math.inf, -math.inf):
             out.append("-Infinity" if value < 0 else "Infinity")
             continue
-        if not ok:
+        text = "%g" % value
+        try:
+            exact = (_F32.unpack(_F32.pack(float(text)))[0] if single else float(text)) == value
+        except OverflowError:
+            exact = False
+        if not exact:
             text = "%.*g" % (digits, value)
         if "." not in text and "e" not in text:
             text += ".0"
@@ -374,17 +444,51 @@ def _is_bytes_output(name: str, arr: np.ndarray) -> bool:
     return arr.dtype.kind in "OSU" and name.endswith("_bytes")
 
 
-def format_response(outputs: dict[str, np.ndarray], fmt: str) -> str:
-    """The JSON text TF Serving answers for these outputs in the request's format."""
+#: Rows written per piece of a response: a large answer never exists as one Python string per value.
+_ROWS_PER_PIECE = 2048
+
+
+def _row_texts(a: np.ndarray, as_bytes: bool, start: int, stop: int) -> list[str]:
+    """The JSON text of rows ``start:stop`` of ``a`` (one string per row)."""
+    part = a[start:stop]
+    texts = _leaf_texts(part, as_bytes)
+    if part.ndim == 2:
+        width = part.shape[1]
+        return ["[" + ", ".join(texts[i * width:(i + 1) * width]) + "]" for i in range(part.shape[0])]
+    step = int(np.prod(a.shape[1:], dtype=np.int64))
+    return [_nest(texts, a.shape[1:], i * step) for i in range(part.shape[0])]
+
+
+def _pieces(a: np.ndarray, as_bytes: bool, rows: int):
+    """Row texts of ``a`` in pieces of ``rows`` rows (at least one element per piece)."""
+    for start in range(0, a.shape[0], rows):
+        yield _row_texts(a, as_bytes, start, start + rows)
+
+
+def format_response(outputs: dict[str, np.ndarray], fmt: str) -> bytes:
+    """The JSON text TF Serving answers for these outputs in the request's format, written a few
+    thousand rows at a time."""
     if not outputs:
         raise InvalidArgument("Cannot convert empty tensor map to JSON")
     names = sorted(outputs)
     arrays = {n: np.asarray(outputs[n]) for n in names}
+    out: list[bytes] = []
     if fmt == COLUMNAR:
-        parts = {n: _nest(_leaf_texts(a, _is_bytes_output(n, a)), a.shape) for n, a in arrays.items()}
-        if len(names) == 1:
-            return '{"outputs": ' + parts[names[0]] + "}"
-        return '{"outputs": {' + ", ".join(json.dumps(n) + ": " + parts[n] for n in names) + "}}"
+        out.append(b'{"outputs": ' if len(names) == 1 else b'{"outputs": {')
+        for k, n in enumerate(names):
+            a = arrays[n]
+            if len(names) > 1:
+                out.append((", " if k else "").encode() + json.dumps(n).encode() + b": ")
+            if a.ndim == 0:
+                out.append(_leaf_texts(a, _is_bytes_output(n, a))[0].encode())
+                continue
+            rows = max(1, _ROWS_PER_PIECE * 16 // max(int(np.prod(a.shape[1:], dtype=np.int64)), 1))
+            out.append(b"[")
+            for i, piece in enumerate(_pieces(a, _is_bytes_output(n, a), rows)):
+                out.append(((", " if i else "") + ", ".join(piece)).encode())
+            out.append(b"]")
+        out.append(b"}" if len(names) == 1 else b"}}")
+        return b"".join(out)
     batch = None
     for n, a in arrays.items():
         if a.ndim == 0:
@@ -392,13 +496,16 @@ def format_response(outputs: dict[str, np.ndarray], fmt: str) -> str:
         if batch is not None and a.shape[0] != batch:
             raise InvalidArgument(f"Tensor name: {n} has inconsistent batch size: {a.shape[0]} expecting: {batch}")
         batch = a.shape[0]
-    rows = {}
-    for n, a in arrays.items():
-        texts = _leaf_texts(a, _is_bytes_output(n, a))
-        step = int(np.prod(a.shape[1:], dtype=np.int64))
-        rows[n] = [_nest(texts, a.shape[1:], i * step) for i in range(batch)]
-    if len(names) == 1:
-        items = rows[names[0]]
-    else:
-        items = ["{" + ", ".join(json.dumps(n) + ": " + rows[n][i] for n in names) + "}" for i in range(batch)]
-    return '{"predictions": [' + ", ".join(items) + "]}"
+    out.append(b'{"predictions": [')
+    width = max(sum(int(np.prod(a.shape[1:], dtype=np.int64)) for a in arrays.values()), 1)
+    rows = max(1, _ROWS_PER_PIECE * 16 // width)
+    keys = {n: json.dumps(n) + ": " for n in names}
+    for start in range(0, batch, rows):
+        texts = {n: _row_texts(a, _is_bytes_output(n, a), start, start + rows) for n, a in arrays.items()}
+        if len(names) == 1:
+            items = texts[names[0]]
+        else:
+            items = ["{" + ", ".join(keys[n] + texts[n][i] for n in names) + "}" for i in range(len(texts[names[0]]))]
+        out.append(((", " if start else "") + ", ".join(items)).encode())
+    out.append(b"]}")
+    return b"".join(out)

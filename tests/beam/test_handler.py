@@ -366,11 +366,11 @@ def test_inputs_without_a_shared_batch_dimension_run_one_example_per_call(unbatc
 def test_a_model_without_signatures_runs_its_main_subgraph(models, no_signatures, backend):
     handler = KilnModelHandler(no_signatures, backend=backend)
     spec = handler.spec()
-    assert spec.signature_key is None and len(spec.inputs) == 1 and len(spec.outputs) == 1
+    assert spec.from_subgraph and len(spec.inputs) == 1 and len(spec.outputs) == 1
     rows = _rows(5, 4, seed=13)
     model = handler.load_model()
     results = handler.run_inference(list(rows[:2]), model) + handler.run_inference(list(rows[2:]), model)
-    got = np.stack([r.inference[spec.outputs[0].name] for r in results])
+    got = np.stack([r.inference[next(iter(spec.outputs))] for r in results])
     np.testing.assert_allclose(got, models["dense"].reference(rows)[0], rtol=1e-5, atol=1e-6)
 
 

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -85,6 +86,17 @@ class InGraphBatched(tf.Module):
         return {"y": body(x)}
 
 
+class Embed(tf.Module):
+    """Integer ids looked up in a 50-row table: an index outside it fails the model."""
+
+    def __init__(self):
+        self.table = tf.Variable(tf.reshape(tf.range(150, dtype=tf.float32), [50, 3]) / 10.0)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 2], tf.int32, name="ids")])
+    def serve(self, ids):
+        return {"vec": tf.reduce_sum(tf.gather(self.table, ids), axis=1)}
+
+
 def save(module, path: Path) -> Path:
     tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve.get_concrete_function()})
     return path
@@ -117,6 +129,9 @@ def models(tmp_path_factory):
     out["slow"] = to_tflite(out["slow_sm"], root / "staging" / "slow.tflite")
     out["strings"] = save(Strings(), root / "strings" / "1").parent
     out["batched_sm"] = save(InGraphBatched(), root / "batched_sm" / "1").parent
+    out["embed_sm"] = save(Embed(), root / "embed_sm" / "1").parent
+    to_tflite(root / "embed_sm" / "1", root / "embed_tfl" / "1" / "model.tflite")
+    out["embed_tfl"] = root / "embed_tfl"
     return out
 
 
@@ -156,6 +171,8 @@ class Server:
         env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"kiln-serve-{self.port}.log"
         self._log = open(self.log_path, "w+")
+        if "--port" not in args:  # no gRPC unless a test asks for it
+            args = ("--port", "0", *args)
         self.proc = subprocess.Popen([sys.executable, "-m", "kiln", "serve", "--rest_api_port", str(self.port),
                                       *args], cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + ready_timeout
@@ -165,7 +182,7 @@ class Server:
             try:
                 if requests.get(self.url + "/readyz", timeout=2).status_code == 200:
                     return
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):  # not listening, or not accepting yet
                 pass
             if time.monotonic() > deadline:
                 self.kill()
@@ -231,3 +248,23 @@ def serve():
 
 def rows(n: int, width: int = 4, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((n, width)).astype(np.float32)
+
+
+def batching_file(tmp_path, **params) -> str:
+    path = tmp_path / "batching.config"
+    lines = []
+    for key, value in params.items():
+        if isinstance(value, (list, tuple)):
+            lines += [f"{key}: {v}" for v in value]
+        elif isinstance(value, bool):
+            lines.append(f"{key}: {'true' if value else 'false'}" if key == "pad_variable_length_inputs"
+                         else f"{key} {{ value: {'true' if value else 'false'} }}")
+        else:
+            lines.append(f"{key} {{ value: {value} }}")
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def concurrently(fn, items, workers):
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(fn, items))

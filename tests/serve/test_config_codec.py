@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -93,15 +95,26 @@ F32 = np.dtype(np.float32)
 
 def test_float_text_is_tf_servings():
     values = np.array([0.1, 2, 3e-5, 9e6, 1 / 3, np.nan, np.inf, -np.inf, -0.0], np.float32)
-    assert format_response({"y": values}, COLUMNAR) == (
+    assert format_response({"y": values}, COLUMNAR).decode() == (
         '{"outputs": [0.1, 2.0, 3e-05, 9e+06, 0.333333343, NaN, Infinity, -Infinity, -0.0]}')
+
+
+def test_large_answers_are_written_in_pieces_that_join_up():
+    rng = np.random.default_rng(0)
+    outs = {"a": rng.standard_normal((9000, 3)).astype(np.float32), "b": np.arange(9000, dtype=np.int64)}
+    rows = json.loads(format_response(outs, ROW))["predictions"]
+    assert len(rows) == 9000 and rows[8999]["b"] == 8999
+    np.testing.assert_array_equal(np.array([r["a"] for r in rows], np.float32), outs["a"])
+    columns = json.loads(format_response(outs, COLUMNAR))["outputs"]
+    np.testing.assert_array_equal(np.array(columns["a"], np.float32), outs["a"])
+    assert columns["b"] == list(range(9000))
 
 
 def test_row_and_columnar_response_shapes():
     outs = {"b": np.array([[1, 2], [3, 4]], np.int32), "a": np.array([True, False])}
-    assert format_response(outs, ROW) == '{"predictions": [{"a": true, "b": [1, 2]}, {"a": false, "b": [3, 4]}]}'
-    assert format_response(outs, COLUMNAR) == '{"outputs": {"a": [true, false], "b": [[1, 2], [3, 4]]}}'
-    assert format_response({"s": np.array(7.5, np.float64)}, COLUMNAR) == '{"outputs": 7.5}'
+    assert format_response(outs, ROW).decode() == '{"predictions": [{"a": true, "b": [1, 2]}, {"a": false, "b": [3, 4]}]}'
+    assert format_response(outs, COLUMNAR).decode() == '{"outputs": {"a": [true, false], "b": [[1, 2], [3, 4]]}}'
+    assert format_response({"s": np.array(7.5, np.float64)}, COLUMNAR).decode() == '{"outputs": 7.5}'
     with pytest.raises(InvalidArgument, match="inconsistent batch size: 1 expecting: 2"):
         format_response({"a": np.zeros(2), "b": np.zeros(1)}, ROW)
 
@@ -167,7 +180,7 @@ def test_the_command_line_refuses_bad_setups_with_a_message(tmp_path, capsys):
 def test_per_model_batching_parameters_come_from_the_version_directory(models, tmp_path):
     import shutil
 
-    from kiln.serve.batching import BatchScheduler, DirectExecutor
+    from kiln.serve.batching import BatchScheduler
     from kiln.serve.models import ModelManager
 
     for name, own in (("own", "max_batch_size { value: 4 } allowed_batch_sizes: 2 allowed_batch_sizes: 4"),
@@ -181,7 +194,7 @@ def test_per_model_batching_parameters_come_from_the_version_directory(models, t
     manager.poll_once()
     own, none = manager.acquire("own"), manager.acquire("none")
     try:
-        assert isinstance(own.executor, BatchScheduler) and isinstance(none.executor, DirectExecutor)
+        assert isinstance(own.executor, BatchScheduler) and not none.batching
         assert (own.executor.options.max_batch_size, own.executor.options.allowed_batch_sizes,
                 own.executor.options.num_batch_threads) == (4, (2, 4), 1)
     finally:

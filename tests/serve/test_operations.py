@@ -6,31 +6,10 @@ import json
 import shutil
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .conftest import one_model_dir, rows
-
-
-def batching_file(tmp_path, **params) -> str:
-    path = tmp_path / "batching.config"
-    lines = []
-    for key, value in params.items():
-        if isinstance(value, (list, tuple)):
-            lines += [f"{key}: {v}" for v in value]
-        elif isinstance(value, bool):
-            lines.append(f"{key}: {'true' if value else 'false'}" if key == "pad_variable_length_inputs"
-                         else f"{key} {{ value: {'true' if value else 'false'} }}")
-        else:
-            lines.append(f"{key} {{ value: {value} }}")
-    path.write_text("\n".join(lines) + "\n")
-    return str(path)
-
-
-def concurrently(fn, items, workers):
-    with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(fn, items))
+from .conftest import batching_file, concurrently, one_model_dir, rows
 
 
 def test_concurrent_rows_are_batched_and_each_gets_its_own_answer(serve, models, reference, tmp_path):

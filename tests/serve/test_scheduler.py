@@ -149,7 +149,7 @@ def test_close_drains_what_is_queued_and_then_refuses():
         s.submit("k", {"x": np.ones((1, 1))}, far())
 
 
-def test_a_backend_failure_fails_every_request_of_the_batch_once():
+def test_a_backend_failure_fails_every_request_of_the_batch_once_each_with_its_own_run():
     def new_runner():
         def run(key, feeds):
             raise RuntimeError("kernel exploded")
@@ -158,7 +158,8 @@ def test_a_backend_failure_fails_every_request_of_the_batch_once():
     s = BatchScheduler(BatchingOptions(max_batch_size=4, num_batch_threads=1, batch_timeout_micros=20_000), new_runner)
     requests = submit_all(s, [np.ones((1, 1))] * 3)
     for r in requests:
-        with pytest.raises(Exception, match="the backend failed: RuntimeError: kernel exploded"):
+        with pytest.raises(InvalidArgument, match="the model failed on this request's input.s. 'x': RuntimeError: "
+                                                  "kernel exploded"):
             r.future.result(10)
     s.close()
 

@@ -1,0 +1,429 @@
+"""A small HTTP/1.1 server on asyncio and httptools (llhttp, the parser uvicorn uses).
+
+Why not a framework: the server must bound what every connection may cost and answer overload
+itself, and a general-purpose stack does neither cheaply. Here every connection has an idle
+timeout (before its first request and between requests) and a read timeout (a request must
+arrive whole within it: a half-sent request cannot hold a connection); headers, bodies,
+connections and the bytes of all bodies held at once are bounded, and a request over a bound
+is answered (400, 408, 413-as-400, 431 or 503) instead of being dropped; the clock of every
+request starts when its first byte arrives. Draining stops accepting, lets in-flight requests
+finish within a timeout, then answers what is left with a JSON 503.
+
+A handler is ``handler(request) -> Response`` or an awaitable of one (a request whose answer
+is ready at once costs no task); a request is handled after its whole body has arrived, one at
+a time per connection (pipelined requests wait their turn).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+
+import httptools
+
+_REASONS = {200: "OK", 100: "Continue", 400: "Bad Request", 404: "Not Found", 408: "Request Timeout",
+            429: "Too Many Requests", 431: "Request Header Fields Too Large", 499: "Client Closed Request",
+            500: "Internal Server Error", 501: "Not Implemented", 503: "Service Unavailable", 504: "Gateway Timeout"}
+JSON = "application/json"
+#: Requests parsed ahead of the one being handled on a connection before reading pauses.
+_PIPELINE = 4
+
+
+@dataclass
+class Limits:
+    """What one connection, and all of them together, may hold."""
+
+    max_body_bytes: int = 64 << 20
+    body_budget_bytes: int = 256 << 20   # bodies held at once, all connections together
+    max_header_bytes: int = 64 << 10     # request line and headers
+    max_connections: int = 1024
+    idle_timeout: float = 60.0           # no request in progress
+    read_timeout: float = 30.0           # from a request's first byte to its last
+
+
+class Request:
+    """One parsed request. ``arrived`` is the monotonic time of its first byte; when the client
+    hangs up before its answer, ``disconnected`` is set and ``on_gone`` (a handler's) is called.
+    ``labels`` is what the handler says the request was about (for metrics and logs)."""
+
+    __slots__ = ("method", "target", "headers", "body", "arrived", "keep_alive", "client", "on_gone",
+                 "disconnected", "refusal", "labels", "_reserved")
+
+    def __init__(self, arrived: float, client: str):
+        self.method = ""
+        self.target = b""
+        self.headers: dict[str, str] = {}
+        self.body = bytearray()
+        self.arrived = arrived
+        self.keep_alive = True
+        self.client = client
+        self.on_gone: Callable[[], None] | None = None
+        self.disconnected = False
+        self.refusal: Response | None = None  # set while reading: answer this, ignore the body
+        self.labels: tuple = ()
+        self._reserved = 0
+
+    @property
+    def path(self) -> bytes:
+        return self.target.split(b"?", 1)[0]
+
+
+@dataclass
+class Response:
+    status: int
+    body: bytes = b""
+    content_type: str = JSON
+
+    @classmethod
+    def error(cls, status: int, message: str) -> "Response":
+        return cls(status, json.dumps({"error": message}).encode())
+
+
+Handler = Callable[[Request], "Response | Awaitable[Response]"]
+
+
+class HttpServer:
+    """Serves ``handler`` on a listening socket; see the module docstring."""
+
+    def __init__(self, handler: Handler, limits: Limits | None = None, on_response=None):
+        """``on_response(request, response, seconds)`` runs after every answer (metrics, access log)."""
+        self.handler = handler
+        self.limits = limits or Limits()
+        self.on_response = on_response
+        self.connections: set[_Connection] = set()
+        self.body_bytes = 0
+        self.draining = False
+        self._server: asyncio.base_events.Server | None = None
+        self._sweeper: asyncio.Task | None = None
+
+    async def start(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _Connection(self), sock=sock, backlog=2048)
+        self._sweeper = loop.create_task(self._sweep())
+
+    async def _sweep(self) -> None:
+        """Close connections past their idle or read timeout (one timer for all, not two per request)."""
+        step = min(0.25, self.limits.idle_timeout / 4, self.limits.read_timeout / 4)
+        while True:
+            await asyncio.sleep(step)
+            now = time.monotonic()
+            for conn in [c for c in self.connections if c.deadline is not None and c.deadline <= now]:
+                conn._timed_out()
+
+    def reserve(self, request: Request, size: int) -> bool:
+        """Count ``size`` more body bytes for ``request``; False when that would pass the budget."""
+        if self.body_bytes + size > self.limits.body_budget_bytes:
+            return False
+        self.body_bytes += size
+        request._reserved += size
+        return True
+
+    def release(self, request: Request) -> None:
+        self.body_bytes -= request._reserved
+        request._reserved = 0
+
+    def begin_drain(self) -> None:
+        """Stop accepting; close idle connections; later answers close their connections."""
+        self.draining = True
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.close_if_idle()
+
+    async def drain(self, timeout: float, message: str) -> None:
+        """Wait up to ``timeout`` s for in-flight requests, then answer the rest 503 ``message``."""
+        self.begin_drain()
+        deadline = time.monotonic() + timeout
+        while any(c.busy for c in self.connections) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        for conn in list(self.connections):
+            conn.cut_off(Response.error(503, message))
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self, server: HttpServer):
+        self.server = server
+        self.limits = server.limits
+        self.loop = asyncio.get_event_loop()
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpRequestParser(self)
+        self.client = ""
+        self.current: Request | None = None    # being read
+        self.ready: deque[Request] = deque()    # read whole, waiting their turn
+        self.task: asyncio.Task | None = None   # handling ready[0]
+        self.header_bytes = 0
+        self.header_name = b""
+        self.deadline: float | None = None  # of the idle or read timeout now running
+        self.over_limit = False
+        self.closed = False
+        self.stopped = False  # the parser gave up on this connection: read nothing more
+        self.can_write = asyncio.Event()
+        self.can_write.set()
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.client = peer[0] if isinstance(peer, tuple) else ""
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        self.over_limit = len(self.server.connections) >= self.limits.max_connections
+        self.server.connections.add(self)
+        self._arm(self.limits.idle_timeout)
+
+    def connection_lost(self, exc) -> None:
+        self.closed = True
+        self.server.connections.discard(self)
+        self._disarm()
+        for request in [self.current, *self.ready]:
+            if request is not None:
+                self.server.release(request)
+                request.disconnected = True
+                if request.on_gone is not None:
+                    request.on_gone()
+        self.current = None
+
+    @property
+    def busy(self) -> bool:
+        return self.task is not None or self.current is not None or bool(self.ready)
+
+    def close_if_idle(self) -> None:
+        if not self.busy and self.transport is not None:
+            self.transport.close()
+
+    def cut_off(self, response: Response) -> None:
+        """Drain ran out: answer the request being handled with ``response`` and close."""
+        if self.closed:
+            return
+        if self.task is not None:
+            self.task.cancel()
+            self.task = None
+            if self.ready:
+                request = self.ready[0]
+                self._write(request, response, close=True)
+                if self.server.on_response is not None:
+                    self.server.on_response(request, response, 0.0)
+        self.transport.close()
+
+    def _arm(self, seconds: float) -> None:
+        self.deadline = time.monotonic() + seconds  # the server's sweep closes the connection past it
+
+    def _disarm(self) -> None:
+        self.deadline = None
+
+    def _timed_out(self) -> None:
+        self.deadline = None
+        if self.current is not None and not self.closed and not self.ready:  # started, did not arrive whole
+            self._write(self.current, Response.error(408, f"the request did not arrive whole within "
+                                                          f"{self.limits.read_timeout:g} s"), close=True)
+        if self.transport is not None:
+            self.transport.close()
+
+    def pause_writing(self) -> None:
+        self.can_write.clear()
+
+    def resume_writing(self) -> None:
+        self.can_write.set()
+
+    # -- reading -------------------------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        if self.stopped:
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:  # answered as a plain request (no upgrade), then closed
+            self.stopped = True
+            self.transport.pause_reading()
+            if self.ready:
+                self.ready[-1].keep_alive = False
+            else:
+                self._fail(400, "protocol upgrades are not served")
+        except httptools.HttpParserCallbackError as exc:
+            cause = exc.__context__
+            if isinstance(cause, _TooLarge):
+                self._fail(431, f"the request line and headers are larger than the limit of "
+                                f"{self.limits.max_header_bytes} bytes")
+            elif isinstance(cause, _Stop):
+                self.stopped = True
+                self.transport.pause_reading()
+            else:  # a bug in a callback: answered, never a traceback to the client
+                self._fail(500, f"Internal: {type(cause).__name__}: {cause}")
+        except httptools.HttpParserError as exc:
+            self._fail(400, f"malformed HTTP request: {exc}")
+
+    def _fail(self, status: int, message: str) -> None:
+        """Answer a request that cannot be read on (parse error, oversized headers) and close."""
+        self.stopped = True
+        if self.closed:
+            return
+        request = self.current or Request(time.monotonic(), self.client)
+        self.current = None
+        if self.task is None and not self.ready:
+            self._write(request, Response.error(status, message), close=True)
+        self.transport.close()
+
+    def on_message_begin(self) -> None:
+        self.current = Request(time.monotonic(), self.client)
+        self.header_bytes = 0
+        self._arm(self.limits.read_timeout)
+
+    def on_url(self, url: bytes) -> None:
+        self._count_header(len(url))
+        self.current.target += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_header(len(name) + len(value) + 4)
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        headers = self.current.headers
+        headers[key] = headers[key] + ", " + text if key in headers else text
+
+    def _count_header(self, size: int) -> None:
+        self.header_bytes += size
+        if self.header_bytes > self.limits.max_header_bytes:
+            raise _TooLarge()
+
+    def on_headers_complete(self) -> None:
+        request, limits = self.current, self.limits
+        request.method = self.parser.get_method().decode("latin-1")
+        request.keep_alive = self.parser.should_keep_alive()
+        declared = request.headers.get("content-length")
+        refusal = None
+        if self.over_limit:
+            refusal = Response.error(503, f"the server holds its limit of {limits.max_connections} connections; "
+                                          "retry later")
+        elif self.server.draining:
+            refusal = Response.error(503, "the server is shutting down; the request was not accepted")
+        elif declared is not None and declared.isdigit():
+            size = int(declared)
+            if size > limits.max_body_bytes:
+                refusal = Response.error(400, f"request body of {size} bytes is larger than the limit of "
+                                              f"{limits.max_body_bytes} bytes")
+            elif not self.server.reserve(request, size):
+                refusal = _budget_refusal(self.server)
+        request.refusal = refusal
+        if request.headers.get("expect", "").lower() == "100-continue" and not self.closed:
+            if refusal is None:
+                self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            else:  # the client waits for this before it sends the body: answer now and close
+                request.keep_alive = False
+                self.current = None
+                self._queue(request)
+                raise _Stop()
+
+    def on_body(self, body: bytes) -> None:
+        request = self.current
+        if request.refusal is not None:
+            return  # read and dropped: the answer is already decided
+        size = len(request.body) + len(body)
+        if size > self.limits.max_body_bytes:
+            request.refusal = Response.error(400, f"request body is larger than the limit of "
+                                                  f"{self.limits.max_body_bytes} bytes")
+            self.server.release(request)
+            request.body = bytearray()
+            return
+        if size > request._reserved and not self.server.reserve(request, size - request._reserved):
+            request.refusal = _budget_refusal(self.server)
+            self.server.release(request)
+            request.body = bytearray()
+            return
+        request.body += body
+
+    def on_message_complete(self) -> None:
+        request, self.current = self.current, None
+        self._disarm()
+        self._queue(request)
+
+    def _queue(self, request: Request) -> None:
+        self.ready.append(request)
+        if len(self.ready) >= _PIPELINE:
+            self.transport.pause_reading()
+        if self.task is None:
+            self._answer_ready()
+
+    # -- answering -----------------------------------------------------------------------------
+    def _answer_ready(self) -> None:
+        """Answer the requests read whole, in order: at once while the handler answers at once,
+        else in a task that awaits the answer and then goes on."""
+        while self.ready and not self.closed and self.task is None:
+            request = self.ready[0]
+            if request.refusal is not None:
+                self._answered(request, request.refusal)
+                continue
+            try:
+                result = self.server.handler(request)
+            except Exception as exc:  # a bug in a handler: answered, never a traceback to the client
+                result = Response.error(500, f"Internal: {type(exc).__name__}: {exc}")
+            if isinstance(result, Response) and self.can_write.is_set():
+                self._answered(request, result)
+            else:
+                self.task = self.loop.create_task(self._await(request, result))
+                return
+        if not self.closed and self.task is None and not self.ready:
+            if self.server.draining and self.current is None:
+                self.transport.close()
+            elif self.current is None:
+                self._arm(self.limits.idle_timeout)
+
+    async def _await(self, request: Request, result) -> None:
+        if not isinstance(result, Response):
+            try:
+                result = await result
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                result = Response.error(500, f"Internal: {type(exc).__name__}: {exc}")
+        if not self.can_write.is_set() and not self.closed:
+            await self.can_write.wait()
+        self.task = None
+        self._answered(request, result)
+        self._answer_ready()
+
+    def _answered(self, request: Request, response: Response) -> None:
+        self.server.release(request)
+        request.body = bytearray()
+        if self.closed:
+            response = Response.error(499, "the client closed the connection before the answer")
+        else:
+            close = not request.keep_alive or self.server.draining or request.refusal is not None \
+                and request.refusal.status == 503
+            self._write(request, response, close)
+        if self.server.on_response is not None:
+            self.server.on_response(request, response, 0.0)
+        self.ready.popleft()
+        if len(self.ready) < _PIPELINE and not self.closed:
+            self.transport.resume_reading()
+
+    def _write(self, request: Request, response: Response, close: bool) -> None:
+        body = b"" if request.method == "HEAD" else response.body
+        head = (f"HTTP/1.1 {response.status} {_REASONS.get(response.status, 'Unknown')}\r\n"
+                f"Content-Type: {response.content_type}\r\nContent-Length: {len(response.body)}\r\n"
+                + ("Connection: close\r\n\r\n" if close else "\r\n")).encode("latin-1")
+        self.transport.write(head + body if len(body) < 65536 else head)
+        if len(body) >= 65536:
+            self.transport.write(body)
+        if close:
+            self.transport.close()
+
+
+class _TooLarge(Exception):
+    """Raised inside a parser callback: the headers passed the limit."""
+
+
+class _Stop(Exception):
+    """Raised inside a parser callback: stop reading this connection (its answer is queued)."""
+
+
+def _budget_refusal(server: HttpServer) -> Response:
+    return Response.error(503, f"the server holds {server.body_bytes} bytes of request bodies, its budget is "
+                               f"{server.limits.body_budget_bytes}; retry later")

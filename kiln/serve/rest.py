@@ -1,0 +1,207 @@
+"""TF Serving's REST API (``model_servers/http_rest_api_util.cc``) over `kiln.serve.http`.
+
+Routes, matched case-insensitively (``/V1/Models/...`` too):
+``POST /v1/models/NAME[/versions/N | /labels/L]:predict`` and
+``GET /v1/models/NAME[/versions/N | /labels/L][/metadata]``, plus the metrics page,
+``/healthz`` and ``/readyz``. Every error is ``{"error": "<message>"}`` with the HTTP status of
+its TF Serving code; nothing a client sends produces a traceback or a 500. Access logs are one
+JSON object per line on the ``kiln.serve.access`` logger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+from urllib.parse import unquote
+
+from . import backends
+from .http import HttpServer, Limits, Request, Response
+from .jsonbody import parse_body
+from .service import Service
+from .status import InvalidArgument, ServeError, Unimplemented
+from .tensors import format_response, parse_request
+
+PREDICT_PATH = re.compile(r"/v1/models/([^/:]+)(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?:(classify|regress|predict)",
+                          re.IGNORECASE)
+STATUS_PATH = re.compile(r"/v1/models(?:/([^/:]+))?(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?(?:/(metadata))?",
+                         re.IGNORECASE)
+MODEL_IN_PATH = re.compile(r"/v1/models/([^/:]+)", re.IGNORECASE)
+#: Bodies up to this size are decoded on the event loop (well under a millisecond); larger ones in
+#: a worker thread, so a big request does not stall every other connection.
+INLINE_BODY_BYTES = 64 << 10
+#: Outputs up to this many elements are written on the event loop, larger ones in a worker thread.
+INLINE_OUTPUT_ELEMENTS = 16384
+access_log = logging.getLogger("kiln.serve.access")
+log = logging.getLogger("kiln.serve")
+
+
+def _json(payload: dict, status: int = 200) -> Response:
+    return Response(status, json.dumps(payload, indent=1).encode())
+
+
+def parse_version(text: str | None) -> int | None:
+    """A version from the URL; TF Serving's error for one that is not an int64."""
+    if not text:
+        return None
+    if len(text) > 19 or int(text) >= 2 ** 63:
+        raise InvalidArgument(f"Failed to convert version: {text[:40]}{'...' if len(text) > 40 else ''} to numeric.")
+    return int(text)
+
+
+def _decode(body, held):
+    """Body to (served version, signature, feeds, format), in TF Serving's order of checks: the
+    JSON, then the model and version, then the signature and its inputs."""
+    doc = parse_body(body)
+    signature_name = doc.get("signature_name", "")
+    if not isinstance(signature_name, str):
+        raise InvalidArgument("'signature_name' key must be a string value.")
+    if isinstance(held, ServeError):
+        raise held
+    signature = backends.signature(held.loaded, signature_name)
+    may_hold_bools = body.find(b"true") >= 0 or body.find(b"false") >= 0
+    feeds, fmt = parse_request(doc, signature.inputs, may_hold_bools)
+    return signature, feeds, fmt
+
+
+class RestApi:
+    """The REST routes of one worker over a shared `Service`."""
+
+    def __init__(self, service: Service, metrics_path: str | None = "/monitoring/prometheus/metrics"):
+        self.service = service
+        self.manager = service.manager
+        self.metrics = service.metrics
+        self.metrics_path = metrics_path
+
+    def server(self, limits: Limits) -> HttpServer:
+        return HttpServer(self.handle, limits, self.answered)
+
+    # -- routing -------------------------------------------------------------------------------
+    def handle(self, request: Request):
+        """The answer, or an awaitable of it when it is not ready at once."""
+        try:
+            path = unquote(request.path.decode("latin-1"), errors="strict")
+        except UnicodeDecodeError:
+            return Response.error(400, "Malformed request: the path is not UTF-8")
+        lowered = path[:4].lower()
+        if lowered == "/v1/" or lowered == "/v1":
+            return self._v1(request, path)
+        if request.method == "GET" and path == self.metrics_path:
+            return self._metrics_page()
+        if request.method == "GET" and path == "/healthz":
+            return _json({"status": "ok"})
+        if request.method == "GET" and path == "/readyz":
+            if self.service.draining:
+                return _json({"status": "draining"}, 503)
+            if not self.manager.ready:
+                return _json({"status": "loading", "models": self.manager.model_names()}, 503)
+            return _json({"status": "ready", "models": self.manager.model_names()})
+        return Response.error(404, f"Malformed request: {request.method} {path[:200]}")
+
+    async def _metrics_page(self) -> Response:
+        text = await asyncio.get_running_loop().run_in_executor(None, self.metrics.render)
+        return Response(200, text, "text/plain; version=0.0.4; charset=utf-8")
+
+    def _v1(self, request: Request, path: str):
+        request.labels = (self.metrics.model_label(""), "", "other")
+        try:
+            if request.method == "POST" and (m := PREDICT_PATH.fullmatch(path)):
+                return self._predict(request, m.groups())
+            if request.method == "GET" and (m := STATUS_PATH.fullmatch(path)):
+                return self._model_get(request, m.groups())
+            raise InvalidArgument(f"Malformed request: {request.method} {path[:200]}")
+        except ServeError as exc:
+            return Response.error(exc.http_status, str(exc))
+
+    # -- predict -------------------------------------------------------------------------------
+    def _predict(self, request: Request, groups):
+        name, version, label, method = groups
+        method = method.lower()
+        request.labels = (self.metrics.model_label(name), "", method)
+        if method != "predict":
+            raise Unimplemented(f"kiln serve answers :predict; :{method} is not served")
+        try:
+            held = self.manager.acquire(name, parse_version(version), label)
+            request.labels = (*self.service.labels(name, held), method)
+        except ServeError as exc:
+            held = exc  # raised once the body has been read as JSON (TF Serving's order)
+        if len(request.body) > INLINE_BODY_BYTES:
+            return self._predict_later(request, held, None)
+        try:
+            signature, feeds, fmt = _decode(request.body, held)
+            request.body = bytearray()
+            job = self.service.submit(held, signature, feeds, request.arrived)
+        except BaseException:
+            self._release(held)
+            raise
+        if not job.done:
+            return self._predict_later(request, held, (job, fmt))
+        self._release(held)
+        return self._respond(job.future.result(), fmt)
+
+    async def _predict_later(self, request: Request, held, started) -> Response:
+        try:
+            if started is None:
+                loop = asyncio.get_running_loop()
+                signature, feeds, fmt = await loop.run_in_executor(None, _decode, request.body, held)
+                request.body = bytearray()  # the arrays hold what is needed now
+                job = self.service.submit(held, signature, feeds, request.arrived)
+                del feeds
+            else:
+                job, fmt = started
+
+            def on_gone(cancel):
+                request.on_gone = cancel
+
+            outputs = await self.service.outputs(job, on_gone)
+        except ServeError as exc:
+            return Response.error(exc.http_status, str(exc))
+        finally:
+            self._release(held)
+        answer = self._respond(outputs, fmt)
+        return answer if isinstance(answer, Response) else await answer
+
+    def _release(self, held) -> None:
+        if held is not None and not isinstance(held, ServeError):
+            self.manager.release(held)
+
+    def _respond(self, outputs: dict, fmt: str):
+        if sum(getattr(o, "size", 1) for o in outputs.values()) <= INLINE_OUTPUT_ELEMENTS:
+            return Response(200, format_response(outputs, fmt))
+        return self._respond_later(outputs, fmt)
+
+    async def _respond_later(self, outputs: dict, fmt: str) -> Response:
+        text = await asyncio.get_running_loop().run_in_executor(None, format_response, outputs, fmt)
+        return Response(200, text)
+
+    # -- status and metadata -------------------------------------------------------------------
+    def _model_get(self, request: Request, groups) -> Response:
+        name, version, label, sub = groups
+        method = (sub or "status").lower()
+        if not name:
+            raise InvalidArgument("Missing model name in request.")
+        request.labels = (self.metrics.model_label(name), "", method)
+        number = parse_version(version)
+        if method == "metadata":
+            return _json(self.manager.metadata(name, number, label))
+        return _json(self.manager.status(name, number, label))
+
+    # -- after every answer --------------------------------------------------------------------
+    def answered(self, request: Request, response: Response, seconds: float) -> None:
+        labels = request.labels
+        if not labels and request.path[:3].lower() == b"/v1":  # refused before it was routed
+            m = MODEL_IN_PATH.match(request.path.decode("latin-1"))
+            labels = (self.metrics.model_label(m.group(1) if m else ""), "",
+                      "predict" if request.method == "POST" else "other")
+        status = 499 if request.disconnected else response.status
+        seconds = time.monotonic() - request.arrived
+        if labels:
+            self.metrics.request(*labels, status, seconds)
+        if access_log.isEnabledFor(logging.INFO):
+            access_log.info(json.dumps({
+                "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()), "client": request.client,
+                "method": request.method, "path": request.path.decode("latin-1")[:200], "status": status,
+                "ms": round(seconds * 1e3, 3), "model": labels[0] if labels else "",
+                "version": labels[1] if labels else "", "bytes_out": len(response.body)}))
