@@ -1,6 +1,11 @@
 """A size guard: no module under kiln/ passes 700 lines, and the package stays within a line
-budget (today's size plus room for the planned work: integer kernels, the bfloat16 stage,
-serving). A module that grows past the limit is split along its seams, not waved through."""
+budget. A module that grows past the limit is split along its seams, not waved through.
+
+The budget was 40,000 until issues #23-#26 added, deliberately: the LiteRT backend of the
+runtime (~1,000 lines), the CLI's up-front argument checks (~500), serving's own bounded HTTP
+front end, gRPC services and worker processes (~2,500) and the inference converter's batching
+and warm-up checks (~800), while the one-record redesign (#21) removed about 1,200 lines of
+side tables and copies. 46,000 leaves room for fixes, not for another subsystem."""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ from pathlib import Path
 
 KILN = Path(__file__).resolve().parents[1] / "kiln"
 MODULE_LIMIT = 700
-PACKAGE_BUDGET = 40_000
+PACKAGE_BUDGET = 46_000
 
 
 def _sizes() -> dict[str, int]:
