@@ -22,6 +22,7 @@ from typing import Callable
 
 import numpy as np
 
+from .. import ops
 from ..errors import InterpreterError, ModelError, UnsupportedError
 from ..schema import DType
 
@@ -34,8 +35,13 @@ PREDICT_METHOD = "tensorflow/serving/predict"
 SHAPE_CACHE = 8
 #: Compiled XLA functions an XLA interpreter keeps (one per input shape).
 XLA_SHAPES = 16
-#: Ops that pass their first input's values through unchanged (indices keep their meaning).
-_PASS_THROUGH = frozenset({"RESHAPE", "SQUEEZE", "EXPAND_DIMS", "CAST", "IDENTITY"})
+
+
+def _passes_values(op) -> bool:
+    """The op hands its first input's values on unchanged, so an index keeps its meaning: a
+    reshape (the record says so) or a CAST between integer types."""
+    record = ops.get(op.op_type)
+    return record is not None and (record.reshapes or op.op_type == "CAST")
 
 
 class SignatureNotFound(InterpreterError, LookupError):
@@ -330,7 +336,7 @@ def index_range(tensor) -> tuple[int, int] | None:
             elif op.op_type == "EMBEDDING_LOOKUP" and position == 0 and op.inputs[1] is not None:
                 shape = op.inputs[1].signature
                 size = shape[0] if shape else None
-            elif op.op_type in _PASS_THROUGH and position == 0 and op.outputs and op.outputs[0] is not None:
+            elif _passes_values(op) and position == 0 and op.outputs and op.outputs[0] is not None:
                 pending.append(op.outputs[0])
             if size is not None and size >= 0:
                 low, high = 0, size if high is None else min(high, size)
