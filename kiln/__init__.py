@@ -29,7 +29,7 @@ from .runtime import (
     Registration,
     SignatureRunner,
 )
-from . import delegates as _default_delegates  # noqa: F401 - registers the compiled delegate as the default
+from . import delegates as _default_delegates  # noqa: F401 - registers the NumPy delegate as the default
 from .schema import Activation, DType, Padding
 
 __version__ = "0.1.0"

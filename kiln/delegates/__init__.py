@@ -1,29 +1,19 @@
 """Delegates that ship with kiln (see kiln.runtime.delegate for the interface).
 
-The compiled delegate (float32 nodes) and the quantized delegate (integer and hybrid nodes)
-are kiln's default delegates: importing this package (``import kiln`` does) registers them, so
-every Interpreter applies them unless told otherwise
-(``experimental_op_resolver_type=OpResolverType.BUILTIN_REF``).
+`NumpyDelegate` is kiln's default delegate: importing this package (``import kiln`` does)
+registers it, so every Interpreter applies it unless told otherwise
+(``experimental_op_resolver_type=OpResolverType.BUILTIN_REF``). It runs float32 nodes as
+pre-packed NumPy chains and integer and hybrid nodes as prepared steps, bit for bit the
+reference kernels' results; what it runs per (op, operand types) is its backend table
+`LOWERINGS` (kiln.ops.backends).
 """
 
 from ..runtime.delegate import register_default_delegate
-from . import lowerings  # noqa: F401 - registers its lowerings in COMPILED_LOWERINGS
-from .compiled import (
-           COMPILED_LOWERINGS,
-           SUPPORTED_VERSIONS,
-           ChainKernel,
-           CompiledDelegate,
-           CompiledSupport,
-)
-from .quantized import (
-           QUANTIZED_LOWERINGS,
-           QuantizedChain,
-           QuantizedDelegate,
-           QuantizedSupport,
-)
+from .compiled import ChainKernel, CompiledSupport
+from .delegate import LOWERINGS, MixedChain, NumpyDelegate, register_float, register_quantized
+from .quantized import QuantizedChain, QuantizedSupport
 
-register_default_delegate(CompiledDelegate)
-register_default_delegate(QuantizedDelegate)   # offered the integer nodes the compiled one refuses
+register_default_delegate(NumpyDelegate)
 
-__all__ = ["COMPILED_LOWERINGS", "QUANTIZED_LOWERINGS", "SUPPORTED_VERSIONS", "ChainKernel", "CompiledDelegate",
-           "CompiledSupport", "QuantizedChain", "QuantizedDelegate", "QuantizedSupport"]
+__all__ = ["LOWERINGS", "ChainKernel", "CompiledSupport", "MixedChain", "NumpyDelegate", "QuantizedChain",
+           "QuantizedSupport", "register_float", "register_quantized"]

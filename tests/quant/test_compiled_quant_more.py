@@ -12,7 +12,7 @@ import pytest
 
 import kiln
 from kiln import ops
-from kiln.delegates import QuantizedDelegate
+from kiln.delegates import NumpyDelegate
 from kiln.format import write_model
 from kiln.ir import Model, Operator
 from kiln.schema import Activation, DType, Padding
@@ -45,7 +45,7 @@ def test_softmax_int8_rows_of_equal_codes_and_extremes():
     interp = kiln.Interpreter(model_content=model)
     for feed in (codes(*x.shape), x, x[::-1].copy()):
         np.testing.assert_array_equal(_run(interp, [feed])[0], reference(model, [feed])[0])
-    (delegate,) = [d for d in interp._delegates if isinstance(d, QuantizedDelegate)]
+    (delegate,) = [d for d in interp._delegates if isinstance(d, NumpyDelegate)]
     assert delegate.lowered and not delegate.fallbacks
 
 
@@ -108,7 +108,7 @@ def test_quantize_from_float(dtype, zero_point):
         np.testing.assert_array_equal(got, reference(model, [feed])[0])
     beyond = np.array([np.inf, -np.inf, 1e30, -1e30] * 64, np.float32).reshape(4, 64)
     np.testing.assert_array_equal(_run(interp, [beyond])[0], _run(kiln_ref, [beyond])[0])
-    (delegate,) = [d for d in interp._delegates if isinstance(d, QuantizedDelegate)]
+    (delegate,) = [d for d in interp._delegates if isinstance(d, NumpyDelegate)]
     assert delegate.lowered and not delegate.fallbacks
 
 
@@ -134,7 +134,7 @@ def test_lowered_ops_run_in_one_chain_with_the_reference():
         got = _run(interp, feeds)[0]
         np.testing.assert_array_equal(got, _run(ref, feeds)[0])
         np.testing.assert_array_equal(got, reference(data, feeds)[0])
-    (delegate,) = [d for d in interp._delegates if isinstance(d, QuantizedDelegate)]
+    (delegate,) = [d for d in interp._delegates if isinstance(d, NumpyDelegate)]
     assert sorted(name for _, name in delegate.lowered) == ["ADD", "SOFTMAX"] and not delegate.fallbacks
 
 
@@ -198,7 +198,7 @@ def test_rsqrt_16x8_table_and_its_refusal():
         got = _run(interp, [feed])[0]
         np.testing.assert_array_equal(got, reference(model, [feed])[0])
         np.testing.assert_array_equal(got, _run(kiln_ref, [feed])[0])
-    (delegate,) = [d for d in interp._delegates if isinstance(d, QuantizedDelegate)]
+    (delegate,) = [d for d in interp._delegates if isinstance(d, NumpyDelegate)]
     assert delegate.lowered and not delegate.fallbacks
     negative = every.copy()
     negative[2, 5] = -1
@@ -216,7 +216,7 @@ def _ref_and_lowered(model, feeds_list):
             for g, w in zip(got, want):
                 assert g.dtype == w.dtype and g.shape == w.shape
                 np.testing.assert_array_equal(g, w)
-    (delegate,) = [d for d in interp._delegates if isinstance(d, QuantizedDelegate)]
+    (delegate,) = [d for d in interp._delegates if isinstance(d, NumpyDelegate)]
     assert delegate.lowered and not delegate.fallbacks
     return delegate
 
@@ -266,7 +266,7 @@ def test_mean_with_run_time_axes_and_a_bias_that_must_be_constant():
                                           In(np.zeros(3, np.int32))], [(np.int8, (2, 3), qp(0.1, 4))])
     interp = kiln.Interpreter(model_content=model)
     interp.allocate_tensors()
-    (delegate,) = [d for d in interp._delegates if isinstance(d, QuantizedDelegate)]
+    (delegate,) = [d for d in interp._delegates if isinstance(d, NumpyDelegate)]
     assert not delegate.claimed and "is not a constant" in " ".join(delegate.rejected.values())
 
 
@@ -280,7 +280,7 @@ def _against_kiln_kernel(op_type, operands, outputs, options, feeds_list):
         for g, w in zip(_run(interp, feeds), _run(kiln_ref, feeds)):
             assert g.dtype == w.dtype and g.shape == w.shape
             np.testing.assert_array_equal(g, w, err_msg=op_type)
-    (delegate,) = [d for d in interp._delegates if isinstance(d, QuantizedDelegate)]
+    (delegate,) = [d for d in interp._delegates if isinstance(d, NumpyDelegate)]
     assert delegate.lowered and not delegate.fallbacks, (op_type, delegate.fallbacks)
 
 
