@@ -20,6 +20,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from .. import ops
 from ..errors import UnsupportedError
 from ..ops.backends import FLOAT, KEYS, BackendTable, key_name
 from ..ops.record import HYBRID, operand_types
@@ -74,9 +75,10 @@ def _register_all() -> None:
             register_float(name, CompiledSupport(frozenset(versions), tuple(const_operands), lower, data))
 
     def q(names, lower=None, const_operands=(), types=CODE_TYPES, constant_data=False, shape_operands=()):
-        for name in names:
+        for name in names:   # the keys the op has reference kernels for: what the chain checks against
+            keys = [k for k in types if k in ops.require(name).quantized]
             register_quantized(name, QuantizedSupport(tuple(const_operands), lower, constant_data,
-                                                      tuple(shape_operands)), types)
+                                                      tuple(shape_operands)), keys)
 
     # float32 nodes
     f(["FULLY_CONNECTED"], (1, 5, 6), (1, 2), lower_fully_connected)   # plain, keep_num_dims, no bias
@@ -123,6 +125,7 @@ def _register_all() -> None:
     q(["SOFTMAX"], more.lower_softmax)
     q(["CONCATENATION"], more.lower_concatenation, constant_data=True)
     q(["PACK"], more.lower_pack, constant_data=True)
+    q(["STRIDED_SLICE", "REVERSE_V2", "UNIDIRECTIONAL_SEQUENCE_LSTM"])            # their kernels, in the chain
 
 
 _register_all()

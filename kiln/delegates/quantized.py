@@ -230,6 +230,8 @@ def _reference_step(node: QNode) -> Callable:
     kernel, call = node.kernel, node.call
     pairs = list(zip(node.in_slots, node.consts))
     outs = node.out_slots
+    # A stateful op's new states follow its outputs (kiln.ops.record): into its state slots.
+    states = [node.in_slots[k] for k in ops.require(node.op.op_type).state_operands]
 
     def run(slots):
         result = kernel(call, *[c if c is not None else (slots[s] if s >= 0 else None) for s, c in pairs])
@@ -238,6 +240,9 @@ def _reference_step(node: QNode) -> Callable:
         for oi, value, dtype in zip(outs, result, call.out_dtypes):
             value = np.asarray(value)
             slots[oi] = value if value.dtype == dtype else value.astype(dtype)
+        for s, value in zip(states, result[len(outs):]):
+            if s >= 0:
+                slots[s] = value
 
     return run
 
@@ -267,6 +272,9 @@ class QuantizedChain(DelegateKernel):
         #: data, and never produced inside a partition, whose nodes all write quantized or float outputs)
         self.keyed = [k for k, t in enumerate(partition.inputs) if _shape_like(t)]
         self.out_slots = [slot[id(t)] for t in partition.outputs]
+        #: Partition inputs its nodes update (an integer LSTM's states): their final values
+        #: follow the outputs, as a stateful reference kernel returns them.
+        self.state_slots = [slot[id(partition.inputs[k])] for k in partition.state_inputs]
         self.plans: dict[tuple, list] = {}
 
     def _prepare(self, slots: list) -> list:
@@ -334,4 +342,4 @@ class QuantizedChain(DelegateKernel):
         else:
             for run in steps:
                 run(slots)
-        return [slots[s] for s in self.out_slots]
+        return [slots[s] for s in self.out_slots] + [slots[s] for s in self.state_slots]

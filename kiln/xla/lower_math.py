@@ -82,11 +82,8 @@ _BINARY = {
 }
 
 
-def _arith(fn, int8=None):
+def _arith(fn):
     def lower(call, a, b):
-        quantized = call.op.outputs[0].quantization is not None
-        if int8 is not None and quantized and call.out_dtypes[0] in (np.int8, np.int16):  # int8 or 16x8
-            return int8(call, a, b)
         a = jnp.asarray(a)  # b may stay NumPy: DIV by a constant divides exactly (see _div)
         return clamp_activation(_as(fn(a, b), a), call.opts.fused_activation_function)
     return lower
@@ -99,12 +96,10 @@ def _binary(fn):
     return lower
 
 
-_INT8 = {"ADD": int8_add_sub(+1), "SUB": int8_add_sub(-1), "MUL": int8_mul}
 for _name, _fn in _ARITH.items():
-    if _name in _INT8:
-        register_lowering(_name, _arith(_fn, _INT8[_name]), quantized=int8_elementwise_check)
-    else:
-        register_lowering(_name, _arith(_fn))
+    register_lowering(_name, _arith(_fn))
+for _name, _fn in (("ADD", int8_add_sub(+1)), ("SUB", int8_add_sub(-1)), ("MUL", int8_mul)):   # int8, 16x8
+    register_lowering(_name, _fn, types=("int8", "int16"), check=int8_elementwise_check)
 for _name, _fn in _BINARY.items():
     register_lowering(_name, _binary(_fn))
 

@@ -206,9 +206,9 @@ def _log_softmax_check(op, opts):
 
 def register() -> None:
     """Add these quantized lowerings to the float ones."""
-    from .lower_quant_ops import lower_quantized
+    from .lower_quant_ops import add
 
-    lower_quantized("PRELU", _prelu, _prelu_check)
-    lower_quantized("RESIZE_BILINEAR", _resize_bilinear, _resize_check)
-    lower_quantized("L2_NORMALIZATION", _l2_normalization, _l2_check)
-    lower_quantized("LOG_SOFTMAX", _log_softmax, _log_softmax_check)
+    add("PRELU", _prelu, _prelu_check, ("int8", "uint8", "int16"))
+    add("RESIZE_BILINEAR", _resize_bilinear, _resize_check, ("int8", "int16"))
+    add("L2_NORMALIZATION", _l2_normalization, _l2_check, ("int8",))
+    add("LOG_SOFTMAX", _log_softmax, _log_softmax_check, ("int8",))

@@ -30,10 +30,10 @@ from ..kernels.activations import (
 )
 from ..kernels.elementwise import LEFT_SHIFT_SQUARED_DIFFERENCE
 from ..kernels.fixedpoint import quantize_multiplier
-from ..ops.record import KernelCall, operand_types
+from ..ops.backends import FLOAT
+from ..ops.record import HYBRID, KernelCall, operand_types
 from ..ops.windowed import transpose_conv_geometry, window_geometry
 from ..schema import Activation, DType
-from . import table
 from .lower_hybrid import hybrid_transpose_conv
 from .lower_nn import transpose_conv_2d
 from .lower_quant import (
@@ -43,7 +43,7 @@ from .lower_quant import (
     rescale_int64,
     rescale_twice,
 )
-from .table import add_quantized_rule, fused_range, register_lowering
+from .table import CODES, LOWERINGS, all_of, fused_range, register_lowering
 
 _I64 = jnp.int64
 _SIMPLE_ACTS = (Activation.NONE, Activation.RELU, Activation.RELU6, Activation.RELU_N1_TO_1)
@@ -84,19 +84,17 @@ def codes_check(op, opts) -> str | None:
     return None
 
 
-def _on_codes(op) -> bool:
-    return codes_check(op, None) is None
-
-
 def _allow_codes() -> None:
-    """Give every lowering of an on-codes op (no quantized rule yet) the rule that runs it on
-    the codes under `codes_check`."""
-    for name, low in list(table._TABLE.items()):
+    """Give every (op, integer key) whose quantized kernel is the op's float kernel run on
+    the codes (or whose op reads only shapes) and that has no lowering yet its float
+    lowering, under `codes_check` and the float lowering's own check."""
+    for name in list(LOWERINGS.ops()):
         record = ops.get(name)
-        if low.quantized or record is None:
+        if LOWERINGS.entry(name, FLOAT) is None or record is None:
             continue
-        if record.reads_shape_only or any(k is record.kernel for k in record.quantized.values()):
-            add_quantized_rule(name, low.fn, codes_check, float_check=True)
+        keys = [k for k in CODES if k in record.quantized
+                and (record.reads_shape_only or record.quantized[k] is record.kernel)]
+        add(name, LOWERINGS[name, FLOAT].fn, codes_check, keys, float_check=True)
 
 
 # -- 8-bit unary ops as lookups in their reference kernel's table ---------------------------------
@@ -189,14 +187,13 @@ def _binary_check(op, opts):
 
 
 def _add_binary_tables() -> None:
-    """Two rules each: equally quantized operands (comparisons) keep the float lowering on the
-    codes; every other pair of 8-bit codes is looked up in the kernel's table."""
+    """Equally quantized operands whose kernel is the float one on the codes (comparisons of
+    int16 / uint8) keep the float lowering (`_allow_codes`); the other 8-bit pairs (DIV, int8
+    comparisons, which rescale) are looked up in the kernel's table."""
     for name in _BINARY:
-        if table._TABLE.get(name) is None:
-            register_lowering(name, _binary_lookup, quantized=_binary_check, check=_quantized_only)
-            continue
-        add_quantized_rule(name, table._TABLE[name].fn, applies=_on_codes, float_check=True)
-        add_quantized_rule(name, _binary_lookup, _binary_check)
+        record = ops.require(name)
+        add(name, _binary_lookup, _binary_check,
+            [k for k in ("int8", "uint8") if k in record.quantized and record.quantized[k] is not record.kernel])
 
 
 # -- pooling ------------------------------------------------------------------------------------
@@ -480,30 +477,28 @@ def _batch_matmul_check(op, opts):
 def register() -> None:
     """Add the quantized lowerings (once, after the float ones are registered)."""
     for name in _UNARY:
-        lower_quantized(name, _unary_lookup, _unary_check)
-    lower_quantized("MAX_POOL_2D", _max_pool, _pool_check)
-    lower_quantized("AVERAGE_POOL_2D", _average_pool, _pool_check)
-    lower_quantized("MEAN", _mean, _mean_check)
-    lower_quantized("SOFTMAX", _any_softmax, _softmax_check)
-    lower_quantized("BATCH_MATMUL", _batch_matmul, _batch_matmul_check)
-    lower_quantized("SQUARED_DIFFERENCE", _squared_difference, _int8_check)
-    lower_quantized("TRANSPOSE_CONV", _transpose_conv, _transpose_conv_check)
+        add(name, _unary_lookup, _unary_check, [k for k in CODES if k in ops.require(name).quantized])
+    add("MAX_POOL_2D", _max_pool, _pool_check, CODES)
+    add("AVERAGE_POOL_2D", _average_pool, _pool_check, CODES)
+    add("MEAN", _mean, _mean_check, ("int8", "int16"))
+    add("SOFTMAX", _any_softmax, _softmax_check, ("int8", "int16"))
+    add("BATCH_MATMUL", _batch_matmul, _batch_matmul_check, ("int8", "int16"))
+    add("SQUARED_DIFFERENCE", _squared_difference, _int8_check, ("int8",))
+    add("TRANSPOSE_CONV", _transpose_conv, _transpose_conv_check, ("int8", "int16", HYBRID))
     for name in ("CONCATENATION", "PACK"):   # their float lowering, run on the codes
-        lower_quantized(name, table._TABLE[name].fn, _same_params_check)
+        add(name, LOWERINGS[name, FLOAT].fn, _same_params_check, CODES)
     _add_binary_tables()
-    _allow_codes()   # last: only ops no rule above covers
+    _allow_codes()   # last: only (op, key) pairs none above covers
 
 
-def _quantized_only(op, opts):
-    return None if operand_types(op) is not None else f"{op.name}: only its quantized form is lowered"
-
-
-def lower_quantized(name, quant_fn, check) -> None:
-    """``quant_fn`` (under ``check``) for op ``name``'s quantized nodes: a rule added to its
-    float lowering (whose check then holds for float nodes only), or, for an op without one,
-    its only lowering (float nodes refused). An op given quantized rules before keeps them."""
-    low = table._TABLE.get(name)
-    if low is None:
-        register_lowering(name, quant_fn, quantized=check, check=_quantized_only)
-    elif not low.quantized:
-        add_quantized_rule(name, quant_fn, check)
+def add(name: str, fn, check, keys, *, float_check: bool = False) -> None:
+    """Lower op ``name``'s nodes of each operand-types key in ``keys`` that has no lowering
+    yet by ``fn`` under ``check``; the operands its float lowering needs static stay static
+    (and, with ``float_check``, that lowering's check holds too)."""
+    base = LOWERINGS.entry(name, FLOAT)
+    free = [k for k in keys if (name, k) not in LOWERINGS]
+    if not free:
+        return
+    first = base.check if float_check and base is not None and base.check is not None else None
+    register_lowering(name, fn, types=free, static=base.value.static if base is not None else (),
+                      check=all_of(None if first is None else (lambda op, opts: first(op)), check))
