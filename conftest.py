@@ -1,5 +1,71 @@
-"""Repository-level pytest configuration: quiet TensorFlow, make `tests` importable."""
+"""Repository-level pytest configuration: quiet TensorFlow, make `tests` importable, and pick
+what kiln's default Interpreter runs on for the whole session.
+
+``--kiln-backend`` (default ``litert``) sets the default Interpreter's backend, so one suite
+checks each: ``litert`` as installed (LiteRT's kernels for builtin partitions, kiln's
+delegate for the rest), ``kiln`` as without ai-edge-litert (kiln's NumPy delegate), ``ref``
+as BUILTIN_REF (kiln's reference kernels alone). A test about one
+backend's own behaviour asks for it with the `litert_default` or `kiln_default` fixture.
+"""
 
 import os
 
+import pytest
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+BACKENDS = ("litert", "kiln", "ref")
+_REGISTERED: list = []  # the default delegate factories kiln registers, before --kiln-backend
+
+
+def pytest_addoption(parser):
+    parser.addoption("--kiln-backend", choices=BACKENDS, default="litert",
+                     help="what kiln's default Interpreter runs on: litert (as installed), kiln (as "
+                          "without ai-edge-litert) or ref (the reference kernels, as BUILTIN_REF)")
+
+
+def pytest_configure(config):
+    from kiln.delegates import litert
+    from kiln.runtime import delegate
+
+    _REGISTERED[:] = delegate._DEFAULT_DELEGATES
+    backend = config.getoption("--kiln-backend")
+    if backend == "kiln":  # the defaults as without ai-edge-litert (LiteRtDelegate itself stays usable)
+        delegate._DEFAULT_DELEGATES[:] = [f for f in _REGISTERED if f is not litert.default_litert_delegate]
+    elif backend == "ref":
+        delegate._DEFAULT_DELEGATES.clear()
+
+
+@pytest.fixture(scope="session")
+def default_backend(request) -> str:
+    """The session's ``--kiln-backend``."""
+    return request.config.getoption("--kiln-backend")
+
+
+def _default_delegates(monkeypatch, litert_installed: bool) -> None:
+    from kiln.delegates import litert
+    from kiln.runtime import delegate
+
+    factories = [f for f in _REGISTERED if litert_installed or f is not litert.default_litert_delegate]
+    monkeypatch.setattr(delegate, "_DEFAULT_DELEGATES", factories)
+
+
+@pytest.fixture
+def litert_default(monkeypatch):
+    """kiln's default delegates as installed, whatever ``--kiln-backend`` says: LiteRT first."""
+    _default_delegates(monkeypatch, True)
+
+
+@pytest.fixture
+def kiln_default(monkeypatch):
+    """kiln's default delegates as without ai-edge-litert: the NumPy delegate alone."""
+    _default_delegates(monkeypatch, False)
+
+
+@pytest.fixture
+def kiln_kernels(request, default_backend):
+    """The default Interpreter runs kiln's own kernels: its delegates as without
+    ai-edge-litert, or the reference kernels alone under ``--kiln-backend=ref``. For the
+    directories that pin kiln's kernels against LiteRT (tests/ops, tests/quant)."""
+    if default_backend != "ref":
+        request.getfixturevalue("kiln_default")

@@ -29,7 +29,7 @@ from .runtime import (
     Registration,
     SignatureRunner,
 )
-from . import delegates as _default_delegates  # noqa: F401 - registers the NumPy delegate as the default
+from .delegates import LiteRtDelegate  # importing kiln.delegates registers the default delegates
 from .schema import Activation, DType, Padding
 
 __version__ = "0.1.0"
@@ -70,8 +70,8 @@ def __getattr__(name: str):
 
 __all__ = [
     "Activation", "BuiltinOpResolver", "CompositeCall", "ConversionError", "DType", "Delegate",
-    "DelegateKernel", "Interpreter", "InterpreterError", "KilnError", "ModelError", "MutableOpResolver",
-    "NodeInfo", "NotFusable", "OpError", "OpResolverType", "Optimize", "OpsSet", "Padding", "Partition",
+    "DelegateKernel", "Interpreter", "InterpreterError", "KilnError", "LiteRtDelegate", "ModelError",
+    "MutableOpResolver", "NodeInfo", "NotFusable", "OpError", "OpResolverType", "Optimize", "OpsSet", "Padding", "Partition",
     "QuantizationDebugger", "Registration", "RegistrationError", "SignatureRunner", "TFLiteConverter", "UnsupportedError",
     "XlaDelegate", "quantize", "read_model",
     "register_fusion", "save_model", "to_jax", "unregister_fusion", "write_model", "__version__",

@@ -2,6 +2,11 @@
 
 import sys
 
-from .cli import main
+try:
+    from .cli import main
 
-sys.exit(main())
+    code = main()
+except KeyboardInterrupt:  # Ctrl-C while kiln itself is still being imported
+    sys.stderr.write("kiln: interrupted\n")
+    code = 130
+sys.exit(code)

@@ -7,13 +7,16 @@
     kiln serve --model_base_path DIR        TF Serving's REST API with batching (kiln.serve.cli)
 
 The runtime commands need only NumPy, flatbuffers and the schema bindings; TensorFlow is
-imported only by ``kiln convert``.
+imported only by ``kiln convert`` and ``kiln infer-convert``. Arguments are checked before any
+work (kiln/cli_checks.py); a user error ends in one ``kiln CMD: error: ...`` line, exit 1 (2
+for a malformed command line), Ctrl-C in ``kiln CMD: interrupted``, exit 130.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import re
 import sys
 import time
@@ -22,12 +25,26 @@ from pathlib import Path
 
 import numpy as np
 
+from . import cli_checks
 from .errors import KilnError
 
-DELEGATES = ("none", "compiled", "xla")
-DELEGATE_HELP = ("none: the reference kernels alone, one profile row per op (default); compiled: the Interpreter's "
-                 "default delegates (the compiled one for float32 nodes, the quantized one for integer and hybrid "
-                 "nodes); xla: the XLA delegate, then the default ones")
+DELEGATES = ("default", "reference", "xla")
+#: The names --delegate had before "default" / "reference" (still accepted).
+_OLD_DELEGATE_NAMES = {"compiled": "default", "none": "reference"}
+DELEGATE_HELP = ("default: what kiln.Interpreter() runs by default (its default delegates, the reference kernels "
+                 "for the nodes they leave); reference: the reference kernels alone (OpResolverType.BUILTIN_REF), "
+                 "one profile row per op; xla: the XLA delegate, then the default ones")
+
+
+def _delegate_choice(text: str) -> str:
+    return _OLD_DELEGATE_NAMES.get(text, text)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors in one line (``kiln run: error: ...``), as kiln's own errors."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 # -- shared helpers --------------------------------------------------------------------------
@@ -39,18 +56,56 @@ def _load(path: str):
 
 
 def _make_interpreter(model, delegate: str):
-    """"compiled": the Interpreter's default delegates (compiled and quantized); "none": the reference
-    kernels alone (BUILTIN_REF); "xla": the XLA delegate first, the default delegate after it."""
+    """"default": exactly ``kiln.Interpreter(model)`` (so it follows the runtime's default);
+    "reference": the reference kernels alone (BUILTIN_REF); "xla": the XLA delegate first, the
+    default delegates after it."""
     from .runtime import Interpreter, OpResolverType
 
-    if delegate == "none":
+    if delegate == "reference":
         return Interpreter(model_content=model, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
-    delegates = []
     if delegate == "xla":
         from .xla import XlaDelegate
 
-        delegates.append(XlaDelegate())
-    return Interpreter(model_content=model, experimental_delegates=delegates)
+        return Interpreter(model_content=model, experimental_delegates=[XlaDelegate()])
+    return Interpreter(model_content=model)
+
+
+def backend_lines(interp, verbose: bool = False) -> list[str]:
+    """Which delegate ran how many nodes of each subgraph that ran, and the reference kernels
+    the rest (with ``verbose``, every node, and why each delegate refused a node it left).
+
+    Read from the interpreter's plans, so it follows whatever delegates the interpreter holds.
+    """
+    delegates = list(getattr(interp, "_delegates", ()))
+    names = ", ".join(getattr(d, "name", type(d).__name__) for d in delegates) or "none"
+    lines = [f"backend: delegates offered every node, in order: {names}"]
+    for index, env in sorted(getattr(interp, "_envs", {}).items()):
+        if env.steps is None:
+            continue
+        by_backend: dict[str, list[int]] = defaultdict(list)
+        per_node = []
+        for step in env.steps:
+            nodes = range(step.index, step.index + len(step.op_names))
+            backend = f"{step.delegate} delegate" if step.delegate else "reference kernels"
+            by_backend[backend] += list(nodes)
+            for node, op_name in zip(nodes, step.op_names):
+                per_node.append((node, op_name, backend))
+        total = len(per_node)
+        parts = [f"{backend} {len(nodes)}" for backend, nodes in
+                 sorted(by_backend.items(), key=lambda kv: (kv[0] == "reference kernels", -len(kv[1])))]
+        lines.append(f"  subgraph {index}: {total} node{'s' if total != 1 else ''}: " + ", ".join(parts))
+        if not verbose:
+            continue
+        ops = env.sg.operators
+        for node, op_name, backend in per_node:
+            why = ""
+            if backend == "reference kernels":
+                key = (node, ops[node].name, ops[node].version)
+                reasons = [f"{d.name}: {d.rejected[key]}" for d in delegates
+                           if isinstance(getattr(d, "rejected", None), dict) and key in d.rejected]
+                why = f"  ({'; '.join(reasons)})" if reasons else ""
+            lines.append(f"    node {node:>4} {op_name} v{ops[node].version}: {backend}{why}")
+    return lines
 
 
 def _dims(shape) -> str:
@@ -234,12 +289,17 @@ def cmd_run(args) -> int:
                                 max_line_width=10_000)
         more = f" ... ({flat.size} values)" if flat.size > args.show else ""
         print(f"  {name!r} {_type_name(value.dtype)} {_dims(value.shape)}: {shown}{more}")
+    for line in backend_lines(interp, args.verbose):
+        print(line)
     if args.output_dir:
+        from .paths import write_bytes
+
         out_dir = Path(args.output_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
         for name, value in outputs.items():
             path = out_dir / (re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") + ".npy")
-            np.save(path, value)
+            buffer = io.BytesIO()
+            np.save(buffer, value)
+            write_bytes(path, buffer.getvalue(), "--output-dir")
             print(f"saved {path}")
     return 0
 
@@ -287,8 +347,6 @@ def profile_table(events, runs: int) -> list[str]:
 
 
 def cmd_benchmark(args) -> int:
-    if args.runs < 1 or args.warmup < 0:
-        raise KilnError("--runs must be >= 1 and --warmup >= 0")
     model = _load(args.model)
     interp = _make_interpreter(model, args.delegate)
     rng = np.random.default_rng(args.seed)
@@ -308,6 +366,8 @@ def cmd_benchmark(args) -> int:
         first = time.perf_counter()
         invoke()
         first_ms = (time.perf_counter() - first) * 1e3
+    where = f"signature {key!r}" if key else "invoke()"
+    print(f"{args.model}: {where}, delegate: {args.delegate}", flush=True)  # shown while it runs
     for _ in range(args.warmup):
         invoke()
     times = []
@@ -316,8 +376,8 @@ def cmd_benchmark(args) -> int:
         invoke()
         times.append((time.perf_counter() - start) * 1e3)
     ms = np.sort(np.array(times))
-    where = f"signature {key!r}" if key else "invoke()"
-    print(f"{args.model}: {where}, delegate: {args.delegate}")
+    for line in backend_lines(interp, args.verbose):
+        print(line)
     print(f"latency over {args.runs} warm runs ({args.warmup} warm-up), ms: "
           f"mean {ms.mean():.3f}  std {ms.std():.3f}  min {ms[0]:.3f}  p50 {_percentile(ms, 50):.3f}  "
           f"p90 {_percentile(ms, 90):.3f}  max {ms[-1]:.3f}")
@@ -358,7 +418,7 @@ def _no_converter(args) -> int:
 # -- main ------------------------------------------------------------------------------------
 
 def build_parser(with_convert: bool = False) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kiln", description="Inspect, run, benchmark and convert LiteRT models.")
+    parser = _Parser(prog="kiln", description="Inspect, run, benchmark and convert LiteRT models.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser("inspect", help="subgraphs, operators and versions, tensors, signatures, sizes")
@@ -374,8 +434,9 @@ def build_parser(with_convert: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--output-dir", metavar="DIR", help="save every output as DIR/<name>.npy")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--show", type=int, default=8, help="values to print per output (default 8)")
-    p.add_argument("--delegate", choices=DELEGATES, default="none",
-                   help=DELEGATE_HELP)
+    p.add_argument("--delegate", type=_delegate_choice, choices=DELEGATES, default="default", help=DELEGATE_HELP)
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="list every node's backend (and why a delegate left it to the reference kernels)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("benchmark", help="latency statistics over warm runs and a per-op profile")
@@ -383,10 +444,11 @@ def build_parser(with_convert: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--runs", type=int, default=50, help="timed runs (default 50)")
     p.add_argument("--warmup", type=int, default=5, help="untimed runs first (default 5)")
     p.add_argument("--signature", metavar="KEY", help="benchmark a signature runner instead of invoke()")
-    p.add_argument("--delegate", choices=DELEGATES, default="none",
-                   help=DELEGATE_HELP)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--delegate", type=_delegate_choice, choices=DELEGATES, default="default", help=DELEGATE_HELP)
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--no-profile", dest="profile", action="store_false", help="skip the per-op profile")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="list every node's backend (and why a delegate left it to the reference kernels)")
     p.set_defaults(func=cmd_benchmark)
 
     from .quant import cli as quant_cli
@@ -409,17 +471,30 @@ def build_parser(with_convert: bool = False) -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     with_convert = bool(argv) and argv[0] == "convert"
+    prefix = f"kiln {argv[0]}" if argv and not argv[0].startswith("-") else "kiln"
     try:
         parser = build_parser(with_convert)
         args = parser.parse_args(argv)
+        cli_checks.check(args.command, args)
+        if args.command == "infer-convert":  # kiln convert does this itself, after its own checks
+            from .converter.tfutil import import_tensorflow_quietly
+
+            import_tensorflow_quietly()
         if args.command == "convert" and args.func is not _no_converter:
             return int(_converter_cli().run(args) or 0)
         return int(args.func(args) or 0)
     except KilnError as exc:
-        print(f"kiln {argv[0] if argv else ''}: error: {exc}", file=sys.stderr)
-        return 1
+        print(f"{prefix}: error: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, cli_checks.UsageError) else 1
     except BrokenPipeError:  # `kiln inspect big.tflite | head`
         return 0
+    except OSError as exc:  # a file-system error no check foresaw: the OS's words and the path
+        where = f": {exc.filename!r}" if getattr(exc, "filename", None) else ""
+        print(f"{prefix}: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{prefix}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -27,8 +27,14 @@ class InterpreterError(KilnError, ValueError):
     """The Interpreter API was used wrongly (bad index, shape or dtype, not allocated...)."""
 
 
-class ConversionError(KilnError):
-    """A TensorFlow model could not be converted."""
+class InterpreterStateError(InterpreterError, RuntimeError):
+    """The Interpreter was called out of order (invoke before allocate_tensors): a RuntimeError
+    as LiteRT raises it, and still an InterpreterError."""
+
+
+class ConversionError(KilnError, ValueError):
+    """A TensorFlow model could not be converted (a ValueError, as TF's converter raises for bad
+    options and inputs, so code catching ValueError around ``convert()`` ports unchanged)."""
 
 
 class UnsupportedError(KilnError, NotImplementedError):

@@ -12,6 +12,7 @@ from typing import Sequence
 import numpy as np
 
 from kiln import ops
+from kiln.delegates import LiteRtDelegate
 from kiln.format import write_model
 from kiln.ir import Model, QuantParams
 from kiln.ops.record import KernelCall
@@ -125,6 +126,16 @@ def feed(interp, inputs, allocate: bool = True) -> list[np.ndarray]:
     return [interp.get_tensor(d["index"]) for d in interp.get_output_details()]
 
 
+def run_api(interp, inputs) -> list[np.ndarray]:
+    """allocate / set_tensor / invoke / get_tensor, the way tf.lite users drive a model (no
+    resizing: a feed of the wrong shape meets the interpreter's own check)."""
+    interp.allocate_tensors()
+    for d, x in zip(interp.get_input_details(), inputs):
+        interp.set_tensor(d["index"], x)
+    interp.invoke()
+    return [interp.get_tensor(d["index"]) for d in interp.get_output_details()]
+
+
 def run_litert(model: bytes, inputs: Sequence[np.ndarray], builtin_kernels: bool = False) -> list[np.ndarray]:
     """Run in ai-edge-litert; ``builtin_kernels`` switches XNNPACK off (LiteRT's reference path)."""
     from ai_edge_litert.interpreter import Interpreter as LiteRTInterpreter, OpResolverType
@@ -133,7 +144,25 @@ def run_litert(model: bytes, inputs: Sequence[np.ndarray], builtin_kernels: bool
     return feed(LiteRTInterpreter(model_content=model, experimental_op_resolver_type=kind), inputs)
 
 
+def own_kernels() -> dict:
+    """Interpreter arguments that run kiln's own kernels, not LiteRT's: the default delegates
+    as without ai-edge-litert (the NumPy delegate, over the reference kernels), or the
+    reference kernels alone when the session's default has no delegates
+    (``--kiln-backend=ref``)."""
+    from kiln.delegates import NumpyDelegate
+    from kiln.runtime import OpResolverType, delegate
+
+    if not delegate._DEFAULT_DELEGATES:
+        return {"experimental_op_resolver_type": OpResolverType.BUILTIN_REF}
+    return {"experimental_op_resolver_type": OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+            "experimental_delegates": [NumpyDelegate()]}
+
+
 def run_kiln(model: bytes, inputs: Sequence[np.ndarray], **kwargs) -> list[np.ndarray]:
+    """Run in kiln's Interpreter: on kiln's own kernels (`own_kernels`) unless ``kwargs`` pick
+    the op resolver type or delegates."""
+    if "experimental_op_resolver_type" not in kwargs and "experimental_delegates" not in kwargs:
+        kwargs = {**own_kernels(), **kwargs}
     return feed(Interpreter(model_content=model, **kwargs), inputs)
 
 
@@ -158,13 +187,17 @@ def assert_close(actual, expected, rtol=1e-5, atol=1e-6, what="output"):
 def check_op(op_type: str, inputs: Sequence, *, options: dict | None = None, version: int | None = None,
              out_dtypes=None, out_shapes=None, rtol: float = 1e-5, atol: float = 1e-6,
              builtin_kernels: bool = False) -> list[np.ndarray]:
-    """Run a one-op model in LiteRT and kiln; assert they agree; return kiln's outputs."""
+    """Run a one-op model in LiteRT and in kiln, on kiln's own kernels and through the LiteRT
+    delegate (the model kiln writes for LiteRT, or kiln's kernels for what LiteRT gives back);
+    assert they all agree; return the outputs of kiln's own kernels."""
     model = single_op_model(op_type, inputs, options=options, version=version,
                             out_dtypes=out_dtypes, out_shapes=out_shapes)
     feeds = [np.asarray(x) for x in inputs if x is not None and not isinstance(x, (Const, Var))]
     expected = run_litert(model, feeds, builtin_kernels=builtin_kernels)
     actual = run_kiln(model, feeds)
-    assert len(actual) == len(expected)
-    for k, (a, e) in enumerate(zip(actual, expected)):
+    via_litert = feed(Interpreter(model_content=model, experimental_delegates=[LiteRtDelegate()]), feeds)
+    assert len(actual) == len(expected) == len(via_litert)
+    for k, (a, d, e) in enumerate(zip(actual, via_litert, expected)):
         assert_close(a, e, rtol=rtol, atol=atol, what=f"{op_type} output {k}")
+        assert_close(d, e, rtol=rtol, atol=atol, what=f"{op_type} output {k} (LiteRT delegate)")
     return actual

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1] / "kiln"
 #: facades ``kiln`` and ``kiln.converter`` stand for their ``__init__`` only.
 LAYERS: list[set[str]] = [
     {"kiln.errors", "kiln.schema", "kiln.protos"},     # shared types; protobuf descriptors
-    {"kiln.ir", "kiln.rules"},                         # the model representation; the Rule / Decision shape
+    {"kiln.ir", "kiln.rules", "kiln.paths"},           # the model representation; the Rule / Decision shape; file checks
     {"kiln.kernels"},                                  # LiteRT's integer and hybrid arithmetic, pure functions
     {"kiln.ops"},                                      # op records: options, shapes, versions, kernels
     {"kiln.format", "kiln.passes", "kiln.fusion"},     # .tflite <-> IR; IR rewrites; composite fusion
@@ -28,7 +28,7 @@ LAYERS: list[set[str]] = [
     {"kiln.delegates", "kiln.quant", "kiln.xla"},      # delegates; post-training quantization (calibrates
                                                        # with the interpreter); the XLA backend
     # the converter, bottom up
-    {"kiln.converter.tfutil", "kiln.converter.runtime_version"},
+    {"kiln.converter.tfutil", "kiln.converter.runtime_version", "kiln.converter.attributes"},
     {"kiln.converter.values", "kiln.converter.custom", "kiln.converter.metadata", "kiln.converter.report"},
     {"kiln.converter.options", "kiln.converter.context", "kiln.converter.scope"},
     {"kiln.converter.legalize", "kiln.converter.keras"},   # emitters and recognisers
@@ -40,6 +40,7 @@ LAYERS: list[set[str]] = [
     {"kiln.serve"},                                    # TF Serving's REST API over the runtimes
     # the public facade and the command line
     {"kiln"},
+    {"kiln.cli_checks"},                              # what the command checks before it runs anything
     {"kiln.cli", "kiln.demo"},
     {"kiln.__main__"},
 ]

@@ -4,8 +4,8 @@ import kiln
 
 EXPECTED = {
     "Activation", "BuiltinOpResolver", "CompositeCall", "ConversionError", "DType", "Delegate",
-    "DelegateKernel", "Interpreter", "InterpreterError", "KilnError", "ModelError", "MutableOpResolver",
-    "NodeInfo", "NotFusable", "OpError", "OpResolverType", "Optimize", "OpsSet", "Padding", "Partition",
+    "DelegateKernel", "Interpreter", "InterpreterError", "KilnError", "LiteRtDelegate", "ModelError",
+    "MutableOpResolver", "NodeInfo", "NotFusable", "OpError", "OpResolverType", "Optimize", "OpsSet", "Padding", "Partition",
     "QuantizationDebugger", "Registration", "RegistrationError", "SignatureRunner", "TFLiteConverter", "UnsupportedError",
     "XlaDelegate", "quantize", "read_model",
     "register_fusion", "save_model", "to_jax", "unregister_fusion", "write_model", "__version__",

@@ -5,8 +5,8 @@
     print(converter.report)
 
 Sources: Keras models (Keras 3 and tf_keras), SavedModel directories, concrete functions.
-Quantization options are accepted and validated, and raise `UnsupportedError` until
-post-training quantization lands.
+The attributes are TF's (quantization options included); kiln/converter/attributes.py says
+which TF attributes kiln does not honour, and refuses names neither converter has.
 """
 
 from __future__ import annotations
@@ -15,24 +15,14 @@ import functools
 from typing import Any
 
 from ..errors import ConversionError
+from .attributes import (CONVERTER_IGNORED, TARGET_SPEC_IGNORED, defaults, flag, members, refuse_unknown,
+                         warn_ignored)
 from .keras.layers import prepare_keras_model
 from .metadata import ModelType
 from .options import ConversionOptions, Optimize, OpsSet
 from .pipeline import FunctionSpec, Pipeline
 from .report import ConversionReport
 from .tfutil import tf
-
-
-def _enum_member(cls, value, what: str):
-    """Accept kiln's enum, TF's enum (same member names) or the name itself."""
-    if isinstance(value, cls):
-        return value
-    name = getattr(value, "name", value)
-    try:
-        return cls[str(name)]
-    except KeyError:   # a name that is no member: the user's value
-        valid = ", ".join(m.name for m in cls)
-        raise ConversionError(f"unknown {what} {value!r}; expected one of {valid}") from None
 
 
 def _dtype_name(value) -> str:
@@ -46,12 +36,24 @@ def _dtype_name(value) -> str:
 
 
 class TargetSpec:
-    """``converter.target_spec``: what the target runtime supports."""
+    """``converter.target_spec``: what the target runtime supports.
+
+    TF's other TargetSpec attributes are accepted and, set to anything but TF's default, make
+    ``convert()`` warn that kiln ignores them; an attribute neither has is an error.
+    """
+
+    _HONOURED = frozenset({"supported_ops", "supported_types"})
 
     def __init__(self):
         self.supported_ops: set = {OpsSet.TFLITE_BUILTINS}
         self.supported_types: set = set()
-        self.experimental_select_user_tf_ops: set = set()
+        for name, value in defaults(TARGET_SPEC_IGNORED).items():
+            setattr(self, name, value)
+
+    def __setattr__(self, name, value):
+        if name not in self._HONOURED and name not in TARGET_SPEC_IGNORED and not hasattr(type(self), name):
+            raise refuse_unknown("TargetSpec", name, self._HONOURED, TARGET_SPEC_IGNORED)
+        object.__setattr__(self, name, value)
 
     def __repr__(self) -> str:
         return f"TargetSpec(supported_ops={self.supported_ops}, supported_types={self.supported_types})"
@@ -71,10 +73,26 @@ class TFLiteConverter:
       target_spec: `TargetSpec` (supported_ops, supported_types).
       inference_input_type / inference_output_type: float32 unless integer-quantized.
       experimental_enable_resource_variables: keep assigned variables as resource variables.
+      exclude_conversion_metadata: leave the CONVERSION_METADATA entry out of the model (as TF).
       denylist: op types ("SOFTMAX") or output tensor names to keep float when quantizing —
         kiln's extension; TF takes them only through its debugger's options.
+      allow_integer_samples: accept integer representative samples for float inputs as they
+        are — kiln's extension; by default they raise (usually un-normalised data).
       report: the `ConversionReport` of the last ``convert()``.
+
+    TF's other attributes (``experimental_new_converter``, ``_experimental_disable_per_channel``,
+    ...; kiln/converter/attributes.py lists them) are accepted, and ``convert()`` warns
+    (`IgnoredOptionWarning`) about each one set to anything but TF's default. Setting an
+    attribute neither converter has (``optimisations``) raises an AttributeError naming the
+    nearest known one.
     """
+
+    #: The attributes kiln reads (TF's, then kiln's own), besides CONVERTER_IGNORED's.
+    _HONOURED = frozenset({
+        "allow_custom_ops", "optimizations", "representative_dataset", "target_spec", "inference_input_type",
+        "inference_output_type", "experimental_enable_resource_variables", "exclude_conversion_metadata",
+        "saved_model_dir", "denylist", "allow_integer_samples", "experimental_verify_passes", "report", "model",
+        "_specs", "_model_type", "_trackable_obj", "_keras_decisions"})
 
     def __init__(self, specs: list[FunctionSpec], *, model_type: ModelType, trackable_obj: Any = None):
         self._specs = specs
@@ -87,12 +105,22 @@ class TFLiteConverter:
         self.inference_input_type = None
         self.inference_output_type = None
         self.experimental_enable_resource_variables = True
+        self.exclude_conversion_metadata = False
+        self.saved_model_dir = None  # the source directory, for from_saved_model (read only, as in TF)
         self.denylist: list[str] = []
+        self.allow_integer_samples = False
         #: Check the IR's invariants (use-def links, order) after every pass (slower; for debugging).
         self.experimental_verify_passes = False
         self.report: ConversionReport | None = None
         self.model = None  # the IR of the last conversion
         self._keras_decisions: list = []  # what tracing decided (Keras layers routed to fusions)
+        for name, value in defaults(CONVERTER_IGNORED).items():
+            setattr(self, name, value)
+
+    def __setattr__(self, name, value):
+        if name not in self._HONOURED and name not in CONVERTER_IGNORED and not hasattr(type(self), name):
+            raise refuse_unknown("TFLiteConverter", name, self._HONOURED, CONVERTER_IGNORED)
+        object.__setattr__(self, name, value)
 
     # -- construction -----------------------------------------------------------------------
     @classmethod
@@ -136,7 +164,9 @@ class TFLiteConverter:
                     f"Invalid signature key '{key}' found. Valid keys are '{','.join(sorted(available))}'.")
             fn = available[key]
             specs.append(FunctionSpec(key, fn, _input_names(fn), _output_names(fn)))
-        return cls(specs, model_type=ModelType.TF_SAVED_MODEL, trackable_obj=loaded)
+        converter = cls(specs, model_type=ModelType.TF_SAVED_MODEL, trackable_obj=loaded)
+        converter.saved_model_dir = saved_model_dir
+        return converter
 
     @classmethod
     def from_keras_model(cls, model) -> "TFLiteConverter":
@@ -153,6 +183,8 @@ class TFLiteConverter:
     def convert(self) -> bytes:
         """Convert; returns the .tflite model bytes (``report`` describes the result)."""
         options = self.conversion_options()
+        warn_ignored("TFLiteConverter", self, CONVERTER_IGNORED, stacklevel=2)
+        warn_ignored("TFLiteConverter.target_spec", self.target_spec, TARGET_SPEC_IGNORED, stacklevel=2)
         pipeline = Pipeline.from_options(options)
         self.report = ConversionReport()
         conversion = pipeline.run(self._specs, options, self.report)
@@ -168,20 +200,38 @@ class TFLiteConverter:
           ConversionError: an unknown or inconsistent option (as TF's converter says it).
           UnsupportedError: SELECT_TF_OPS.
         """
-        optimizations = {_enum_member(Optimize, o, "optimization") for o in (self.optimizations or ())}
-        ops = {_enum_member(OpsSet, o, "target_spec.supported_ops value") for o in
-               (self.target_spec.supported_ops or {OpsSet.TFLITE_BUILTINS})}
-        types = {_dtype_name(t) for t in (self.target_spec.supported_types or ())}
+        optimizations = members(Optimize, self.optimizations, "optimizations")
+        ops = members(OpsSet, self.target_spec.supported_ops, "target_spec.supported_ops") or {OpsSet.TFLITE_BUILTINS}
+        types = {_dtype_name(t) for t in _collection(self.target_spec.supported_types, "target_spec.supported_types")}
+        owner = "TFLiteConverter"
         return ConversionOptions(
             model_type=self._model_type,
-            allow_custom_ops=bool(self.allow_custom_ops),
-            enable_resource_variables=bool(self.experimental_enable_resource_variables),
-            verify_passes=bool(self.experimental_verify_passes),
+            allow_custom_ops=flag(owner, "allow_custom_ops", self.allow_custom_ops),
+            enable_resource_variables=flag(owner, "experimental_enable_resource_variables",
+                                           self.experimental_enable_resource_variables),
+            verify_passes=flag(owner, "experimental_verify_passes", self.experimental_verify_passes),
+            conversion_metadata=not flag(owner, "exclude_conversion_metadata", self.exclude_conversion_metadata),
             optimizations=frozenset(optimizations), supported_ops=frozenset(ops),
             supported_types=frozenset(types),
             inference_input_type=_dtype_name(self.inference_input_type),
             inference_output_type=_dtype_name(self.inference_output_type),
-            representative_dataset=self.representative_dataset, denylist=_denylist(self.denylist))
+            representative_dataset=_dataset(self.representative_dataset), denylist=_denylist(self.denylist),
+            allow_integer_samples=bool(self.allow_integer_samples))
+
+
+def _collection(value, what: str):
+    if value is None:
+        return ()
+    if isinstance(value, (str, bytes)) or not isinstance(value, (set, frozenset, list, tuple)):
+        raise ConversionError(f"{what} must be a set, got {value!r} ({type(value).__name__})")
+    return value
+
+
+def _dataset(value):
+    """TF's ``tf.lite.RepresentativeDataset(gen)`` wrapper is accepted as TF accepts it: its generator."""
+    if value is not None and not callable(value) and callable(getattr(value, "input_gen", None)):
+        return value.input_gen
+    return value
 
 
 def _denylist(value) -> tuple[str, ...]:

@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 from ..errors import ConversionError
+from ..paths import writable_file, write_bytes, write_text
+from .tfutil import import_tensorflow_quietly
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -64,35 +66,49 @@ def _load_keras(path: Path):
     raise ConversionError(f"cannot load Keras model {str(path)!r}: " + "; ".join(errors))
 
 
-def make_converter(source: Path, *, signature_keys=None, tags=None):
-    from .api import TFLiteConverter
-
+def check_source(source: Path) -> None:
+    """Refuse a source that is not a SavedModel directory or a .keras / .h5 file — before
+    TensorFlow is imported, so a wrong path costs no TensorFlow start-up."""
     if source.is_dir():
         if not (source / "saved_model.pb").exists() and not (source / "saved_model.pbtxt").exists():
             raise ConversionError(f"{str(source)!r} is a directory but not a SavedModel (no saved_model.pb)")
-        return TFLiteConverter.from_saved_model(str(source), signature_keys=signature_keys, tags=tags)
+        return
     if not source.exists():
         raise ConversionError(f"{str(source)!r} does not exist")
-    if source.suffix in (".keras", ".h5", ".hdf5"):
-        return TFLiteConverter.from_keras_model(_load_keras(source))
-    raise ConversionError(f"cannot tell what {str(source)!r} is: give a SavedModel directory or a .keras / .h5 file")
+    if source.suffix not in (".keras", ".h5", ".hdf5"):
+        raise ConversionError(f"cannot tell what {str(source)!r} is: give a SavedModel directory or a .keras / "
+                              ".h5 file")
+
+
+def make_converter(source: Path, *, signature_keys=None, tags=None):
+    from .api import TFLiteConverter
+
+    check_source(source)
+    if source.is_dir():
+        return TFLiteConverter.from_saved_model(str(source), signature_keys=signature_keys, tags=tags)
+    return TFLiteConverter.from_keras_model(_load_keras(source))
 
 
 def run(args) -> int:
-    """Convert and write; prints a short summary (ops, size, time, fusions)."""
+    """Convert and write; prints a short summary (ops, size, time, fusions). Where the model and
+    the report go is checked before converting: a bad path costs no conversion, and never
+    leaves the model written without its report."""
     source = Path(args.source)
+    check_source(source)
+    out = writable_file(_output_path(source, args.output), "-o/--output")
+    if args.report_json:
+        writable_file(args.report_json, "--report-json")
+    import_tensorflow_quietly()
     keys = [k for k in args.signature_keys.split(",") if k] if args.signature_keys else None
     tags = [t for t in args.tags.split(",") if t] if args.tags else None
     converter = make_converter(source, signature_keys=keys, tags=tags)
     converter.allow_custom_ops = bool(args.allow_custom_ops)
     converter.experimental_enable_resource_variables = bool(args.resource_variables)
     data = converter.convert()
-    out = _output_path(source, args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(data)
     report = converter.report
     if args.report_json:
-        Path(args.report_json).write_text(json.dumps(report.to_dict(), indent=1) + "\n")
+        write_text(args.report_json, json.dumps(report.to_dict(), indent=1) + "\n", "--report-json")
+    write_bytes(out, data, "-o/--output")
     if not args.quiet:
         print(f"wrote {out}")
         print(report.summary())

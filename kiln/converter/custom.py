@@ -15,16 +15,13 @@ from ..errors import ConversionError
 
 
 def _plain(kind: str, v) -> Any:
+    from .tfutil import attr_text, to_dtype
+
     if kind == "s":
-        try:
-            return v.decode("utf-8")
-        except UnicodeDecodeError:
-            return bytes(v)
+        return attr_text(v)
     if kind in ("i", "f", "b"):
         return v
     if kind == "type":  # as TF's converter writes it: the LiteRT tensor type number
-        from .tfutil import to_dtype
-
         try:
             return int(to_dtype(v))
         except (ConversionError, TypeError):  # a TF-only type (qint8, ...) or an enum number TF

@@ -52,13 +52,17 @@ def conversion_metadata(*, tf_version: str, model_type: ModelType, model_hash: i
 
 
 def write_metadata(model: Model, *, tf_version: str, model_type: ModelType, model_hash: int,
-                   allow_custom_ops: bool) -> str:
-    """Store both metadata entries on ``model``; returns the min runtime version."""
+                   allow_custom_ops: bool, with_conversion_metadata: bool = True) -> str:
+    """Store both metadata entries on ``model`` (CONVERSION_METADATA only if
+    ``with_conversion_metadata``); returns the min runtime version."""
     try:
         version = model_runtime_version(model)
     except ModelError as exc:
         raise ConversionError(str(exc)) from None
     model.metadata["min_runtime_version"] = min_runtime_version_bytes(version)
-    model.metadata["CONVERSION_METADATA"] = conversion_metadata(
-        tf_version=tf_version, model_type=model_type, model_hash=model_hash, allow_custom_ops=allow_custom_ops)
+    if with_conversion_metadata:
+        model.metadata["CONVERSION_METADATA"] = conversion_metadata(
+            tf_version=tf_version, model_type=model_type, model_hash=model_hash, allow_custom_ops=allow_custom_ops)
+    else:
+        model.metadata.pop("CONVERSION_METADATA", None)
     return version

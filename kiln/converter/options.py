@@ -50,6 +50,8 @@ class ConversionOptions:
       allow_custom_ops: TF ops without a builtin become CUSTOM ops instead of failing.
       enable_resource_variables: assigned variables stay resource variables (else refused).
       verify_passes: check the IR's invariants after every pass (slower; for debugging).
+      conversion_metadata: write the CONVERSION_METADATA entry (TF's exclude_conversion_metadata
+        turns it off; min_runtime_version is written either way, as TF writes it).
       optimizations: `Optimize` goals; any of them asks for quantization.
       supported_ops: `OpsSet` values the target runtime supports.
       supported_types: dtype names ("float16", "int8", ...) the target supports besides float32.
@@ -57,6 +59,8 @@ class ConversionOptions:
       representative_dataset: calibration samples for integer quantization (a callable).
       denylist: op types or output tensor names kept float by quantization (kiln's extension;
         `QuantizationDebugger.suggest_denylist` finds one).
+      allow_integer_samples: accept integer representative samples for float inputs as they
+        are (refused by default: usually un-normalised data; kiln.quant.calibrate).
 
     Raises:
       ConversionError: inconsistent options (as TF's converter reports them).
@@ -67,6 +71,7 @@ class ConversionOptions:
     allow_custom_ops: bool = False
     enable_resource_variables: bool = True
     verify_passes: bool = False
+    conversion_metadata: bool = True
     optimizations: frozenset = frozenset()
     supported_ops: frozenset = frozenset({OpsSet.TFLITE_BUILTINS})
     supported_types: frozenset = frozenset()
@@ -74,6 +79,7 @@ class ConversionOptions:
     inference_output_type: str = "float32"
     representative_dataset: Callable | None = None
     denylist: tuple[str, ...] = ()
+    allow_integer_samples: bool = False
 
     def __post_init__(self):
         if self.representative_dataset is not None and not callable(self.representative_dataset):

@@ -125,7 +125,7 @@ def quantization_plan(options: ConversionOptions) -> dict:
             raise ConversionError("For full integer quantization, a `representative_dataset` must be specified.")
         return {"mode": "dynamic"}
     return {"mode": "int8", "representative_dataset": options.representative_dataset,
-            "integer_only": integer_only, "inference_input_type": options.inference_input_type,
+            "allow_integer_samples": options.allow_integer_samples, "integer_only": integer_only, "inference_input_type": options.inference_input_type,
             "inference_output_type": options.inference_output_type}
 
 
@@ -140,6 +140,7 @@ def _plan_16x8(options: ConversionOptions, io_types: set[str], int16: OpsSet) ->
     if options.representative_dataset is None:
         raise ConversionError("For full integer quantization, a `representative_dataset` must be specified.")
     return {"mode": "int16x8", "representative_dataset": options.representative_dataset,
+            "allow_integer_samples": options.allow_integer_samples,
             "integer_only": OpsSet.TFLITE_BUILTINS not in options.supported_ops,
             "inference_input_type": options.inference_input_type,
             "inference_output_type": options.inference_output_type}
@@ -171,7 +172,8 @@ def add_metadata(conv: Conversion) -> None:
     """min_runtime_version and CONVERSION_METADATA."""
     conv.report.min_runtime_version = write_metadata(
         conv.model, tf_version=tf().__version__, model_type=conv.options.model_type,
-        model_hash=model_hash(conv.specs), allow_custom_ops=conv.options.allow_custom_ops)
+        model_hash=model_hash(conv.specs), allow_custom_ops=conv.options.allow_custom_ops,
+        with_conversion_metadata=conv.options.conversion_metadata)
 
 
 def write(conv: Conversion) -> None:

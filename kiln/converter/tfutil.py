@@ -1,8 +1,12 @@
-"""Small helpers over TensorFlow's graph objects (imported lazily: TF is an optional extra)."""
+"""Small helpers over TensorFlow's graph objects (imported lazily: TF is an optional extra), and
+the command line's quiet import of it."""
 
 from __future__ import annotations
 
 import functools
+import os
+import sys
+import warnings
 from typing import Any
 
 from ..errors import ConversionError
@@ -17,6 +21,42 @@ def tf():
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ConversionError("converting TensorFlow models needs tensorflow: pip install kiln[tf]") from exc
     return tensorflow
+
+
+def import_tensorflow_quietly() -> None:
+    """Import TensorFlow with its C++ start-up log (oneDNN, CUDA, CPU-feature lines) kept off
+    stderr, and its Python deprecation warnings off. A user who sets TF_CPP_MIN_LOG_LEVEL
+    gets TensorFlow's logging as they asked for it.
+
+    For the command line only: a library leaves the host process's stderr and logging alone.
+    """
+    if "tensorflow" in sys.modules or "TF_CPP_MIN_LOG_LEVEL" in os.environ:
+        return
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)  # absl writes its pre-initialisation lines straight to fd 2
+        try:
+            import tensorflow as tf
+        except ImportError:  # the command says what to install
+            return
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+    tf.get_logger().setLevel("ERROR")  # "WARNING:tensorflow:From ...: ... is deprecated"
+    try:
+        from absl import logging as absl_logging
+
+        absl_logging.set_verbosity(absl_logging.ERROR)
+    except ImportError:  # pragma: no cover - TensorFlow depends on absl
+        pass
+    for package in ("tensorflow", "keras", "tf_keras"):
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=package)
+        warnings.filterwarnings("ignore", category=FutureWarning, module=package)
 
 
 def to_dtype(tf_dtype) -> DType:
@@ -64,13 +104,18 @@ def attr_value(value) -> Any:
     return _scalar_attr(kind, getattr(value, kind))
 
 
+def attr_text(v: bytes) -> str | bytes:
+    """A string attribute as text, or as the bytes it holds when they are not UTF-8."""
+    try:
+        return v.decode("utf-8")
+    except UnicodeDecodeError:
+        return bytes(v)
+
+
 def _scalar_attr(kind: str, v) -> Any:
     t = tf()
     if kind == "s":
-        try:
-            return v.decode("utf-8")
-        except UnicodeDecodeError:
-            return bytes(v)
+        return attr_text(v)
     if kind in ("i", "f", "b"):
         return v
     if kind == "type":

@@ -61,6 +61,12 @@ class _Reader:
             raise self.error(f"{what} declares {n} entries, more than a {self.size}-byte file can hold")
         return n
 
+    def index(self, i: int, n: int, what: str, owner: str = "model", items: str | None = None) -> int:
+        """Check an index into a list of ``n`` already read (buffers, subgraphs, tensors...)."""
+        if not 0 <= i < n:
+            raise self.error(f"{what} {i} out of range ({owner} has {n} {items or what + 's'})")
+        return i
+
     # -- model -------------------------------------------------------------------------------
     def read(self) -> Model:
         if self.size < 8:
@@ -144,9 +150,7 @@ class _Reader:
         def lookup(idx: int, what: str, optional: bool = False) -> Tensor | None:
             if optional and idx == -1:
                 return None
-            if not 0 <= idx < len(tensors):
-                raise self.error(f"{what} {idx} out of range (subgraph has {len(tensors)} tensors)")
-            return tensors[idx]
+            return tensors[self.index(idx, len(tensors), what, "subgraph", "tensors")]
 
         n_in = self.count(fsg.InputsLength(), 4, "input list")
         sg.inputs = [lookup(int(fsg.Inputs(i)), "input tensor") for i in range(n_in)]
@@ -156,9 +160,7 @@ class _Reader:
         for oi in range(n_ops):
             with self.at(f"operator {oi}"):
                 fop = fsg.Operators(oi)
-                idx = fop.OpcodeIndex()
-                if idx >= len(self.opcodes):
-                    raise self.error(f"opcode index {idx} out of range (model has {len(self.opcodes)} operator codes)")
+                idx = self.index(fop.OpcodeIndex(), len(self.opcodes), "opcode index", items="operator codes")
                 op_type, custom, version = self.opcodes[idx]
                 op = Operator(op_type, version=version, custom_code=custom)
                 ins = [lookup(int(fop.Inputs(i)), "input tensor", optional=True)
@@ -217,9 +219,7 @@ class _Reader:
             elements *= d
         if elements > MAX_ELEMENTS:
             raise self.error(f"shape {list(shape)} declares {elements} elements, more than kiln accepts")
-        bi = ft.Buffer()
-        if bi >= len(self.buffers):
-            raise self.error(f"buffer {bi} out of range (model has {len(self.buffers)} buffers)")
+        bi = self.index(ft.Buffer(), len(self.buffers), "buffer")
         data = None
         span = self.buffers[bi]
         if span is not None:
@@ -289,9 +289,7 @@ class _Reader:
         for i in range(n):
             with self.at(f"signature {i}"):
                 fs = fb.SignatureDefs(i)
-                si = fs.SubgraphIndex()
-                if si >= len(model.subgraphs):
-                    raise self.error(f"subgraph {si} out of range (model has {len(model.subgraphs)} subgraphs)")
+                si = self.index(fs.SubgraphIndex(), len(model.subgraphs), "subgraph")
                 sg = model.subgraphs[si]
                 key = (fs.SignatureKey() or b"").decode("utf-8", "replace")
                 sig = Signature(key, sg)
@@ -299,9 +297,7 @@ class _Reader:
                                              (fs.Outputs, fs.OutputsLength(), sig.outputs)):
                     for j in range(self.count(length, 4, "tensor map")):
                         tm = getter(j)
-                        ti = tm.TensorIndex()
-                        if ti >= len(sg.tensors):
-                            raise self.error(f"tensor {ti} out of range (subgraph {si} has {len(sg.tensors)} tensors)")
+                        ti = self.index(tm.TensorIndex(), len(sg.tensors), "tensor", f"subgraph {si}")
                         dest[(tm.Name() or b"").decode("utf-8", "replace")] = sg.tensors[ti]
                 model.signatures.append(sig)
 
@@ -310,9 +306,7 @@ class _Reader:
         for i in range(n):
             with self.at(f"metadata {i}"):
                 md = fb.Metadata(i)
-                bi = md.Buffer()
-                if bi >= len(self.buffers):
-                    raise self.error(f"buffer {bi} out of range (model has {len(self.buffers)} buffers)")
+                bi = self.index(md.Buffer(), len(self.buffers), "buffer")
                 span = self.buffers[bi]
                 data = b"" if span is None else bytes(self.buf[span[0]:span[0] + span[1]])
                 model.metadata[(md.Name() or b"").decode("utf-8", "replace")] = data

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from .options import OptionsError
 from .rewrite import call_sites
-from .savedmodel import DT_RESOURCE, arg_shape, live_functions, reachable, user_name
+from .savedmodel import DT_RESOURCE, arg_shape, live_functions, reachable, rename_output_port, user_name
 
 DEFAULT_MAX_BATCH_BUCKET = 64
 PREFIX = "__kiln_bucketed_"
@@ -356,22 +356,10 @@ def route_batched(model, name: str, entries, batch_sizes: list, live: set) -> Bu
             call.attr["_output_shapes"].CopyFrom(node.attr["_output_shapes"])
         done.replaced.append((caller.signature.name, node.name))
         node.CopyFrom(call)
-        _rename_back(caller, node.name)
+        rename_output_port(caller, node.name, "out_tensors", "output")
         done.wrapper = done.wrapper or base
         done.routers.append(base)
         done.call_sites += 1
         done.dimension_buckets = {f"{user_name(wrapper, i)}[{d}]": s for i, (d, s) in dims.items()}
     model.reindex()
     return done
-
-
-def _rename_back(fdef, node_name: str) -> None:
-    """Consumers of a batch op turned into a call read ``output`` instead of ``out_tensors``."""
-    old, new = f"{node_name}:out_tensors:", f"{node_name}:output:"
-    for node in fdef.node_def:
-        for i, inp in enumerate(node.input):
-            if inp.startswith(old):
-                node.input[i] = new + inp[len(old):]
-    for key, value in fdef.ret.items():
-        if value.startswith(old):
-            fdef.ret[key] = new + value[len(old):]

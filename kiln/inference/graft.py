@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 from ..errors import KilnError
-from .savedmodel import CALL_OPS, read, signature_wrapper
+from .savedmodel import CALL_OPS, prefixed_copy, read, signature_wrapper
 
 PREFIX = "__kiln_int8_"
 KEEP_ALIAS = "__kiln_keep_"
@@ -117,23 +117,6 @@ def _plumbing(meta, key: str) -> tuple[str, dict, dict]:
     return nodes[call].attr["f"].func.name, inputs, outputs
 
 
-def _renamed(fdef, names: set[str]):
-    from tensorflow.core.framework import function_pb2
-
-    copy = function_pb2.FunctionDef()
-    copy.CopyFrom(fdef)
-    copy.signature.name = PREFIX + fdef.signature.name
-    for node in copy.node_def:
-        for value in node.attr.values():
-            if value.HasField("func") and value.func.name in names:
-                value.func.name = PREFIX + value.func.name
-            elif value.HasField("list"):
-                for f in value.list.func:
-                    if f.name in names:
-                        f.name = PREFIX + f.name
-    return copy
-
-
 def graft(model, quantized_dir, keys, removed: dict) -> dict[str, list[str]]:
     """Put the quantized signatures of ``quantized_dir`` into ``model`` (edited in place).
 
@@ -146,7 +129,7 @@ def graft(model, quantized_dir, keys, removed: dict) -> dict[str, list[str]]:
     names = set(quantized.functions)
     library = model.meta.graph_def.library
     for fdef in quantized.meta.graph_def.library.function:
-        library.function.add().CopyFrom(_renamed(fdef, names))
+        library.function.add().CopyFrom(prefixed_copy(fdef, names, PREFIX))
     model.reindex()
     model.twins = {}
     for key in keys:

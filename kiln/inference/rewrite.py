@@ -10,7 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import options as opts
-from .savedmodel import CALL_OPS, DT_RESOURCE, SelectionError, arg_shape, bound_inputs, reachable, user_name
+from .savedmodel import (
+    CALL_OPS,
+    DT_RESOURCE,
+    SelectionError,
+    arg_shape,
+    bound_inputs,
+    reachable,
+    rename_output_port,
+    user_name,
+)
 
 BATCH_OP = "BatchFunction"
 DT_INT64 = 9
@@ -199,18 +208,6 @@ def _wrapper(model, name: str, batched: list[int], xla: bool, wrapper_name: str)
     return w, order
 
 
-def _rename_outputs(fdef, node_name: str) -> None:
-    """Consumers of a replaced call node read ``out_tensors`` instead of ``output``."""
-    old, new = f"{node_name}:output:", f"{node_name}:out_tensors:"
-    for node in fdef.node_def:
-        for i, inp in enumerate(node.input):
-            if inp.startswith(old):
-                node.input[i] = new + inp[len(old):]
-    for key, value in fdef.ret.items():
-        if value.startswith(old):
-            fdef.ret[key] = new + value[len(old):]
-
-
 def batch_function(model, name: str, batch, token: str, accelerator: set, where: str,
                    callers: set | None = None) -> list[BatchedSite]:
     """Replace every call of ``name`` (inside ``callers`` when given: a signature's own call graph)
@@ -248,7 +245,7 @@ def batch_function(model, name: str, batch, token: str, accelerator: set, where:
             new.attr["_output_shapes"].CopyFrom(node.attr["_output_shapes"])
         attrs = _set_batch_attrs(new, batch, shared)
         node.CopyFrom(new)
-        _rename_outputs(caller, node.name)
+        rename_output_port(caller, node.name, "output", "out_tensors")
         done.append(BatchedSite(name, caller.signature.name, node.name, shared, attrs,
                                 inputs=[user_name(model.functions[name], i) for i in batched]))
     return done

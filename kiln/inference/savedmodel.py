@@ -299,3 +299,36 @@ def user_name(fdef, index: int) -> str:
     if "_user_specified_name" in attrs:
         return attrs["_user_specified_name"].s.decode()
     return fdef.signature.input_arg[index].name
+
+
+def prefixed_copy(fdef, names: set[str], prefix: str):
+    """A copy of ``fdef`` named ``prefix + name``, whose calls to any function in ``names`` call
+    the prefixed copies too: a whole library copied beside the original without clashing."""
+    from tensorflow.core.framework import function_pb2
+
+    copy = function_pb2.FunctionDef()
+    copy.CopyFrom(fdef)
+    copy.signature.name = prefix + fdef.signature.name
+    for node in copy.node_def:
+        for value in node.attr.values():
+            if value.HasField("func") and value.func.name in names:
+                value.func.name = prefix + value.func.name
+            elif value.HasField("list"):
+                for f in value.list.func:
+                    if f.name in names:
+                        f.name = prefix + f.name
+    return copy
+
+
+def rename_output_port(fdef, node_name: str, old: str, new: str) -> None:
+    """Make every reader of ``node_name``'s ``old`` output port (node inputs and the function's
+    returns) read port ``new``: after a node was replaced by one whose outputs are named
+    otherwise (a call's ``output`` against a batch op's ``out_tensors``)."""
+    old, new = f"{node_name}:{old}:", f"{node_name}:{new}:"
+    for node in fdef.node_def:
+        for i, inp in enumerate(node.input):
+            if inp.startswith(old):
+                node.input[i] = new + inp[len(old):]
+    for key, value in fdef.ret.items():
+        if value.startswith(old):
+            fdef.ret[key] = new + value[len(old):]

@@ -17,7 +17,16 @@ import uuid
 from dataclasses import dataclass
 
 from ..errors import KilnError
-from .savedmodel import DT_RESOURCE, arg_shape, bound_inputs, callees, reachable, signature_wrapper, user_name
+from .savedmodel import (
+    DT_RESOURCE,
+    arg_shape,
+    bound_inputs,
+    callees,
+    prefixed_copy,
+    reachable,
+    signature_wrapper,
+    user_name,
+)
 
 
 class TrialCompileError(KilnError, RuntimeError):
@@ -57,24 +66,8 @@ def _variable_values(model) -> dict:
 
 def _renamed_library(model, prefix: str):
     """Copies of every FunctionDef renamed ``prefix + name`` (eager contexts reject redefinitions)."""
-    from tensorflow.core.framework import function_pb2
-
     names = set(model.functions)
-    out = []
-    for fdef in model.meta.graph_def.library.function:
-        copy = function_pb2.FunctionDef()
-        copy.CopyFrom(fdef)
-        copy.signature.name = prefix + fdef.signature.name
-        for node in copy.node_def:
-            for value in node.attr.values():
-                if value.HasField("func") and value.func.name in names:
-                    value.func.name = prefix + value.func.name
-                elif value.HasField("list"):
-                    for f in value.list.func:
-                        if f.name in names:
-                            f.name = prefix + f.name
-        out.append(copy)
-    return out
+    return [prefixed_copy(fdef, names, prefix) for fdef in model.meta.graph_def.library.function]
 
 
 _UNSUPPORTED = re.compile(r"(\w+) \(No registered '(\w+)' OpKernel for (XLA_\w+)")

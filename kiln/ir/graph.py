@@ -75,6 +75,13 @@ class Tensor:
     def rank(self) -> int:
         return len(self.shape)
 
+    def detached(self) -> "Tensor":
+        """A tensor like this one (the same data array, not a copy) with no producer or users:
+        for a model built from pieces of another (a partition, one op on its own)."""
+        return Tensor(self.name, self.dtype, self.shape, data=self.data, shape_signature=self.shape_signature,
+                      quantization=self.quantization, is_variable=self.is_variable, sparsity=self.sparsity,
+                      has_rank=self.has_rank)
+
     @property
     def user_ops(self) -> list["Operator"]:
         """Distinct operators that read this tensor, in first-use order."""

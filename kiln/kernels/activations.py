@@ -30,6 +30,8 @@ from .fixedpoint import (
     xp_rescale,
 )
 from .fixedpoint import multiply_by_quantized_multiplier_double_rounding as rescale
+from . import gemmlowp
+from .float_math import expf
 from .fixedpoint import saturating_rounding_doubling_high_mul as srdhm
 
 F32 = np.float32
@@ -51,7 +53,7 @@ def logistic(x_q, x_qp: QuantParams, out_qp: QuantParams, *, out_dtype=np.int8) 
     gemmlowp's fixed-point logistic) — 0 of 76 800 levels differ over 150 input params."""
     def sigmoid(v):
         with np.errstate(over="ignore"):
-            return (F32(1) / (F32(1) + np.exp(-v))).astype(F32)
+            return (F32(1) / (F32(1) + expf(-v))).astype(F32)
     return lookup_table(x_q, x_qp, out_qp, sigmoid, out_dtype)
 
 
@@ -80,18 +82,76 @@ def gelu(x_q, x_qp: QuantParams, out_qp: QuantParams, *, approximate: bool = Fal
 
 
 def softmax_exp_table(x_qp: QuantParams, beta: float) -> np.ndarray:
-    """int8 SOFTMAX's float32 ``exp(−β·s_x·d)`` for the 256 distances ``d`` to the row maximum."""
+    """int8 SOFTMAX's float32 ``expf(−β·s_x·d)`` for the 256 distances ``d`` to the row maximum
+    (PopulateSoftmaxLookupTable). glibc's expf, not NumPy's float32 exp: an ulp in one entry
+    turns a near tie (178.49995 · …) the other way (issue #22)."""
     distances = np.arange(256).astype(F32)
-    return np.exp((F32(-F32(x_qp.scale[0]) * F32(beta)) * distances).astype(F32)).astype(F32)
+    return expf((F32(-F32(x_qp.scale[0]) * F32(beta)) * distances).astype(F32))
 
 
 def softmax(x_q, x_qp: QuantParams, out_qp: QuantParams, *, beta: float = 1.0, out_dtype=np.int8) -> np.ndarray:
-    """int8 SOFTMAX over the last axis.
+    """int8 / uint8 SOFTMAX over the last axis, as LiteRT's reference kernel (BUILTIN_REF:
+    reference_ops::Softmax, gemmlowp fixed point).
 
-    Measured: LiteRT 2.3's BUILTIN_REF is not gemmlowp's fixed-point softmax (that one
-    misses by up to 7 LSB) but the float-table kernel: ``exp(−β·s_x·d)`` for each distance
-    ``d`` to the row maximum from a float32 table, summed in float32 left to right,
-    multiplied by ``1 / (sum · s_y)`` and rounded half away (0 of 19 000 outputs differ)."""
+    The distance to the row maximum, times ``β·s_x`` as a Q5.26 multiplier, goes through
+    gemmlowp's exp into Q0.31; the exps (of distances within the multiplier's input radius)
+    sum in Q12.19; the sum's reciprocal comes from Newton-Raphson after normalising by its
+    leading zeros, and each output is ``exp · reciprocal`` shifted down to the output's 8
+    bits plus the type's minimum (the output is fixed at scale 1/256). Measured: 0 of 33 120
+    outputs differ from BUILTIN_REF; LiteRT's optimized (default) kernel computes the float
+    table `softmax_float_table` instead, which differs from it on near ties (1 output in
+    30 000: a sum 2^-19 coarser in fixed point turns 27.49997 into 28). A row whose exps sum
+    to 256 or more (1000 near-equal classes) leaves the reference kernel no output shift and
+    BUILTIN_REF aborts the process; such rows get the optimized kernel's values."""
+    x = np.asarray(x_q, np.int64)
+    multiplier, left_shift, diff_min = softmax_input_scaling(float(F32(x_qp.scale[0])), beta)
+    distance = x.max(axis=-1, keepdims=True) - x
+    exps = softmax_fixed_exps(multiplier, left_shift)[np.minimum(distance, 255)]
+    exps = np.where(-distance >= diff_min, exps, np.int64(-1))              # -1: skipped
+    total = np.where(exps >= 0, rounding_divide_by_pot(np.maximum(exps, 0), 12), 0).sum(axis=-1, keepdims=True)
+    total = ((total + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)                # an int32 sum
+    headroom_plus_one = 32 - np.vectorize(lambda v: int(v).bit_length(), otypes=[np.int64])(total & 0xFFFFFFFF)
+    shifted_minus_one = (((total << headroom_plus_one) & 0xFFFFFFFF) - (1 << 31))
+    reciprocal = gemmlowp.one_over_one_plus_x32(((shifted_minus_one + (1 << 31)) & 0xFFFFFFFF) - (1 << 31))
+    exponent = (12 - headroom_plus_one) + 31 - 8 * np.dtype(out_dtype).itemsize
+    broken = (exponent < 0) | (exponent > 31)    # LiteRT's TFLITE_CHECK: BUILTIN_REF aborts the process
+    exponent = np.clip(exponent, 0, 31)
+    out = rounding_divide_by_pot(srdhm(reciprocal, np.maximum(exps, 0)), exponent) + dtype_range(out_dtype)[0]
+    out = np.where(exps >= 0, out, dtype_range(out_dtype)[0])
+    out = np.clip(out, *dtype_range(out_dtype)).astype(out_dtype)
+    if np.any(broken):   # a sum of exps of 256 or more (a wide, flat row): LiteRT's optimized kernel's result
+        out = np.where(broken, softmax_float_table(x_q, x_qp, out_qp, beta=beta, out_dtype=out_dtype), out)
+    return out
+
+
+def softmax_input_scaling(input_scale: float, beta: float) -> tuple[int, int, int]:
+    """LiteRT's PreprocessSoftmaxScaling (Q5.26) and CalculateInputRadius: the distance's
+    multiplier and left shift, and the smallest distance (negated) that still counts."""
+    real = min(float(beta) * input_scale * (1 << 26), float((1 << 31) - 1))
+    fraction, shift = math.frexp(real)          # QuantizeMultiplierGreaterThanOne: no cap at 30
+    multiplier = int(round_half_away(fraction * (1 << 31)))
+    if multiplier == 1 << 31:
+        multiplier, shift = multiplier // 2, shift + 1
+    radius = math.floor(31.0 * (1 << 26) / (1 << shift))
+    return multiplier, shift, -radius
+
+
+@lru_cache(maxsize=256)
+def softmax_fixed_exps(multiplier: int, left_shift: int) -> np.ndarray:
+    """gemmlowp's Q0.31 exp of the 256 int8 distances to the row maximum (one table per node)."""
+    distance = -np.arange(256, dtype=np.int64)
+    rescaled = srdhm(np.clip(distance << left_shift, -(1 << 31), (1 << 31) - 1), multiplier)
+    table = gemmlowp.exp_on_negative_values32(rescaled, 5)
+    table.setflags(write=False)
+    return table
+
+
+def softmax_float_table(x_q, x_qp: QuantParams, out_qp: QuantParams, *, beta: float = 1.0,
+                        out_dtype=np.int8) -> np.ndarray:
+    """int8 SOFTMAX as LiteRT's optimized kernel computes it (its default resolver): each
+    distance's ``expf(−β·s_x·d)`` from a float32 table, summed left to right, times
+    ``1 / (sum · s_y)``, rounded half away. Not the reference (`softmax`); kept to measure the
+    two apart."""
     x = np.asarray(x_q, np.int64)
     exps = softmax_exp_table(x_qp, beta)[x.max(axis=-1, keepdims=True) - x]
     total = np.zeros(x.shape[:-1] + (1,), F32)
@@ -253,10 +313,7 @@ def hard_swish(x_q, x_qp: QuantParams, out_qp: QuantParams, *, out_dtype=np.int8
 
 def exp(x_q, x_qp: QuantParams, out_qp: QuantParams, *, out_dtype=np.int8) -> np.ndarray:
     """int8 EXP: the float lookup table of ``exp`` (measured: 0 of 768 levels differ)."""
-    def transform(v):
-        with np.errstate(over="ignore"):
-            return np.exp(v).astype(F32)
-    return lookup_table(x_q, x_qp, out_qp, transform, out_dtype)
+    return lookup_table(x_q, x_qp, out_qp, expf, out_dtype)
 
 
 def log(x_q, x_qp: QuantParams, out_qp: QuantParams, *, out_dtype=np.int8) -> np.ndarray:
@@ -285,7 +342,8 @@ def log_softmax(x_q, x_qp: QuantParams, out_qp: QuantParams, *, out_dtype=np.int
         raise IntegerKernelError("LOG_SOFTMAX: input must have at least one dimension")
     real = (F32(x_qp.scale[0]) * (x.astype(np.int64) - int(x_qp.zero_point[0])).astype(F32)).astype(F32)
     shifted = (real - real.max(axis=-1, keepdims=True)).astype(F32)
-    total = np.exp(shifted).astype(F32).sum(axis=-1, keepdims=True, dtype=F32)
+    with np.errstate(under="ignore"):   # NumPy's exp, which kiln.xla's lowering mirrors table for table
+        total = np.exp(shifted).astype(F32).sum(axis=-1, keepdims=True, dtype=F32)
     result = (shifted - np.log(total).astype(F32)).astype(F32)
     out = round_half_away((result / F32(out_qp.scale[0])).astype(F32)) + int(out_qp.zero_point[0])
     return np.clip(out, *dtype_range(out_dtype)).astype(out_dtype)
@@ -498,10 +556,7 @@ def exp_int16(x_q, x_qp: QuantParams, out_qp: QuantParams) -> np.ndarray:
     """16x8 EXP: LiteRT's float32 int16 lookup table of ``exp``, interpolated; exp correctly
     rounded to float32 as C's expf (NumPy's float32 exp misses by an ulp: measured, one
     table entry off)."""
-    def transform(v):
-        with np.errstate(over="ignore"):
-            return np.exp(v.astype(np.float64)).astype(F32)
-    return _lut16_unary("EXP", x_q, x_qp, out_qp, transform)
+    return _lut16_unary("EXP", x_q, x_qp, out_qp, expf)
 
 
 def log_int16(x_q, x_qp: QuantParams, out_qp: QuantParams) -> np.ndarray:

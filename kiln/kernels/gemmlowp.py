@@ -137,3 +137,66 @@ def _frozen(values) -> np.ndarray:
     table = values.astype(np.int16)
     table.setflags(write=False)
     return table
+
+
+# -- int32 fixed point: LiteRT's reference int8 / uint8 SOFTMAX ------------------------------------
+# gemmlowp's FixedPoint<int32_t, N> on int64 arrays: products by
+# SaturatingRoundingDoublingHighMul, wrapping adds (AddSaturatingIf16Bit adds plainly in 32 bits).
+
+_MIN32, _MAX32 = -(1 << 31), (1 << 31) - 1
+
+
+def _wrap32(x):
+    return ((np.asarray(x, np.int64) + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+
+
+def _high_mul32(a, b):
+    from .fixedpoint import saturating_rounding_doubling_high_mul
+
+    return _wrap32(saturating_rounding_doubling_high_mul(a, b))
+
+
+def _mul_by_pot32(x, exponent: int):
+    """SaturatingRoundingMultiplyByPOT<exponent> on int32 values."""
+    from .fixedpoint import rounding_divide_by_pot
+
+    x = np.asarray(x, np.int64)
+    if exponent < 0:
+        return rounding_divide_by_pot(x, -exponent)
+    if exponent == 0:
+        return x
+    threshold = (1 << (31 - exponent)) - 1
+    return np.where(x > threshold, _MAX32, np.where(x < -threshold, _MIN32, x << exponent))
+
+
+def exp_on_negative_values32(a, integer_bits: int) -> np.ndarray:
+    """gemmlowp::exp_on_negative_values(FixedPoint<int32_t, integer_bits>) -> Q0.31 raw values."""
+    a = np.asarray(a, np.int64)
+    fractional = 31 - integer_bits
+    quarter = 1 << (fractional - 2)
+    a_mod = _wrap32((a & (quarter - 1)) - quarter)
+    # exp on [-1/4, 0): a Taylor expansion around -1/8
+    x = _wrap32(_mul_by_pot32(a_mod, integer_bits) + (1 << 28))
+    x2 = _high_mul32(x, x)
+    x3 = _high_mul32(x2, x)
+    x4 = _high_mul32(x2, x2)
+    rest = _mul_by_pot32(_wrap32(_high_mul32(_wrap32(_mul_by_pot32(x4, -2) + x3), 715827883) + x2), -1)
+    result = _wrap32(1895147668 + _high_mul32(1895147668, _wrap32(x + rest)))
+    remainder = _wrap32(a_mod - a)
+    for exponent, multiplier in _BARREL:
+        if integer_bits > exponent:
+            bit = 1 << (fractional + exponent)
+            result = np.where((remainder & bit) != 0, _high_mul32(result, multiplier), result)
+    if integer_bits > 5:
+        result = np.where(a < -(1 << (fractional + 5)), 0, result)
+    return np.where(a == 0, _MAX32, result)
+
+
+def one_over_one_plus_x32(a) -> np.ndarray:
+    """gemmlowp::one_over_one_plus_x_for_x_in_0_1 on Q0.31 raw values: 1 / (1 + a), Q0.31."""
+    s = np.asarray(a, np.int64) + _MAX32
+    half = _wrap32(np.where(s >= 0, (s + 1) // 2, -((-s + 1) // 2)))     # RoundingHalfSum
+    x = _wrap32(1515870810 + _high_mul32(half, -1010580540))            # 48/17 − 32/17·d, Q2.29
+    for _ in range(3):
+        x = _wrap32(x + _mul_by_pot32(_high_mul32(x, _wrap32((1 << 29) - _high_mul32(half, x))), 2))
+    return _mul_by_pot32(x, 1)                                           # Q2.29 / 2 as Q0.31

@@ -35,6 +35,7 @@ from .fixedpoint import (
     multiply_by_quantized_multiplier_int64,
     quantize_multiplier,
     quantize_multipliers,
+    round_half_away,
 )
 from .hybrid import int_matmul, tap_windows, transpose_conv_sums
 
@@ -262,6 +263,26 @@ def mean(x_q, x_qp: QuantParams, axes, out_qp: QuantParams, *, keep_dims: bool, 
     m, shift = mean_multiplier(x_qp, out_qp, count)
     out = multiply_by_quantized_multiplier_double_rounding(total, m, shift).astype(np.int64)
     return np.clip(out + int(out_qp.zero_point[0]), *dtype_range(out_dtype)).astype(out_dtype)
+
+
+def quantized_sum(x_q, x_qp: QuantParams, axes, out_qp: QuantParams, *, keep_dims: bool,
+                  out_dtype=np.int8) -> np.ndarray:
+    """int8 SUM as LiteRT's optimized kernel (its default resolver; optimized_ops::
+    QuantizedMeanOrSum): the exact integer sum, then in float32 ``round(Σx · (s_x / s_y) +
+    (−zp_x · (s_x / s_y)) · count) + zp_y``, rounded half away, clamped. (LiteRT's reference
+    kernel reads int8 codes as uint8 — wrong for every negative code — so BUILTIN_REF is no
+    reference for it.)"""
+    x_q = np.asarray(x_q)
+    axes = tuple(sorted({int(a) % x_q.ndim for a in np.ravel(axes)})) if x_q.ndim else ()
+    total = x_q.astype(np.int64).sum(axis=axes, keepdims=keep_dims) if axes else x_q.astype(np.int64)
+    count = int(np.prod([x_q.shape[a] for a in axes])) if axes else 1
+    if x_q.size == 0 or count == 0:
+        return np.full(total.shape, int(out_qp.zero_point[0]), out_dtype)
+    scale = F32(F32(x_qp.scale[0]) / F32(out_qp.scale[0]))
+    bias = F32(F32(F32(-int(x_qp.zero_point[0])) * scale) * F32(count))
+    value = (total.astype(np.int32).astype(F32) * scale + bias).astype(F32)
+    out = round_half_away(value).astype(np.int64) + int(out_qp.zero_point[0])
+    return np.clip(out, *dtype_range(out_dtype)).astype(out_dtype)
 
 
 def concatenation(inputs, input_qps, out_qp: QuantParams, *, axis: int, activation=Activation.NONE,

@@ -496,7 +496,7 @@ OPS = (
               version=_gather_version, max_version=8,
               runtime_versions=("1.6.0", "1.14.0", "1.15.0", "2.4.0", "2.5.0", "2.13.0", "2.15.0",
                                 UNLISTED),
-                                quantization=same()),
+                                quantization=same(table=True)),
     _movement("GATHER_ND", _gather_nd, options=OptionsSpec("GatherNdOptions"),
               version=_gather_nd_version, max_version=6,
               runtime_versions=("1.14.0", "2.3.0", "2.5.0", "2.13.0", "2.16.0", UNLISTED)),

@@ -73,13 +73,16 @@ def _f32(a: np.ndarray | None) -> np.ndarray | None:
 
 
 def _check_float(op_name: str, x: np.ndarray, weights: np.ndarray) -> None:
-    """Refuse integer-quantized and hybrid (int8 weights) operands: no kernel for them yet."""
+    """Refuse integer-quantized and hybrid (int8 weights) operands the float kernel got: the
+    node's quantized kernels (chosen by operand types) run those that carry quantization
+    parameters."""
     if x.dtype in _QUANTIZED:
         raise OpError(f"{op_name}: {x.dtype} (integer-quantized) input: quantized kernel not "
                       "implemented yet")
     if weights.dtype in _QUANTIZED:
-        raise OpError(f"{op_name}: float input with {weights.dtype} weights (hybrid): quantized "
-                      "kernel not implemented yet")
+        hybrid = " (the sequence LSTMs' hybrid kernels need each int8 weight's scale)" if "LSTM" in op_name else ""
+        raise OpError(f"{op_name}: float input with {weights.dtype} weights without quantization parameters "
+                      f"(hybrid): quantized kernel not implemented yet{hybrid}")
     if x.dtype != np.float32:
         raise OpError(f"{op_name}: input must be float32, got {x.dtype}")
 
@@ -597,6 +600,7 @@ OPS: tuple = (
         version=_hybrid_version(1), max_version=3,
         runtime_versions=("1.14.0", "1.14.0", "1.14.0"),
         state_operands=BIDIRECTIONAL_LSTM_FW.states + BIDIRECTIONAL_LSTM_BW.states,
+        quantized=quantized_kernels.BIDIRECTIONAL_SEQUENCE_LSTM,
         weights=Weights(BIDIRECTIONAL_LSTM_FW.matrices + BIDIRECTIONAL_LSTM_BW.matrices, axis=None),
         # no integer kernel: the integer quantizer splits it into two unidirectional LSTMs
         quantization=Quantization(OutputScale.LSTM, types=frozenset(), hybrid=True),

@@ -245,27 +245,22 @@ def _conv_rows(win: np.ndarray, wmat: np.ndarray, groups: int, m: int) -> np.nda
     return out.transpose(1, 0, 2).reshape(m, cout)
 
 
-_CONV_OPTIONS = {
-    "padding": Padding.SAME,
-    "stride_w": 0,
-    "stride_h": 0,
-    "fused_activation_function": Activation.NONE,
-    "dilation_w_factor": 1,
-    "dilation_h_factor": 1,
-    "quantized_bias_type": DType.FLOAT32,
-}
+#: The convolutions' enum-typed options (strides, dilations and depth_multiplier are plain
+#: integers: the schema's defaults, read from the bindings, need no restating).
+_WINDOW_ENUMS = {"padding": Padding.SAME, "fused_activation_function": Activation.NONE}
+_CONV_ENUMS = {**_WINDOW_ENUMS, "quantized_bias_type": DType.FLOAT32}
 
 CONV_2D = OpDef(
     name="CONV_2D",
     quantized=quantized_kernels.CONV_2D,
     kernel=_conv_kernel,
-    options=OptionsSpec("Conv2DOptions", _CONV_OPTIONS),
+    options=OptionsSpec("Conv2DOptions", _CONV_ENUMS),
     version=_conv_version,
     max_version=8,
     shape=_conv_shape,
     fused_activation_host=True,
     runtime_versions=("1.5.0", "1.14.0", "1.14.0", "2.3.0", "2.4.0", "2.9.0", "2.11.0", "2.15.0"),
-    operands=("input", "filter", "bias"), weights=Weights((1,), axis=0, bias=2, spatial=(1, 2)),
+    operands=("input", "filter", "bias"), weights=Weights((1,), axis=0, bias=2, spatial=(1, 2), bias_required=True),
     quantization=own(int4_weights=True, hybrid=True), macs=output_times_weights(lambda w: math.prod(w[1:]))
 )
 
@@ -356,21 +351,13 @@ DEPTHWISE_CONV_2D = OpDef(
     name="DEPTHWISE_CONV_2D",
     quantized=quantized_kernels.DEPTHWISE_CONV_2D,
     kernel=_dw_kernel,
-    options=OptionsSpec("DepthwiseConv2DOptions", {
-        "padding": Padding.SAME,
-        "stride_w": 0,
-        "stride_h": 0,
-        "depth_multiplier": 0,
-        "fused_activation_function": Activation.NONE,
-        "dilation_w_factor": 1,
-        "dilation_h_factor": 1,
-    }),
+    options=OptionsSpec("DepthwiseConv2DOptions", _WINDOW_ENUMS),
     version=_dw_version,
     max_version=7,
     shape=_dw_shape,
     fused_activation_host=True,
     runtime_versions=("1.5.0", "1.12.0", "1.14.0", "2.2.0", "2.3.0", "2.3.0", "2.11.0"),
-    operands=("input", "filter", "bias"), weights=Weights((1,), axis=3, bias=2, spatial=(1, 2)),
+    operands=("input", "filter", "bias"), weights=Weights((1,), axis=3, bias=2, spatial=(1, 2), bias_required=True),
     quantization=own(int4_weights=True, hybrid=True), macs=output_times_weights(lambda w: w[1] * w[2])
 )
 
@@ -418,13 +405,7 @@ TRANSPOSE_CONV = OpDef(
     name="TRANSPOSE_CONV",
     quantized=quantized_kernels.TRANSPOSE_CONV,
     kernel=_tconv_kernel,
-    options=OptionsSpec("TransposeConvOptions", {
-        "padding": Padding.SAME,
-        "stride_w": 0,
-        "stride_h": 0,
-        "fused_activation_function": Activation.NONE,
-        "quantized_bias_type": DType.FLOAT32,
-    }),
+    options=OptionsSpec("TransposeConvOptions", _CONV_ENUMS),
     version=_tconv_version,
     max_version=5,
     runtime_versions=("1.9.0", "2.2.0", "2.3.0", "2.13.0", "2.15.0"),

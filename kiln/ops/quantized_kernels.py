@@ -16,11 +16,19 @@ from ..errors import OpError
 from ..kernels import activations as act
 from ..kernels import elementwise as elementwise_kernels
 from ..kernels import hybrid as hybrid_kernels
+from ..kernels import hybrid_lstm
 from ..kernels import image as image_kernels
 from ..kernels import lstm as lstm_kernels
 from ..kernels import nn as nn_kernels
 from ..kernels.fixedpoint import IntegerKernelError
-from ..schema import Activation
+from ..schema import (
+    BIDIRECTIONAL_LSTM_AUX_INPUT,
+    BIDIRECTIONAL_LSTM_BW,
+    BIDIRECTIONAL_LSTM_FW,
+    UNIDIRECTIONAL_LSTM,
+    Activation,
+    LstmLayout,
+)
 from .record import HYBRID, INT8, INT16, UINT8, KernelCall, activation_range, with_state
 from .windowed import transpose_conv_geometry, window_geometry
 
@@ -280,6 +288,15 @@ def _mean(call: KernelCall, x, axes):
                         out_dtype=call.out_dtypes[0])
 
 
+def _sum(call: KernelCall, x, axes):
+    """int8 SUM: LiteRT's optimized kernel (kiln.kernels.nn.quantized_sum)."""
+    axes = np.asarray(axes).reshape(-1)
+    if np.any((axes < -x.ndim) | (axes >= max(x.ndim, 1))):
+        raise OpError(f"{call.op.name}: axes {axes.tolist()} out of range for rank {x.ndim}")
+    return nn_kernels.quantized_sum(x, params(call, 0, "input"), axes, out_params(call),
+                                    keep_dims=bool(call.opts.keep_dims), out_dtype=call.out_dtypes[0])
+
+
 def _concatenation(call: KernelCall, *xs):
     inputs = [params(call, k, f"input {k}") for k in range(len(xs))]
     axis = int(call.opts.axis)
@@ -458,6 +475,161 @@ def _uni_lstm_int8(call: KernelCall, *inputs):
     return with_state(call, [out], (h, c))
 
 
+# -- hybrid sequence LSTMs (float activations and states, int8 weights) ------------------------
+
+def _operand(inputs, i):
+    return inputs[i] if i < len(inputs) else None
+
+
+def _hybrid_matrix(call: KernelCall, inputs, i: int, what: str, shape: tuple) -> tuple[np.ndarray, float]:
+    """Operand ``i``: int8 weights of ``shape`` with one scale (LiteRT reads params.scale)."""
+    w = _operand(inputs, i)
+    if w is None:
+        raise OpError(f"{call.op.name}: operand {i} ({what}) is missing")
+    if w.dtype != np.int8:
+        raise OpError(f"{call.op.name}: hybrid LSTM operand {i} ({what}) must be int8, got {w.dtype}")
+    if w.shape != shape:
+        raise OpError(f"{call.op.name}: operand {i} ({what}) has shape {list(w.shape)}, expected {list(shape)}")
+    q = params(call, i, what)
+    return w, float(np.float32(q.scale[0]))
+
+
+def _float_operand(call: KernelCall, inputs, i: int, what: str, size: int) -> np.ndarray | None:
+    a = _operand(inputs, i)
+    if a is None:
+        return None
+    if a.dtype != np.float32 or a.size != size:
+        raise OpError(f"{call.op.name}: operand {i} ({what}) must be float32 with {size} values, got "
+                      f"{a.dtype} {list(a.shape)}")
+    return a.reshape(-1)
+
+
+def _hybrid_cell(call: KernelCall, inputs, lay: LstmLayout, n_input: int, n_aux: int | None) -> hybrid_lstm.Cell:
+    """One direction's operands, checked as LiteRT's Prepare checks them (sizes, types)."""
+    name, opts = call.op.name, call.opts
+    forget = _operand(inputs, lay.input_weights[1])
+    recurrent = _operand(inputs, lay.recurrent_weights[1])
+    if forget is None or recurrent is None or forget.ndim != 2 or recurrent.ndim != 2:
+        raise OpError(f"{name}: input_to_forget and recurrent_to_forget weights (operands {lay.input_weights[1]}, "
+                      f"{lay.recurrent_weights[1]}) must be 2-D (diagonal recurrent weights have no hybrid kernel)")
+    n_cell, n_output = recurrent.shape
+    cifg = _operand(inputs, lay.input_weights[0]) is None
+    gates = "fco" if cifg else "ifco"
+    if cifg and any(_operand(inputs, i) is not None for i in (lay.recurrent_weights[0], lay.biases[0])):
+        raise OpError(f"{name}: a CIFG LSTM (no input_to_input weights) must have no input gate recurrent weights "
+                      "or bias")
+    first = 1 if cifg else 0
+    pick = range(first, 4)
+    x_parts = [_hybrid_matrix(call, inputs, lay.input_weights[g], f"input_to_{'ifco'[g]} weights", (n_cell, n_input))
+               for g in pick]
+    h_parts = [_hybrid_matrix(call, inputs, lay.recurrent_weights[g], f"recurrent_to_{'ifco'[g]} weights",
+                              (n_cell, n_output)) for g in pick]
+    biases = []
+    for g in pick:
+        b = _float_operand(call, inputs, lay.biases[g], f"{'ifco'[g]} gate bias", n_cell)
+        if b is None:
+            raise OpError(f"{name}: operand {lay.biases[g]} ({'ifco'[g]} gate bias) is missing")
+        biases.append(b)
+    aux = None
+    if n_aux is not None and lay.aux_weights:
+        aux = hybrid_lstm.Matrix.stack([_hybrid_matrix(call, inputs, lay.aux_weights[g], f"aux_input_to_{'ifco'[g]} "
+                                                       "weights", (n_cell, n_aux)) for g in pick])
+    peephole = {}
+    for g, i in zip("ifo", lay.peepholes):
+        w = _operand(inputs, i)
+        if w is None or (cifg and g == "i"):
+            continue
+        q, scale = _hybrid_matrix(call, inputs, i, f"cell_to_{g} weights", (n_cell,))
+        peephole[g] = (q.astype(np.float32) * np.float32(scale)).astype(np.float32)
+    if peephole and len(peephole) != (2 if cifg else 3):
+        raise OpError(f"{name}: peephole weights must be given for every gate or none")
+    layer_norm = {}
+    for g, i in zip("ifco", lay.layer_norm):
+        coefficients = _float_operand(call, inputs, i, f"{g} layer norm coefficients", n_cell)
+        if coefficients is not None and not (cifg and g == "i"):
+            layer_norm[g] = coefficients
+    if layer_norm and set(layer_norm) != set(gates):
+        raise OpError(f"{name}: layer norm coefficients must be given for every gate or none")
+    projection = projection_bias = None
+    if _operand(inputs, lay.projection_weights) is not None:
+        projection = hybrid_lstm.Matrix.stack([_hybrid_matrix(call, inputs, lay.projection_weights,
+                                                              "projection weights", (n_output, n_cell))])
+        projection_bias = _float_operand(call, inputs, lay.projection_bias, "projection bias", n_output)
+    elif _operand(inputs, lay.projection_bias) is not None:
+        raise OpError(f"{name}: projection bias given without projection weights")
+    elif n_output != n_cell:
+        raise OpError(f"{name}: {n_output} outputs for {n_cell} cells without a projection")
+    if opts.cell_clip < 0 or opts.proj_clip < 0:
+        raise OpError(f"{name}: cell_clip and proj_clip must be >= 0, got {opts.cell_clip} and {opts.proj_clip}")
+    return hybrid_lstm.Cell(
+        gates, hybrid_lstm.Matrix.stack(x_parts), hybrid_lstm.Matrix.stack(h_parts),
+        np.concatenate(biases).astype(np.float32), aux=aux, peephole=peephole, layer_norm=layer_norm,
+        projection=projection, projection_bias=projection_bias, activation=int(opts.fused_activation_function),
+        cell_clip=float(np.float32(opts.cell_clip)), proj_clip=float(np.float32(opts.proj_clip)),
+        asymmetric=bool(opts.asymmetric_quantize_inputs))
+
+
+def _hybrid_states(call: KernelCall, inputs, lay: LstmLayout, batch: int, cell: hybrid_lstm.Cell):
+    h, c = _operand(inputs, lay.output_state), _operand(inputs, lay.cell_state)
+    n_output = cell.recurrent.q.shape[1]
+    for a, what, size in ((h, "output state", n_output), (c, "cell state", cell.n_cell)):
+        if a is None:
+            raise OpError(f"{call.op.name}: the {what} operand (a variable tensor) is missing")
+        if a.dtype != np.float32 or a.size != batch * size:
+            raise OpError(f"{call.op.name}: the hybrid LSTM's {what} must be float32 with batch {batch} x {size} "
+                          f"values, got {a.dtype} {list(a.shape)}")
+    return h.reshape(batch, -1), c.reshape(batch, -1)
+
+
+def _hybrid_input(call: KernelCall, x) -> np.ndarray:
+    if x is None or x.dtype != np.float32 or x.ndim != 3:
+        raise OpError(f"{call.op.name}: the hybrid LSTM takes a 3-D float32 input, got "
+                      f"{None if x is None else (x.dtype, list(x.shape))}")
+    return x if call.opts.time_major else x.transpose(1, 0, 2)
+
+
+def _uni_lstm_hybrid(call: KernelCall, *inputs):
+    """UNIDIRECTIONAL_SEQUENCE_LSTM v2 / v3: float input, int8 weights (lstm_eval.cc EvalHybrid)."""
+    if call.opts.diagonal_recurrent_tensors:
+        raise OpError(f"{call.op.name}: diagonal recurrent weights have no hybrid kernel")
+    xt = _hybrid_input(call, inputs[0])
+    cell = _hybrid_cell(call, inputs, UNIDIRECTIONAL_LSTM, xt.shape[2], None)
+    h0, c0 = _hybrid_states(call, inputs, UNIDIRECTIONAL_LSTM, xt.shape[1], cell)
+    out, h, c = hybrid_lstm.run(cell, xt, h0, c0, time_major=bool(call.opts.time_major))
+    out = out if call.opts.time_major else out.transpose(1, 0, 2)
+    lay = UNIDIRECTIONAL_LSTM
+    return with_state(call, [out], (h.reshape(inputs[lay.output_state].shape), c.reshape(inputs[lay.cell_state].shape)))
+
+
+def _bidi_lstm_hybrid(call: KernelCall, *inputs):
+    """BIDIRECTIONAL_SEQUENCE_LSTM v2 / v3 (bidirectional_sequence_lstm.cc's hybrid path): the
+    aux input feeds both directions when aux weights are given, else it is the backward
+    direction's input (stacked layers without cross links)."""
+    xt = _hybrid_input(call, inputs[0])
+    aux_in = _operand(inputs, BIDIRECTIONAL_LSTM_AUX_INPUT)
+    aux_t = None if aux_in is None else _hybrid_input(call, aux_in)
+    if aux_t is not None and aux_t.shape[:2] != xt.shape[:2]:
+        raise OpError(f"{call.op.name}: aux input shape {list(aux_in.shape)} does not match the input's time and "
+                      f"batch dims {list(inputs[0].shape)}")
+    has_aux_weights = _operand(inputs, BIDIRECTIONAL_LSTM_FW.aux_weights[1]) is not None
+    if has_aux_weights and aux_t is None:
+        raise OpError(f"{call.op.name}: aux weights given but no aux input (operand {BIDIRECTIONAL_LSTM_AUX_INPUT})")
+    cross_linked = aux_t is None or has_aux_weights
+    n_aux = aux_t.shape[2] if cross_linked and aux_t is not None else None
+    outs, states = [], []
+    for lay, reverse in ((BIDIRECTIONAL_LSTM_FW, False), (BIDIRECTIONAL_LSTM_BW, True)):
+        src = xt if (cross_linked or not reverse) else aux_t
+        cell = _hybrid_cell(call, inputs, lay, src.shape[2], n_aux)
+        h0, c0 = _hybrid_states(call, inputs, lay, xt.shape[1], cell)
+        out, h, c = hybrid_lstm.run(cell, src, h0, c0, aux=aux_t if cross_linked else None, reverse=reverse,
+                                    time_major=bool(call.opts.time_major))
+        outs.append(out if call.opts.time_major else out.transpose(1, 0, 2))
+        states += [h.reshape(inputs[lay.output_state].shape), c.reshape(inputs[lay.cell_state].shape)]
+    if call.opts.merge_outputs:
+        outs = [np.concatenate(outs, axis=-1)]
+    return with_state(call, outs, states)
+
+
 # -- the records' ``quantized`` entries ---------------------------------------------------------
 
 FULLY_CONNECTED = {INT8: _fully_connected, INT16: _fully_connected, UINT8: _fully_connected_uint8,
@@ -469,6 +641,7 @@ BATCH_MATMUL = {INT8: _batch_matmul, INT16: _batch_matmul}
 MAX_POOL_2D = {INT8: _max_pool, UINT8: _max_pool, INT16: _max_pool}
 AVERAGE_POOL_2D = {INT8: _average_pool, UINT8: _average_pool, INT16: _average_pool}
 MEAN = {INT8: _mean, INT16: _mean}
+SUM = {INT8: _sum}
 CONCATENATION = {INT8: _concatenation, INT16: _concatenation}
 PACK = {INT8: _pack, INT16: _pack}
 SOFTMAX = {INT8: _softmax, INT16: _softmax}
@@ -495,4 +668,5 @@ L2_NORMALIZATION = {INT8: _l2_normalization}
 SQRT = {INT8: _sqrt, INT16: _sqrt}
 ELU = {INT8: _elu}
 RESIZE_BILINEAR = {INT8: _resize_bilinear, INT16: _resize_bilinear}   # on the codes: any width
-UNIDIRECTIONAL_SEQUENCE_LSTM = {INT8: _uni_lstm_int8}
+UNIDIRECTIONAL_SEQUENCE_LSTM = {INT8: _uni_lstm_int8, HYBRID: _uni_lstm_hybrid}
+BIDIRECTIONAL_SEQUENCE_LSTM = {HYBRID: _bidi_lstm_hybrid}

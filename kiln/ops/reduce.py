@@ -30,7 +30,7 @@ from .record import (
     output_dtype,
     reject_quantized,
 )
-from .traits import own, same
+from .traits import INT8_ONLY, own, same
 
 # -- axes ---------------------------------------------------------------------------------
 
@@ -250,8 +250,10 @@ OPS: tuple[OpDef, ...] = (
           quantization=own(),
           reduces=True),
     OpDef("SUM", _reducer(_sum), _REDUCER, _by_input_type({_I8: 2}), 2,
-          runtime_versions=("1.10.0", "1.15.0"),
-          reduces=True),
+          runtime_versions=("1.10.0", "1.15.0"), quantized=quantized_kernels.SUM,
+          # int8 only, as TF quantizes it (it leaves SUM float in 16x8); the kernel is LiteRT's
+          # optimized one, bit-exact with its default resolver (its reference kernel is wrong)
+          quantization=own(types=INT8_ONLY), reduces=True),
     OpDef("REDUCE_PROD", _reducer(_prod), _REDUCER,
           _by_input_type({(DType.INT8, DType.INT16): 2}), 2,
           runtime_versions=("1.11.0", "2.6.0"),

@@ -53,7 +53,9 @@ class Weights:
     gate, peephole and projection matrix for a fused LSTM); ``axis``: the dimension quantized
     per channel (None: per tensor); ``bias``: the bias operand (None: the op has none);
     ``input``: the activation operand the weights multiply (TRANSPOSE_CONV: 2); ``spatial``:
-    a convolution filter's spatial dimensions (CONV_2D: 1, 2 — height, width).
+    a convolution filter's spatial dimensions (CONV_2D: 1, 2 — height, width);
+    ``bias_required``: LiteRT's quantized and hybrid kernels need the bias operand (its float
+    kernel does not), so a quantizer gives a bias-free op a zero bias, as TF's converter does.
     """
 
     operands: tuple[int, ...]
@@ -61,6 +63,7 @@ class Weights:
     bias: int | None = None
     input: int = 0
     spatial: tuple[int, ...] = ()
+    bias_required: bool = False
 
     @property
     def first(self) -> int:
@@ -78,7 +81,10 @@ class Quantization:
     zero point) of a ``FIXED`` output; ``types``: the activation types LiteRT runs it with
     (INT8, INT16 for 16x8) — the quantizer writes no other; ``hybrid``: LiteRT has a
     dynamic-range kernel (float activations, int8 weights of the record's ``weights``);
-    ``int4_weights``: LiteRT has an int8 x int4 kernel (kiln's int4 mode).
+    ``int4_weights``: LiteRT has an int8 x int4 kernel (kiln's int4 mode); ``table``: a
+    constant operand 0 is a lookup table the op selects from (GATHER: an Embedding), which
+    dynamic-range quantization stores as int8 (per tensor, as TF) with the op running on the
+    codes and a DEQUANTIZE after it.
     """
 
     output: OutputScale
@@ -88,6 +94,7 @@ class Quantization:
     types: frozenset[str] = frozenset({INT8})
     hybrid: bool = False
     int4_weights: bool = False
+    table: bool = False
 
     def fixed_params(self, dtype: str) -> tuple[float, int]:
         return self.fixed[dtype]
@@ -110,9 +117,9 @@ def own(*activations: int, types: frozenset[str] = INT8_INT16, **kw) -> Quantiza
     return Quantization(OutputScale.OWN, activations or (0,), types=types, **kw)
 
 
-def same(*activations: int, types: frozenset[str] = INT8_INT16) -> Quantization:
+def same(*activations: int, types: frozenset[str] = INT8_INT16, table: bool = False) -> Quantization:
     """An op that moves or selects values: its output shares input 0's parameters."""
-    return Quantization(OutputScale.SAME, activations or (0,), types=types)
+    return Quantization(OutputScale.SAME, activations or (0,), types=types, table=table)
 
 
 def fixed(int8: tuple[float, int], int16: tuple[float, int] | None = None) -> Quantization:

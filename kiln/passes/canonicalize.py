@@ -296,9 +296,14 @@ def _transpose_as_reshape(op: Operator) -> bool:
     return _replace(op, "RESHAPE", [op.inputs[0], shape])
 
 
+def _static_input_shape(whose: str):
+    """A rule's check: the rewrite needs input 0's shape known at conversion time."""
+    return lambda op: f"{whose} shape is not static" if any(d < 0 for d in op.inputs[0].signature) else None
+
+
 TRANSPOSE_AS_RESHAPE = _rule(
     "transpose-as-reshape", _match_transpose, _transpose_as_reshape,
-    lambda op: "the input's shape is not static" if any(d < 0 for d in op.inputs[0].signature) else None,
+    _static_input_shape("the input's"),
     "moves only size-1 dims: a RESHAPE")
 
 
@@ -319,7 +324,7 @@ def _whole_update(op: Operator) -> bool:
 
 WHOLE_UPDATE = _rule(
     "whole-update-is-update", _match_whole_update, _whole_update,
-    lambda op: "the operand's shape is not static" if any(d < 0 for d in op.inputs[0].signature) else None,
+    _static_input_shape("the operand's"),
     "overwrites its whole operand: replaced by the update")
 
 

@@ -26,12 +26,14 @@ MODES = ("dynamic", "float16", "int8", "int16x8", "int4", "weight_only")
 
 @dataclass
 class QuantizationReport:
-    """What a quantization did: the mode, (op, tensor) pairs quantized, and ops kept float
-    (op, tensor, reason)."""
+    """What a quantization did: the mode, (op, tensor) pairs quantized, ops kept float
+    (op, tensor, reason), and ops rewritten to an integer equivalent (op, tensor)."""
 
     mode: str
     quantized: list[tuple[str, str]] = field(default_factory=list)
     kept_float: list[tuple[str, str, str]] = field(default_factory=list)
+    #: (op type, output name) rewritten to an integer equivalent in integer-only mode
+    rewritten: list[tuple[str, str]] = field(default_factory=list)
 
 
 def _load(model) -> Model:
@@ -80,7 +82,8 @@ def check_denylist(model: Model, denylist: Iterable[str], mode: str) -> frozense
 def quantize_model(model: Model, mode: str = "dynamic", *, representative_dataset=None,
                    denylist: Iterable[str] = (), min_elements: int = MIN_WEIGHT_ELEMENTS,
                    integer_only: bool = False, inference_input_type: str = "float32",
-                   inference_output_type: str = "float32", progress: bool = True) -> QuantizationReport:
+                   inference_output_type: str = "float32", progress: bool = True,
+                   allow_integer_samples: bool = False) -> QuantizationReport:
     """Quantize an IR model in place (see `quantize` for the modes)."""
     _check_mode(mode)
     denied = check_denylist(model, denylist, mode)
@@ -96,14 +99,16 @@ def quantize_model(model: Model, mode: str = "dynamic", *, representative_datase
         raise KilnError(f"quantize: mode {mode!r} needs a representative_dataset to calibrate on")
     static = {"int8": quantize_int8, "int16x8": quantize_int16x8, "int4": quantize_int4_weights}[mode]
     done = static(model, representative_dataset, integer_only=integer_only, input_type=inference_input_type,
-                  output_type=inference_output_type, denylist=denied, progress=progress)
-    return QuantizationReport(mode, done.quantized, done.float_ops)
+                  output_type=inference_output_type, denylist=denied, progress=progress,
+                  allow_integer_samples=allow_integer_samples)
+    return QuantizationReport(mode, done.quantized, done.float_ops, done.rewritten)
 
 
 def quantize(model, mode: str = "dynamic", *, representative_dataset=None,
              denylist: Iterable[str] = (), min_elements: int = MIN_WEIGHT_ELEMENTS,
              integer_only: bool = False, inference_input_type: str = "float32",
-             inference_output_type: str = "float32", progress: bool = True) -> bytes:
+             inference_output_type: str = "float32", progress: bool = True,
+             allow_integer_samples: bool = False) -> bytes:
     """Quantize a float .tflite (bytes, path or Model) and return the new .tflite bytes.
 
     Modes: ``dynamic`` (int8 weights, float activations, as TF's ``Optimize.DEFAULT``
@@ -115,6 +120,10 @@ def quantize(model, mode: str = "dynamic", *, representative_dataset=None,
     activations and int64 biases; I/O types float32 or int16), ``int4`` (kiln's extension:
     ``int8`` with int4 per-channel FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D weights,
     which LiteRT's int8 x int4 kernels run; docs/int4_weights.md). ``denylist`` names op types or output tensor names to keep float.
+
+    Samples must have the model's input dtypes: integer samples for a float input (raw uint8
+    images for a model that takes normalised floats) raise a `DatasetError` naming the input,
+    the sample and the dtype, unless ``allow_integer_samples`` says their values are meant.
     """
     _check_mode(mode)
     ir = _load(model)
@@ -124,5 +133,5 @@ def quantize(model, mode: str = "dynamic", *, representative_dataset=None,
     quantize_model(ir, mode, representative_dataset=representative_dataset, denylist=denylist,
                    min_elements=min_elements, integer_only=integer_only,
                    inference_input_type=inference_input_type, inference_output_type=inference_output_type,
-                   progress=progress)
+                   progress=progress, allow_integer_samples=allow_integer_samples)
     return write_model(ir)

@@ -2,8 +2,11 @@
 tensor's range.
 
 As TensorFlow's calibrator (calibration_logger.cc): a plain running min/max over every
-value of every sample — no averaging, no histogram. Samples run one by one through kiln's
-own interpreter, with variable tensors (LSTM state) reset before each.
+value of every sample — no averaging, no histogram — with variable tensors (LSTM state)
+reset before each. The model runs on LiteRT's kernels when ai-edge-litert is installed
+(TF's calibrator's kernels: TF's ranges to the bit, many times faster), else on kiln's
+interpreter (kiln.quant.backends), and samples of one shape share a run — batched along
+their leading dimension — wherever that gives each sample's values exactly.
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ import numpy as np
 
 from ..errors import KilnError
 from ..ir import Model, Tensor
-from ..runtime import Interpreter
 from ..schema import DType
+from . import backends
 
 
 class DatasetError(KilnError, ValueError):
@@ -52,8 +55,18 @@ def samples(dataset: Any) -> Iterator[Any]:
     yield from source
 
 
-def _feeds(sample: Any, inputs: list[Tensor], index: int) -> list[np.ndarray]:
-    """One sample as arrays in model-input order, checked against the inputs' signatures."""
+#: How to accept integer samples for a float input, named in the error that refuses them.
+INTEGER_SAMPLES_HINT = ("normalise them as the model expects (e.g. x / 255), or pass allow_integer_samples=True "
+                        "(CLI: --allow-integer-samples) if the raw integer values are what the model takes")
+
+
+def _feeds(sample: Any, inputs: list[Tensor], index: int, *,
+           allow_integer_samples: bool = False) -> list[np.ndarray]:
+    """One sample as arrays in model-input order, checked against the inputs' signatures.
+
+    Integer (or boolean) arrays for a float input are refused unless ``allow_integer_samples``:
+    they are almost always un-normalised data (uint8 images where the model takes [0, 1] or
+    [-1, 1]), which calibrates every range wrong without a word (TF refuses them too)."""
     names = [t.name for t in inputs]
     if isinstance(sample, dict):
         by_name = {_short(k, names): v for k, v in sample.items()}
@@ -75,6 +88,10 @@ def _feeds(sample: Any, inputs: list[Tensor], index: int) -> list[np.ndarray]:
             raise DatasetError(f"representative dataset, sample {index}, input {t.name!r}: shape "
                                f"{list(arr.shape)} does not fit the model's {list(want)}")
         if arr.dtype != t.dtype.numpy:
+            if arr.dtype.kind in "iub" and t.dtype in (DType.FLOAT32, DType.FLOAT16) and not allow_integer_samples:
+                raise DatasetError(f"representative dataset, sample {index}, input {t.name!r}: dtype {arr.dtype} "
+                                   f"where the model takes {np.dtype(t.dtype.numpy)}; integer samples for a float "
+                                   f"input are usually not normalised — {INTEGER_SAMPLES_HINT}")
             if not (arr.dtype.kind == "f" and t.dtype in (DType.FLOAT32, DType.FLOAT16)) and \
                     not np.can_cast(arr.dtype, t.dtype.numpy, "same_kind"):
                 raise DatasetError(f"representative dataset, sample {index}, input {t.name!r}: dtype "
@@ -95,52 +112,98 @@ def _short(key: str, names: list[str]) -> str:
     return hits[0] if len(hits) == 1 else key
 
 
-#: Called after each sample with a function giving any tensor's value (e.g. to record
-#: what happens inside a fused op).
+#: Called after each run with a function giving any tracked tensor's value — for a batch of
+#: samples, their values stacked along the leading dimension (e.g. to record what happens
+#: inside a fused op).
 Observer = Callable[[Callable[[Tensor], np.ndarray]], None]
 
 
+def _progress(iterator: Iterator, total: int | None, enabled: bool) -> Iterator:
+    """A tqdm progress bar over the samples (tqdm is optional: none without it)."""
+    if not enabled:
+        return iterator
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return iterator
+    return tqdm(iterator, desc="calibrating", unit="sample", total=total, leave=True)
+
+
+def _count(dataset: Any, max_samples: int | None) -> int | None:
+    """The number of samples, where the dataset says it without being consumed (a sized
+    collection, an .npz's leading dimension): the bar then has a total and an ETA."""
+    from .datasets import sample_count  # datasets imports DatasetError from here
+
+    total = None if callable(dataset) else sample_count(dataset)
+    if total is None:
+        return max_samples
+    return total if max_samples is None else min(total, max_samples)
+
+
 def calibrate(model: Model, dataset: Any, *, progress: bool = True, max_samples: int | None = None,
-              observers: Iterable[Observer] = ()) -> dict[int, Range]:
-    """Ranges of the main subgraph's float tensors, keyed by ``id(tensor)`` of ``model``."""
-    interp = Interpreter(model_content=model, experimental_preserve_all_tensors=True)
+              observers: Iterable[Observer] = (), allow_integer_samples: bool = False,
+              backend: str = "auto") -> dict[int, Range]:
+    """Ranges of the main subgraph's float tensors, keyed by ``id(tensor)`` of ``model``
+    (``allow_integer_samples``: see `_feeds`; ``backend``: "auto" (LiteRT if it runs the
+    model, else kiln), "litert" or "kiln")."""
     sg = model.main
     inputs = list(sg.inputs)
-    tracked = [(i, t) for i, t in enumerate(sg.tensors)
-               if t.dtype == DType.FLOAT32 and not t.is_constant]
-    ranges = {id(t): Range(np.inf, -np.inf) for _, t in tracked}
-    positions_of = {id(t): i for i, t in enumerate(sg.tensors)}
+    given = {id(t) for t in inputs}
+    tracked = [t for t in sg.tensors if t.dtype == DType.FLOAT32 and not t.is_constant and
+               (t.producer is not None or t.is_variable or id(t) in given)]   # not a dangling tensor
+    ranges = [Range(np.inf, -np.inf) for _ in tracked]
+    slot = {id(t): k for k, t in enumerate(tracked)}
     observers = list(observers)
-    iterator = samples(dataset)
-    if progress:
-        try:
-            from tqdm.auto import tqdm
+    runner = backends.runner_for(model, tracked, backend)
+    batch_size = backends.batch_size(tracked)
+    batching: bool | None = None if batch_size > 1 else False     # None: not tried yet
 
-            iterator = tqdm(iterator, desc="calibrating", unit="sample", leave=False)
-        except ImportError:  # tqdm is optional: no progress bar
-            pass
+    def record(values: list[np.ndarray]) -> None:
+        for r, v in zip(ranges, values):
+            r.update(v)
+        for observe in observers:
+            observe(lambda t: values[slot[id(t)]])
+
+    def run(group: list[list[np.ndarray]]) -> None:
+        nonlocal batching
+        stacked = backends.stack(group) if batching is not False and len(group) > 1 else None
+        if stacked is not None and batching is None:   # the first batch: check it against its first sample
+            alone = runner.run(group[0])
+            try:
+                batched = runner.run(stacked)
+            except Exception:   # the model does not take a batch (a RESHAPE to a fixed shape, ...)
+                batched = None
+            batching = batched is not None and backends.same_as_alone(batched, alone, len(group))
+            if batching:
+                record(batched)
+            else:
+                record(alone)
+                for feeds in group[1:]:
+                    record(runner.run(feeds))
+            return
+        if stacked is not None:
+            record(runner.run(stacked))
+            return
+        for feeds in group:
+            record(runner.run(feeds))
+
     count = 0
-    shapes: list[tuple] | None = None
+    group: list[list[np.ndarray]] = []
+    iterator = _progress(samples(dataset), _count(dataset, max_samples), progress)
     for index, sample in enumerate(iterator):
         if max_samples is not None and index >= max_samples:
             break
-        feeds = _feeds(sample, inputs, index)
-        new_shapes = [a.shape for a in feeds]
-        if new_shapes != shapes:
-            positions = {id(t): k for k, t in enumerate(sg.tensors)}
-            for t, arr in zip(inputs, feeds):
-                interp.resize_tensor_input(positions[id(t)], arr.shape)
-            interp.allocate_tensors()
-            shapes = new_shapes
-        interp.reset_all_variables()
-        for d, arr in zip(interp.get_input_details(), feeds):
-            interp.set_tensor(d["index"], arr)
-        interp.invoke()
-        for i, t in tracked:
-            ranges[id(t)].update(interp.get_tensor(i))
-        for observe in observers:
-            observe(lambda t: interp.get_tensor(positions_of[id(t)]))
+        feeds = _feeds(sample, inputs, index, allow_integer_samples=allow_integer_samples)
+        if group and [a.shape for a in feeds] != [a.shape for a in group[0]]:
+            run(group)
+            group = []
+        group.append(feeds)
         count += 1
+        if len(group) >= (batch_size if batching is not False else 1):
+            run(group)
+            group = []
+    if group:
+        run(group)
     if count == 0:
         raise DatasetError("representative dataset: no samples")
-    return {k: r for k, r in ranges.items() if r.min <= r.max}
+    return {id(t): r for t, r in zip(tracked, ranges) if r.min <= r.max}

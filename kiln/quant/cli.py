@@ -6,7 +6,6 @@ Wired into the ``kiln`` command by kiln/cli.py through `add_parser`.
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 from pathlib import Path
 
@@ -24,6 +23,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--data", metavar="FILE.npz|FILE.tfrecord",
                    help="representative dataset for int8 / int16x8 / int4: arrays keyed by input name, "
                         "one sample per row")
+    p.add_argument("--allow-integer-samples", action="store_true",
+                   help="accept integer --data arrays for float inputs as they are (by default refused: "
+                        "usually un-normalised data, e.g. uint8 images for a model that takes [0, 1])")
     p.add_argument("--denylist", nargs="+", default=(), metavar="OP_OR_TENSOR",
                    help="op types (CONV_2D) or output tensor names to keep float")
     p.add_argument("--integer-only", action="store_true",
@@ -46,6 +48,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args) -> int:
     from ..errors import KilnError
     from ..format import read_model, write_model
+    from ..paths import writable_file, write_bytes
     from .api import quantize_model
 
     if args.mode in ("int8", "int16x8", "int4") and not args.data:
@@ -55,21 +58,25 @@ def run(args) -> int:
     if args.debug_target is not None and not args.debug:
         raise KilnError("--debug-target needs --debug REPORT.html")
     source = Path(args.model)
-    model = read_model(os.fspath(source))
+    out = writable_file(args.output or source.with_name(f"{source.stem}_{args.mode}.tflite"), "-o/--output")
+    float_model = source.read_bytes()  # before -o may overwrite it: --debug compares against these bytes
+    model = read_model(float_model)
     report = quantize_model(model, args.mode, representative_dataset=args.data, denylist=args.denylist,
                             integer_only=args.integer_only, inference_input_type=args.input_type,
-                            inference_output_type=args.output_type, progress=not args.quiet)
+                            inference_output_type=args.output_type, progress=not args.quiet,
+                            allow_integer_samples=args.allow_integer_samples)
     data = write_model(model)
-    out = Path(args.output) if args.output else source.with_name(f"{source.stem}_{args.mode}.tflite")
-    out.write_bytes(data)
+    write_bytes(out, data, "-o/--output")
     if not args.quiet:
-        before = source.stat().st_size
+        before = len(float_model)
         print(f"{out}: {len(data):,} bytes ({len(data) / before:.2f} of {before:,}), mode {report.mode}, "
               f"{len(report.quantized)} tensors quantized")
+        for op, name in report.rewritten:
+            print(f"  rewritten: {op} '{name}' as its integer equivalent")
         for op, name, why in report.kept_float:
             print(f"  kept float: {op} '{name}': {why}")
     if args.debug:
-        _debug(args, source.read_bytes(), data)
+        _debug(args, float_model, data)
     return 0
 
 
@@ -78,7 +85,8 @@ def _debug(args, float_model: bytes, quantized: bytes) -> None:
     from ..errors import KilnError, OpError
     from .debug import QuantizationDebugger
 
-    debugger = QuantizationDebugger(float_model, quantized, args.data, runner=args.debug_runner)
+    debugger = QuantizationDebugger(float_model, quantized, args.data, runner=args.debug_runner,
+                                    allow_integer_samples=args.allow_integer_samples)
     try:
         debugger.to_html(args.debug)
     except OpError as exc:

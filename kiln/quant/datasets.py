@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import struct
 import warnings
-from typing import Any, Iterable, Iterator
+import zipfile
+from typing import Any, Iterable, Iterator, Sized
 
 import numpy as np
 
@@ -257,6 +258,31 @@ def read_npz(path) -> Iterator[dict[str, np.ndarray]]:
                            f"count, got {counts}")
     for i in range(next(iter(counts.values()))):
         yield {name: a[i:i + 1] for name, a in arrays.items()}
+
+
+def sample_count(source) -> int | None:
+    """How many samples ``source`` holds, where that is known without reading them: a sized
+    collection's length, an .npz's leading dimension (from an array header); else None."""
+    if isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        if not path.endswith(".npz"):
+            return None
+        try:
+            with zipfile.ZipFile(path) as archive:
+                name = next((n for n in archive.namelist() if n.endswith(".npy")), None)
+                if name is None:
+                    return None
+                with archive.open(name) as f:
+                    major, _ = np.lib.format.read_magic(f)
+                    read_header = (np.lib.format.read_array_header_1_0 if major == 1
+                                   else np.lib.format.read_array_header_2_0)
+                    shape = read_header(f)[0]
+        except (OSError, ValueError, zipfile.BadZipFile):  # read() reports what is wrong with it
+            return None
+        return int(shape[0]) if shape else None
+    if isinstance(source, Sized) and not isinstance(source, (dict, bytes)):
+        return len(source)
+    return None
 
 
 def read(source) -> Iterator[dict[str, np.ndarray]]:

@@ -44,10 +44,18 @@ def activation_int8(rmin: float, rmax: float) -> Affine:
     return Affine(np.asarray([scale], np.float32), np.asarray([zero_point], np.int64))
 
 
+#: The smallest int16 activation scale: at a finer one, a fused RELU6's bound 6.0 no longer
+#: fits int32 in the output's codes and LiteRT's Prepare refuses the node
+#: (no_integer_overflow_from_quantization). Only a dead tensor calibrates that narrow (TF
+#: 2.21 writes 3e-16 for one in MobileNetV2, and LiteRT cannot run its 16x8 model).
+MIN_INT16_SCALE = np.float32(2.0 ** -28)
+
+
 def activation_int16(rmin: float, rmax: float) -> Affine:
-    """Symmetric int16 parameters (16x8 mode): zero point 0, scale max|range| / 32767."""
+    """Symmetric int16 parameters (16x8 mode): zero point 0, scale max|range| / 32767 (at
+    least `MIN_INT16_SCALE`)."""
     lo, hi = _range_with_zero(rmin, rmax)
-    scale = np.float32(max(abs(float(lo)), abs(float(hi))) / 32767.0)
+    scale = max(np.float32(max(abs(float(lo)), abs(float(hi))) / 32767.0), MIN_INT16_SCALE)
     return Affine(np.asarray([scale], np.float32), np.zeros(1, np.int64))
 
 

@@ -7,7 +7,8 @@ to the output. An op is quantized to a type only where its record says LiteRT ha
 for it (``Quantization.types``). Weights become per-channel int8 and biases int32
 (int64 in 16x8; kiln.quant.params). Ops without a kernel for the activation type stay float
 between DEQUANTIZE and QUANTIZE — or, in integer-only mode, the whole conversion is refused
-with the list of them (TensorFlow silently keeps them float).
+with the list of them (TensorFlow silently keeps them float), after ops with a float-exact
+integer equivalent (NEG as ``0 − x``, SQUARE as ``x · x``: kiln.quant.rewrites) were rewritten.
 """
 
 from __future__ import annotations
@@ -25,8 +26,12 @@ from ..kernels.fixedpoint import round_half_away
 from ..ops.traits import OutputScale, Quantization, Weights
 from ..schema import DType
 from . import lstm as lstm_layout
-from . import params
+from . import params, rewrites
 from .calibrate import Range, calibrate
+from .weights import ensure_bias
+
+#: Largest calibrated magnitude an activation may have (`_Rewriter`).
+MAX_RANGE = 1e30
 
 
 class QuantizationError(KilnError):
@@ -76,6 +81,8 @@ class StaticReport:
 
     quantized: list[tuple[str, str]] = field(default_factory=list)
     float_ops: list[tuple[str, str, str]] = field(default_factory=list)
+    #: (op type, output name) of ops rewritten to an integer equivalent (kiln.quant.rewrites)
+    rewritten: list[tuple[str, str]] = field(default_factory=list)
 
 
 def _qp(a: params.Affine) -> QuantParams:
@@ -84,6 +91,16 @@ def _qp(a: params.Affine) -> QuantParams:
 
 def _same(a: QuantParams, b: QuantParams) -> bool:
     return np.array_equal(a.scale, b.scale) and np.array_equal(a.zero_point, b.zero_point)
+
+
+def _constant_refusal(t: Tensor) -> str | None:
+    """Why a float constant cannot take integer parameters of its own range (None: it can)."""
+    data = np.asarray(t.data)
+    if data.size == 0:
+        return "is empty"
+    if not np.all(np.isfinite(data)):
+        return "holds NaN or Inf"
+    return None
 
 
 def _label(op: Operator) -> str:
@@ -97,7 +114,12 @@ class _Rewriter:
     def __init__(self, model: Model, ranges: dict[int, Range], denylist: frozenset[str],
                  input_type: DType, output_type: DType, scheme: Scheme = INT8):
         self.model, self.sg, self.scheme = model, model.main, scheme
-        self.ranges, self.denylist = dict(ranges), denylist   # a copy: shared ranges rewrite it
+        # a copy: shared ranges rewrite it. Ranges past ±MAX_RANGE (an overflow, or an
+        # infinity LiteRT's float kernels clamp to ±FLT_MAX) would give scales whose rescaling
+        # multipliers LiteRT's Prepare aborts on: those tensors count as uncalibrated.
+        self.overflowed = {k for k, r in ranges.items() if max(abs(r.min), abs(r.max)) > MAX_RANGE}
+        self.ranges = {k: r for k, r in ranges.items() if k not in self.overflowed}
+        self.denylist = denylist
         self.input_type, self.output_type = input_type, output_type
         self.q_of: dict[int, Tensor] = {}
         self.float_of: dict[int, Tensor] = {}
@@ -117,17 +139,26 @@ class _Rewriter:
             return "denylisted"
         if rule.output == OutputScale.LSTM:
             reason = lstm_layout.refusal(op)
-            if reason is None and (id(op.inputs[0]) not in self.ranges or id(op.outputs[0]) not in self.ranges):
-                reason = "input or output was not calibrated"
+            if reason is None:
+                reason = self.uncalibrated(op.inputs[0], "input") or self.uncalibrated(op.outputs[0], "output")
             return reason
         if any(t is None or t.dtype != DType.FLOAT32 for t in op.outputs):
             return "output is not float"
-        for i in self._activation_positions(op, rule):
+        positions = self._activation_positions(op, rule)
+        for i in positions:
             t = op.inputs[i]
             if t.dtype != DType.FLOAT32 and id(t) not in self.q_of:
                 return f"input {i} is not float"
-            if not t.is_constant and id(t) not in self.ranges:
-                return f"input {i} was not calibrated"
+            if t.is_constant:
+                reason = _constant_refusal(t)
+                if reason is not None:
+                    return f"constant input {i} {reason}"
+            elif id(t) not in self.ranges:
+                return self.uncalibrated(t, f"input {i}")
+        if rule.output == OutputScale.SAME and positions and op.inputs[positions[0]].is_constant:
+            for t in op.outputs:   # the constant takes the output's range
+                if t is not None and id(t) not in self.ranges:
+                    return f"constant input {positions[0]} and " + self.uncalibrated(t, "output")
         weights = ops.require(op.op_type).weights
         if weights is not None:
             w_index = weights.first
@@ -135,10 +166,19 @@ class _Rewriter:
                 return "weights are not constant"
         if op.op_type == "PRELU" and self.scheme.dtype == DType.INT16 and not op.inputs[1].is_constant:
             return "16x8 PRELU needs a constant alpha (LiteRT reads alpha as int8)"
-        if rule.output not in (OutputScale.SAME, OutputScale.FIXED) and \
-                any(id(t) not in self.ranges for t in op.outputs if t is not None):
-            return "output was not calibrated"
+        if rule.output not in (OutputScale.SAME, OutputScale.FIXED):
+            for t in op.outputs:
+                if t is not None and id(t) not in self.ranges:
+                    return self.uncalibrated(t, "output")
         return None
+
+    def uncalibrated(self, t: Tensor, what: str) -> str | None:
+        """Why ``t`` has no usable calibrated range (None: it has one)."""
+        if id(t) in self.ranges:
+            return None
+        if id(t) in self.overflowed:
+            return f"{what} overflowed in calibration (values beyond ±{MAX_RANGE:g})"
+        return f"{what} was not calibrated"
 
     def _activation_positions(self, op: Operator, rule: Quantization) -> list[int]:
         if rule.output == OutputScale.REQUANTIZE:   # every real-valued input, also those already turned integer
@@ -280,7 +320,12 @@ class _Rewriter:
         elif rule.output == OutputScale.SAME:
             first = op.inputs[positions[0]]
             src = self._own_type(first)
-            out_qp = src.quantization if src is not None else self.calibrated(first)
+            if src is not None:
+                out_qp = src.quantization
+            elif first.is_constant:   # e.g. an embedding table: TF gives it the output's range
+                out_qp = self.calibrated(op.outputs[0])
+            else:
+                out_qp = self.calibrated(first)
         else:
             out_qp = self.calibrated(op.outputs[0])
         for i in positions:
@@ -307,6 +352,7 @@ class _Rewriter:
                 self.make_quantized(t, out_qp)
 
     def _weights(self, op: Operator, weights: Weights, rule: Quantization) -> None:
+        ensure_bias(self.sg, op, weights)
         w_index, axis, b_index, x_index = weights.first, weights.axis, weights.bias, weights.input
         w = op.inputs[w_index]
         b = op.inputs[b_index] if b_index < len(op.inputs) else None
@@ -356,24 +402,34 @@ IO_TYPES = {"float32": DType.FLOAT32, "int8": DType.INT8, "uint8": DType.UINT8, 
 
 def quantize_static(model: Model, dataset: Any, scheme: Scheme, *, integer_only: bool = False,
                     input_type: str = "float32", output_type: str = "float32", denylist: Iterable[str] = (),
-                    progress: bool = True, ranges: dict[int, Range] | None = None) -> StaticReport:
+                    progress: bool = True, ranges: dict[int, Range] | None = None,
+                    allow_integer_samples: bool = False) -> StaticReport:
     """Rewrite ``model`` (main subgraph) to ``scheme``'s integer type, calibrating on ``dataset``
-    (or using ``ranges`` from an earlier calibration)."""
+    (or using ``ranges`` from an earlier calibration; ``allow_integer_samples``: accept integer
+    samples for float inputs, kiln.quant.calibrate)."""
     allowed = ("float32", "uint8", scheme.name) if scheme.dtype == DType.INT8 else ("float32", scheme.name)
     for what, value in (("input", input_type), ("output", output_type)):
         if value not in allowed:
             raise QuantizationError(f"inference_{what}_type must be one of {list(allowed)} for {scheme.name} "
                                     f"activations, got {value!r}")
     denylist = frozenset(denylist)
+    rewritten = rewrites.integer_equivalents(model, scheme.name, denylist) if integer_only and ranges is None else []
+    # Zero biases first where LiteRT's kernels need one (its float depthwise kernel crashes the
+    # process without: calibration may run on LiteRT; the quantized kernels refuse the op).
+    for op in model.main.operators:
+        record = ops.get(op.op_type)
+        if record is not None and record.weights is not None:
+            ensure_bias(model.main, op, record.weights)
     if ranges is None:
         if not {"BIDIRECTIONAL_SEQUENCE_LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM"} & denylist and \
                 ops.require("UNIDIRECTIONAL_SEQUENCE_LSTM").quantization.quantized_in(scheme.name):
             for op in [op for op in model.main.operators if op.op_type == "BIDIRECTIONAL_SEQUENCE_LSTM"]:
                 lstm_layout.split_bidirectional(op)
-        ranges = calibrate_for(model, dataset, progress=progress)
+        ranges = calibrate_for(model, dataset, progress=progress, allow_integer_samples=allow_integer_samples)
     rewriter = _Rewriter(model, ranges, denylist, IO_TYPES[input_type], IO_TYPES[output_type],
                          scheme)
     report = rewriter.run()
+    report.rewritten = rewritten
     if integer_only and report.float_ops:
         listed = "; ".join(f"{op} '{name}' ({why})" for op, name, why in report.float_ops)
         raise QuantizationError(f"integer-only quantization: {len(report.float_ops)} op(s) have no "
@@ -382,12 +438,14 @@ def quantize_static(model: Model, dataset: Any, scheme: Scheme, *, integer_only:
     return report
 
 
-def calibrate_for(model: Model, dataset: Any, *, progress: bool = True) -> dict[int, Range]:
+def calibrate_for(model: Model, dataset: Any, *, progress: bool = True,
+                  allow_integer_samples: bool = False) -> dict[int, Range]:
     """`calibrate`, plus what the integer rewrite needs from inside fused ops: each quantizable
     LSTM's cell state range over every time step."""
     cells = [lstm_layout.CellRange(op) for op in model.main.operators
              if _is_lstm(quantization_of(op)) and lstm_layout.refusal(op) is None]
-    ranges = calibrate(model, dataset, progress=progress, observers=cells)
+    ranges = calibrate(model, dataset, progress=progress, observers=cells,
+                       allow_integer_samples=allow_integer_samples)
     for cell in cells:
         if cell.range.min <= cell.range.max:
             ranges[id(cell.cell)] = cell.range

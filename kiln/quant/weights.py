@@ -18,7 +18,16 @@ does (measured, shared/quantization.md §3):
   size ratio 1.00): every weight matrix of an LSTM whose weights reach the threshold
   together becomes per-tensor symmetric int8 — LiteRT's hybrid LSTM kernel reads all of
   them as int8 — with asymmetric input quantization (versions 3). Biases and layer-norm
-  coefficients stay float.
+  coefficients stay float. kiln's runtime runs them with LiteRT's hybrid LSTM kernel
+  (kiln.kernels.hybrid_lstm). In weight-only mode the same matrices become int8 (per row
+  for matrices, per tensor for peephole vectors) behind DEQUANTIZE, and the LSTM stays float.
+  LSTMs with diagonal recurrent weights keep them float (LiteRT's hybrid kernel would read
+  int8 ones as float).
+- lookup tables (an Embedding's GATHER: the record's ``Quantization.table``) of at least 1024
+  elements become int8, symmetric per tensor, with the GATHER on the codes (version 2) and a
+  DEQUANTIZE after it, as TF 2.21 writes them (a 205 MB float table becomes 51 MB). The same
+  in weight-only mode: gathering codes then dequantizing is dequantizing then gathering,
+  exactly. Tables kept float are reported with the reason.
 """
 
 from __future__ import annotations
@@ -44,6 +53,40 @@ def hybrid_weights(op_type: str) -> Weights | None:
     if record is None or record.weights is None or record.quantization is None or not record.quantization.hybrid:
         return None
     return record.weights
+
+
+def _is_table(op_type: str) -> bool:
+    record = ops.get(op_type)
+    return record is not None and record.quantization is not None and record.quantization.table
+
+
+def _int8_table(sg: Subgraph, op: Operator, min_elements: int, denylist, report: WeightReport) -> None:
+    """A constant float lookup table as int8 (per tensor), the op selecting codes and a
+    DEQUANTIZE restoring its float output; or the reason it stays float, in ``report``."""
+    table = op.inputs[0] if op.inputs else None
+    out = op.outputs[0] if op.outputs else None
+    name = out.name if out is not None else ""
+    if table is None or not table.is_constant:
+        return                                  # a GATHER of activations: not a table
+    if op.op_type in denylist or name in denylist:
+        reason = "denylisted"
+    elif not _float_constant(table) or out is None or out.dtype != DType.FLOAT32:
+        reason = "table or output is not float"
+    elif table.data.size < min_elements:
+        reason = f"{table.data.size} table elements < {min_elements}"
+    else:
+        reason = None
+    if reason is not None:
+        report.skipped.append((op.op_type, name, reason))
+        return
+    q, affine = params.symmetric_weights(table.data, None)
+    qp = QuantParams(affine.scale, affine.zero_point)
+    op.set_input(0, sg.add_constant(table.name, q, quantization=qp))
+    codes = sg.add_tensor(sg.unique_name(f"{name}_int8"), DType.INT8, out.shape, shape_signature=out.shape_signature,
+                          quantization=qp)
+    op.set_outputs([codes] + list(op.outputs[1:]))
+    sg.add_operator("DEQUANTIZE", [codes], [out], index=sg.operators.index(op) + 1)
+    report.quantized.append((op.op_type, table.name))
 
 
 def _is_sequence_lstm(op_type: str) -> bool:
@@ -95,17 +138,18 @@ def _int8_weights(sg: Subgraph, w: Tensor, axis: int) -> Tensor:
         affine.scale, affine.zero_point, quantized_dimension=axis))
 
 
-def _weight_sites(model: Model, min_elements: int, denylist, report: WeightReport,
-                  lstm: bool = False):
+def _weight_sites(model: Model, min_elements: int, denylist, report: WeightReport, lstm):
     """(subgraph, op, weight operand, quantized dimension, weights) of every op whose float
     weights a weight mode rewrites; skipped ops go into ``report`` with the reason. Fused
-    LSTMs (``lstm``) are handled on the way. Each subgraph is tidied (unused tensors,
-    versions) once its ops were rewritten."""
+    LSTMs go to ``lstm(sg, op, min_elements, denylist, report)`` on the way. Each subgraph is
+    tidied (unused tensors, versions) once its ops were rewritten."""
     for sg in model.subgraphs:
         for op in list(sg.operators):
             if _is_sequence_lstm(op.op_type):
-                if lstm:
-                    _hybrid_lstm(sg, op, min_elements, denylist, report)
+                lstm(sg, op, min_elements, denylist, report)
+                continue
+            if _is_table(op.op_type):
+                _int8_table(sg, op, min_elements, denylist, report)
                 continue
             reason = _hybrid_refusal(op, min_elements, denylist)
             if reason is None:
@@ -117,6 +161,18 @@ def _weight_sites(model: Model, min_elements: int, denylist, report: WeightRepor
         _refresh_versions(sg)
 
 
+def ensure_bias(sg: Subgraph, op: Operator, weights: Weights) -> None:
+    """Give ``op`` a zero float bias where its record says LiteRT's quantized kernels need one
+    and it has none (a Conv2D with use_bias=False): TF's converter writes the zeros too."""
+    b = weights.bias
+    if not weights.bias_required or (b < len(op.inputs) and op.inputs[b] is not None):
+        return
+    w = op.inputs[weights.first]
+    zeros = sg.add_constant(f"{w.name}_bias", np.zeros(w.shape[weights.axis], np.float32))
+    op.set_inputs(list(op.inputs) + [None] * (b + 1 - len(op.inputs)))
+    op.set_input(b, zeros)
+
+
 def quantize_dynamic_range(model: Model, *, min_elements: int = MIN_WEIGHT_ELEMENTS,
                            denylist: frozenset[str] = frozenset()) -> WeightReport:
     """int8 per-channel weights for the ops with hybrid kernels; activations stay float.
@@ -125,10 +181,11 @@ def quantize_dynamic_range(model: Model, *, min_elements: int = MIN_WEIGHT_ELEME
     """
     report = WeightReport()
     quantized: dict[int, Tensor] = {}   # id(float weights) -> int8 copy, shared by users
-    for sg, op, index, axis, w in _weight_sites(model, min_elements, denylist, report, lstm=True):
+    for sg, op, index, axis, w in _weight_sites(model, min_elements, denylist, report, _hybrid_lstm):
         if id(w) not in quantized:
             quantized[id(w)] = _int8_weights(sg, w, axis)
         op.set_input(index, quantized[id(w)])
+        ensure_bias(sg, op, hybrid_weights(op.op_type))
         if op.op_type == "FULLY_CONNECTED":
             op.options["asymmetric_quantize_inputs"] = True
         report.quantized.append((op.op_type, w.name))
@@ -154,8 +211,9 @@ def _hybrid_refusal(op: Operator, min_elements: int, denylist) -> str | None:
     return None
 
 
-def _hybrid_lstm(sg: Subgraph, op: Operator, min_elements: int, denylist, report: WeightReport) -> None:
-    """int8 weights for a fused LSTM: all of them or none (LiteRT's hybrid kernel)."""
+def _lstm_weights(op: Operator, min_elements: int, denylist, report: WeightReport) -> list[int] | None:
+    """The weight-matrix operands of a fused LSTM a weight mode rewrites — all of them or
+    none; None (and the reason in ``report``) when it keeps them float."""
     positions = [i for i in hybrid_weights(op.op_type).operands if i < len(op.inputs) and op.inputs[i] is not None]
     weights = [op.inputs[i] for i in positions]
     name = op.outputs[0].name if op.outputs and op.outputs[0] is not None else ""
@@ -163,14 +221,23 @@ def _hybrid_lstm(sg: Subgraph, op: Operator, min_elements: int, denylist, report
         reason = "denylisted"
     elif not all(_float_constant(w) for w in weights) or op.inputs[0].dtype != DType.FLOAT32:
         reason = "weights or input are not float"
+    elif op.options.get("diagonal_recurrent_tensors"):
+        reason = "diagonal recurrent weights: LiteRT's hybrid LSTM kernel reads them as float"
     elif sum(w.data.size for w in weights) < min_elements:
         reason = f"{sum(w.data.size for w in weights)} weights < {min_elements}"
     else:
-        reason = None
-    if reason is not None:
-        report.skipped.append((op.op_type, name, reason))
+        return positions
+    report.skipped.append((op.op_type, name, reason))
+    return None
+
+
+def _hybrid_lstm(sg: Subgraph, op: Operator, min_elements: int, denylist, report: WeightReport) -> None:
+    """int8 weights for a fused LSTM: all of them or none (LiteRT's hybrid kernel)."""
+    positions = _lstm_weights(op, min_elements, denylist, report)
+    if positions is None:
         return
-    for i, w in zip(positions, weights):
+    for i in positions:
+        w = op.inputs[i]
         op.set_input(i, _int8_weights(sg, w, None))
         report.quantized.append((op.op_type, w.name))
     op.options["asymmetric_quantize_inputs"] = True
@@ -182,13 +249,24 @@ def quantize_weight_only(model: Model, *, min_elements: int = MIN_WEIGHT_ELEMENT
     (`hybrid_weights`); the ops themselves stay float."""
     report = WeightReport()
     restored: dict[int, Tensor] = {}   # id(float weights) -> their DEQUANTIZE output
-    for sg, op, index, axis, w in _weight_sites(model, min_elements, denylist, report):
+
+    def dequantized(sg: Subgraph, op: Operator, w: Tensor, axis: int | None) -> Tensor:
         if id(w) not in restored:
             q = _int8_weights(sg, w, axis)
             q.name = f"{w.name}_int8"
             out = sg.add_tensor(w.name, DType.FLOAT32, w.shape, shape_signature=w.shape_signature)
             sg.add_operator("DEQUANTIZE", [q], [out], index=sg.operators.index(op))
             restored[id(w)] = out
-        op.set_input(index, restored[id(w)])
+        return restored[id(w)]
+
+    def lstm(sg: Subgraph, op: Operator, min_elements: int, denylist, report: WeightReport) -> None:
+        positions = _lstm_weights(op, min_elements, denylist, report)
+        for i in positions or ():
+            w = op.inputs[i]
+            op.set_input(i, dequantized(sg, op, w, 0 if w.data.ndim == 2 else None))
+            report.quantized.append((op.op_type, w.name))
+
+    for sg, op, index, axis, w in _weight_sites(model, min_elements, denylist, report, lstm):
+        op.set_input(index, dequantized(sg, op, w, axis))
         report.quantized.append((op.op_type, w.name))
     return report

@@ -15,23 +15,30 @@ from ..errors import OpError
 
 
 class TensorView:
-    """One tensor as a custom op sees it; ``data`` is a NumPy array (writable for outputs)."""
+    """One tensor as a custom op sees it; ``data`` is a NumPy array (writable for outputs).
 
-    __slots__ = ("_env", "index", "name", "dtype", "quantization", "_ir")
+    An output's buffer is made (zero-filled) when the op first reads ``data``: an op that
+    assigns a new array to ``data`` never pays for one.
+    """
 
-    def __init__(self, env, index: int, ir_tensor):
+    __slots__ = ("_env", "index", "name", "dtype", "quantization", "_ir", "_output")
+
+    def __init__(self, env, index: int, ir_tensor, output: bool = False):
         self._env = env
         self.index = index
         self._ir = ir_tensor
         self.name = ir_tensor.name
         self.dtype = ir_tensor.dtype.numpy
         self.quantization = ir_tensor.quantization
+        self._output = output
 
     @property
     def data(self) -> np.ndarray:
         value = self._env.values[self.index]
         if value is None:
-            raise OpError(f"tensor {self.name!r} has no data yet")
+            if not self._output:
+                raise OpError(f"tensor {self.name!r} has no data yet")
+            value = self._env.values[self.index] = np.zeros(self._env.shapes[self.index], dtype=self.dtype)
         return value
 
     @data.setter

@@ -2,9 +2,11 @@
 
 The interpreter offers every node to each delegate in turn (`Delegate.claims`), with the op's
 name, version and registration, so a delegate can refuse versions it does not know — as the
-operator-versioning guide requires. Consecutive claimed nodes form a partition; the delegate
-prepares each partition once (`Delegate.prepare`) and the interpreter then runs the whole
-partition as a single step. Unclaimed nodes run on the reference kernels.
+operator-versioning guide requires. Consecutive claimed nodes form a partition; a delegate that
+can only tell once it sees them whole gives nodes back (`Delegate.review`), and the rest
+are regrouped. The delegate prepares each partition once (`Delegate.prepare`) and the
+interpreter then runs the whole partition as a single step. Unclaimed nodes run on the
+reference kernels.
 
 Default delegates are offered the nodes the user's delegates left, as LiteRT applies
 XNNPACK by default: a delegate package registers a factory with `register_default_delegate`
@@ -15,7 +17,7 @@ type allows it makes one of each.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -50,7 +52,9 @@ class Partition:
     writing them with ``held(rid)`` and stores the ones they write with ``hold(rid, value)``,
     which may stay in device memory), ``runtime.resource_id(container, shared_name)`` (what
     VAR_HANDLE gives) and ``runtime.call_once(index)`` (CALL_ONCE: runs an init subgraph once
-    per interpreter).
+    per interpreter) and ``runtime.registration(op)`` (the registration the interpreter's op
+    resolver gives an operator, e.g. one of a called subgraph; None if it has none).
+    ``num_threads``: the Interpreter's ``num_threads`` (None when not given).
     """
 
     nodes: list[NodeInfo]
@@ -58,6 +62,20 @@ class Partition:
     outputs: list[Tensor]
     state_inputs: list[int] = field(default_factory=list)
     runtime: object = None
+    num_threads: int | None = None
+
+
+class NodesRefused(Exception):
+    """Raised by `DelegateKernel.invoke` when its backend turns nodes down only once it runs
+    them (LiteRT checks some operand types in Eval, not Prepare). The interpreter runs those
+    nodes on their kernels from then on, has the delegate prepare the rest of the partition
+    again, and runs the partition's nodes again from the same inputs — so a kernel raises it
+    before changing state the interpreter holds. ``nodes``: node indices in the subgraph."""
+
+    def __init__(self, nodes, reason: str):
+        super().__init__(reason)
+        self.nodes = frozenset(int(n) for n in nodes)
+        self.reason = reason
 
 
 class DelegateKernel:
@@ -66,7 +84,16 @@ class DelegateKernel:
     As a stateful reference kernel does, it returns the new values of the partition's
     ``state_inputs`` after the outputs, and the interpreter writes them back; a kernel that
     returns the outputs alone has updated that state itself.
+
+    ``hidden_state``: True when an invoke changes state the interpreter cannot snapshot and
+    restore (resource variables a delegate keeps itself), so the interpreter never runs the
+    partition speculatively (to learn output shapes after a resize).
+    ``exact_outputs``: True when invoke returns fresh NumPy arrays of the output tensors'
+    own types, which the interpreter then stores without checking them.
     """
+
+    hidden_state = False
+    exact_outputs = False
 
     def invoke(self, inputs: Sequence[np.ndarray]) -> Sequence[np.ndarray]:  # pragma: no cover - interface
         raise NotImplementedError
@@ -82,6 +109,13 @@ class Delegate:
 
     def prepare(self, partition: Partition) -> DelegateKernel:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def review(self, partitions: Sequence[Partition]) -> Iterable[int]:
+        """Called once this delegate's claims in a subgraph are grouped into ``partitions``
+        (before any is prepared): the indices of the nodes it gives back after all, which
+        the delegates after it are then offered. Called again on the regrouped partitions
+        until it gives nothing back. By default it keeps everything it claimed."""
+        return ()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
@@ -122,14 +156,34 @@ class ReportingDelegate(Delegate):
         self.kernels.append(kernel)
         return kernel
 
+    def refused_at_run(self, kernel: DelegateKernel, nodes: Sequence[NodeInfo], reason: str) -> NodesRefused:
+        """For a kernel of this delegate that turns ``nodes`` down while running: record it
+        (the nodes move to ``rejected``, the kernel leaves ``kernels``) and return the
+        `NodesRefused` for the kernel to raise."""
+        if kernel in self.kernels:
+            self.kernels.remove(kernel)
+        for node in nodes:
+            self.give_back(node, reason)
+        return NodesRefused([node.index for node in nodes], reason)
+
+    def give_back(self, node: NodeInfo, reason: str) -> None:
+        """Record that a claimed node is given back (in `review`), and why."""
+        key = (node.index, node.name, node.version)
+        for k in range(len(self.claimed) - 1, -1, -1):
+            if self.claimed[k] == key:
+                del self.claimed[k]
+                break
+        self.rejected[key] = reason
+
 
 #: Factories of the delegates every Interpreter applies after its own ones (see module doc).
-_DEFAULT_DELEGATES: list[Callable[[], Delegate]] = []
+_DEFAULT_DELEGATES: list[Callable[[], Delegate | None]] = []
 
 
-def register_default_delegate(factory: Callable[[], Delegate]) -> None:
+def register_default_delegate(factory: Callable[[], Delegate | None]) -> None:
     """Make every Interpreter (op resolver type AUTO or BUILTIN) apply ``factory()``'s delegate
-    to the nodes its own delegates leave. Registering the same factory again changes nothing."""
+    to the nodes its own delegates leave (a factory may return None: nothing to apply, e.g.
+    its backend is not installed). Registering the same factory again changes nothing."""
     if not callable(factory):
         raise TypeError(f"register_default_delegate takes a callable returning a Delegate, got {factory!r}")
     if factory not in _DEFAULT_DELEGATES:
@@ -138,4 +192,5 @@ def register_default_delegate(factory: Callable[[], Delegate]) -> None:
 
 def default_delegates() -> list[Delegate]:
     """One new delegate from each registered default factory, in registration order."""
-    return [factory() for factory in _DEFAULT_DELEGATES]
+    made = (factory() for factory in _DEFAULT_DELEGATES)
+    return [delegate for delegate in made if delegate is not None]

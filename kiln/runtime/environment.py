@@ -21,7 +21,7 @@ from ..ir import Operator, Tensor
 from ..ops.record import KernelCall
 from ..schema import DType
 from .custom import Context, Node, TensorView, decode_builtin_options
-from .delegate import Delegate, NodeInfo, Partition
+from .delegate import Delegate, NodeInfo, NodesRefused, Partition
 from .node_errors import in_node
 from .resolver import Registration
 from .variables import ResourceVariables
@@ -43,6 +43,16 @@ def reset_value(t: Tensor) -> np.ndarray:
     return np.zeros(t.shape, dtype=t.dtype.numpy)
 
 
+def _runs_once(op: Operator) -> bool:
+    """A DEQUANTIZE of a constant into a variable tensor. LiteRT dequantizes a constant once
+    and keeps the output (dequantize.cc: a persistent tensor, evaluated on the first invoke
+    only), so a variable written that way — the LSTM state TF's float16 conversion starts from
+    float16 zeros — carries the state between invokes like any variable tensor, and only
+    `reset_all_variables` zeroes it. Run on every invoke it would reset the state each time."""
+    return op.op_type == "DEQUANTIZE" and bool(op.inputs) and op.inputs[0] is not None and \
+        op.inputs[0].is_constant and any(t is not None and t.is_variable for t in op.outputs)
+
+
 @dataclass
 class _Step:
     """One entry of the execution plan: a node, or a delegated partition of nodes."""
@@ -59,6 +69,7 @@ class _Step:
     free_after: list[int] = field(default_factory=list)
     op_names: tuple[str, ...] = ()   # one per node (a delegated partition has several)
     delegate: str | None = None      # name of the delegate running the step
+    claimer: Delegate | None = None  # the delegate itself
     output_name: str | None = None   # a node's first output, named in its errors
     # Run-loop shortcuts, filled in by prepare():
     kernel: object = None            # the kernel chosen for the node's operand types
@@ -66,6 +77,7 @@ class _Step:
     plain_out: int | None = None     # the one output tensor, when a bare array can go straight in
     plain_dtype: np.dtype | None = None
     state_ins: tuple[int, ...] = ()  # tensors of the record's state_operands, written after the node
+    exact: bool = False              # a delegate kernel whose results are stored as they are
 
 
 @dataclass(frozen=True)
@@ -98,7 +110,10 @@ class _SubgraphEnv:
         self.inputs = [self.pos[id(t)] for t in self.sg.inputs]
         self.outputs = [self.pos[id(t)] for t in self.sg.outputs]
         self.steps: list[_Step] | None = None
+        #: Steps LiteRT runs once, before the first invoke's others (`_runs_once`); emptied then.
+        self.once_steps: list[_Step] = []
         self.shapes_stale = False  # an input was resized since the last run
+        self._kept: set[int] | None = None  # tensors the plan never frees (see _plan_frees)
         self.num_threads = interp._num_threads or 1
         self.context = Context(self)
         self._init_values()
@@ -152,31 +167,30 @@ class _SubgraphEnv:
         ops = self.sg.operators
         self._check_dataflow(ops)
         regs = [self._resolve(oi, op) for oi, op in enumerate(ops)]
+        once = {oi for oi, op in enumerate(ops) if _runs_once(op)}
         claimed: list[Delegate | None] = [None] * len(ops)
         for delegate in interp._delegates:
             for oi, op in enumerate(ops):
-                if claimed[oi] is None and delegate.claims(NodeInfo(oi, op, op.name, op.version, regs[oi])):
+                if claimed[oi] is None and oi not in once and \
+                        delegate.claims(NodeInfo(oi, op, op.name, op.version, regs[oi])):
                     claimed[oi] = delegate
+            self._review(delegate, claimed, regs)
         steps: list[_Step] = []
-        oi = 0
-        while oi < len(ops):
-            if claimed[oi] is not None:
-                end = oi
-                while end + 1 < len(ops) and claimed[end + 1] is claimed[oi]:
-                    end += 1
-                steps.append(self._delegate_step(claimed[oi], oi, end, regs))
-                oi = end + 1
+        self.once_steps = [self._node_step(oi, ops[oi], regs[oi]) for oi in sorted(once)]
+        for first, last in _runs(claimed):
+            if claimed[first] is not None:
+                steps.append(self._delegate_step(claimed[first], first, last, regs))
             else:
-                steps.append(self._node_step(oi, ops[oi], regs[oi]))
-                oi += 1
+                steps.extend(self._node_step(oi, ops[oi], regs[oi]) for oi in range(first, last + 1) if oi not in once)
         self._plan_frees(steps)
-        for step in steps:
+        for step in (*self.once_steps, *steps):
             self._shortcuts(step)
         self.steps = steps
 
     def _shortcuts(self, step: _Step) -> None:
         """Precompute what the run loop would otherwise work out per step and invoke."""
         step.dense_ins = all(i >= 0 for i in step.ins)
+        step.exact = bool(getattr(step.delegate_kernel, "exact_outputs", False)) and all(i >= 0 for i in step.outs)
         if step.call is None:
             return
         record = step.reg.record
@@ -234,14 +248,36 @@ class _SubgraphEnv:
             step.call = KernelCall(opts, op, out_dtypes, runtime=self.interp._runtime)
         else:
             views_in = [None if i < 0 else TensorView(self, i, self.tensors[i]) for i in ins]
-            views_out = [None if i < 0 else TensorView(self, i, self.tensors[i]) for i in outs]
+            views_out = [None if i < 0 else TensorView(self, i, self.tensors[i], output=True) for i in outs]
             step.node = Node(views_in, views_out, decode_builtin_options(op) if op.op_type != "CUSTOM" else None,
                              op.custom_options, oi, op.name)
             if reg.init is not None:
                 step.node.user_data = self._guard(step, reg.init, self.context, op.custom_options or b"")
         return step
 
-    def _delegate_step(self, delegate: Delegate, first: int, last: int, regs) -> _Step:
+    def _review(self, delegate: Delegate, claimed: list, regs) -> None:
+        """Let ``delegate`` give back nodes once it sees its claims grouped (`Delegate.review`),
+        until it keeps every partition it is shown."""
+        for _ in range(len(claimed) + 1):  # each round gives back at least one node
+            runs = [(first, last) for first, last in _runs(claimed) if claimed[first] is delegate]
+            if not runs:
+                return
+            try:
+                given = set(delegate.review([self._partition(first, last, regs) for first, last in runs]))
+            except KilnError:
+                raise
+            except Exception as exc:
+                raise OpError(f"subgraph {self.sg_index}: delegate {delegate.name} failed to review its "
+                              f"partitions: {exc}") from exc
+            given = {oi for oi in given if 0 <= oi < len(claimed) and claimed[oi] is delegate}
+            if not given:
+                return
+            for oi in given:
+                claimed[oi] = None
+
+    def _partition(self, first: int, last: int, regs) -> Partition:
+        """Nodes first..last as one partition: what they read from outside and what is read
+        of them afterwards."""
         ops = self.sg.operators[first:last + 1]
         produced = {id(t) for op in ops for t in op.outputs if t is not None}
         inputs, seen = [], set()
@@ -264,18 +300,35 @@ class _SubgraphEnv:
                 t = op.inputs[k] if k < len(op.inputs) else None
                 if t is not None and id(t) in position and position[id(t)] not in state_inputs:
                     state_inputs.append(position[id(t)])
+        return Partition(nodes, inputs, outputs, state_inputs, runtime=self.interp._runtime,
+                         num_threads=self.interp._num_threads)
+
+    def _delegate_step(self, delegate: Delegate, first: int, last: int, regs) -> _Step:
+        partition = self._partition(first, last, regs)
+        ops = [node.op for node in partition.nodes]
         label = f"nodes {first}..{last} (delegated to {delegate.name})"
-        step = _Step(first, label, [self.pos[id(t)] for t in inputs], [self.pos[id(t)] for t in outputs],
-                     op_names=tuple(op.name for op in ops), delegate=delegate.name)
-        step.state_ins = tuple(step.ins[k] for k in state_inputs)
+        step = _Step(first, label, [self.pos[id(t)] for t in partition.inputs],
+                     [self.pos[id(t)] for t in partition.outputs],
+                     op_names=tuple(op.name for op in ops), delegate=delegate.name, claimer=delegate)
+        step.state_ins = tuple(step.ins[k] for k in partition.state_inputs)
         try:
-            step.delegate_kernel = delegate.prepare(Partition(nodes, inputs, outputs, state_inputs,
-                                                              runtime=self.interp._runtime))
+            step.delegate_kernel = delegate.prepare(partition)
         except KilnError:
             raise
         except Exception as exc:  # a delegate's own failure, reported with where it happened
             raise OpError(f"subgraph {self.sg_index}, {label}: delegate failed to prepare: {exc}") from exc
         return step
+
+    def delegated_step_producing(self, index: int) -> _Step | None:
+        """The delegated plan step whose nodes write tensor ``index`` (None if none does)."""
+        producer = self.tensors[index].producer
+        if producer is None or self.steps is None:
+            return None
+        for step in self.steps:
+            if step.delegate is not None and any(
+                    op is producer for op in self.sg.operators[step.index:step.index + len(step.op_names)]):
+                return step
+        return None
 
     def _check_dataflow(self, ops) -> None:
         """Every operator reads only tensors written before it, and every output is written —
@@ -296,8 +349,12 @@ class _SubgraphEnv:
     def _plan_frees(self, steps: list[_Step]) -> None:
         if self.interp._preserve_all:
             return
-        keep = set(self.inputs) | set(self.outputs)
-        keep.update(i for i, v in enumerate(self.values) if v is not None)
+        if self._kept is None:  # what holds a value before the first run: never freed
+            self._kept = set(self.inputs) | set(self.outputs)
+            self._kept.update(i for i, v in enumerate(self.values) if v is not None)
+        keep = self._kept
+        for step in steps:
+            step.free_after = []
         last_use: dict[int, int] = {}
         for si, step in enumerate(steps):
             for i in (*step.ins, *step.outs):
@@ -325,8 +382,8 @@ class _SubgraphEnv:
         name = "" if step.output_name is None else f" {step.output_name!r}"
         return f"subgraph {self.sg_index}, while executing {step.label}{name}"
 
-    def run(self) -> None:
-        """Execute the plan once.
+    def run(self, start: int = 0) -> None:
+        """Execute the plan once (from step ``start``).
 
         The loop is the interpreter's hot path, so per step it does no more than gather the
         arguments, call the kernel inside a (zero-cost) try block and store a result whose
@@ -337,7 +394,10 @@ class _SubgraphEnv:
         values = self.values
         shapes = self.shapes
         profiler = self.interp.profiler
-        for step in self.steps:
+        steps = self.steps if not start else self.steps[start:]
+        if self.once_steps:
+            steps, self.once_steps = [*self.once_steps, *steps], []
+        for step in steps:
             if profiler is not None:
                 start = time.perf_counter()
             call = step.call
@@ -367,12 +427,19 @@ class _SubgraphEnv:
             else:
                 try:
                     result = step.delegate_kernel.invoke([values[i] for i in step.ins])
+                except NodesRefused as refusal:
+                    self.run(self._split(step, refusal))
+                    return
                 except RegistrationError:
                     raise
                 except Exception as exc:
                     raise self._wrapped(step, exc)
                 if step.state_ins and len(result) > len(step.outs):
                     self._store_with_state(step, result)
+                elif step.exact and len(result) == len(step.outs):
+                    for i, value in zip(step.outs, result):
+                        values[i] = value
+                        shapes[i] = value.shape
                 else:
                     self._store(step, step.outs, result)
             if profiler is not None:
@@ -381,18 +448,46 @@ class _SubgraphEnv:
             for i in step.free_after:
                 values[i] = None
 
+    def _split(self, step: _Step, refusal: NodesRefused) -> int:
+        """Re-plan a delegated step whose kernel refused nodes while running: those run on
+        their kernels, the rest goes back to the same delegate. Returns the position of the
+        first new step."""
+        first, last = step.index, step.index + len(step.op_names) - 1
+        refused = {oi for oi in refusal.nodes if first <= oi <= last}
+        if not refused:
+            raise OpError(f"subgraph {self.sg_index}, {step.label}: the delegate refused nodes "
+                          f"{sorted(refusal.nodes)}, which are not its own ({refusal.reason})")
+        ops = self.sg.operators
+        regs = [self._resolve(oi, op) if first <= oi <= last else None for oi, op in enumerate(ops)]
+        claimed = [step.claimer if oi not in refused else None for oi in range(first, last + 1)]
+        new_steps: list[_Step] = []
+        for a, b in _runs(claimed):
+            if claimed[a] is not None:
+                new_steps.append(self._delegate_step(step.claimer, first + a, first + b, regs))
+            else:
+                new_steps.extend(self._node_step(oi, ops[oi], regs[oi]) for oi in range(first + a, first + b + 1))
+        position = self.steps.index(step)
+        self.steps[position:position + 1] = new_steps
+        self._plan_frees(self.steps)
+        for new in new_steps:
+            self._shortcuts(new)
+        return position
+
     def refresh_shapes(self) -> None:
         """After an input resize, learn every tensor's new shape, as LiteRT's Prepare does.
 
         kiln's kernels compute shapes while they run, so this runs the subgraph once on the
         current inputs and then restores every value and variable it touched. Subgraphs with
-        Python custom ops or loops are left alone (a run could have side effects or be long);
-        their shapes update on the first invoke.
+        Python custom ops, loops or delegated state the interpreter cannot restore are left
+        alone (a run could have side effects or be long); their shapes update on the first
+        invoke.
         """
-        if any(s.node is not None or "WHILE" in s.op_names for s in self.steps):
+        if any(s.node is not None or "WHILE" in s.op_names or getattr(s.delegate_kernel, "hidden_state", False)
+               for s in self.steps):
             return
         interp = self.interp
         saved = {k: list(env.values) for k, env in interp._envs.items()}
+        saved_once_steps = {k: list(env.once_steps) for k, env in interp._envs.items()}
         rt = interp._runtime
         saved_vars, saved_once = rt.variables.snapshot(), set(rt.call_once_done)
         try:
@@ -402,9 +497,17 @@ class _SubgraphEnv:
         finally:
             for k, values in saved.items():
                 interp._envs[k].values[:] = values
+                interp._envs[k].once_steps = saved_once_steps[k]
             rt.variables.restore(saved_vars)
             rt.call_once_done.clear()
             rt.call_once_done.update(saved_once)
+        # An output the last invoke left is of the old shape: drop it, so its details (and
+        # get_tensor, zeros until the next invoke) follow the new shape, as LiteRT's do.
+        for i in self.outputs:
+            value = self.values[i]
+            if value is not None and i not in self.inputs and not self.tensors[i].is_variable \
+                    and self.tensors[i].data is None and value.shape != self.shapes[i]:
+                self.values[i] = None
         self.shapes_stale = False
 
     def _store(self, step: _Step, outs: Sequence[int], result) -> None:
@@ -450,15 +553,16 @@ class _SubgraphEnv:
                 self._guard(step, reg.prepare, self.context, node)
             step.prepared_shapes = in_shapes
         else:
-            for i in step.outs:  # fresh output buffers: earlier results may still be referenced
-                if i >= 0:
-                    self.values[i] = np.zeros_like(self.values[i]) if self.values[i] is not None else \
-                        np.zeros(self.shapes[i], dtype=self.tensors[i].dtype.numpy)
+            for i in step.outs:  # fresh output buffers (earlier results may still be referenced),
+                if i >= 0:       # made when the op first reads them (TensorView.data)
+                    self.values[i] = None
         if reg.invoke is None:
             raise OpError(f"subgraph {self.sg_index}, {step.label}: the registration has no invoke")
         self._guard(step, reg.invoke, self.context, node)
         for i in step.outs:
             if i >= 0:
+                if self.values[i] is None:  # the op left it alone: zeros, as before
+                    self.values[i] = np.zeros(self.shapes[i], dtype=self.tensors[i].dtype.numpy)
                 self.shapes[i] = self.values[i].shape
 
     def free_custom_ops(self) -> None:
@@ -470,6 +574,16 @@ class _SubgraphEnv:
                     pass
 
 
+def _runs(claimed: list) -> list[tuple[int, int]]:
+    """(first, last) of each run of consecutive nodes with the same claimer (None included)."""
+    runs, first = [], 0
+    for oi in range(1, len(claimed) + 1):
+        if oi == len(claimed) or claimed[oi] is not claimed[first]:
+            runs.append((first, oi - 1))
+            first = oi
+    return runs
+
+
 class _Runtime:
     """The kernels' view of the interpreter (control flow, resource variables)."""
 
@@ -477,6 +591,13 @@ class _Runtime:
         self._interp = interp
         self.variables = ResourceVariables()
         self.call_once_done: set[int] = set()
+
+    def registration(self, op: Operator) -> Registration | None:
+        """The registration the interpreter's op resolver gives ``op`` (None: it has none)."""
+        resolver = self._interp._resolver
+        if op.op_type == "CUSTOM":
+            return resolver.find_custom(op.custom_code, op.version)
+        return resolver.find_op(op.op_type, op.version)
 
     def resource_id(self, container: str, shared_name: str) -> int:
         """The id of resource variable (container, shared_name), the same for every subgraph."""

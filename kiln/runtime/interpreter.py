@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from ..errors import InterpreterError
+from ..errors import InterpreterError, InterpreterStateError
 from ..format import read_model
 from ..ir import Model
 from ..schema import DType
@@ -72,14 +72,17 @@ class Interpreter:
       custom_op_registerers: Python callables, each called with the op resolver to add ops.
       experimental_delegates: `Delegate` objects offered every node, in order.
       experimental_op_resolver_type: an `OpResolverType`. AUTO / BUILTIN (the default) also
-        apply the default delegates (kiln's compiled delegate) to the nodes the given delegates
-        leave, as LiteRT applies XNNPACK; BUILTIN_REF and BUILTIN_WITHOUT_DEFAULT_DELEGATES run
-        the NumPy reference kernels alone (ai_edge_litert's members are accepted too).
-      num_threads: when threadpoolctl is installed, invokes cap NumPy's BLAS at this many
+        apply the default delegates to the nodes the given delegates leave, as LiteRT applies
+        XNNPACK: LiteRT's own kernels for builtin partitions (`kiln.LiteRtDelegate`, with
+        ai-edge-litert installed), then kiln's compiled and quantized delegates;
+        BUILTIN_REF and BUILTIN_WITHOUT_DEFAULT_DELEGATES run the NumPy reference kernels
+        alone (ai_edge_litert's members are accepted too). docs/runtime_backends.md.
+      num_threads: None or an int >= 1 (LiteRT's check: -1 and 0 are refused). When
+        threadpoolctl is installed, invokes cap NumPy's BLAS at this many
         threads (on a small or busy machine a multithreaded BLAS makes small matrix products
         slower); otherwise accepted for compatibility only.
       experimental_preserve_all_tensors: keep intermediates so get_tensor can read them (no
-        default delegate then: it keeps a partition's intermediates in its own buffers).
+        default delegate then: a delegate keeps a partition's intermediates to itself).
       LiteRT's other keyword arguments (delegate clustering and fusion flags...) are
       accepted and change nothing; an unknown one is a TypeError, so a typo
       such as ``num_thread=4`` is not silently ignored.
@@ -107,6 +110,11 @@ class Interpreter:
                     "that add ops to the resolver they are given (e.g. resolver.add_custom(...))")
             registerer(self._resolver)
         self._resolver_type = OpResolverType.of(experimental_op_resolver_type)
+        if num_threads is not None:  # LiteRT's checks and words
+            if isinstance(num_threads, bool) or not isinstance(num_threads, (int, np.integer)):
+                raise InterpreterError(f"type of num_threads should be int, got {type(num_threads).__name__}")
+            if num_threads < 1:
+                raise InterpreterError(f"num_threads should >= 1, got {num_threads}")
         self._delegates = list(experimental_delegates or [])
         if self._resolver_type.applies_default_delegates and not experimental_preserve_all_tensors:
             self._delegates += default_delegates()
@@ -136,7 +144,7 @@ class Interpreter:
 
     def _ensure_allocated(self) -> None:
         if not self._allocated:
-            raise InterpreterError("Invoke called on model that is not ready (call allocate_tensors() first).")
+            raise InterpreterStateError("Invoke called on model that is not ready (call allocate_tensors() first).")
 
     # -- the tf.lite.Interpreter API ---------------------------------------------------------
     def allocate_tensors(self) -> None:
@@ -170,25 +178,43 @@ class Interpreter:
         env = self._env(subgraph_index)
         return [tensor_details(env, i) for i in range(len(env.tensors))]
 
-    def _get_ops_details(self) -> list[dict]:
+    def _get_op_details(self, op_index: int) -> dict:
+        """LiteRT's details of node ``op_index`` of subgraph 0 (types of present operands only)."""
         env = self._env(0)
-        out = []
-        for oi, op in enumerate(env.sg.operators):
-            ins = [-1 if t is None else env.pos[id(t)] for t in op.inputs]
-            outs = [-1 if t is None else env.pos[id(t)] for t in op.outputs]
-            out.append({
-                "index": oi, "op_name": op.name, "version": op.version,
-                "inputs": np.array(ins, np.int32), "outputs": np.array(outs, np.int32),
-                "operand_types": [env.tensors[i].dtype.numpy.type if i >= 0 else None for i in ins],
-                "result_types": [env.tensors[i].dtype.numpy.type if i >= 0 else None for i in outs],
-            })
-        return out
+        if isinstance(op_index, bool) or not isinstance(op_index, (int, np.integer)) \
+                or not 0 <= op_index < len(env.sg.operators):
+            raise InterpreterError(f"Invalid node index {op_index}: subgraph 0 has {len(env.sg.operators)} nodes")
+        op = env.sg.operators[op_index]
+        ins = [-1 if t is None else env.pos[id(t)] for t in op.inputs]
+        outs = [-1 if t is None else env.pos[id(t)] for t in op.outputs]
+        return {
+            "index": int(op_index), "op_name": op.name, "version": op.version,
+            "inputs": np.array(ins, np.int32), "outputs": np.array(outs, np.int32),
+            "operand_types": [env.tensors[i].dtype.numpy.type for i in ins if i >= 0],
+            "result_types": [env.tensors[i].dtype.numpy.type for i in outs if i >= 0],
+        }
+
+    def _get_ops_details(self) -> list[dict]:
+        return [self._get_op_details(i) for i in range(len(self._env(0).sg.operators))]
 
     def set_tensor(self, tensor_index: int, value, subgraph_index: int = 0) -> None:
+        self._set_tensor(tensor_index, value, subgraph_index, self._allocated or subgraph_index != 0)
+
+    def _set_tensor(self, tensor_index: int, value, subgraph_index: int, allocated: bool) -> None:
+        """set_tensor's checks in LiteRT's order (type, rank, dims, then allocation) and the copy."""
         env = self._env(subgraph_index)
         i = self._check_index(env, tensor_index)
         t = env.tensors[i]
         arr = np.asarray(value)
+        if arr.shape != env.shapes[i] or (t.dtype != DType.STRING and arr.dtype != t.dtype.numpy):
+            self._refuse_value(env, i, t, arr)
+        if not allocated:
+            raise InterpreterError("Cannot set tensor: Tensor is unallocated. Try calling allocate_tensors() first")
+        env.values[i] = np.array(arr, dtype=t.dtype.numpy if t.dtype != DType.STRING else arr.dtype, copy=True)
+
+    @staticmethod
+    def _refuse_value(env, i: int, t, arr: np.ndarray) -> None:
+        """set_tensor's errors (LiteRT's wording) for a value of the wrong type or shape."""
         role = f"input {env.inputs.index(i)}" if i in env.inputs else f"tensor {i}"
         if t.dtype != DType.STRING and arr.dtype != t.dtype.numpy:
             got = DType.from_numpy(arr.dtype).name if arr.dtype.kind not in "USO" else "STRING"
@@ -202,7 +228,6 @@ class Interpreter:
             if got != want:
                 raise InterpreterError(f"Cannot set tensor: Dimension mismatch. Got {got} but expected "
                                        f"{want} for dimension {d} of {role}.")
-        env.values[i] = np.array(arr, dtype=t.dtype.numpy if t.dtype != DType.STRING else arr.dtype, copy=True)
 
     def get_tensor(self, tensor_index: int, subgraph_index: int = 0) -> np.ndarray:
         env = self._env(subgraph_index)
@@ -211,6 +236,14 @@ class Interpreter:
         if value is None:
             t = env.tensors[i]
             if env.steps is not None and not self._preserve_all and i not in env.outputs and i not in env.inputs:
+                step = env.delegated_step_producing(i)
+                if step is not None and i not in step.outs:
+                    raise InterpreterError(
+                        f"tensor {i} ({t.name!r}) is an intermediate of nodes {step.index}.."
+                        f"{step.index + len(step.op_names) - 1}, which the {step.delegate} delegate runs and "
+                        "keeps to itself (as LiteRT's XNNPACK does); create the Interpreter with "
+                        "experimental_preserve_all_tensors=True (kiln's reference kernels, every tensor kept) "
+                        "to read it")
                 raise InterpreterError(
                     f"tensor {i} ({t.name!r}) is an intermediate that was freed after its last use; "
                     "create the Interpreter with experimental_preserve_all_tensors=True to read it")
@@ -257,6 +290,16 @@ class Interpreter:
         # LiteRT lists each signature's names sorted, whatever order the file stores them in.
         return {s.key: {"inputs": sorted(s.inputs), "outputs": sorted(s.outputs)} for s in self._model.signatures}
 
+    def _get_full_signature_list(self) -> dict:
+        """``{key: {"inputs": {name: tensor index}, "outputs": {...}}}``, as LiteRT gives it (names
+        sorted; indices within the signature's subgraph)."""
+        out = {}
+        for s in self._model.signatures:
+            pos = s.subgraph.tensor_index()
+            out[s.key] = {kind: {name: pos[id(t)] for name, t in sorted(items.items())}
+                          for kind, items in (("inputs", s.inputs), ("outputs", s.outputs))}
+        return out
+
     def get_signature_runner(self, signature_key: str | None = None) -> "SignatureRunner":
         sigs = self._model.signatures
         if signature_key is None:
@@ -302,10 +345,11 @@ class SignatureRunner:
         self._env = interpreter._env(self._sg_index)
 
     def get_input_details(self) -> dict:
-        return {name: tensor_details(self._env, self._env.pos[id(t)], name) for name, t in self._sig.inputs.items()}
+        """``{signature input name: details}``; each details' "name" is the tensor's, as in LiteRT."""
+        return {name: tensor_details(self._env, self._env.pos[id(t)]) for name, t in self._sig.inputs.items()}
 
     def get_output_details(self) -> dict:
-        return {name: tensor_details(self._env, self._env.pos[id(t)], name) for name, t in self._sig.outputs.items()}
+        return {name: tensor_details(self._env, self._env.pos[id(t)]) for name, t in self._sig.outputs.items()}
 
     def __call__(self, **kwargs) -> dict[str, np.ndarray]:
         env = self._env
@@ -324,7 +368,7 @@ class SignatureRunner:
         env.allocate_inputs()
         env.prepare()
         for name, value in kwargs.items():
-            self._interp.set_tensor(env.pos[id(self._sig.inputs[name])], np.asarray(value), self._sg_index)
+            self._interp._set_tensor(env.pos[id(self._sig.inputs[name])], np.asarray(value), self._sg_index, True)
         limit = self._interp._blas_threads
         if limit is None:
             env.run()

@@ -20,8 +20,9 @@ class OpResolverType(enum.Enum):
     """Which kernels an Interpreter runs (ai_edge_litert's ``OpResolverType``).
 
     kiln has one builtin kernel per op, the NumPy reference kernel; its speed comes from the
-    default delegate (the compiled delegate, as LiteRT's is XNNPACK). So AUTO and BUILTIN
-    run the reference kernels under the default delegates, and BUILTIN_REF and
+    default delegates (LiteRT's kernels with ai-edge-litert installed, then kiln's compiled
+    and quantized delegates), as LiteRT's comes from XNNPACK. So AUTO and BUILTIN run the
+    reference kernels under the default delegates, and BUILTIN_REF and
     BUILTIN_WITHOUT_DEFAULT_DELEGATES run the reference kernels alone. Delegates passed in
     ``experimental_delegates`` apply under every type.
     """

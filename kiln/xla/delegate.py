@@ -3,7 +3,9 @@
 Each partition (a maximal run of claimed nodes) becomes one jitted function. XLA compiles
 static shapes, so a partition is compiled once per input signature — the shapes and types of
 its run-time inputs plus the values of its static inputs — and the compiled functions live
-in a bounded LRU cache. Weights are constants of the compiled function, so a call passes only
+in a bounded LRU cache. A node that turns out not to lower for the inputs it meets (a loop
+whose carried shape changes) is handed back while tracing (NodesRefused): the interpreter
+runs it on its reference kernel from then on, and the rest of the partition stays with XLA. Weights are constants of the compiled function, so a call passes only
 the partition's run-time inputs.
 """
 
@@ -16,9 +18,9 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..errors import OpError, UnsupportedError
-from ..runtime.delegate import DelegateKernel, NodeInfo, Partition, ReportingDelegate
+from ..errors import KilnError, OpError, UnsupportedError
 from ..schema import DType
+from ..runtime.delegate import DelegateKernel, NodeInfo, Partition, ReportingDelegate
 from ._jax import require_jax, x64
 from .graph import param_tensors, prepare_nodes, run_nodes, static_tensors, why_not_lowered
 from .partition_vars import PartitionVariables
@@ -173,6 +175,16 @@ class XlaPartitionKernel(DelegateKernel):
         put = require_jax().device_put
         return run(*[put(x, self.delegate.device) for x in dynamic_values])
 
+    def _refusal(self, exc: KilnError) -> Exception:
+        """A node that cannot be lowered for these inputs (a loop whose carried shapes change,
+        a slice XLA cannot size): the interpreter runs it on its reference kernel instead
+        (NodesRefused). Other failures stay errors."""
+        op = getattr(exc, "lowering_op", None)
+        node = next((info for info in self.partition.nodes if info.op is op), None)
+        if node is None:
+            return exc
+        return self.delegate.refused_at_run(self, [node], f"XLA cannot lower it for these inputs: {exc}")
+
     def invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         dynamic_values = [inputs[k] for k in self.dynamic_inputs]
         key = tuple((x.shape, x.dtype.char) if isinstance(x, np.ndarray) else (np.shape(x), np.asarray(x).dtype.char)
@@ -196,7 +208,10 @@ class XlaPartitionKernel(DelegateKernel):
         if fresh:
             start = time.perf_counter()
             with x64():
-                run = self._compile(static_values if self.static_inputs else {}, dynamic_values, plan)
+                try:
+                    run = self._compile(static_values if self.static_inputs else {}, dynamic_values, plan)
+                except KilnError as exc:
+                    raise self._refusal(exc) from None
             self.cache[key] = run
             self.compiles += 1
             while len(self.cache) > self.delegate.cache_size:

@@ -2,7 +2,9 @@
 
 ``fn(params, *inputs)`` returns the subgraph's outputs (a tuple, in the model's output
 order; a dict by name for a signature). ``params`` maps constant tensor names to arrays —
-the weights, a pytree a user may shard, cast or replace. ``fn`` is not jitted: wrap it in
+every floating-point weight the computation reads (fused-RNN weights and those of WHILE /
+IF bodies included; 0-d scalars stay literals), a pytree a user may train, shard, cast or
+replace. ``fn`` is not jitted: wrap it in
 jax.jit / vmap / pjit as needed. 64-bit types are on while it traces, as in the delegate.
 Variable tensors (sequence-LSTM states) start from their initial values on every call, as
 in a freshly made interpreter; their final values are not returned.
@@ -38,11 +40,29 @@ def _load(model):
     return read_model(bytes(model))
 
 
+def _called_subgraphs(model, sg) -> list:
+    """The subgraphs ``sg``'s WHILE / IF nodes call, directly or through each other."""
+    from .. import ops
+
+    found, pending = {}, [sg]
+    while pending:
+        for op in pending.pop().operators:
+            if op.op_type not in ("WHILE", "IF"):
+                continue
+            for field in ops.subgraph_fields(op):
+                index = int(op.options[field])
+                if 0 <= index < len(model.subgraphs) and id(model.subgraphs[index]) not in found:
+                    found[id(model.subgraphs[index])] = model.subgraphs[index]
+                    pending.append(model.subgraphs[index])
+    return [callee for callee in found.values() if callee is not sg]
+
+
 def to_jax(model, signature_key: str | None = None):
     """(fn, params) for the main subgraph of ``model`` (a Model, .tflite bytes or path), or for
     the subgraph of signature ``signature_key``. Raises a KilnError naming every op it
     cannot lower."""
     require_jax()
+    from .lower_control import subgraph_parameters
     from .lower_vars import VariableStore, using
 
     m = _load(model)
@@ -66,7 +86,11 @@ def to_jax(model, signature_key: str | None = None):
                                + "\n  ".join(problems))
     index = {id(op): i for i, op in enumerate(sg.operators)}
     nodes = prepare_nodes(sg.operators, lambda op: f"to_jax, node {index[id(op)]} ({op.name})")
-    params_t = param_tensors(nodes)
+    # every float weight, those of the subgraphs WHILE / IF call included
+    called = _called_subgraphs(m, sg)
+    inner = [n for callee in called for n in prepare_nodes(callee.operators, lambda op: op.name)]
+    params_t = param_tensors(nodes + inner, every_weight=True)
+    inner_params = {id(t) for t in params_t} - {id(t) for n in nodes for t in n.op.inputs if t is not None}
     names = []
     for t in params_t:
         name = t.name or f"tensor_{id(t)}"
@@ -90,7 +114,8 @@ def to_jax(model, signature_key: str | None = None):
                             f"got {len(args)}")
         import jax.numpy as jnp
 
-        with x64(), using(store):
+        with x64(), using(store), subgraph_parameters(
+                {id(t): jnp.asarray(params[name]) for name, t in zip(names, params_t) if id(t) in inner_params}):
             env = {id(t): params[name] for name, t in zip(names, params_t)}
             for t in variables:  # every call starts from the initial states (a fresh interpreter)
                 env[id(t)] = jnp.asarray(t.data if t.data is not None else reset_value(t))

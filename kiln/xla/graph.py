@@ -98,8 +98,10 @@ def prepare_nodes(operators: Sequence, label_of) -> list[TracedNode]:
     return nodes
 
 
-def param_tensors(nodes: Sequence[TracedNode]) -> list:
-    """Constants read by ``nodes`` that become parameters (first-use order, no repeats)."""
+def param_tensors(nodes: Sequence[TracedNode], every_weight: bool = False) -> list:
+    """Constants read by ``nodes`` that become parameters (first-use order, no repeats): the
+    large floating-point ones, or with ``every_weight`` every floating-point one of rank >= 1
+    (to_jax: the weights a user may train or share; 0-d scalars stay literals)."""
     needed_static = set()
     for n in nodes:
         for k in n.lowering.static_operands(len(n.op.inputs)):
@@ -112,9 +114,17 @@ def param_tensors(nodes: Sequence[TracedNode]) -> list:
                 continue
             seen.add(id(t))
             data = np.asarray(t.data)
-            if data.dtype.kind == "f" and data.size >= PARAM_MIN_SIZE:
+            if data.dtype.kind == "f" and (data.ndim >= 1 and data.size >= 1 if every_weight
+                                           else data.size >= PARAM_MIN_SIZE):
                 params.append(t)
     return params
+
+
+def _at(exc: Exception, op) -> Exception:
+    """``exc`` marked with the node it failed in (``lowering_op``; the outermost traced node
+    wins: a WHILE, for a failure in its body), so a caller can fall back for that node."""
+    exc.lowering_op = op
+    return exc
 
 
 def _is_static(value) -> bool:
@@ -156,11 +166,11 @@ def run_nodes(nodes: Sequence[TracedNode], env: dict, float_dtype=None) -> dict:
                     env[id(t)] = updates[id(t)] = value.reshape(np.shape(args[k]))
                 result = result[:n_out]
         except KilnError as exc:
-            raise type(exc)(f"{n.call.label}: {exc}") from exc
+            raise _at(type(exc)(f"{n.call.label}: {exc}"), op) from exc
         except Exception as exc:
-            raise OpError(f"{n.call.label}: cannot lower for input shapes "
-                          f"{[None if a is None else list(np.shape(a)) for a in args]}: "
-                          f"{type(exc).__name__}: {exc}") from exc
+            raise _at(OpError(f"{n.call.label}: cannot lower for input shapes "
+                              f"{[None if a is None else list(np.shape(a)) for a in args]}: "
+                              f"{type(exc).__name__}: {exc}"), op) from exc
         if not isinstance(result, (tuple, list)):
             result = (result,)
         for t, value, dtype in zip(op.outputs, result, n.call.out_dtypes):

@@ -2,14 +2,21 @@
 traced like a partition (kiln/ops/control_flow.py runs them through the interpreter).
 
 A node is claimed only when every op of the subgraphs it calls (and of the subgraphs those
-call) can itself be lowered; their inputs count as run-time values. XLA needs loop-carried
+call) can itself be lowered; their inputs count as run-time values. `to_jax` hands their
+float constants in as parameters (`subgraph_parameters`). XLA needs loop-carried
 values of one shape and type on every trip, and both IF branches to return the same shapes:
-a model that changes them fails at compile time with the node named (the reference
-interpreter, which TFLite models rarely need for this, would run it).
+a loop whose file says it changes them is not claimed; one whose shapes settle after a few
+trips its condition decides while tracing (TensorLists the converter built for batch 1) has
+those trips peeled off; and one that still changes them while tracing is handed back
+(NodesRefused) to the reference kernel, which runs it.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -17,6 +24,21 @@ from jax import lax
 from ..errors import OpError
 from .graph import is_resource_op, prepare_nodes, run_nodes, static_tensors, why_not_lowered
 from .table import node_options, register_lowering
+
+
+#: Constants of called subgraphs that a trace passes as parameters (to_jax's ``params``):
+#: id(tensor) -> value, read by the subgraphs' traces instead of the constant.
+_PARAMETERS: ContextVar[dict] = ContextVar("kiln_xla_subgraph_parameters", default={})
+
+
+@contextmanager
+def subgraph_parameters(values: dict):
+    """Trace WHILE / IF subgraphs with ``values`` (id(tensor) -> array) for their constants."""
+    token = _PARAMETERS.set(values)
+    try:
+        yield
+    finally:
+        _PARAMETERS.reset(token)
 
 
 def _subgraph(op, index: int):
@@ -59,8 +81,9 @@ def _calls_problem(op, seen: set = frozenset()) -> str | None:
     return None
 
 
-def _traced(op, index: int, label: str):
-    """A function of the subgraph's input values returning its output values (JAX arrays)."""
+def _traced(op, index: int, label: str, keep_static: bool = False):
+    """A function of the subgraph's input values returning its output values (JAX arrays;
+    with ``keep_static``, values known while tracing stay NumPy)."""
     sg = _subgraph(op, index)
     where = {id(o): k for k, o in enumerate(sg.operators)}
     nodes = prepare_nodes(sg.operators, lambda o: f"{label} > subgraph {index}, node {where[id(o)]} ({o.name})")
@@ -68,22 +91,54 @@ def _traced(op, index: int, label: str):
     def run(values):
         if len(values) != len(sg.inputs):
             raise OpError(f"subgraph {index} takes {len(sg.inputs)} inputs, got {len(values)}")
-        env = {id(t): v for t, v in zip(sg.inputs, values)}
+        env = {**_PARAMETERS.get(), **{id(t): v for t, v in zip(sg.inputs, values)}}
         run_nodes(nodes, env)
         out = []
         for t in sg.outputs:
             value = env[id(t)] if id(t) in env else np.asarray(t.data)
-            out.append(jnp.asarray(value, dtype=t.dtype.numpy))
+            if keep_static and isinstance(value, np.ndarray):
+                out.append(value.astype(t.dtype.numpy, copy=False))
+            else:
+                out.append(jnp.asarray(value, dtype=t.dtype.numpy))
         return out
 
     return run
 
 
+#: Trips a WHILE may run while tracing, its condition known then, before its carried shapes
+#: settle (a TensorList the converter built for batch 1 takes the real batch on its first
+#: write): peeled off the loop, the rest runs as lax.while_loop.
+PEELED_TRIPS = 4
+
+
+def _peel(call, values: list) -> tuple[list, bool]:
+    """Run the loop's first trips inline while its carried shapes change and its condition is
+    known while tracing; (values, whether the loop may still run)."""
+    opts = call.opts
+    cond = _traced(call.op, opts.cond_subgraph_index, call.label, keep_static=True)
+    body = _traced(call.op, opts.body_subgraph_index, call.label, keep_static=True)
+    for _ in range(PEELED_TRIPS):
+        shapes = [np.shape(v) for v in values]
+        after = jax.eval_shape(lambda *vs: body(list(vs)), *values)
+        if [tuple(a.shape) for a in after] == shapes:
+            return values, True
+        (flag, *_) = cond(values)
+        if not isinstance(flag, np.ndarray) or flag.size != 1:
+            return values, True  # not known while tracing: lax.while_loop names the change
+        if not bool(flag.reshape(())):
+            return values, False
+        values = body(values)
+    return values, True
+
+
 def _while(call, *loop_vars):
     opts = call.opts
+    values, may_run = _peel(call, list(loop_vars))
+    if not may_run:
+        return tuple(values)
     cond = _traced(call.op, opts.cond_subgraph_index, call.label)
     body = _traced(call.op, opts.body_subgraph_index, call.label)
-    init = tuple(jnp.asarray(v) for v in loop_vars)
+    init = tuple(jnp.asarray(v) for v in values)
 
     def keep_going(values):
         (flag, *_) = cond(list(values))
@@ -118,15 +173,17 @@ def _if(call, cond, *args):
 
 
 def _loop_shapes_problem(op) -> str | None:
-    """XLA carries loop variables of one shape: refuse loops whose files say otherwise."""
+    """XLA carries loop variables of one shape: refuse loops whose files say they change it.
+    A dimension the file leaves dynamic (-1, a TensorList with a free batch) is the trace's
+    to check: a loop that does change it there is handed back to the reference kernel."""
     body = _subgraph(op, int(node_options(op).body_subgraph_index))
     for k, t in enumerate(op.inputs):
         if t is None or k >= len(body.outputs):
             continue
         out = body.outputs[k]
-        dynamic = -1 in t.signature or -1 in out.signature or -1 in body.inputs[k].signature
-        if dynamic or out.shape != t.shape:
-            return (f"WHILE loop variable {k} ({t.name!r}) may change shape between trips "
+        if len(out.signature) != len(t.signature) or any(
+                a != b and a != -1 and b != -1 for a, b in zip(t.signature, out.signature)):
+            return (f"WHILE loop variable {k} ({t.name!r}) changes shape between trips "
                     f"({list(t.signature)} -> {list(out.signature)}); XLA's while loop needs one shape")
     return None
 

@@ -2,7 +2,8 @@
 
 Mirrors kiln/ops/lstm.py's float path step for step (gate order i, f, c, o; CIFG; peephole;
 layer norm with the bias added after it; projection; cell and projection clips). The weights
-must be constants: the reference kernel's own reader checks and collects them while tracing.
+may be constants or traced parameters (`to_jax` hands them in ``params``): the reference
+kernel's reader checks their shapes while tracing.
 The state operands are variable tensors (the record's ``state_operands``): the lowering reads
 them and, like the reference kernel, returns their final values after its output, which the
 delegate writes back (LiteRT's semantics: the next invoke continues from them). Not covered, and left to the reference kernel with
@@ -12,12 +13,14 @@ recurrent weights.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
 from ..errors import OpError
-from ..ops.lstm import _check_clips, _check_lstm_sizes, _read_lstm, _state
+from ..ops.lstm import _GATES, _check_clips, _check_lstm_sizes, _read_lstm, _state
 from ..ops.record import with_state
 from ..schema import UNIDIRECTIONAL_LSTM, Activation
 from .table import register_lowering
@@ -55,15 +58,42 @@ def _clip(x, limit: float):
     return jnp.clip(x, -limit, limit) if limit > 0 else x
 
 
+def _weight(a):
+    """A weight as float32: NumPy stays NumPy (a constant of the trace), a JAX array (a
+    parameter `to_jax` passes) stays JAX."""
+    if a is None:
+        return None
+    return np.asarray(a, np.float32) if isinstance(a, np.ndarray) else jnp.asarray(a).astype(jnp.float32)
+
+
+def read_lstm(name: str, inputs, lay):
+    """kiln.ops.lstm's reader for a lowering: its checks, made on the operands' shapes, and its
+    structure, holding the weights as given (constants, or parameters being traced)."""
+    stand_ins = [None if a is None else np.broadcast_to(np.float32(0), np.shape(a)) for a in inputs]
+    checked = _read_lstm(name, stand_ins, lay)
+
+    def get(i):
+        return inputs[i] if i < len(inputs) else None
+
+    def gather(indices, names=_GATES):
+        return {g: _weight(get(i)) for g, i in zip(names, indices) if get(i) is not None}
+
+    return dataclasses.replace(
+        checked, input_w=gather(lay.input_weights), recurrent_w=gather(lay.recurrent_weights), bias=gather(lay.biases),
+        peephole=gather(lay.peepholes, ("i", "f", "o")), layer_norm=gather(lay.layer_norm),
+        aux_w=gather(lay.aux_weights), projection_w=_weight(get(lay.projection_weights)),
+        projection_b=_weight(get(lay.projection_bias)))
+
+
 def lstm_scan(p, xt, h0, c0, opts, reverse: bool = False):
     """One direction over time-major ``xt`` [T, B, I]; returns (outputs [T, B, O], h, c)."""
     gates = p.gates
     act = _activation(opts.fused_activation_function)
     cell_clip, proj_clip = float(opts.cell_clip), float(opts.proj_clip)
     n = p.n_cell
-    stacked = np.concatenate([p.input_w[g] for g in gates])                   # [G*C, I]
-    bias = np.concatenate([np.zeros(n, np.float32) if g in p.layer_norm else p.bias[g] for g in gates])
-    recurrent = np.concatenate([p.recurrent_w[g] for g in gates]).T          # [O, G*C]
+    stacked = jnp.concatenate([p.input_w[g] for g in gates])                  # [G*C, I]
+    bias = jnp.concatenate([np.zeros(n, np.float32) if g in p.layer_norm else p.bias[g] for g in gates])
+    recurrent = jnp.concatenate([p.recurrent_w[g] for g in gates]).T         # [O, G*C]
     T, B, _ = xt.shape
     part = (jnp.dot(xt.reshape(T * B, -1), stacked.T, precision=lax.Precision.HIGHEST) + bias)
     part = part.reshape(T, B, len(gates) * n)
@@ -107,13 +137,13 @@ def _uni_lstm(call, *inputs):
     x = inputs[0]
     if x is None or len(inputs) <= 4 or inputs[4] is None:
         raise OpError(f"{_NAME}: the input (operand 0) and input_to_output weights (operand 4) are required")
-    if x.dtype != np.float32 or np.asarray(inputs[4]).dtype != np.float32:
+    if x.dtype != np.float32 or inputs[4].dtype != np.float32:
         raise OpError(f"{_NAME}: input and weights must be float32, got {x.dtype} and {inputs[4].dtype}")
     if x.ndim != 3:
         raise OpError(f"{_NAME}: input must be 3-D, got shape {list(x.shape)}")
     xt = inputs[0] if time_major else jnp.swapaxes(inputs[0], 0, 1)
     _check_clips(_NAME, opts)
-    p = _read_lstm(_NAME, inputs, UNIDIRECTIONAL_LSTM)
+    p = read_lstm(_NAME, inputs, UNIDIRECTIONAL_LSTM)
     _check_lstm_sizes(_NAME, p, xt.shape[2], None)
     batch = xt.shape[1]
     h_in, c_in = inputs[UNIDIRECTIONAL_LSTM.output_state], inputs[UNIDIRECTIONAL_LSTM.cell_state]
@@ -134,4 +164,4 @@ def uni_lstm_check(op, opts):
     return None
 
 
-register_lowering(_NAME, _uni_lstm, static=tuple(UNIDIRECTIONAL_LSTM.weights), check=uni_lstm_check)
+register_lowering(_NAME, _uni_lstm, check=uni_lstm_check)

@@ -18,16 +18,11 @@ from jax import lax
 
 from .. import ops
 from ..errors import OpError
-from ..ops.lstm import _check_clips, _check_lstm_sizes, _get, _read_lstm, _state, bidi_aux_routing
+from ..ops.lstm import _check_clips, _check_lstm_sizes, _get, _state, bidi_aux_routing
 from ..ops.record import with_state
-from ..schema import (
-    BIDIRECTIONAL_LSTM_AUX_INPUT,
-    BIDIRECTIONAL_LSTM_BW,
-    BIDIRECTIONAL_LSTM_FW,
-    UNIDIRECTIONAL_LSTM,
-    Activation,
-)
-from .lower_rnn import _activation, lstm_scan
+from ..schema import (BIDIRECTIONAL_LSTM_AUX_INPUT, BIDIRECTIONAL_LSTM_BW, BIDIRECTIONAL_LSTM_FW, UNIDIRECTIONAL_LSTM,
+                      Activation)
+from .lower_rnn import _activation, lstm_scan, read_lstm
 from .table import register_lowering
 
 _BIDI_LSTM = "BIDIRECTIONAL_SEQUENCE_LSTM"
@@ -48,7 +43,7 @@ def _state0(name, what, value, rows, cols):
 
 def _with_aux(p):
     """The direction's operands with W_aux appended to W (per gate), for an input [x, aux]."""
-    return dataclasses.replace(p, input_w={g: np.concatenate([w, p.aux_w[g]], axis=1) for g, w in p.input_w.items()})
+    return dataclasses.replace(p, input_w={g: jnp.concatenate([w, p.aux_w[g]], axis=1) for g, w in p.input_w.items()})
 
 
 def _bidi_lstm(call, *inputs):
@@ -56,14 +51,14 @@ def _bidi_lstm(call, *inputs):
     x = inputs[0]
     if x is None or _get(inputs, 4) is None:
         raise OpError(f"{_BIDI_LSTM}: the input (operand 0) and input_to_output weights (operand 4) are required")
-    if x.dtype != np.float32 or np.asarray(inputs[4]).dtype != np.float32:
+    if x.dtype != np.float32 or inputs[4].dtype != np.float32:
         raise OpError(f"{_BIDI_LSTM}: input and weights must be float32, got {x.dtype} and {inputs[4].dtype}")
     if x.ndim != 3:
         raise OpError(f"{_BIDI_LSTM}: input must be 3-D, got shape {list(x.shape)}")
     time_major = bool(opts.time_major)
     _check_clips(_BIDI_LSTM, opts)
     xt = _time_major(_f32(x), time_major)
-    fw, bw = _read_lstm(_BIDI_LSTM, inputs, BIDIRECTIONAL_LSTM_FW), _read_lstm(_BIDI_LSTM, inputs, BIDIRECTIONAL_LSTM_BW)
+    fw, bw = read_lstm(_BIDI_LSTM, inputs, BIDIRECTIONAL_LSTM_FW), read_lstm(_BIDI_LSTM, inputs, BIDIRECTIONAL_LSTM_BW)
     aux_in = _get(inputs, BIDIRECTIONAL_LSTM_AUX_INPUT)
     cross_linked = bidi_aux_routing(_BIDI_LSTM, fw, bw, x.shape, None if aux_in is None else aux_in.shape)
     aux_t = None if aux_in is None else _time_major(_f32(aux_in), time_major)
@@ -91,8 +86,7 @@ def _bidi_lstm_check(op, opts):
     return None
 
 
-register_lowering(_BIDI_LSTM, _bidi_lstm, static=tuple(sorted(set(BIDIRECTIONAL_LSTM_FW.weights) | set(BIDIRECTIONAL_LSTM_BW.weights))),
-                  check=_bidi_lstm_check)
+register_lowering(_BIDI_LSTM, _bidi_lstm, check=_bidi_lstm_check)
 
 
 def _lstm_step(call, *inputs):
@@ -103,7 +97,7 @@ def _lstm_step(call, *inputs):
     if x is None or x.ndim != 2 or x.dtype != np.float32:
         raise OpError(f"LSTM: input must be 2-D float32, got {None if x is None else (list(x.shape), x.dtype)}")
     _check_clips("LSTM", call.opts)
-    p = _read_lstm("LSTM", inputs, UNIDIRECTIONAL_LSTM)
+    p = read_lstm("LSTM", inputs, UNIDIRECTIONAL_LSTM)
     _check_lstm_sizes("LSTM", p, x.shape[1], None)
     batch = x.shape[0]
     h0 = _state0("LSTM", "output/activation state", _get(inputs, UNIDIRECTIONAL_LSTM.output_state), batch, p.n_output)
@@ -120,7 +114,7 @@ def _lstm_step_check(op, opts):
     return None
 
 
-register_lowering("LSTM", _lstm_step, static=tuple(UNIDIRECTIONAL_LSTM.weights), check=_lstm_step_check)
+register_lowering("LSTM", _lstm_step, check=_lstm_step_check)
 
 
 # -- the plain RNN ops ---------------------------------------------------------------------------
@@ -133,8 +127,8 @@ def _rnn_cell(name: str, x, w, r, b, h_in, batch: int):
     """One cell's operands as float32 arrays, checked as kiln/ops/rnn.py checks them."""
     if any(a is None for a in (x, w, r, b)):
         raise OpError(f"{name}: input, weights, recurrent weights and bias are all required")
-    if x.dtype != np.float32 or np.asarray(w).dtype != np.float32:
-        raise OpError(f"{name}: input and weights must be float32, got {x.dtype} and {np.asarray(w).dtype}")
+    if x.dtype != np.float32 or w.dtype != np.float32:
+        raise OpError(f"{name}: input and weights must be float32, got {x.dtype} and {w.dtype}")
     units = w.shape[0]
     for what, a, shape in (("weights", w, (units, x.shape[-1])), ("recurrent weights", r, (units, units)),
                            ("bias", b, (units,))):

@@ -13,6 +13,7 @@ SPACE_TO_BATCH_ND and MATRIX_DIAG insert, PADV2's constant).
 
 from __future__ import annotations
 
+import weakref
 from types import SimpleNamespace
 
 import jax.numpy as jnp
@@ -23,6 +24,8 @@ from .. import ops
 from ..errors import OpError
 from ..ops.record import KernelCall, apply_activation
 from ..schema import Activation
+from .graph import static_tensors
+from .lower_lists import Window, assemble, window, window_check
 from .table import ALL_STATIC, is_float, register_lowering
 
 _I64 = np.dtype(np.int64)
@@ -152,7 +155,6 @@ _MOVEMENT = {
     "SQUEEZE": ((0,), (), None),
     "EXPAND_DIMS": ((0,), (1,), None),
     "TRANSPOSE": ((0,), (1,), None),
-    "CONCATENATION": ("all", (), None),
     "PACK": ("all", (), None),
     "UNPACK": ((0,), (), None),
     "SPLIT": ((1,), (0,), None),
@@ -164,7 +166,6 @@ _MOVEMENT = {
     "MIRROR_PAD": ((0,), (1,), None),
     "REVERSE_V2": ((0,), (1,), None),
     "REVERSE_SEQUENCE": ((0,), (1,), None),
-    "STRIDED_SLICE": ((0,), (1, 2, 3), None),
     "GATHER_ND": ((0,), (1,), None),
     "DEPTH_TO_SPACE": ((0,), (), None),
     "SPACE_TO_DEPTH": ((0,), (), None),
@@ -175,6 +176,19 @@ _MOVEMENT = {
 }
 for _name, (_data, _static, _fill) in _MOVEMENT.items():
     register_lowering(_name, movement(_data, _fill), static=_static)
+
+_concatenate_arrays = movement("all")
+
+
+def _concatenation(call, *inputs):
+    """The reference kernel's map; with run-time slices (windows) among the pieces, their
+    masked reassembly into the file's static shape (kiln/xla/lower_lists.py)."""
+    if any(isinstance(x, Window) for x in inputs):
+        return assemble(call, inputs)
+    return _concatenate_arrays(call, *inputs)
+
+
+register_lowering("CONCATENATION", _concatenation)
 
 
 # -- gathers with indices known only at run time -------------------------------------------------
@@ -231,11 +245,14 @@ register_lowering("DYNAMIC_UPDATE_SLICE", _dynamic_update_slice)
 
 
 def _slice(call, x, begin, size):
-    """Static begin: the reference kernel's map. A run-time begin (a loop counter reading a
-    TensorList) with a static size: lax.dynamic_slice, which clamps where the reference
-    kernel would fail."""
-    if isinstance(begin, np.ndarray):
+    """Static begin and size: the reference kernel's map. A run-time begin (a loop counter
+    reading a TensorList) with a static size: lax.dynamic_slice, which clamps where the
+    reference kernel would fail. A run-time extent (a TensorList write): a window for the
+    CONCATENATION that reads it (kiln/xla/lower_lists.py)."""
+    if isinstance(begin, np.ndarray) and isinstance(size, np.ndarray):
         return movement((0,))(call, x, begin, size)
+    if not isinstance(size, np.ndarray) or np.any(size < 0):
+        return window(x, begin, size)
     sizes = [int(v) for v in np.asarray(size).reshape(-1)]
     if begin.ndim != 1 or begin.shape[0] != x.ndim or len(sizes) != x.ndim:
         raise OpError(f"SLICE: begin {list(begin.shape)} and size {sizes} need {x.ndim} entries for input "
@@ -246,15 +263,97 @@ def _slice(call, x, begin, size):
     return lax.dynamic_slice(jnp.asarray(x), starts, sizes)
 
 
+_STATIC: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # subgraph -> (ops, static tensors)
+
+
+def _known_while_tracing(op) -> set[int]:
+    sg = op.subgraph
+    if sg is None:
+        return set()
+    cached = _STATIC.get(sg)
+    if cached is None or cached[0] != len(sg.operators):
+        cached = _STATIC[sg] = (len(sg.operators), static_tensors(sg))
+    return cached[1]
+
+
 def _slice_check(op, opts):
+    begin = op.inputs[1] if len(op.inputs) > 1 else None
     size = op.inputs[2] if len(op.inputs) > 2 else None
-    if size is not None and size.is_constant and np.any(np.asarray(size.data) < 0) and \
-            not (op.inputs[1] is not None and op.inputs[1].is_constant):
-        return "SLICE: a size of -1 (to the end) needs a begin known at compile time"
+    known = _known_while_tracing(op)
+    if size is None or id(size) in known:
+        if begin is None or id(begin) in known:
+            return None
+        if size is not None and size.is_constant and not np.any(np.asarray(size.data) < 0):
+            return None  # lax.dynamic_slice
+    reason = window_check(op)
+    return None if reason is None else f"SLICE: {reason}"
+
+
+register_lowering("SLICE", _slice, check=_slice_check)
+
+_strided_static = movement((0,))
+
+
+def _bit(mask: int, k: int) -> bool:
+    return bool((int(mask) >> k) & 1)
+
+
+def _strided_slice(call, x, begin, end, strides):
+    """Static begin, end and strides: the reference kernel's map. A run-time begin (the loop
+    counter of a TensorFlow RNN loop reading x[i] or x[:, i]) where every axis it names is
+    shrunk (one element at the begin), taken whole, or an offset slice of constant length
+    (``offset``: end holds the length): lax.dynamic_slice, then the strides and squeezes;
+    it clamps where the reference kernel would fail (`_strided_check`)."""
+    if all(isinstance(v, np.ndarray) for v in (begin, end, strides)):
+        return _strided_static(call, x, begin, end, strides)
+    opts = call.opts
+    b = jnp.asarray(begin).astype(jnp.int32).reshape(-1)
+    st = np.asarray(strides).reshape(-1)
+    starts, sizes, steps, shrunk = [], [], [], []
+    for a, dim in enumerate(x.shape):
+        first = jnp.where(b[a] < 0, b[a] + dim, b[a]) if a < b.shape[0] else jnp.int32(0)
+        if a < b.shape[0] and _bit(opts.shrink_axis_mask, a):
+            starts.append(jnp.clip(first, 0, max(dim - 1, 0)))
+            sizes.append(1)
+            shrunk.append(a)
+        elif a >= b.shape[0] or (_bit(opts.begin_mask, a) and _bit(opts.end_mask, a) and not opts.offset):
+            starts.append(jnp.int32(0))
+            sizes.append(dim)
+        else:  # an offset slice: the reference kernel checks the length fits, so clamp the start
+            if not isinstance(end, np.ndarray):
+                raise OpError(f"STRIDED_SLICE: axis {a} needs its length (end, with offset) known while tracing")
+            length = min(int(np.asarray(end).reshape(-1)[a]), dim)
+            starts.append(jnp.int32(0) if _bit(opts.begin_mask, a) else jnp.clip(first, 0, dim - length))
+            sizes.append(length)
+        steps.append(1 if a in shrunk or a >= len(st) else int(st[a]))
+    out = lax.dynamic_slice(jnp.asarray(x), starts, sizes)
+    if any(step != 1 for step in steps):
+        out = out[tuple(slice(None, None, step) for step in steps)]
+    return _fused(call, out.reshape([d for a, d in enumerate(out.shape) if a not in shrunk]))
+
+
+def _strided_check(op, opts):
+    """None when the slice's begin, end and strides are known while tracing, or when its
+    begin is not but every axis it names is shrunk, taken whole with stride 1, or an offset
+    slice of constant length and positive stride."""
+    x, begin, end, strides = (op.inputs[k] if k < len(op.inputs) else None for k in range(4))
+    known = _known_while_tracing(op)
+    if all(t is None or id(t) in known for t in (begin, end, strides)):
+        return None
+    why = "XLA compiles static shapes, and its begin is only known at run time"
+    if opts.ellipsis_mask or opts.new_axis_mask or x is None or strides is None or not strides.is_constant:
+        return f"STRIDED_SLICE: {why}: that needs constant strides and no ellipsis or new axis"
+    st = np.asarray(strides.data).reshape(-1)
+    lengths = np.asarray(end.data).reshape(-1) if end is not None and end.is_constant else None
+    for a in range(len(st)):
+        whole = _bit(opts.begin_mask, a) and _bit(opts.end_mask, a) and st[a] == 1 and not opts.offset
+        offset = opts.offset and lengths is not None and a < len(lengths) and lengths[a] >= 0 and st[a] > 0
+        if not (_bit(opts.shrink_axis_mask, a) or whole or offset):
+            return f"STRIDED_SLICE: {why}, and axis {a} is neither shrunk, taken whole nor of constant length"
     return None
 
 
-register_lowering("SLICE", _slice, static=(2,), check=_slice_check)
+register_lowering("STRIDED_SLICE", _strided_slice, check=_strided_check)
 register_lowering("GATHER", _gather)
 register_lowering("EMBEDDING_LOOKUP", _embedding_lookup)
 

@@ -4,6 +4,7 @@ signatures and metadata."""
 from __future__ import annotations
 
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -138,7 +139,7 @@ def _calibration():
 
 @pytest.mark.parametrize("setting, mode, io_type", [
     ({"optimizations": {kiln.Optimize.DEFAULT}}, "dynamic", "FLOAT32"),
-    ({"optimizations": ["OPTIMIZE_FOR_SIZE"]}, "dynamic", "FLOAT32"),
+    ({"optimizations": [kiln.Optimize.OPTIMIZE_FOR_SIZE]}, "dynamic", "FLOAT32"),
     ({"optimizations": {kiln.Optimize.DEFAULT}, "supported_types": {"float16"}}, "float16", "FLOAT32"),
     ({"optimizations": {kiln.Optimize.DEFAULT}, "representative_dataset": lambda: ([x] for x in _calibration())},
      "int8", "FLOAT32"),
@@ -187,8 +188,8 @@ def test_tf_enums_are_accepted(dense_model, tf):
 
 
 @pytest.mark.parametrize("setting, error, match", [
-    ({"optimizations": {"TURBO"}}, ConversionError, "unknown optimization 'TURBO'"),
-    ({"supported_ops": {"GPU_OPS"}}, ConversionError, "unknown target_spec.supported_ops value"),
+    ({"optimizations": {"TURBO"}}, ConversionError, "optimizations holds the string 'TURBO'; use one of kiln.Optimize"),
+    ({"supported_ops": {"GPU_OPS"}}, ConversionError, "target_spec.supported_ops holds the string 'GPU_OPS'"),
     ({"supported_ops": {kiln.OpsSet.SELECT_TF_OPS}}, UnsupportedError, "SELECT_TF_OPS"),
     ({"inference_input_type": np.int8}, ConversionError, "must be tf.float32 unless"),
     ({"inference_output_type": np.int32}, ConversionError, "Unsupported inference_output_type value 'tf.int32'"),
@@ -252,3 +253,94 @@ def test_two_dynamic_dims_resize_at_run_time(length):
     for interp in (Interpreter(model_content=case.kiln_model), kiln.Interpreter(model_content=case.kiln_model)):
         out = interp.get_signature_runner()(tokens=x)["output_0"]
         np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+# -- attribute names and types: nothing is silently ignored ----------------------------------------
+
+def test_a_misspelt_attribute_is_refused_with_the_nearest_name(dense_model):
+    c = kiln.TFLiteConverter.from_keras_model(dense_model)
+    with pytest.raises(AttributeError, match="has no attribute 'optimisations'.*did you mean 'optimizations'"):
+        c.optimisations = [kiln.Optimize.DEFAULT]
+    with pytest.raises(ConversionError, match="did you mean 'supported_ops'"):
+        c.target_spec.supported_opps = {kiln.OpsSet.TFLITE_BUILTINS}
+    with pytest.raises(ConversionError, match="did you mean '_experimental_disable_per_channel'"):
+        c._experimental_disable_per_chanel = True
+    with pytest.raises(AttributeError,
+                       match="the attributes kiln honours are allow_custom_ops, allow_integer_samples, denylist, exclude_conversion_metadata"):
+        c.zzz = 1
+
+
+@pytest.mark.parametrize("setting, match", [
+    ({"optimizations": ["DEFAULT"]},
+     r"optimizations holds the string 'DEFAULT'; use kiln.Optimize.DEFAULT or tf.lite.Optimize.DEFAULT"),
+    ({"optimizations": "DEFAULT"}, r"optimizations must be a set of Optimize values.*accepted values: DEFAULT, "),
+    ({"optimizations": kiln.OpsSet.TFLITE_BUILTINS}, "optimizations must be a set of Optimize values"),
+    ({"optimizations": [kiln.OpsSet.TFLITE_BUILTINS]}, "optimizations holds <OpsSet.TFLITE_BUILTINS"),
+    ({"supported_ops": ["TFLITE_BUILTINS_INT8"]}, "use kiln.OpsSet.TFLITE_BUILTINS_INT8 or tf.lite.OpsSet"),
+    ({"supported_types": "float16"}, "target_spec.supported_types must be a set, got 'float16'"),
+    ({"allow_custom_ops": "False"}, r"allow_custom_ops must be True or False, got 'False' \(str\)"),
+    ({"exclude_conversion_metadata": None}, "exclude_conversion_metadata must be True or False"),
+])
+def test_option_types_are_checked(dense_model, setting, match):
+    c = _configured(dense_model, setting)
+    with pytest.raises(ValueError, match=match):  # a ConversionError is a ValueError, as TF raises them
+        c.convert()
+
+
+def test_tf_enums_and_dataset_wrapper_are_accepted(dense_model, tf):
+    c = kiln.TFLiteConverter.from_keras_model(dense_model)
+    c.optimizations = {tf.lite.Optimize.DEFAULT}
+    c.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    c.representative_dataset = tf.lite.RepresentativeDataset(lambda: ([x] for x in _calibration()))
+    c.allow_custom_ops = np.bool_(False)
+    model = kiln.read_model(c.convert())
+    assert c.report.quantization["mode"] == "int8" and model.main.inputs[0].dtype.name == "FLOAT32"
+
+
+def test_tf_options_kiln_ignores_warn_once_per_convert(dense_model):
+    from kiln.converter.attributes import CONVERTER_IGNORED, IgnoredOptionWarning
+
+    c = kiln.TFLiteConverter.from_keras_model(dense_model)
+    assert c.experimental_new_converter is True and c._experimental_disable_per_channel is False  # TF's defaults
+    c.experimental_new_converter = True     # TF's default: what kiln does anyway, no warning
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        c.convert()
+    assert not [w for w in caught if issubclass(w.category, IgnoredOptionWarning)]
+    c._experimental_disable_per_channel = True
+    c.target_spec.experimental_select_user_tf_ops.add("MyOp")   # changed in place: still seen
+    c.ir_dump_dir = "/tmp/x"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        c.convert()
+    texts = sorted(str(w.message) for w in caught if issubclass(w.category, IgnoredOptionWarning))
+    assert len(texts) == 3
+    assert texts[0].startswith("TFLiteConverter._experimental_disable_per_channel = True is ignored: kiln "
+                               "quantizes convolution and FULLY_CONNECTED weights per channel")
+    assert texts[1].startswith("TFLiteConverter.ir_dump_dir = '/tmp/x' is ignored: an MLIR debugging option")
+    assert texts[2].startswith("TFLiteConverter.target_spec.experimental_select_user_tf_ops = {'MyOp'} is ignored")
+    assert all(w.filename == __file__ for w in caught)   # points at the user's convert() call
+    # Every attribute in the table exists on TF's converter with that default.
+    import tensorflow as tf_module
+
+    theirs = tf_module.lite.TFLiteConverter.from_keras_model(dense_model)
+    for name, (default, _) in CONVERTER_IGNORED.items():
+        assert getattr(theirs, name) == default, name
+
+
+def test_exclude_conversion_metadata_as_tf(dense_model, tf):
+    def keys(converter):
+        converter.exclude_conversion_metadata = True
+        return sorted(kiln.read_model(converter.convert()).metadata)
+
+    theirs = keys(tf.lite.TFLiteConverter.from_keras_model(dense_model))
+    assert keys(kiln.TFLiteConverter.from_keras_model(dense_model)) == theirs == ["min_runtime_version"]
+    default = kiln.TFLiteConverter.from_keras_model(dense_model).convert()
+    assert "CONVERSION_METADATA" in kiln.read_model(default).metadata
+
+
+def test_saved_model_dir_is_recorded(tmp_path, tf):
+    module = tf.Module()
+    module.f = tf.function(lambda x: x + 1.0, input_signature=[tf.TensorSpec([2], tf.float32)])
+    tf.saved_model.save(module, str(tmp_path), signatures=module.f.get_concrete_function())
+    assert kiln.TFLiteConverter.from_saved_model(str(tmp_path)).saved_model_dir == str(tmp_path)

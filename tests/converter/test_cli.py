@@ -56,7 +56,7 @@ def test_convert_h5_with_tf_keras(tmp_path):
 
 
 @pytest.mark.parametrize("target, message", [
-    ("missing.keras", "does not exist"),
+    ("missing.keras", "no such file or directory"),
     ("notes.txt", "cannot tell what"),
 ])
 def test_convert_errors(tmp_path, capsys, target, message):

@@ -25,9 +25,7 @@ class ToyModel(tf.Module):
 
 def save_toy(path) -> str:
     m = ToyModel()
-    tf.saved_model.save(m, str(path), signatures={"serving_default": m.serve.get_concrete_function()},
-                        options=tf.saved_model.SaveOptions(function_aliases={"tpu_func": m.tpu_func}))
-    return str(path)
+    return save_module(m, path, {"serving_default": m.serve.get_concrete_function()}, {"tpu_func": m.tpu_func})
 
 
 class TwoFunctions(tf.Module):
@@ -56,11 +54,9 @@ class TwoFunctions(tf.Module):
 
 def save_two(path) -> str:
     m = TwoFunctions()
-    tf.saved_model.save(m, str(path), signatures={"serve_a": m.serve_a.get_concrete_function(),
-                                                  "serve_b": m.serve_b.get_concrete_function()},
-                        options=tf.saved_model.SaveOptions(function_aliases={"func_a": m.func_a,
-                                                                              "func_b": m.func_b}))
-    return str(path)
+    return save_module(m, path, {"serve_a": m.serve_a.get_concrete_function(),
+                                 "serve_b": m.serve_b.get_concrete_function()},
+                       {"func_a": m.func_a, "func_b": m.func_b})
 
 
 class Nested(tf.Module):
@@ -85,9 +81,8 @@ class Nested(tf.Module):
 
 def save_nested(path) -> str:
     m = Nested()
-    tf.saved_model.save(m, str(path), signatures={"serving_default": m.serve.get_concrete_function()},
-                        options=tf.saved_model.SaveOptions(function_aliases={"inner": m.inner, "outer": m.outer}))
-    return str(path)
+    return save_module(m, path, {"serving_default": m.serve.get_concrete_function()},
+                       {"inner": m.inner, "outer": m.outer})
 
 
 class StringOps(tf.Module):
@@ -108,10 +103,8 @@ class StringOps(tf.Module):
 
 def save_strings(path) -> str:
     m = StringOps()
-    tf.saved_model.save(m, str(path), signatures={"serving_default": m.serve.get_concrete_function()},
-                        options=tf.saved_model.SaveOptions(function_aliases={"parse": m.parse,
-                                                                              "takes_strings": m.takes_strings}))
-    return str(path)
+    return save_module(m, path, {"serving_default": m.serve.get_concrete_function()},
+                       {"parse": m.parse, "takes_strings": m.takes_strings})
 
 
 class Unbatchable(tf.Module):
@@ -136,11 +129,9 @@ class Unbatchable(tf.Module):
 
 def save_unbatchable(path) -> str:
     m = Unbatchable()
-    tf.saved_model.save(m, str(path), signatures={"serve_scalar": m.serve_scalar.get_concrete_function(),
-                                                  "serve_fixed": m.serve_fixed.get_concrete_function()},
-                        options=tf.saved_model.SaveOptions(function_aliases={"scalar": m.scalar,
-                                                                              "fixed": m.fixed}))
-    return str(path)
+    return save_module(m, path, {"serve_scalar": m.serve_scalar.get_concrete_function(),
+                                 "serve_fixed": m.serve_fixed.get_concrete_function()},
+                       {"scalar": m.scalar, "fixed": m.fixed})
 
 
 class Slow(tf.Module):

@@ -39,16 +39,6 @@ batch_options {
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    return tmp_path_factory.mktemp("inference")
-
-
-@pytest.fixture(scope="module")
-def toy(root):
-    return models.save_toy(root / "toy")
-
-
-@pytest.fixture(scope="module")
 def two(root):
     return models.save_two(root / "two")
 

@@ -22,16 +22,6 @@ BF16, FLOAT = 14, 1
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    return tmp_path_factory.mktemp("part2")
-
-
-@pytest.fixture(scope="module")
-def toy(root):
-    return models.save_toy(root / "toy")
-
-
-@pytest.fixture(scope="module")
 def softmax(root):
     m = models.SoftmaxHead()
     return models.save_module(m, root / "softmax", {"serving_default": m.serve.get_concrete_function()},

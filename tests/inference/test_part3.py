@@ -15,11 +15,6 @@ BF16, FLOAT = 14, 1
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    return tmp_path_factory.mktemp("part3")
-
-
-@pytest.fixture(scope="module")
 def running_mean(root):
     return models.save_running_mean(root / "running_mean")
 

@@ -18,10 +18,7 @@ from kiln.ops.traits import OutputScale
 QUANTIZED = sorted(name for name, r in ops.OPS.items() if r.quantization is not None)
 
 #: Known gaps, each with the issue that closes it: LiteRT runs these, kiln's runtime does not yet.
-KNOWN_GAPS = {
-    ("UNIDIRECTIONAL_SEQUENCE_LSTM", HYBRID): "#22: no hybrid LSTM kernel in kiln's runtime yet",
-    ("BIDIRECTIONAL_SEQUENCE_LSTM", HYBRID): "#22: no hybrid LSTM kernel in kiln's runtime yet",
-}
+KNOWN_GAPS: dict = {}
 
 
 def _pairs():
@@ -67,8 +64,8 @@ def test_weights_name_real_operands():
         assert w.axis is None or w.axis >= 0
 
 
-def test_sum_stays_float_until_it_has_an_int8_kernel():
-    """TF writes int8 SUM; LiteRT's reference int8 SUM is wrong and kiln has no kernel for it, so
-    the quantizer keeps SUM float (the drift this test file exists for)."""
+def test_sum_is_quantized_to_int8_only():
+    """TF writes int8 SUM and leaves it float in 16x8; kiln's int8 SUM is LiteRT's optimized
+    kernel (its reference one reads int8 codes as uint8: tests/quant/test_sum.py)."""
     record = ops.require("SUM")
-    assert record.quantization is None or "int8" in record.quantized
+    assert record.quantization.types == frozenset({"int8"}) and "int8" in record.quantized

@@ -337,3 +337,34 @@ def test_16x8_elementwise_model_bit_exact_in_kilns_runtime():
         np.testing.assert_array_equal(_kiln_run(q, x), want)
         ref = _reference_run(float_model, x)
         assert np.abs(want - ref).max() < 0.01 * np.abs(ref).max()
+
+
+def test_a_dead_relu6_tensor_gets_a_scale_litert_accepts():
+    """A tensor that calibrates to zeros (a dead channel group) would get scale ~3e-11, at which a
+    fused RELU6's bound overflows int32 and LiteRT refuses the node (TF's 16x8 MobileNetV2
+    with random weights: scale 3e-16, LiteRT cannot run it); kiln's floor keeps it runnable."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from kiln.ir import Model, Operator
+    from kiln.quant.params import MIN_INT16_SCALE
+    from kiln.schema import Activation, DType
+
+    model = Model()
+    sg = model.add_subgraph("main")
+    x = sg.add_tensor("x", DType.FLOAT32, (1, 8))
+    dead = sg.add_tensor("dead", DType.FLOAT32, (1, 4))
+    y = sg.add_tensor("y", DType.FLOAT32, (1, 3))
+    sg.inputs.append(x)
+    sg.outputs.append(y)
+    sg.add_operator(Operator("FULLY_CONNECTED", options={"fused_activation_function": Activation.RELU6}),
+                    [x, sg.add_constant("w0", np.zeros((4, 8), np.float32)), None], [dead])
+    sg.add_operator(Operator("FULLY_CONNECTED"), [dead, sg.add_constant("w1", np.ones((3, 4), np.float32)), None], [y])
+    for op in sg.operators:
+        op.version = kiln.ops.require(op.op_type).version(op)
+    samples = [[np.random.default_rng(k).standard_normal((1, 8)).astype(np.float32)] for k in range(4)]
+    quantized = kiln.quantize(kiln.write_model(model), "int16x8", representative_dataset=samples, progress=False)
+    scales = [float(t.quantization.scale[0]) for t in kiln.read_model(quantized).main.tensors
+              if t.name.startswith("dead") and t.quantization is not None]
+    assert scales == [float(MIN_INT16_SCALE)]
+    interp = Interpreter(model_content=quantized)
+    interp.allocate_tensors()   # LiteRT's Prepare accepts the RELU6 bound

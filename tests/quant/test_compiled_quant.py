@@ -19,7 +19,8 @@ from kiln.delegates.integer_lowerings import Requantizer
 from kiln.kernels import fixedpoint as arith
 from kiln.kernels.fixedpoint import INT32_MAX, INT32_MIN
 from kiln.schema import Activation, Padding
-from tests.quant.test_dispatch import Const, In, _probe, _run, bias_for, codes, one_op, qp, reference
+from tests.harness import run_api
+from tests.quant.test_dispatch import Const, In, _probe, bias_for, codes, one_op, qp, reference
 
 REF = {"experimental_op_resolver_type": kiln.OpResolverType.BUILTIN_REF}
 NONE, RELU, RELU6 = Activation.NONE, Activation.RELU, Activation.RELU6
@@ -50,8 +51,8 @@ def delegated(op_type, operands, outputs, options=None, *, invokes: int = 3, low
     interp, kiln_ref = kiln.Interpreter(model_content=model), kiln.Interpreter(model_content=model, **REF)
     for seed in range(invokes):
         feeds = [o.value for o in _fresh(operands, seed) if isinstance(o, In) and not isinstance(o, Const)]
-        got = _run(interp, feeds)
-        for want in (_run(kiln_ref, feeds), reference(model, feeds)):
+        got = run_api(interp, feeds)
+        for want in (run_api(kiln_ref, feeds), reference(model, feeds)):
             for g, w in zip(got, want):
                 assert g.dtype == w.dtype and g.shape == w.shape, op_type
                 np.testing.assert_array_equal(g, w, err_msg=f"{op_type}, invoke {seed}")
@@ -152,7 +153,7 @@ def test_fully_connected_multiplier_is_the_double_product_of_the_scales(dtype):
     except kiln.KilnError:  # no JAX: the other two still count
         pass
     for name, interp in engines.items():
-        np.testing.assert_array_equal(_run(interp, feeds)[0], want, err_msg=name)
+        np.testing.assert_array_equal(run_api(interp, feeds)[0], want, err_msg=name)
 
 
 CONV_CASES = [(Padding.SAME, (1, 1), (1, 1), (3, 3)), (Padding.VALID, (2, 1), (1, 1), (3, 3)),
@@ -337,7 +338,7 @@ def test_a_lowering_that_disagrees_with_its_kernel_is_dropped():
         interp = kiln.Interpreter(model_content=model)
         for seed in range(2):
             feeds = [codes(3, 8)]
-            np.testing.assert_array_equal(_run(interp, feeds)[0], reference(model, feeds)[0])
+            np.testing.assert_array_equal(run_api(interp, feeds)[0], reference(model, feeds)[0])
     finally:
         register_quantized("RELU", saved, types=("int8",), override=True)
     (delegate,) = [d for d in interp._delegates if isinstance(d, NumpyDelegate)]
@@ -357,7 +358,7 @@ def test_a_new_input_shape_gets_its_own_plan():
         for it in (interp, ref):
             it.resize_tensor_input(it.get_input_details()[0]["index"], [batch, 6, 5, 3])
         feeds = [codes(batch, 6, 5, 3)]
-        np.testing.assert_array_equal(_run(interp, feeds)[0], _run(ref, feeds)[0])
+        np.testing.assert_array_equal(run_api(interp, feeds)[0], run_api(ref, feeds)[0])
     (delegate,) = [d for d in interp._delegates if isinstance(d, NumpyDelegate)]
     (kernel,) = delegate.kernels
     assert sorted(kernel.plans) == [((1, 6, 5, 3),), ((3, 6, 5, 3),)] and delegate.lowered and not delegate.fallbacks
@@ -393,7 +394,7 @@ def test_one_partition_mixes_float_and_integer_nodes():
     interp = kiln.Interpreter(model_content=data)
     for seed in range(3):
         feeds = [np.random.default_rng(seed).uniform(-3, 3, (1, 6, 5, 3)).astype(np.float32)]
-        got, want = _run(interp, feeds)[0], _run(kiln.Interpreter(model_content=data, **REF), feeds)[0]
+        got, want = run_api(interp, feeds)[0], run_api(kiln.Interpreter(model_content=data, **REF), feeds)[0]
         assert got.tobytes() == want.tobytes()
         np.testing.assert_allclose(got, reference(data, feeds)[0], rtol=1e-6)
     (delegate,) = [d for d in interp._delegates if isinstance(d, NumpyDelegate)]

@@ -17,7 +17,8 @@ from kiln.format import write_model
 from kiln.ir import Model, Operator
 from kiln.schema import Activation, DType, Padding
 from tests.quant.test_compiled_quant import REF, delegated
-from tests.quant.test_dispatch import Const, In, _run, bias_for, codes, one_op, qp, reference
+from tests.harness import run_api
+from tests.quant.test_dispatch import Const, In, bias_for, codes, one_op, qp, reference
 
 NONE, RELU, RELU6 = Activation.NONE, Activation.RELU, Activation.RELU6
 
@@ -44,7 +45,7 @@ def test_softmax_int8_rows_of_equal_codes_and_extremes():
     model, _ = one_op("SOFTMAX", [In(x, qp(0.08, -3))], [(np.int8, x.shape, qp(1 / 256, -128))], dict(beta=1.0))
     interp = kiln.Interpreter(model_content=model)
     for feed in (codes(*x.shape), x, x[::-1].copy()):
-        np.testing.assert_array_equal(_run(interp, [feed])[0], reference(model, [feed])[0])
+        np.testing.assert_array_equal(run_api(interp, [feed])[0], reference(model, [feed])[0])
     (delegate,) = [d for d in interp._delegates if isinstance(d, NumpyDelegate)]
     assert delegate.lowered and not delegate.fallbacks
 
@@ -104,10 +105,10 @@ def test_quantize_from_float(dtype, zero_point):
     ties = ((np.arange(-128, 128) + 0.5) * scale).astype(np.float32).reshape(4, 64)
     far = (rng.uniform(-2e9, 2e9, (4, 64)) * scale).astype(np.float32)
     for feed in (rng.standard_normal((4, 64)).astype(np.float32) * 3, ties, far, np.full((4, 64), -0.0, np.float32)):
-        got = _run(interp, [feed])[0]
+        got = run_api(interp, [feed])[0]
         np.testing.assert_array_equal(got, reference(model, [feed])[0])
     beyond = np.array([np.inf, -np.inf, 1e30, -1e30] * 64, np.float32).reshape(4, 64)
-    np.testing.assert_array_equal(_run(interp, [beyond])[0], _run(kiln_ref, [beyond])[0])
+    np.testing.assert_array_equal(run_api(interp, [beyond])[0], run_api(kiln_ref, [beyond])[0])
     (delegate,) = [d for d in interp._delegates if isinstance(d, NumpyDelegate)]
     assert delegate.lowered and not delegate.fallbacks
 
@@ -131,8 +132,8 @@ def test_lowered_ops_run_in_one_chain_with_the_reference():
     interp, ref = kiln.Interpreter(model_content=data), kiln.Interpreter(model_content=data, **REF)
     for _ in range(3):
         feeds = [codes(3, 12, dtype=np.int16), codes(3, 12, dtype=np.int16)]
-        got = _run(interp, feeds)[0]
-        np.testing.assert_array_equal(got, _run(ref, feeds)[0])
+        got = run_api(interp, feeds)[0]
+        np.testing.assert_array_equal(got, run_api(ref, feeds)[0])
         np.testing.assert_array_equal(got, reference(data, feeds)[0])
     (delegate,) = [d for d in interp._delegates if isinstance(d, NumpyDelegate)]
     assert sorted(name for _, name in delegate.lowered) == ["ADD", "SOFTMAX"] and not delegate.fallbacks
@@ -195,15 +196,15 @@ def test_rsqrt_16x8_table_and_its_refusal():
     interp, kiln_ref = kiln.Interpreter(model_content=model), kiln.Interpreter(model_content=model, **REF)
     every = np.arange(32768, dtype=np.int16).reshape(4, 8192)
     for feed in (codes(4, 8192, dtype=np.int16, low=0), every, every[::-1].copy()):
-        got = _run(interp, [feed])[0]
+        got = run_api(interp, [feed])[0]
         np.testing.assert_array_equal(got, reference(model, [feed])[0])
-        np.testing.assert_array_equal(got, _run(kiln_ref, [feed])[0])
+        np.testing.assert_array_equal(got, run_api(kiln_ref, [feed])[0])
     (delegate,) = [d for d in interp._delegates if isinstance(d, NumpyDelegate)]
     assert delegate.lowered and not delegate.fallbacks
     negative = every.copy()
     negative[2, 5] = -1
     with pytest.raises(kiln.KilnError, match="positive"):
-        _run(interp, [negative])
+        run_api(interp, [negative])
 
 
 # -- run-time shape operands --------------------------------------------------------------------
@@ -211,8 +212,8 @@ def test_rsqrt_16x8_table_and_its_refusal():
 def _ref_and_lowered(model, feeds_list):
     interp, kiln_ref = kiln.Interpreter(model_content=model), kiln.Interpreter(model_content=model, **REF)
     for feeds in feeds_list:
-        got = _run(interp, feeds)
-        for want in (_run(kiln_ref, feeds), reference(model, feeds)):
+        got = run_api(interp, feeds)
+        for want in (run_api(kiln_ref, feeds), reference(model, feeds)):
             for g, w in zip(got, want):
                 assert g.dtype == w.dtype and g.shape == w.shape
                 np.testing.assert_array_equal(g, w)
@@ -277,7 +278,7 @@ def _against_kiln_kernel(op_type, operands, outputs, options, feeds_list):
     model, _ = one_op(op_type, operands, outputs, options)
     interp, kiln_ref = kiln.Interpreter(model_content=model), kiln.Interpreter(model_content=model, **REF)
     for feeds in feeds_list:
-        for g, w in zip(_run(interp, feeds), _run(kiln_ref, feeds)):
+        for g, w in zip(run_api(interp, feeds), run_api(kiln_ref, feeds)):
             assert g.dtype == w.dtype and g.shape == w.shape
             np.testing.assert_array_equal(g, w, err_msg=op_type)
     (delegate,) = [d for d in interp._delegates if isinstance(d, NumpyDelegate)]

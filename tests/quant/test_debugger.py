@@ -178,7 +178,9 @@ def test_suggest_denylist_reaches_the_target_with_no_op_to_spare(runner):
     target = debugger.model_error() / 2
     found = debugger.suggest_denylist(target)
     assert found.reached and found.denylist and found.error <= target
-    assert _max_error(found.model, float_model, data) == pytest.approx(found.error, rel=1e-6)
+    # measured in LiteRT: the runner's own float kernels may round an output an ulp apart
+    slack = 0.0 if runner == "litert" else 1e-6
+    assert _max_error(found.model, float_model, data) == pytest.approx(found.error, rel=1e-6, abs=slack)
     floats = {t.name for t in read_model(found.model).main.tensors if t.dtype.name == "FLOAT32"}
     assert set(found.denylist) <= floats                      # kept float in the new model
     tried = {frozenset(names): error for names, error in found.trials}

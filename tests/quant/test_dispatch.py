@@ -14,6 +14,7 @@ from kiln.format import write_model
 from kiln.ir import Model, Operator, QuantParams
 from kiln.ops.record import HYBRID, INT8, INT16, UINT8, operand_types
 from kiln.schema import Activation, DType, Padding
+from tests.harness import run_api
 
 RNG = np.random.default_rng(5)
 NONE, RELU, RELU6 = Activation.NONE, Activation.RELU, Activation.RELU6
@@ -66,18 +67,10 @@ def one_op(op_type, operands, outputs, options=None) -> tuple[bytes, list[np.nda
     return write_model(model), feeds
 
 
-def _run(interp, feeds):
-    interp.allocate_tensors()
-    for d, x in zip(interp.get_input_details(), feeds):
-        interp.set_tensor(d["index"], x)
-    interp.invoke()
-    return [interp.get_tensor(d["index"]) for d in interp.get_output_details()]
-
-
 def reference(model: bytes, feeds) -> list[np.ndarray]:
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-    return _run(Interpreter(model_content=model, experimental_op_resolver_type=OpResolverType.BUILTIN_REF), feeds)
+    return run_api(Interpreter(model_content=model, experimental_op_resolver_type=OpResolverType.BUILTIN_REF), feeds)
 
 
 def check(op_type, operands, outputs, options=None, *, rtol: float = 0.0) -> np.ndarray:
@@ -85,7 +78,7 @@ def check(op_type, operands, outputs, options=None, *, rtol: float = 0.0) -> np.
     ``rtol``: float outputs within ``rtol`` of the largest magnitude)."""
     model, feeds = one_op(op_type, operands, outputs, options)
     want = reference(model, feeds)
-    got = _run(kiln.Interpreter(model_content=model), feeds)
+    got = run_api(kiln.Interpreter(model_content=model), feeds)
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and g.shape == w.shape
         if rtol:
@@ -252,7 +245,7 @@ def test_concatenation_and_pack_share_params_or_are_refused():
     with pytest.raises(Exception):
         reference(model, feeds)
     with pytest.raises(kiln.KilnError, match="input 1 has scale"):
-        _run(kiln.Interpreter(model_content=model), feeds)
+        run_api(kiln.Interpreter(model_content=model), feeds)
 
 
 # --- elementwise and activations ------------------------------------------------------------
@@ -315,7 +308,7 @@ def test_div_near_zero_dividends_and_a_zero_divisor():
     check("DIV", [In(a, qp(0.1)), In(b, qp(0.3, 5))], [(np.int8, (9, 9), qp(0.02))])
     model, feeds = one_op("DIV", [In(a, qp(0.1)), In(b, qp(0.3, 40))], [(np.int8, (9, 9), qp(0.02))])
     with pytest.raises(kiln.KilnError, match="divisor equals its zero point"):
-        _run(kiln.Interpreter(model_content=model), feeds)
+        run_api(kiln.Interpreter(model_content=model), feeds)
 
 
 def test_relu_uint8_and_rsqrt():

@@ -275,6 +275,37 @@ def test_softmax_over_the_last_axis_of_4d():
     np.testing.assert_array_equal(got, run_ref("SOFTMAX", [Q(x, x_qp)], x.shape, out_qp, {"beta": 1.0}))
 
 
+#: A row on which LiteRT's two int8 SOFTMAX kernels disagree (issue #22): the float table's
+#: 27.499968 rounds to 27, the reference kernel's fixed-point sum gives 28.
+TIE_ROW = [98, 117, -91, 97, -49, 35, -95, -2, -119, -39, -99, 52, 12, -29, 16, 43, -120, 25, 63, 15, -24, -64,
+           -25, 105, -86, 69, -92, 52, -42, -59, 75, 43, 81, -39, 106, 6, 40, 44, -29, 54]
+
+
+def test_softmax_near_ties_equal_builtin_ref():
+    """kiln's int8 SOFTMAX is LiteRT's reference kernel (gemmlowp fixed point), not its
+    optimized float table: equal to BUILTIN_REF on rows whose outputs sit a hair from .5
+    (12 of 1.7 million outputs tell the two LiteRT kernels apart; each is reproduced)."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+from tests.harness import run_api
+    from tests.quant.test_dispatch import 
+
+    rng = np.random.default_rng(7)
+    out_qp = qp(1 / 256, -128)
+    cases = [(np.asarray([TIE_ROW], np.int8), qp(float(np.float32(0.04791308138348149)), 0))]
+    cases += [(rng.integers(-128, 128, (300, int(rng.choice([5, 16, 40])))).astype(np.int8),
+               qp(float(np.exp(rng.uniform(np.log(0.005), np.log(0.5)))), 0)) for _ in range(40)]
+    differ = 0
+    for x, x_qp in cases:
+        model, feeds = one_op("SOFTMAX", [In(x, x_qp)], [(np.int8, x.shape, out_qp)], {"beta": 1.0})
+        np.testing.assert_array_equal(integer_activations.softmax(x, x_qp, out_qp), reference(model, feeds)[0])
+        optimized = run_api(Interpreter(model_content=model, experimental_op_resolver_type=(
+            OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)), feeds)[0]
+        np.testing.assert_array_equal(integer_activations.softmax_float_table(x, x_qp, out_qp), optimized)
+        differ += int(np.sum(optimized != reference(model, feeds)[0]))
+    assert differ >= 1     # the tie row at least: the two kernels are not one
+
+
 # --- RELU family / LEAKY_RELU ----------------------------------------------------------
 
 @pytest.mark.parametrize("op_type", ["RELU", "RELU6", "RELU_N1_TO_1"])
@@ -369,3 +400,24 @@ def test_hard_swish_every_level(x_qp, out_qp):
     levels = np.arange(-128, 128, dtype=np.int8)
     want = run_ref("HARD_SWISH", [Q(levels, x_qp)], levels.shape, out_qp)
     np.testing.assert_array_equal(integer_activations.hard_swish(levels, x_qp, out_qp), want)
+
+
+def test_softmax_of_a_wide_flat_row_runs():
+    """1000 near-equal classes sum to more than 255 in the reference kernel's Q12.19, which
+    leaves it no output shift (BUILTIN_REF aborts the process); kiln gives those rows LiteRT's
+    optimized kernel's values and the other rows the reference's."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    from tests.quant.test_dispatch import _run
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(-3, 3, (3, 1000)).astype(np.int8)
+    x[0] = rng.integers(-128, 128, 1000)
+    x_qp, out_qp = qp(0.05, 0), qp(1 / 256, -128)
+    got = integer_activations.softmax(x, x_qp, out_qp)
+    model, feeds = one_op("SOFTMAX", [In(x, x_qp)], [(np.int8, x.shape, out_qp)], {"beta": 1.0})
+    optimized = run_api(Interpreter(model_content=model, experimental_op_resolver_type=(
+        OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)), feeds)[0]
+    np.testing.assert_array_equal(got[1:], optimized[1:])
+    row0, _ = one_op("SOFTMAX", [In(x[:1], x_qp)], [(np.int8, (1, 1000), out_qp)], {"beta": 1.0})
+    np.testing.assert_array_equal(got[:1], reference(row0, [x[:1]])[0])

@@ -18,6 +18,8 @@ from tests.quant.zoo_models import compare_with_builtin_ref, invoke
 
 SMALL = ["k3_mlp", "k3_cnn", "tfk_cnn"]
 LARGE = ["k3_mobilenet_v2", "k3_transformer", "k3_separable"]
+#: The small models in the fast lane, the ImageNet-size ones in the slow one.
+MODELS = SMALL + [pytest.param(name, marks=pytest.mark.slow) for name in LARGE]
 TF_MODES = ("int8", "int8io", "uint8io", "int16x8", "dynamic", "float16")
 KILN_MODES = ("int8", "int16x8", "dynamic", "float16", "weight_only")
 #: Left out: TF cannot make the transformer 16x8 (no 16x8 NEG); the MLP's 16x8 TANH uses a
@@ -51,14 +53,8 @@ def _check(name):
             raise AssertionError(f"{name}, {maker}'s {mode} model: {exc}") from None
 
 
-@pytest.mark.parametrize("name", SMALL)
-def test_small_models_bit_exact_with_builtin_ref(name):
-    _check(name)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", LARGE)
-def test_large_models_bit_exact_with_builtin_ref(name):
+@pytest.mark.parametrize("name", MODELS)
+def test_models_bit_exact_with_builtin_ref(name):
     _check(name)
 
 
@@ -90,12 +86,6 @@ def _default_path_check(name):
         assert not unlowered, f"{name}, {maker}'s {mode}: claimed but not lowered: {unlowered}"
 
 
-@pytest.mark.parametrize("name", SMALL)
-def test_small_models_default_path_is_builtin_ref(name):
-    _default_path_check(name)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", LARGE)
-def test_large_models_default_path_is_builtin_ref(name):
+@pytest.mark.parametrize("name", MODELS)
+def test_models_default_path_is_builtin_ref(name):
     _default_path_check(name)

@@ -91,7 +91,7 @@ def test_equals_tf_where_tf_calibrates_right(name):
     assert len(ours) <= len(tf_model)
 
 
-@pytest.mark.parametrize("name", ["k3_separable", "k3_transformer", "k3_mobilenet_v2"])
+@pytest.mark.parametrize("name", ["k3_separable", "k3_transformer", pytest.param("k3_mobilenet_v2", marks=pytest.mark.slow)])
 def test_error_no_worse_than_tf_where_tf_calibration_is_polluted(name):
     float_model, tf_model, ours, tests = _case(name)
     assert [t for t, _ in _ops(ours)] == [t for t, _ in _ops(tf_model)]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.delegates import LOWERINGS, NumpyDelegate
+from kiln.delegates import LOWERINGS, LiteRtDelegate, NumpyDelegate
 from kiln.format import write_model
 from kiln.ir import Model
 from kiln.schema import Activation, DType, Padding
@@ -301,9 +301,10 @@ def _same_bits(actual, expected) -> bool:
 
 
 @pytest.mark.parametrize("name", list(ZOO))
-def test_default_delegate_gives_the_reference_kernels_bits(zoo, name):
-    """The default Interpreter (NumPy delegate) and BUILTIN_REF (reference kernels alone)
-    agree bit for bit, invoke after invoke."""
+def test_default_delegate_gives_the_reference_kernels_bits(zoo, name, kiln_default):
+    """Without ai-edge-litert, the default Interpreter (NumPy delegate) and BUILTIN_REF
+    (reference kernels alone) agree bit for bit, invoke after invoke. (With it, the default
+    runs LiteRT's optimised kernels, which are not bit for bit LiteRT's reference ones.)"""
     data = zoo.bytes(name)
     default, reference = kiln.Interpreter(model_content=data), kiln.Interpreter(model_content=data, **REF)
     variables = [i for i, t in enumerate(default.model.subgraphs[0].tensors) if t.is_variable]
@@ -313,27 +314,33 @@ def test_default_delegate_gives_the_reference_kernels_bits(zoo, name):
         assert _same_bits([default.get_tensor(i) for i in variables], [reference.get_tensor(i) for i in variables])
 
 
-def test_the_default_delegate_takes_what_the_users_delegate_leaves(zoo):
+@pytest.mark.parametrize("installed", ["litert", "kiln"])
+def test_the_default_delegate_takes_what_the_users_delegate_leaves(zoo, installed, request):
+    request.getfixturevalue(f"{installed}_default")
     user = NumpyDelegate(ops={"CONV_2D"})
     interp = kiln.Interpreter(model_content=zoo.bytes("cnn"), experimental_delegates=[user])
     run(interp, sample_inputs(interp.get_input_details()))
-    default = interp._delegates[1]   # the default delegate follows
-    assert interp._delegates[0] is user and isinstance(default, NumpyDelegate) and default is not user
+    default = interp._delegates[1]   # the default delegates follow: LiteRT's (if installed), then NumPy's
+    expected_type = LiteRtDelegate if installed == "litert" else NumpyDelegate
+    assert interp._delegates[0] is user and isinstance(default, expected_type) and default is not user
     assert [name for _, name, _ in user.claimed] == ["CONV_2D", "CONV_2D"]
     assert [name for _, name, _ in default.claimed] == ["MAX_POOL_2D", "AVERAGE_POOL_2D", "RESHAPE", "FULLY_CONNECTED"]
     assert [s.op_names for s in steps_of(interp)] == [
         ("CONV_2D",), ("MAX_POOL_2D",), ("CONV_2D",), ("AVERAGE_POOL_2D", "RESHAPE", "FULLY_CONNECTED")]
 
 
+@pytest.mark.parametrize("installed", ["litert", "kiln"])
 @pytest.mark.parametrize("kind", list(kiln.OpResolverType))
-def test_resolver_types_choose_the_default_delegate(zoo, kind):
+def test_resolver_types_choose_the_default_delegate(zoo, kind, installed, request):
     from ai_edge_litert.interpreter import OpResolverType as LiteRTType
 
+    request.getfixturevalue(f"{installed}_default")
+    default = "litert" if installed == "litert" else "numpy"
     for given in (kind, getattr(LiteRTType, kind.name)):  # LiteRT's enum is accepted as well
         interp = kiln.Interpreter(model_content=zoo.bytes("mlp"), experimental_op_resolver_type=given)
         run(interp, sample_inputs(interp.get_input_details()))
         delegated = {e.delegate for e in steps_of(interp)}
-        assert delegated == ({"numpy"} if kind.applies_default_delegates else {None}), kind
+        assert delegated == ({default} if kind.applies_default_delegates else {None}), kind
 
 
 def test_bad_resolver_types_are_refused(zoo):
@@ -382,8 +389,9 @@ def test_the_delegates_clamp_is_np_clip_bit_for_bit(act):
         assert _same_bits([y], [np.clip(x[:n], lo, hi)])
 
 
-def test_float_overflow_in_a_partition_does_not_warn():
-    """Like the reference kernels, a chain saturates to infinity (then FLT_MAX) silently."""
+def test_float_overflow_in_a_partition_does_not_warn(kiln_default):
+    """Like the reference kernels, a chain saturates to infinity (then FLT_MAX) silently.
+    (LiteRT's XNNPACK, the default with ai-edge-litert, leaves infinity.)"""
     import warnings
 
     from tests.harness import single_op_model

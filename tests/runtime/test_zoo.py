@@ -14,7 +14,7 @@ import kiln
 import kiln.ops
 from kiln.format import read_model
 from kiln.ops.record import KernelCall
-from tests.harness import assert_close
+from tests.harness import assert_close, run_api
 from tests.runtime.conftest import litert
 from tests.runtime.zoo import ZOO, sample_inputs
 
@@ -28,15 +28,6 @@ E2E_RTOL = {"mobilenet": 1e-4}
 STATEFUL = {"WHILE", "IF", "CALL_ONCE", "VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE"}
 DETAIL_KEYS = {"name", "index", "shape", "shape_signature", "dtype", "quantization",
                "quantization_parameters", "sparsity_parameters"}
-
-
-def run_api(interp, inputs):
-    """allocate / set_tensor / invoke / get_tensor, the way tf.lite users drive a model."""
-    interp.allocate_tensors()
-    for d, x in zip(interp.get_input_details(), inputs):
-        interp.set_tensor(d["index"], x)
-    interp.invoke()
-    return [interp.get_tensor(d["index"]) for d in interp.get_output_details()]
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -272,3 +263,19 @@ def test_output_shapes_follow_a_resize_before_invoke(zoo):
         interp.allocate_tensors()
     assert [list(d["shape"]) for d in ours.get_output_details()] == \
         [list(d["shape"]) for d in ref.get_output_details()] == [[6, 5]]
+
+
+def test_output_shapes_follow_a_resize_after_an_invoke(zoo):
+    """The output an invoke left behind is of the old shape; after the resize the details
+    (and get_tensor, until the next invoke) follow the new one, as LiteRT's do."""
+    data = zoo.bytes("dynamic_batch")
+    ref, ours = litert(data), kiln.Interpreter(model_content=data)
+    idx = ours.get_input_details()[0]["index"]
+    for batch in (1, 6):
+        for interp in (ref, ours):
+            interp.resize_tensor_input(idx, [batch, 8, 8, 3])
+            interp.allocate_tensors()
+        assert [list(d["shape"]) for d in ours.get_output_details()] == \
+            [list(d["shape"]) for d in ref.get_output_details()] == [[batch, 5]]
+        assert ours.get_tensor(ours.get_output_details()[0]["index"]).shape == (batch, 5)
+        run_api(ours, sample_inputs(ours.get_input_details(), batch))

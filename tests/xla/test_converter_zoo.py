@@ -1,6 +1,7 @@
 """Every converter-zoo model — kiln's conversion and TensorFlow's — through XlaDelegate:
-claimed except for the ops listed here with the reason, and equal to TensorFlow's outputs
-within the converter zoo's own tolerance (tests/converter/test_zoo.py)."""
+every node claimed (TensorFlow's TensorList loops included: slices with the loop counter,
+lists with a free batch) and equal to TensorFlow's outputs within the converter zoo's own
+tolerance (tests/converter/test_zoo.py)."""
 
 from __future__ import annotations
 
@@ -12,16 +13,6 @@ import kiln  # noqa: E402
 from kiln.xla import XlaDelegate  # noqa: E402
 from tests.converter import zoo  # noqa: E402
 from tests.converter.test_zoo import assert_matches, litert, run_signature  # noqa: E402
-
-#: Why a node may stay on the reference kernels (a phrase of the delegate's reason): XLA's
-#: static shapes.
-ALLOWED_REASONS = {
-    "only known at run time": "XLA compiles static shapes (TF's TensorList reads with run-time sizes)",
-    "a size of -1": "a slice to the end from a run-time begin has no static shape",
-    "may change shape between trips": "XLA's while loop carries one shape (TensorLists with a free batch)",
-}
-#: Ops that stay on the reference kernels, and why (none now: resource variables are claimed).
-NOT_LOWERED: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module", params=list(zoo.BUILDERS))
@@ -47,6 +38,40 @@ def test_zoo_model_through_xla(case, converter):
             expected = case.source.reference[key]
         assert_matches(out, expected, f"{case.name} ({converter}'s conversion) through XLA")
     assert delegate.claimed, "nothing claimed"
-    for (index, op_name, _), reason in delegate.rejected.items():
-        allowed = op_name in NOT_LOWERED or any(phrase in reason for phrase in ALLOWED_REASONS)
-        assert allowed, f"{case.name}: node {index} ({op_name}) not claimed: {reason}"
+    assert not delegate.rejected, f"{case.name}: nodes not claimed: {delegate.rejected}"
+
+
+def _float_weights(model_bytes: bytes, key: str) -> set[str]:
+    """Names of the float constants of rank >= 1 that signature ``key``'s subgraph reads,
+    with those of the subgraphs its WHILE / IF nodes call."""
+    from kiln import ops
+    from kiln.format import read_model
+
+    model = read_model(model_bytes)
+    sig = next(s for s in model.signatures if s.key == key)
+    names, pending, seen = set(), [sig.subgraph], set()
+    while pending:
+        sg = pending.pop()
+        if id(sg) in seen:
+            continue
+        seen.add(id(sg))
+        for op in sg.operators:
+            names.update(t.name for t in op.inputs if t is not None and t.is_constant
+                         and t.dtype.is_float and len(t.shape) >= 1)
+            pending.extend(model.subgraphs[int(op.options[f])] for f in ops.subgraph_fields(op))
+    return names
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("converter", ["kiln", "tf"])
+def test_to_jax_params_hold_every_float_weight(case, converter):
+    """Fused-RNN weights and loop-body weights included: a user who fine-tunes or shares the
+    weights gets all of them, none baked into the function."""
+    model = case.kiln_model if converter == "kiln" else case.tf_model
+    if model is None or (converter == "tf" and not litert(model).get_signature_list()):
+        pytest.skip("no signature to convert")
+    for key in case.source.feeds:
+        fn, params = kiln.to_jax(model, key)
+        names = {name.rstrip("_") for name in params}
+        missing = _float_weights(model, key) - names
+        assert not missing, f"{case.name} ({converter}), signature {key}: weights not in params: {sorted(missing)}"

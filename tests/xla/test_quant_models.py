@@ -21,6 +21,8 @@ from tests.quant.zoo_models import builtin_ref, invoke  # noqa: E402
 
 SMALL = ["k3_mlp", "k3_cnn", "tfk_cnn"]
 LARGE = ["k3_transformer", "k3_separable", "k3_mobilenet_v2"]
+#: The small models in the fast lane, the ImageNet-size ones in the slow one.
+MODELS = SMALL + [pytest.param(name, marks=pytest.mark.slow) for name in LARGE]
 TF_MODES = ("int8", "int8io", "uint8io", "int16x8")
 KILN_MODES = ("int8", "int16x8")
 #: (model, mode) TF's converter cannot make, and MobileNet's TF variants (its calibration in
@@ -50,12 +52,6 @@ def _check(name):
                 np.testing.assert_array_equal(got, want, err_msg=what)
 
 
-@pytest.mark.parametrize("name", SMALL)
-def test_small_quantized_models_fully_claimed_and_bit_exact(name):
-    _check(name)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", LARGE)
-def test_large_quantized_models_fully_claimed_and_bit_exact(name):
+@pytest.mark.parametrize("name", MODELS)
+def test_quantized_models_fully_claimed_and_bit_exact(name):
     _check(name)

@@ -15,7 +15,8 @@ import kiln  # noqa: E402
 from kiln.schema import Activation, Padding  # noqa: E402
 from kiln.xla import XlaDelegate  # noqa: E402
 from tests.quant.test_compiled_quant import REF  # noqa: E402
-from tests.quant.test_dispatch import Const, In, _run, one_op, qp, reference  # noqa: E402
+from tests.harness import run_api
+from tests.quant.test_dispatch import Const, In, one_op, qp, reference  # noqa: E402
 
 RELU = Activation.RELU
 
@@ -29,8 +30,8 @@ def _claimed_and_exact(op_type, operands, outputs, feeds_list, options=None):
     assert [name for _, name, _ in delegate.claimed] == [op_type]
     kiln_ref = kiln.Interpreter(model_content=model, **REF)
     for k, feeds in enumerate(feeds_list):
-        got = _run(ours, feeds)
-        for want, what in ((_run(kiln_ref, feeds), "kiln's kernel"), (reference(model, feeds), "BUILTIN_REF")):
+        got = run_api(ours, feeds)
+        for want, what in ((run_api(kiln_ref, feeds), "kiln's kernel"), (reference(model, feeds), "BUILTIN_REF")):
             for g, w in zip(got, want):
                 assert g.dtype == w.dtype and g.shape == w.shape
                 np.testing.assert_array_equal(g, w, err_msg=f"{op_type}, XLA vs {what}, feed {k}")

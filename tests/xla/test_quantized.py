@@ -19,7 +19,7 @@ from kiln.schema import Activation, DType, Padding  # noqa: E402
 from kiln.xla import XlaDelegate  # noqa: E402
 from kiln.xla._jax import x64  # noqa: E402
 from kiln.xla.lower_quant import rescale_once, rescale_twice  # noqa: E402
-from tests.harness import feed  # noqa: E402
+from tests.harness import feed, own_kernels  # noqa: E402
 
 RNG = np.random.default_rng(5)
 ACTS = [Activation.NONE, Activation.RELU, Activation.RELU6]
@@ -156,7 +156,7 @@ def test_quantize_saturates():
     model, feeds = one_op("QUANTIZE", [(x, None, False)], x.shape, np.int8, qp(0.02, -3))
     got = on_xla(model, feeds)
     np.testing.assert_array_equal(got, [127, -128, 127, -128])
-    np.testing.assert_array_equal(got[:3], feed(kiln.Interpreter(model_content=model), feeds)[0][:3])
+    np.testing.assert_array_equal(got[:3], feed(kiln.Interpreter(model_content=model, **own_kernels()), feeds)[0][:3])
 
 
 # -- int8 FULLY_CONNECTED / CONV_2D -----------------------------------------------------------
@@ -215,7 +215,7 @@ def test_16x8_fully_connected_is_lowered():
     model, feeds = one_op("FULLY_CONNECTED", [(x, qp(0.01), False), (w, qp(0.02), True)], (3, 4), np.int16,
                           qp(0.05))
     got = on_xla(model, feeds)
-    np.testing.assert_array_equal(got, feed(kiln.Interpreter(model_content=model), feeds)[0])
+    np.testing.assert_array_equal(got, feed(kiln.Interpreter(model_content=model, **own_kernels()), feeds)[0])
     np.testing.assert_array_equal(got, litert_ref(model, feeds))
 
 
@@ -260,7 +260,7 @@ def _hybrid_weights(w, axis):
 
 def _same_as_reference_and_litert(model, feeds):
     got = on_xla(model, feeds)
-    np.testing.assert_array_equal(got, feed(kiln.Interpreter(model_content=model), feeds)[0])
+    np.testing.assert_array_equal(got, feed(kiln.Interpreter(model_content=model, **own_kernels()), feeds)[0])
     np.testing.assert_array_equal(got, litert_ref(model, feeds))
 
 

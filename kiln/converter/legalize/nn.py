@@ -56,13 +56,17 @@ def _explicit_pad(ctx: EmitContext, x, rank: int = 4):
     return padded, Padding.VALID
 
 
+def _conv2d_operands(ctx: EmitContext):
+    """A 2-D convolution's input (explicit padding already applied), filter, strides,
+    dilations and padding mode."""
+    _check_nhwc(ctx)
+    x, padding = _explicit_pad(ctx, ctx.input(0))
+    return x, ctx.input(1), ctx.attr("strides"), ctx.attr("dilations", [1, 1, 1, 1]), padding
+
+
 @emits("Conv2D")
 def emit_conv2d(ctx: EmitContext):
-    _check_nhwc(ctx)
-    x, w = ctx.input(0), ctx.input(1)
-    strides = ctx.attr("strides")
-    dil = ctx.attr("dilations", [1, 1, 1, 1])
-    x, padding = _explicit_pad(ctx, x)
+    x, w, strides, dil, padding = _conv2d_operands(ctx)
     weights = transpose(ctx, w, [3, 0, 1, 2], suffix="filter")  # HWIO -> OHWI
     out_ch = w.signature[3]
     return ctx.emit1(
@@ -74,11 +78,7 @@ def emit_conv2d(ctx: EmitContext):
 
 @emits("DepthwiseConv2dNative")
 def emit_depthwise(ctx: EmitContext):
-    _check_nhwc(ctx)
-    x, w = ctx.input(0), ctx.input(1)
-    strides = ctx.attr("strides")
-    dil = ctx.attr("dilations", [1, 1, 1, 1])
-    x, padding = _explicit_pad(ctx, x)
+    x, w, strides, dil, padding = _conv2d_operands(ctx)
     kh, kw, cin, mult = w.signature
     weights = reshape(ctx, w, [1, kh, kw, cin * mult], suffix="filter")
     return ctx.emit1(

@@ -203,6 +203,7 @@ class QuantizationDebugger:
       metrics: extra metrics, ``{name: fn(float_values, dequantized_values) -> float}``,
         averaged over samples for every tensor (cumulative and layer-wise) and output
         (TensorFlow's debugger's ``layer_debug_metrics`` / ``model_debug_metrics``).
+      allow_integer_samples: accept integer samples for float inputs (as `kiln.quantize`).
 
     Raises:
       MismatchError: the models' inputs or outputs differ.
@@ -210,7 +211,7 @@ class QuantizationDebugger:
     """
 
     def __init__(self, float_model, quantized_model, dataset, *, runner="kiln", max_samples: int | None = None,
-                 layer_wise: bool = True, metrics: dict | None = None):
+                 layer_wise: bool = True, metrics: dict | None = None, allow_integer_samples: bool = False):
         self.float_bytes, self.float_model = _load(float_model, "float")
         self.quantized_bytes, self.quantized_model = _load(quantized_model, "quantized")
         self.runner = resolve_runner(runner)
@@ -225,7 +226,7 @@ class QuantizationDebugger:
         for index, sample in enumerate(samples(dataset)):
             if max_samples is not None and index >= max_samples:
                 break
-            self.samples.append(_feeds(sample, inputs, index))
+            self.samples.append(_feeds(sample, inputs, index, allow_integer_samples=allow_integer_samples))
         if not self.samples:
             raise DatasetError("QuantizationDebugger: the dataset has no samples")
         self._tensors: list[TensorReport] | None = None

@@ -22,6 +22,7 @@ from ...ir import Model, Operator, QuantParams, Tensor
 from ...kernels.fixedpoint import round_half_away
 from ...runtime import Interpreter
 from ...schema import DType
+from ..backends import invoke_fresh
 
 Session = Callable[[Sequence[np.ndarray], Iterable[int]], dict]
 Runner = Callable[[bytes], Session]
@@ -38,16 +39,7 @@ class _InterpreterSession:
         """Tensor values after one run; a tensor the interpreter holds no data for (LiteRT:
         an unused WHILE output) is left out."""
         try:
-            shapes = [np.shape(a) for a in feeds]
-            if shapes != self.shapes:
-                for index, shape in zip(self.inputs, shapes):
-                    self.interp.resize_tensor_input(index, shape)
-                self.interp.allocate_tensors()
-                self.shapes = shapes
-            self.interp.reset_all_variables()
-            for index, value in zip(self.inputs, feeds):
-                self.interp.set_tensor(index, value)
-            self.interp.invoke()
+            invoke_fresh(self, feeds)
         except KilnError:
             raise
         except (RuntimeError, ValueError) as exc:
@@ -134,12 +126,6 @@ def stored_values(t: Tensor, real: np.ndarray) -> np.ndarray:
 
 
 # -- one op on its own ---------------------------------------------------------------------------
-def _copy(t: Tensor) -> Tensor:
-    return Tensor(t.name, t.dtype, t.shape, data=t.data, shape_signature=t.shape_signature,
-                  quantization=t.quantization, is_variable=t.is_variable, sparsity=t.sparsity,
-                  has_rank=t.has_rank)
-
-
 @dataclass
 class Isolated:
     """One op as a model: ``fed[k]`` is the position in the op's inputs of model input k;
@@ -163,17 +149,17 @@ def isolate(op: Operator) -> Isolated | None:
             inputs.append(None)
             continue
         if id(t) not in copies:
-            copies[id(t)] = sg.add_tensor(_copy(t))
+            copies[id(t)] = sg.add_tensor(t.detached())
             if t.data is None and not t.is_variable:
                 sg.inputs.append(copies[id(t)])
                 fed.append(i)
         inputs.append(copies[id(t)])
-    outputs = [None if t is None else sg.add_tensor(_copy(t)) for t in op.outputs]
+    outputs = [None if t is None else sg.add_tensor(t.detached()) for t in op.outputs]
     clone = Operator(op.op_type, version=op.version, options=dict(op.options), custom_code=op.custom_code,
                      custom_options=op.custom_options)
     clone.options_table, clone.custom_options_format = op.options_table, op.custom_options_format
     sg.add_operator(clone, inputs, outputs)
-    clone.intermediates = [sg.add_tensor(_copy(t)) for t in op.intermediates]
+    clone.intermediates = [sg.add_tensor(t.detached()) for t in op.intermediates]
     sg.outputs.extend(t for t in outputs if t is not None)
     index = {id(t): i for i, t in enumerate(sg.tensors)}
     return Isolated(write_model(model), fed, [None if t is None else index[id(t)] for t in outputs])
