@@ -12,6 +12,7 @@ from kiln.ir import QuantParams
 from kiln.ops.windowed import window_geometry
 from kiln.kernels import activations as integer_activations, elementwise as integer_elementwise, nn as integer
 from kiln.schema import Activation, Padding
+from tests.harness import run_api
 from tests.quant.test_dispatch import Const, In, one_op, qp, reference
 
 RNG = np.random.default_rng(11)
@@ -287,8 +288,6 @@ def test_softmax_near_ties_equal_builtin_ref():
     (12 of 1.7 million outputs tell the two LiteRT kernels apart; each is reproduced)."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-from tests.harness import run_api
-    from tests.quant.test_dispatch import 
 
     rng = np.random.default_rng(7)
     out_qp = qp(1 / 256, -128)
@@ -408,7 +407,6 @@ def test_softmax_of_a_wide_flat_row_runs():
     optimized kernel's values and the other rows the reference's."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-    from tests.quant.test_dispatch import _run
 
     rng = np.random.default_rng(0)
     x = rng.integers(-3, 3, (3, 1000)).astype(np.int8)
