@@ -16,6 +16,7 @@ import numpy as np
 from kiln.ir import QuantParams
 from kiln.schema import Activation
 
+from . import gemmlowp
 from .fixedpoint import (
     INT32_MAX,
     INT32_MIN,
@@ -25,14 +26,15 @@ from .fixedpoint import (
     quantize_multiplier,
     round_half_away,
     rounding_divide_by_pot,
+    xp_clamp,
     xp_divide_by_pot,
     xp_high_mul,
     xp_rescale,
 )
 from .fixedpoint import multiply_by_quantized_multiplier_double_rounding as rescale
-from . import gemmlowp
-from .float_math import expf
 from .fixedpoint import saturating_rounding_doubling_high_mul as srdhm
+from .float_math import expf
+from .gemmlowp import xp_wrap32
 
 F32 = np.float32
 
@@ -103,25 +105,45 @@ def softmax(x_q, x_qp: QuantParams, out_qp: QuantParams, *, beta: float = 1.0, o
     30 000: a sum 2^-19 coarser in fixed point turns 27.49997 into 28). A row whose exps sum
     to 256 or more (1000 near-equal classes) leaves the reference kernel no output shift and
     BUILTIN_REF aborts the process; such rows get the optimized kernel's values."""
-    x = np.asarray(x_q, np.int64)
     multiplier, left_shift, diff_min = softmax_input_scaling(float(F32(x_qp.scale[0])), beta)
+    exps = softmax_fixed_exps(multiplier, left_shift)
+    out, aborts = softmax_fixed_point(np, np.asarray(x_q, np.int64), exps, diff_min, out_dtype)
+    if np.any(aborts):   # a sum of exps of 256 or more (a wide, flat row): LiteRT's optimized kernel's result
+        out = np.where(aborts, softmax_float_table(x_q, x_qp, out_qp, beta=beta, out_dtype=out_dtype), out)
+    return out.astype(out_dtype)
+
+
+def softmax_fixed_point(xp, x, exps_of_distance, diff_min: int, out_dtype):
+    """`softmax`'s arithmetic, written once over array namespace ``xp`` (NumPy here,
+    jax.numpy in kiln.xla): 8-bit codes ``x`` (int64) and the node's `softmax_fixed_exps`
+    table give the output codes (int64) and the rows on which BUILTIN_REF aborts (whose
+    values here are meaningless). A distance beyond the input radius counts as exp 0, which
+    adds nothing to the sum and gives the type's minimum, as the reference skips it."""
+    lo, hi = dtype_range(out_dtype)
     distance = x.max(axis=-1, keepdims=True) - x
-    exps = softmax_fixed_exps(multiplier, left_shift)[np.minimum(distance, 255)]
-    exps = np.where(-distance >= diff_min, exps, np.int64(-1))              # -1: skipped
-    total = np.where(exps >= 0, rounding_divide_by_pot(np.maximum(exps, 0), 12), 0).sum(axis=-1, keepdims=True)
-    total = ((total + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)                # an int32 sum
-    headroom_plus_one = 32 - np.vectorize(lambda v: int(v).bit_length(), otypes=[np.int64])(total & 0xFFFFFFFF)
-    shifted_minus_one = (((total << headroom_plus_one) & 0xFFFFFFFF) - (1 << 31))
-    reciprocal = gemmlowp.one_over_one_plus_x32(((shifted_minus_one + (1 << 31)) & 0xFFFFFFFF) - (1 << 31))
+    exps = xp.where(-distance >= diff_min, xp.take(exps_of_distance, xp.minimum(distance, 255)), 0)
+    total = xp_wrap32(xp, xp_divide_by_pot(xp, exps, 12).sum(axis=-1, keepdims=True))   # Q12.19, int32
+    # CountLeadingZeros via the float64 exponent: exact for every uint32
+    headroom_plus_one = 32 - xp.frexp((total & 0xFFFFFFFF).astype(xp.float64))[1].astype(xp.int64)
+    shifted_minus_one = ((total << headroom_plus_one) & 0xFFFFFFFF) - (1 << 31)
+    reciprocal = gemmlowp.xp_one_over_one_plus_x32(xp, xp_wrap32(xp, shifted_minus_one))
     exponent = (12 - headroom_plus_one) + 31 - 8 * np.dtype(out_dtype).itemsize
-    broken = (exponent < 0) | (exponent > 31)    # LiteRT's TFLITE_CHECK: BUILTIN_REF aborts the process
-    exponent = np.clip(exponent, 0, 31)
-    out = rounding_divide_by_pot(srdhm(reciprocal, np.maximum(exps, 0)), exponent) + dtype_range(out_dtype)[0]
-    out = np.where(exps >= 0, out, dtype_range(out_dtype)[0])
-    out = np.clip(out, *dtype_range(out_dtype)).astype(out_dtype)
-    if np.any(broken):   # a sum of exps of 256 or more (a wide, flat row): LiteRT's optimized kernel's result
-        out = np.where(broken, softmax_float_table(x_q, x_qp, out_qp, beta=beta, out_dtype=out_dtype), out)
-    return out
+    aborts = (exponent < 0) | (exponent > 31)    # LiteRT's TFLITE_CHECK: BUILTIN_REF aborts the process
+    out = xp_divide_by_pot(xp, xp_high_mul(xp, reciprocal, exps), xp_clamp(xp, exponent, 0, 31)) + lo
+    return xp_clamp(xp, out, lo, hi), aborts
+
+
+def softmax_may_abort(row_length: int, out_dtype) -> bool:
+    """Whether some row of ``row_length`` 8-bit codes can make `softmax_fixed_point` report
+    an abort (a lowering that cannot branch on values then adds the optimized kernel's path)."""
+    smallest, largest = 1 << 19, row_length << 19      # the row maximum's exp alone; every exp at its most
+    if largest >= 1 << 31:
+        return True                                     # the int32 sum may wrap
+
+    def exponent(total: int) -> int:
+        return (12 - (32 - total.bit_length())) + 31 - 8 * np.dtype(out_dtype).itemsize
+
+    return exponent(largest) > 31 or exponent(smallest) < 0
 
 
 def softmax_input_scaling(input_scale: float, beta: float) -> tuple[int, int, int]:

@@ -26,7 +26,12 @@ from ..errors import KilnError, OpError
 from ..kernels.activations import (
     ONE_OVER_ONE_PLUS_X_LUT,
     lut16_lookup,
+    softmax_exp_table,
+    softmax_fixed_exps,
+    softmax_fixed_point,
+    softmax_input_scaling,
     softmax_int16_exps,
+    softmax_may_abort,
 )
 from ..kernels.elementwise import LEFT_SHIFT_SQUARED_DIFFERENCE
 from ..kernels.fixedpoint import quantize_multiplier
@@ -279,7 +284,7 @@ def _mean_check(op, opts):
     return _per_tensor(op, (DType.INT8, DType.INT16))
 
 
-# -- SOFTMAX (int8: the float-table kernel) ----------------------------------------------------
+# -- SOFTMAX (int8: the reference kernel's fixed point, kiln.kernels.activations) -------------
 
 def _round_half_away(v):
     v = v.astype(jnp.float64)
@@ -287,14 +292,28 @@ def _round_half_away(v):
 
 
 def _softmax(call, x):
+    """int8 SOFTMAX: `softmax_fixed_point`, the reference kernel's own arithmetic on
+    jax.numpy; rows so wide and flat that BUILTIN_REF aborts get the kernel's fallback (the
+    optimized kernel's float table), traced only where such a row can occur."""
+    q_x, out_dtype = _q(call.op.inputs[0]), call.out_dtypes[0]
+    multiplier, left_shift, diff_min = softmax_input_scaling(float(np.float32(q_x.scale[0])), float(call.opts.beta))
+    exps = jnp.asarray(softmax_fixed_exps(multiplier, left_shift))
+    out, aborts = softmax_fixed_point(jnp, x.astype(_I64), exps, diff_min, out_dtype)
+    if softmax_may_abort(x.shape[-1], out_dtype):
+        out = jnp.where(aborts, _softmax_float_table(call, x), out)
+    return out.astype(out_dtype)
+
+
+def _softmax_float_table(call, x):
+    """kiln.kernels.activations.softmax_float_table: exps from the float32 table, summed left
+    to right (unrolled for short rows, a loop for long ones), rounded half away."""
     f32 = np.float32
     q_x, q_y = _q(call.op.inputs[0]), _q(call.op.outputs[0])
-    distances = np.arange(256).astype(f32)
-    values = np.exp((f32(-f32(q_x.scale[0]) * f32(call.opts.beta)) * distances).astype(f32)).astype(f32)
+    values = softmax_exp_table(q_x, float(call.opts.beta))
     xi = x.astype(jnp.int32)
     exps = jnp.take(jnp.asarray(values), jnp.max(xi, axis=-1, keepdims=True) - xi, axis=0)
     n = x.shape[-1]
-    if n <= 64:   # float32 sum left to right, as the reference loop
+    if n <= 64:
         total = jnp.zeros(x.shape[:-1] + (1,), jnp.float32)
         for j in range(n):
             total = total + exps[..., j:j + 1]
@@ -303,7 +322,7 @@ def _softmax(call, x):
         total = lax.fori_loop(0, n, lambda j, acc: acc + cols[j], jnp.zeros(x.shape[:-1], jnp.float32))[..., None]
     inverse = jnp.float32(1) / (total * f32(q_y.scale[0]))
     out = _round_half_away(exps * inverse) + _zp(call.op.outputs[0])
-    return jnp.clip(out, *_limits(call.out_dtypes[0])).astype(call.out_dtypes[0])
+    return jnp.clip(out, *_limits(call.out_dtypes[0]))
 
 
 def _softmax_int16(call, x):

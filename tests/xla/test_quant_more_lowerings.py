@@ -16,7 +16,8 @@ from kiln.schema import Activation, Padding  # noqa: E402
 from kiln.xla import XlaDelegate  # noqa: E402
 from tests.quant.test_compiled_quant import REF  # noqa: E402
 from tests.harness import run_api
-from tests.quant.test_dispatch import Const, In, one_op, qp, reference  # noqa: E402
+from tests.quant.test_compiled_quant_more import softmax_near_ties  # noqa: E402
+from tests.quant.test_dispatch import Const, In, codes, one_op, qp, reference  # noqa: E402
 
 RELU = Activation.RELU
 
@@ -146,3 +147,28 @@ def test_log_softmax_row_sums_add_in_numpys_order():
     for j in range(v.shape[1]):
         sequential += v[:, j]
     assert not np.array_equal(sequential, want)
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_softmax_int8_near_ties_are_builtin_refs(case):
+    """int8 SOFTMAX runs the reference kernel's fixed point (`softmax_fixed_point` on
+    jax.numpy): on rows where LiteRT's reference and optimized kernels disagree it gives the
+    reference's codes."""
+    scale, row = softmax_near_ties()[case]
+    shape = (2, row.size)
+    _claimed_and_exact("SOFTMAX", [In(codes(*shape), qp(scale, 0))], [(np.int8, shape, qp(1 / 256, -128))],
+                       [[codes(*shape)], [np.stack([row, row[::-1]])]], dict(beta=1.0))
+
+
+def test_softmax_int8_rows_builtin_ref_aborts_on_get_the_kernels_values():
+    """Rows wide and flat enough that LiteRT's reference aborts (not run here): the lowering
+    traces the kernel's fallback and equals kiln's kernel on them and on random rows."""
+    x = np.zeros((2, 600), np.int8)
+    x[1, ::2] = 7
+    model, _ = one_op("SOFTMAX", [In(x, qp(0.05, 0))], [(np.int8, x.shape, qp(1 / 256, -128))], dict(beta=1.0))
+    delegate = XlaDelegate()
+    ours, kiln_ref = (kiln.Interpreter(model_content=model, experimental_delegates=[delegate], **REF),
+                      kiln.Interpreter(model_content=model, **REF))
+    for feed in (x, codes(*x.shape)):
+        np.testing.assert_array_equal(run_api(ours, [feed])[0], run_api(kiln_ref, [feed])[0])
+    assert [name for _, name, _ in delegate.claimed] == ["SOFTMAX"]
