@@ -18,7 +18,6 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Strict: a pair that becomes registered must leave this table. tests/quant/test_backend_drift.py
 #: allows these refusals, and only these, on the quantizer's real nodes.
 TABLE_GAPS = {
-    ("X", "SUM", "int8"): "no XLA lowering of LiteRT's int8 SUM kernel yet (its reference kernel is kiln's)",
     ("X", "UNIDIRECTIONAL_SEQUENCE_LSTM", "hybrid"): "no XLA lowering of the hybrid (dynamic-range) LSTM",
     ("X", "BIDIRECTIONAL_SEQUENCE_LSTM", "hybrid"): "no XLA lowering of the hybrid (dynamic-range) LSTM",
     ("N", "UNIDIRECTIONAL_SEQUENCE_LSTM", "hybrid"): "the NumPy delegate's chains have no hybrid LSTM step",

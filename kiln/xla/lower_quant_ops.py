@@ -35,6 +35,7 @@ from ..kernels.activations import (
 )
 from ..kernels.elementwise import LEFT_SHIFT_SQUARED_DIFFERENCE
 from ..kernels.fixedpoint import quantize_multiplier
+from ..kernels.nn import reduced_axes, xp_mean, xp_quantized_sum
 from ..ops.backends import FLOAT
 from ..ops.record import HYBRID, KernelCall, operand_types
 from ..ops.windowed import transpose_conv_geometry, window_geometry
@@ -265,23 +266,25 @@ def _pool_check(op, opts):
 # -- MEAN -----------------------------------------------------------------------------------------
 
 def _mean(call, x, axes):
-    axes = sorted({int(a) % x.ndim for a in np.ravel(np.asarray(axes))}) if x.ndim else []
-    if not axes:
-        return x.astype(call.out_dtypes[0])
-    keep = bool(call.opts.keep_dims)
-    count = int(np.prod([x.shape[a] for a in axes]))
-    total = jnp.sum(x.astype(_I64), axis=tuple(axes), keepdims=keep) - _zp(call.op.inputs[0]) * count
-    if count == 0:
-        return jnp.zeros(total.shape, call.out_dtypes[0])
-    m, shift = quantize_multiplier(float(_q(call.op.inputs[0]).scale[0]) / float(_q(call.op.outputs[0]).scale[0]))
-    k = min(count.bit_length() - 1, 32, 31 + shift)
-    m, shift = (m << k) // count, shift - k
-    out = rescale_twice(total, m, shift) + _zp(call.op.outputs[0])
-    return jnp.clip(out, *_limits(call.out_dtypes[0])).astype(call.out_dtypes[0])
+    """int8 / 16x8 MEAN: the kernel's arithmetic (`kiln.kernels.nn.xp_mean`) on jax.numpy."""
+    out = xp_mean(jnp, x, _q(call.op.inputs[0]), reduced_axes(x, np.asarray(axes)), _q(call.op.outputs[0]),
+                  bool(call.opts.keep_dims), call.out_dtypes[0])
+    return out.astype(call.out_dtypes[0])
+
+
+def _sum(call, x, axes):
+    """int8 SUM: LiteRT's optimized kernel, as kiln's (`kiln.kernels.nn.xp_quantized_sum`) on jax.numpy."""
+    out = xp_quantized_sum(jnp, x, _q(call.op.inputs[0]), reduced_axes(x, np.asarray(axes)),
+                           _q(call.op.outputs[0]), bool(call.opts.keep_dims), call.out_dtypes[0])
+    return out.astype(call.out_dtypes[0])
 
 
 def _mean_check(op, opts):
     return _per_tensor(op, (DType.INT8, DType.INT16))
+
+
+def _sum_check(op, opts):
+    return _per_tensor(op, (DType.INT8,))
 
 
 # -- SOFTMAX (int8: the reference kernel's fixed point, kiln.kernels.activations) -------------
@@ -500,6 +503,7 @@ def register() -> None:
     add("MAX_POOL_2D", _max_pool, _pool_check, CODES)
     add("AVERAGE_POOL_2D", _average_pool, _pool_check, CODES)
     add("MEAN", _mean, _mean_check, ("int8", "int16"))
+    add("SUM", _sum, _sum_check, ("int8",))
     add("SOFTMAX", _any_softmax, _softmax_check, ("int8", "int16"))
     add("BATCH_MATMUL", _batch_matmul, _batch_matmul_check, ("int8", "int16"))
     add("SQUARED_DIFFERENCE", _squared_difference, _int8_check, ("int8",))

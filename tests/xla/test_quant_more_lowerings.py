@@ -172,3 +172,28 @@ def test_softmax_int8_rows_builtin_ref_aborts_on_get_the_kernels_values():
     for feed in (x, codes(*x.shape)):
         np.testing.assert_array_equal(run_api(ours, [feed])[0], run_api(kiln_ref, [feed])[0])
     assert [name for _, name, _ in delegate.claimed] == ["SOFTMAX"]
+
+
+def test_sum_int8_is_litert_default_kernel():
+    """int8 SUM on XLA is kiln's kernel (`xp_quantized_sum` on jax.numpy), which is LiteRT's
+    optimized kernel (BUILTIN_REF's is wrong for negative codes): random shapes, axes
+    (negative, repeated), keep_dims and parameters (tests/quant/test_sum.py's cases). An empty
+    axes constant has no buffer in the file, so XLA cannot see its value and leaves the node
+    to the reference kernel (its reason checked)."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    from tests.quant.test_sum import _case
+
+    for seed in range(40):
+        model, feeds = _case(seed)
+        delegate = XlaDelegate()
+        ours = kiln.Interpreter(model_content=model, experimental_delegates=[delegate], **REF)
+        got = run_api(ours, feeds)[0]
+        if kiln.read_model(model).main.operators[0].inputs[1].shape == (0,):
+            assert "only known at run time" in next(iter(delegate.rejected.values()))
+        else:
+            assert [name for _, name, _ in delegate.claimed] == ["SUM"], delegate.rejected
+        want = run_api(Interpreter(model_content=model,
+                                   experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES),
+                       feeds)[0]
+        np.testing.assert_array_equal(got, want, err_msg=f"seed {seed}")
