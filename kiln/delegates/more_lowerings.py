@@ -52,7 +52,7 @@ def lower_softmax(node: "QNode") -> Callable | None:
     if x.dtype == np.int8:
         return _softmax_int8(x_qp, out_qp, beta, out_dtype, xi, oi)
     if x.dtype == np.int16 and out_dtype == np.int16:
-        return _softmax_int16(act.softmax_int16_exps(-np.arange(1 << 16), x_qp, beta), xi, oi)
+        return _softmax_int16(*act.softmax_int16_tables(float(F32.type(x_qp.scale[0])), beta), xi, oi)
     return None
 
 
@@ -73,23 +73,12 @@ def _softmax_int8(x_qp, out_qp, beta: float, out_dtype, xi: int, oi: int):
     return run
 
 
-def _softmax_int16(exp_table, xi: int, oi: int):
-    """Reference SoftmaxInt16: exps from the distance table, their int sum's reciprocal from
-    the 1/(1+x) table after normalising by its leading zeros (a float64 frexp gives the bit
-    length of sums below 2^53 exactly), output in Q0.15."""
-    exp_table = np.asarray(exp_table, I64)
+def _softmax_int16(exps, reciprocals, xi: int, oi: int):
+    """Reference SoftmaxInt16: the kernel's arithmetic (`act.softmax_int16_fixed_point`,
+    shared with kiln.xla) on the node's tables, built once."""
 
     def run(slots):
-        x = slots[xi].astype(np.int32)
-        exps = exp_table[x.max(axis=-1, keepdims=True) - x]
-        total = exps.sum(axis=-1, keepdims=True) & 0xFFFFFFFF
-        headroom_plus_one = 32 - np.frexp(total.astype(F64))[1].astype(I64)
-        shifted = ((total << (headroom_plus_one - 1)) + (1 << 13)) >> 14
-        reciprocal = act.lut16_lookup(np.clip(shifted - (1 << 15) - (1 << 16), -32768, 32767),
-                                      act.ONE_OVER_ONE_PLUS_X_LUT)
-        right_shift = 31 - headroom_plus_one
-        out = (exps * reciprocal + (np.int64(1) << (right_shift - 1))) >> right_shift
-        slots[oi] = np.clip(out, 0, 32767).astype(np.int16)
+        slots[oi] = act.softmax_int16_fixed_point(np, slots[xi].astype(I64), exps, reciprocals).astype(np.int16)
 
     return run
 

@@ -414,18 +414,39 @@ def softmax_int16_exps(differences, x_qp: QuantParams, beta: float) -> np.ndarra
 
 
 def softmax_int16(x_q, x_qp: QuantParams, out_qp: QuantParams, *, beta: float = 1.0) -> np.ndarray:
-    """16x8 SOFTMAX (reference SoftmaxInt16) over the last axis: the distance to the row
-    maximum rescaled onto [-10, 0], exp from an int16 table, the sum's reciprocal from a
-    1/(1+x) table after normalising by its leading zeros, output in Q0.15."""
-    x = np.asarray(x_q, np.int64)
-    exps = softmax_int16_exps(x - x.max(axis=-1, keepdims=True), x_qp, beta)
+    """16x8 SOFTMAX (reference SoftmaxInt16) over the last axis: `softmax_int16_fixed_point`
+    on NumPy with the node's `softmax_int16_tables`."""
+    exps, reciprocals = softmax_int16_tables(float(F32(x_qp.scale[0])), float(beta))
+    return softmax_int16_fixed_point(np, np.asarray(x_q, np.int64), exps, reciprocals).astype(np.int16)
+
+
+@lru_cache(maxsize=64)
+def softmax_int16_tables(input_scale: float, beta: float) -> tuple[np.ndarray, np.ndarray]:
+    """16x8 SOFTMAX's two interpolated int16 lookups as plain tables over every value they can
+    see: the exp of each difference ``x − max`` in −65535..0 (index ``difference + 65535``),
+    and the 1/(1+x) of each int16 (index ``value + 32768``)."""
+    x_qp = QuantParams(np.array([input_scale], np.float32), np.array([0]))
+    exps = np.asarray(softmax_int16_exps(np.arange(-65535, 1), x_qp, beta), np.int64)
+    reciprocals = np.asarray(lut16_lookup(np.arange(-32768, 32768), ONE_OVER_ONE_PLUS_X_LUT), np.int64)
+    exps.setflags(write=False)
+    reciprocals.setflags(write=False)
+    return exps, reciprocals
+
+
+def softmax_int16_fixed_point(xp, x, exps_of_difference, reciprocals):
+    """`softmax_int16`'s arithmetic, written once over array namespace ``xp`` (NumPy here,
+    jax.numpy in kiln.xla), on int64 codes and `softmax_int16_tables`: the distance to the row
+    maximum rescaled onto [-10, 0], its exp, the sum's reciprocal from the 1/(1+x) table after
+    normalising by its leading zeros (counted from the float64 exponent, exact for every
+    uint32), output in Q0.15 (int64)."""
+    exps = xp.take(exps_of_difference, x - x.max(axis=-1, keepdims=True) + 65535)
     total = exps.sum(axis=-1, keepdims=True)
-    headroom_plus_one = 32 - np.vectorize(lambda v: int(v).bit_length(), otypes=[np.int64])(total & 0xFFFFFFFF)
+    headroom_plus_one = 32 - xp.frexp((total & 0xFFFFFFFF).astype(xp.float64))[1].astype(xp.int64)
     shifted = ((total << (headroom_plus_one - 1)) + (1 << 13)) >> 14
-    reciprocal = lut16_lookup(np.clip(shifted - (1 << 15) - (1 << 16), -32768, 32767), ONE_OVER_ONE_PLUS_X_LUT)
+    reciprocal = xp.take(reciprocals, xp_clamp(xp, shifted - (1 << 15) - (1 << 16), -32768, 32767) + 32768)
     right_shift = 31 - headroom_plus_one
-    out = (exps * reciprocal + (np.int64(1) << (right_shift - 1))) >> right_shift
-    return np.clip(out, 0, 32767).astype(np.int16)
+    out = (exps * reciprocal + (1 << (right_shift - 1))) >> right_shift
+    return xp_clamp(xp, out, 0, 32767)
 
 
 # -- 16x8 LOGISTIC / TANH --------------------------------------------------------------------

@@ -24,13 +24,12 @@ from jax import lax
 from .. import ops
 from ..errors import KilnError, OpError
 from ..kernels.activations import (
-    ONE_OVER_ONE_PLUS_X_LUT,
-    lut16_lookup,
     softmax_exp_table,
     softmax_fixed_exps,
     softmax_fixed_point,
     softmax_input_scaling,
-    softmax_int16_exps,
+    softmax_int16_fixed_point,
+    softmax_int16_tables,
     softmax_may_abort,
 )
 from ..kernels.elementwise import LEFT_SHIFT_SQUARED_DIFFERENCE
@@ -329,20 +328,9 @@ def _softmax_float_table(call, x):
 
 
 def _softmax_int16(call, x):
-    """16x8 SOFTMAX (integer_activations.softmax_int16): both of its interpolated int16 lookups
-    become plain tables over every code they can see, built once from the kernel's own helpers."""
-    q_x = _q(call.op.inputs[0])
-    exp_of_difference = np.asarray(softmax_int16_exps(np.arange(-65535, 1), q_x, float(call.opts.beta)), np.int64)
-    reciprocal = np.asarray(lut16_lookup(np.arange(-32768, 32768), ONE_OVER_ONE_PLUS_X_LUT), np.int64)
-    xi = x.astype(_I64)
-    exps = jnp.take(jnp.asarray(exp_of_difference), xi - jnp.max(xi, axis=-1, keepdims=True) + 65535, axis=0)
-    total = jnp.sum(exps, axis=-1, keepdims=True)
-    headroom_plus_one = 32 - (64 - lax.clz(total & 0xFFFFFFFF))
-    shifted = jnp.right_shift(jnp.left_shift(total, headroom_plus_one - 1) + (1 << 13), 14)
-    inv = jnp.take(jnp.asarray(reciprocal), jnp.clip(shifted - (1 << 15) - (1 << 16), -32768, 32767) + 32768, axis=0)
-    right_shift = 31 - headroom_plus_one
-    out = jnp.right_shift(exps * inv + jnp.left_shift(jnp.asarray(1, _I64), right_shift - 1), right_shift)
-    return jnp.clip(out, 0, 32767).astype(jnp.int16)
+    """16x8 SOFTMAX: the kernel's arithmetic (`softmax_int16_fixed_point`) on jax.numpy."""
+    exps, reciprocals = softmax_int16_tables(float(np.float32(_q(call.op.inputs[0]).scale[0])), float(call.opts.beta))
+    return softmax_int16_fixed_point(jnp, x.astype(_I64), jnp.asarray(exps), jnp.asarray(reciprocals)).astype(jnp.int16)
 
 
 def _any_softmax(call, x):
