@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from ..kernels import activations as act
+from ..kernels import softmax as sm
 from ..kernels import elementwise
 from ..kernels import nn as nn_kernels
 from ..kernels.fixedpoint import (
@@ -41,7 +41,7 @@ def _get(slots, slot: int, const):
 # -- SOFTMAX ------------------------------------------------------------------------------------
 
 def lower_softmax(node: "QNode") -> Callable | None:
-    """int8 / int16 SOFTMAX over the last axis (`act.softmax` / `act.softmax_int16`)."""
+    """int8 / int16 SOFTMAX over the last axis (`sm.softmax` / `sm.softmax_int16`)."""
     x = node.ins[0]
     if x.ndim == 0 or x.shape[-1] == 0 or not _per_tensor(node):
         return None
@@ -52,33 +52,33 @@ def lower_softmax(node: "QNode") -> Callable | None:
     if x.dtype == np.int8:
         return _softmax_int8(x_qp, out_qp, beta, out_dtype, xi, oi)
     if x.dtype == np.int16 and out_dtype == np.int16:
-        return _softmax_int16(*act.softmax_int16_tables(float(F32.type(x_qp.scale[0])), beta), xi, oi)
+        return _softmax_int16(*sm.softmax_int16_tables(float(F32.type(x_qp.scale[0])), beta), xi, oi)
     return None
 
 
 def _softmax_int8(x_qp, out_qp, beta: float, out_dtype, xi: int, oi: int):
-    """The reference kernel's fixed-point arithmetic (`act.softmax_fixed_point`, shared with
+    """The reference kernel's fixed-point arithmetic (`sm.softmax_fixed_point`, shared with
     kiln.xla) on the node's exp table, computed once; a row BUILTIN_REF aborts on gets the
     kernel's own answer (LiteRT's optimized kernel's values)."""
-    multiplier, left_shift, diff_min = act.softmax_input_scaling(float(F32.type(x_qp.scale[0])), beta)
-    exps = act.softmax_fixed_exps(multiplier, left_shift)
+    multiplier, left_shift, diff_min = sm.softmax_input_scaling(float(F32.type(x_qp.scale[0])), beta)
+    exps = sm.softmax_fixed_exps(multiplier, left_shift)
 
     def run(slots):
         x = slots[xi]
-        out, aborts = act.softmax_fixed_point(np, x.astype(I64), exps, diff_min, out_dtype)
+        out, aborts = sm.softmax_fixed_point(np, x.astype(I64), exps, diff_min, out_dtype)
         if aborts.any():
-            out = np.where(aborts, act.softmax_float_table(x, x_qp, out_qp, beta=beta, out_dtype=out_dtype), out)
+            out = np.where(aborts, sm.softmax_float_table(x, x_qp, out_qp, beta=beta, out_dtype=out_dtype), out)
         slots[oi] = out.astype(out_dtype)
 
     return run
 
 
 def _softmax_int16(exps, reciprocals, xi: int, oi: int):
-    """Reference SoftmaxInt16: the kernel's arithmetic (`act.softmax_int16_fixed_point`,
+    """Reference SoftmaxInt16: the kernel's arithmetic (`sm.softmax_int16_fixed_point`,
     shared with kiln.xla) on the node's tables, built once."""
 
     def run(slots):
-        slots[oi] = act.softmax_int16_fixed_point(np, slots[xi].astype(I64), exps, reciprocals).astype(np.int16)
+        slots[oi] = sm.softmax_int16_fixed_point(np, slots[xi].astype(I64), exps, reciprocals).astype(np.int16)
 
     return run
 

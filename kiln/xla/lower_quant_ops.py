@@ -23,7 +23,7 @@ from jax import lax
 
 from .. import ops
 from ..errors import KilnError, OpError
-from ..kernels.activations import (
+from ..kernels.softmax import (
     softmax_exp_table,
     softmax_fixed_exps,
     softmax_fixed_point,
@@ -286,7 +286,7 @@ def _sum_check(op, opts):
     return _per_tensor(op, (DType.INT8,))
 
 
-# -- SOFTMAX (int8: the reference kernel's fixed point, kiln.kernels.activations) -------------
+# -- SOFTMAX (int8: the reference kernel's fixed point, kiln.kernels.softmax) -------------
 
 def _round_half_away(v):
     v = v.astype(jnp.float64)
@@ -307,7 +307,7 @@ def _softmax(call, x):
 
 
 def _softmax_float_table(call, x):
-    """kiln.kernels.activations.softmax_float_table: exps from the float32 table, summed left
+    """kiln.kernels.softmax.softmax_float_table: exps from the float32 table, summed left
     to right (unrolled for short rows, a loop for long ones), rounded half away."""
     f32 = np.float32
     q_x, q_y = _q(call.op.inputs[0]), _q(call.op.outputs[0])

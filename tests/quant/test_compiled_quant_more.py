@@ -15,7 +15,7 @@ from kiln import ops
 from kiln.delegates import NumpyDelegate
 from kiln.format import write_model
 from kiln.ir import Model, Operator
-from kiln.kernels import activations as act
+from kiln.kernels import softmax as softmax_kernels
 from kiln.schema import Activation, DType, Padding
 from tests.quant.test_compiled_quant import REF, delegated
 from tests.harness import run_api
@@ -62,7 +62,7 @@ def softmax_near_ties(count: int = 3, seed: int = 1) -> list[tuple[float, np.nda
         scale, cols = float(np.float32(np.exp(rng.uniform(np.log(1e-3), 0)))), int(rng.integers(2, 64))
         x = rng.integers(-128, 128, (16, cols)).astype(np.int8)
         x_q, y_q = qp(scale, 0), qp(1 / 256, -128)
-        differ = (act.softmax(x, x_q, y_q) != act.softmax_float_table(x, x_q, y_q)).any(axis=1)
+        differ = (softmax_kernels.softmax(x, x_q, y_q) != softmax_kernels.softmax_float_table(x, x_q, y_q)).any(axis=1)
         found += [(scale, x[r]) for r in np.flatnonzero(differ)[:1]]
     return found
 
@@ -70,7 +70,7 @@ def softmax_near_ties(count: int = 3, seed: int = 1) -> list[tuple[float, np.nda
 @pytest.mark.parametrize("case", range(3))
 def test_softmax_int8_near_ties_are_builtin_refs(case):
     """On rows where LiteRT's reference and optimized kernels disagree, the lowering gives the
-    reference's codes (it runs `act.softmax_fixed_point`, the kernel's own arithmetic) — fed
+    reference's codes (it runs `softmax_fixed_point`, the kernel's own arithmetic) — fed
     after a first invoke of random rows, when the delegate no longer checks it."""
     scale, row = softmax_near_ties()[case]
     shape = (2, row.size)
