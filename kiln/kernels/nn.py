@@ -198,14 +198,10 @@ def transpose_conv(x_q, x_qp: QuantParams, w_q, w_qp: QuantParams, bias_q, out_q
 def max_pool2d(x_q, *, filter_hw, out_hw, pads, strides, activation=Activation.NONE,
                out_qp: QuantParams | None = None, out_dtype=np.int8) -> np.ndarray:
     """int8 MAX_POOL_2D: the maximum over the window's taps inside the input, clamped to
-    the activation range (input and output share their quantization)."""
-    x_q = np.asarray(x_q)
-    (t, b), (l, r) = pads
-    low = np.iinfo(np.int64).min
-    padded = np.pad(x_q.astype(np.int64), ((0, 0), (t, b), (l, r), (0, 0)), constant_values=low)
-    out = tap_windows(padded, filter_hw[0], filter_hw[1], out_hw, strides, (1, 1)).max(axis=(3, 4))
+    the activation range (input and output share their quantization); `xp_max_pool2d`."""
     lo, hi = _pool_range(activation, out_qp, out_dtype)
-    return np.clip(out, lo, hi).astype(out_dtype)
+    out = xp_max_pool2d(np, np.asarray(x_q), filter_hw, out_hw, pads, strides, lo, hi)
+    return out.astype(out_dtype)
 
 
 def _pool_range(activation, out_qp, out_dtype):
@@ -219,24 +215,52 @@ def _pool_range(activation, out_qp, out_dtype):
 def average_pool2d(x_q, *, filter_hw, out_hw, pads, strides, activation=Activation.NONE,
                    out_qp: QuantParams | None = None, out_dtype=np.int8) -> np.ndarray:
     """int8 AVERAGE_POOL_2D: the sum of the taps inside the input divided by their count,
-    rounded half away from zero (``(sum ± count/2) / count`` in C's truncating division)."""
-    x_q = np.asarray(x_q)
+    rounded half away from zero; `xp_average_pool2d`."""
+    lo, hi = _pool_range(activation, out_qp, out_dtype)
+    out = xp_average_pool2d(np, np.asarray(x_q), filter_hw, out_hw, pads, strides, lo, hi)
+    return out.astype(out_dtype)
+
+
+# -- pooling over an array namespace ``xp`` (NumPy here, jax.numpy in kiln.xla) -----------------
+
+def _pool_taps(padded, filter_hw, out_hw, strides) -> list:
+    """Each filter tap's [n, oh, ow, c] strided slice of a padded NHWC array: plain slicing,
+    which NumPy takes as views and XLA fuses."""
+    (kh, kw), (oh, ow), (sh, sw) = filter_hw, out_hw, strides
+    return [padded[:, i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw, :] for i in range(kh) for j in range(kw)]
+
+
+def xp_max_pool2d(xp, x_q, filter_hw, out_hw, pads, strides, lo: int, hi: int):
+    """MAX_POOL_2D over the codes (int64 out): padding with int64's minimum, which never wins
+    (a window always holds an input pixel), then the taps' maximum, clamped to [lo, hi]."""
+    n, _, _, c = x_q.shape
+    if 0 in out_hw:
+        return xp.zeros((n, *out_hw, c), xp.int64)
+    (t, b), (l, r) = pads
+    padded = xp.pad(x_q.astype(xp.int64), ((0, 0), (t, b), (l, r), (0, 0)), constant_values=np.iinfo(np.int64).min)
+    taps = _pool_taps(padded, filter_hw, out_hw, strides)
+    out = taps[0]
+    for tap in taps[1:]:
+        out = xp.maximum(out, tap)
+    return xp_clamp(xp, out, lo, hi)
+
+
+def xp_average_pool2d(xp, x_q, filter_hw, out_hw, pads, strides, lo: int, hi: int):
+    """AVERAGE_POOL_2D over the codes (int64 out): the taps inside the input summed and
+    divided by their count, ``(sum ± count/2) / count`` in C's truncating division, clamped."""
+    n, h, w, c = x_q.shape
+    if 0 in out_hw:
+        return xp.zeros((n, *out_hw, c), xp.int64)
     (t, b), (l, r) = pads
     widths = ((0, 0), (t, b), (l, r), (0, 0))
-    sums = tap_windows(np.pad(x_q.astype(np.int64), widths), *filter_hw, out_hw, strides, (1, 1)).sum(axis=(3, 4))
-    inside = np.pad(np.ones((1,) + x_q.shape[1:3] + (1,), np.int64), widths)
-    counts = tap_windows(inside, *filter_hw, out_hw, strides, (1, 1)).sum(axis=(3, 4))
+    taps = _pool_taps(xp.pad(x_q.astype(xp.int64), widths), filter_hw, out_hw, strides)
+    sums = taps[0]
+    for tap in taps[1:]:
+        sums = sums + tap
+    counts = sum(_pool_taps(np.pad(np.ones((1, h, w, 1), np.int64), widths), filter_hw, out_hw, strides))
     half = counts // 2
-    out = np.where(sums > 0, _c_div(sums + half, counts), _c_div(sums - half, counts))
-    lo, hi = _pool_range(activation, out_qp, out_dtype)
-    return np.clip(out, lo, hi).astype(out_dtype)
-
-
-def _c_div(a, b) -> np.ndarray:
-    """C's integer division (truncates toward zero) for b > 0."""
-    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
-    q = np.abs(a) // b
-    return np.where(a < 0, -q, q)
+    num = xp.where(sums > 0, sums + half, sums - half)
+    return xp_clamp(xp, xp.sign(num) * (xp.abs(num) // counts), lo, hi)
 
 
 def mean_multiplier(x_qp: QuantParams, out_qp: QuantParams, count: int) -> tuple[int, int]:

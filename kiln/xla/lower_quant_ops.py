@@ -34,7 +34,7 @@ from ..kernels.softmax import (
 )
 from ..kernels.elementwise import LEFT_SHIFT_SQUARED_DIFFERENCE
 from ..kernels.fixedpoint import quantize_multiplier
-from ..kernels.nn import reduced_axes, xp_mean, xp_quantized_sum
+from ..kernels.nn import reduced_axes, xp_average_pool2d, xp_max_pool2d, xp_mean, xp_quantized_sum
 from ..ops.backends import FLOAT
 from ..ops.record import HYBRID, KernelCall, operand_types
 from ..ops.windowed import transpose_conv_geometry, window_geometry
@@ -210,42 +210,23 @@ def _pool_taps(call, x):
     return k, (oh, ow), pads, (opts.stride_h, opts.stride_w)
 
 
-def _windows(xp, k, out_hw, strides):
-    return [lax.slice(xp, (0, i, j, 0), (xp.shape[0], i + (out_hw[0] - 1) * strides[0] + 1,
-                                         j + (out_hw[1] - 1) * strides[1] + 1, xp.shape[3]), (1, *strides, 1))
-            for i in range(k[0]) for j in range(k[1])]
-
-
-def _pool_clip(out, call):
+def _pool_range(call):
     act = call.opts.fused_activation_function
     if act == Activation.NONE:
-        lo, hi = _limits(call.out_dtypes[0])
-    else:
-        lo, hi = _activation_range(act, call.op.outputs[0].quantization, call.out_dtypes[0])
-    return jnp.clip(out, lo, hi).astype(call.out_dtypes[0])
+        return _limits(call.out_dtypes[0])
+    return _activation_range(act, call.op.outputs[0].quantization, call.out_dtypes[0])
 
 
 def _max_pool(call, x):
+    """Integer MAX_POOL_2D: the kernel's arithmetic (`kiln.kernels.nn.xp_max_pool2d`) on jax.numpy."""
     k, out_hw, pads, strides = _pool_taps(call, x)
-    low = np.iinfo(np.int32).min
-    xp = jnp.pad(x.astype(jnp.int32), ((0, 0), *pads, (0, 0)), constant_values=low)
-    taps = _windows(xp, k, out_hw, strides)
-    out = taps[0]
-    for t in taps[1:]:
-        out = jnp.maximum(out, t)
-    return _pool_clip(out, call)
+    return xp_max_pool2d(jnp, x, k, out_hw, pads, strides, *_pool_range(call)).astype(call.out_dtypes[0])
 
 
 def _average_pool(call, x):
+    """Integer AVERAGE_POOL_2D: `kiln.kernels.nn.xp_average_pool2d` on jax.numpy."""
     k, out_hw, pads, strides = _pool_taps(call, x)
-    widths = ((0, 0), *pads, (0, 0))
-    sums = sum(_windows(jnp.pad(x.astype(_I64), widths), k, out_hw, strides))
-    inside = np.pad(np.ones((1, *x.shape[1:3], 1), np.int64), widths)
-    counts = sum(_windows(jnp.asarray(inside), k, out_hw, strides))
-    half = counts // 2
-    num = jnp.where(sums > 0, sums + half, sums - half)
-    out = jnp.sign(num) * (jnp.abs(num) // counts)   # C's truncating division
-    return _pool_clip(out, call)
+    return xp_average_pool2d(jnp, x, k, out_hw, pads, strides, *_pool_range(call)).astype(call.out_dtypes[0])
 
 
 def _pool_check(op, opts):
