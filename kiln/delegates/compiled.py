@@ -43,8 +43,13 @@ if TYPE_CHECKING:  # pragma: no cover
 F32 = np.dtype(np.float32)
 
 _FC_ACTIVATIONS = (Activation.NONE, Activation.RELU, Activation.RELU6, Activation.RELU_N1_TO_1)
-#: Ops whose weights (operand 1) the chain packs once.
-_WEIGHTED = frozenset({"FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D"})
+
+
+def _one_weight_operand(name: str) -> bool:
+    """Whether the op's record names operand 1 as its one weight tensor (FULLY_CONNECTED and
+    the convolutions): the chain packs it once, and it must be float32 here (else hybrid)."""
+    weights = ops.require(name).weights
+    return weights is not None and weights.operands == (1,)
 
 
 def float_check(support: "CompiledSupport", op: Operator) -> str | None:
@@ -54,7 +59,7 @@ def float_check(support: "CompiledSupport", op: Operator) -> str | None:
     if op.version not in support.versions:
         return f"{name} version {op.version} is unknown to the delegate (knows {sorted(support.versions)})"
     consts = support.const_operands
-    required = 2 if name in _WEIGHTED else 1
+    required = 2 if _one_weight_operand(name) else 1
     if len(op.inputs) < required or any(op.inputs[k] is None for k in range(required)) or not op.outputs:
         return f"{name} has {len(op.inputs)} inputs and {len(op.outputs)} outputs; the delegate needs more"
     for k, t in enumerate(op.inputs):
@@ -73,7 +78,7 @@ def float_check(support: "CompiledSupport", op: Operator) -> str | None:
     for t in op.outputs:
         if t is not None and t.dtype != DType.FLOAT32:
             return f"{name} output {t.name!r} is {t.dtype.name}, not float32"
-    if name in _WEIGHTED and op.inputs[1].dtype != DType.FLOAT32:
+    if _one_weight_operand(name) and op.inputs[1].dtype != DType.FLOAT32:
         return f"{name} weights are {op.inputs[1].dtype.name} (hybrid), not float32"
     if name == "FULLY_CONNECTED":
         opts = op.options
