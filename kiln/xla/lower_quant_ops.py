@@ -32,7 +32,7 @@ from ..kernels.softmax import (
     softmax_int16_tables,
     softmax_may_abort,
 )
-from ..kernels.elementwise import LEFT_SHIFT_SQUARED_DIFFERENCE
+from ..kernels.elementwise import xp_squared_difference
 from ..kernels.fixedpoint import quantize_multiplier
 from ..kernels.nn import reduced_axes, xp_average_pool2d, xp_max_pool2d, xp_mean, xp_quantized_sum
 from ..ops.backends import FLOAT
@@ -350,18 +350,11 @@ def _batch_matmul(call, a, b):
 
 
 def _squared_difference(call, a, b):
+    """int8 SQUARED_DIFFERENCE: `kiln.kernels.elementwise.xp_squared_difference` on jax.numpy."""
     op = call.op
-    s_a, s_b, s_y = (float(_q(t).scale[0]) for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
-    twice_max = 2.0 * max(s_a, s_b)
-    m_a, sh_a = quantize_multiplier(s_a / twice_max)
-    m_b, sh_b = quantize_multiplier(s_b / twice_max)
-    lift = LEFT_SHIFT_SQUARED_DIFFERENCE
-    m_y, sh_y = quantize_multiplier(twice_max * twice_max / ((1 << 2 * lift) * s_y))
-    la = jnp.left_shift(a.astype(_I64) - _zp(op.inputs[0]), lift)
-    lb = jnp.left_shift(b.astype(_I64) - _zp(op.inputs[1]), lift)
-    diff = rescale_twice(la, m_a, sh_a) - rescale_twice(lb, m_b, sh_b)
-    out = rescale_twice(diff * diff, m_y, sh_y) + _zp(op.outputs[0])
-    return jnp.clip(out, *_limits(call.out_dtypes[0])).astype(call.out_dtypes[0])
+    out = xp_squared_difference(jnp, a.astype(_I64), _q(op.inputs[0]), b.astype(_I64), _q(op.inputs[1]),
+                                _q(op.outputs[0]), call.out_dtypes[0])
+    return out.astype(call.out_dtypes[0])
 
 
 def _hybrid_transpose_conv(call, output_shape, w, x, bias=None):
