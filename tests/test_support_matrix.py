@@ -20,7 +20,6 @@ ROOT = Path(__file__).resolve().parents[1]
 TABLE_GAPS = {
     ("X", "UNIDIRECTIONAL_SEQUENCE_LSTM", "hybrid"): "no XLA lowering of the hybrid (dynamic-range) LSTM",
     ("X", "BIDIRECTIONAL_SEQUENCE_LSTM", "hybrid"): "no XLA lowering of the hybrid (dynamic-range) LSTM",
-    ("N", "UNIDIRECTIONAL_SEQUENCE_LSTM", "hybrid"): "the NumPy delegate's chains have no hybrid LSTM step",
 }
 
 

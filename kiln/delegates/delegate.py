@@ -126,6 +126,7 @@ def _register_all() -> None:
     q(["CONCATENATION"], more.lower_concatenation, constant_data=True)
     q(["PACK"], more.lower_pack, constant_data=True)
     q(["STRIDED_SLICE", "REVERSE_V2", "UNIDIRECTIONAL_SEQUENCE_LSTM"])            # their kernels, in the chain
+    q(["UNIDIRECTIONAL_SEQUENCE_LSTM"], types=(HYBRID,))                          # its hybrid kernel, likewise
 
 
 _register_all()

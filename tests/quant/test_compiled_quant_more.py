@@ -351,3 +351,20 @@ def test_binary_16x8_parameter_sweep(op_type):
         feeds = [[codes(4, 16, dtype=np.int16), codes(1, 16, dtype=np.int16)] for _ in range(3)]
         _against_kiln_kernel(op_type, [In(feeds[0][0], qp(sa)), In(feeds[0][1], qp(sb))],
                              [(np.int16, (4, 16), qp(sy))], dict(fused_activation_function=NONE), feeds)
+
+
+@pytest.mark.parametrize("name", ["UNIDIRECTIONAL_SEQUENCE_LSTM-keras", "UNIDIRECTIONAL_SEQUENCE_LSTM-time_major"])
+def test_hybrid_lstm_runs_in_the_chain_with_its_state(name):
+    """A dynamic-range (hybrid) sequence LSTM, as kiln.quantize writes it, is claimed by the
+    NumPy delegate (its kernel runs in the chain) and gives kiln's reference kernels' bits
+    invoke after invoke, its variable states carried from one invoke to the next."""
+    from tests.quant.test_one_op_conformance import feeds, quantized
+
+    model = quantized(name, "dynamic")
+    delegate = NumpyDelegate()
+    ours = kiln.Interpreter(model_content=model, experimental_delegates=[delegate], **REF)
+    kiln_ref = kiln.Interpreter(model_content=model, **REF)
+    for k, row in enumerate(feeds(name, "dynamic") * 2):
+        for g, w in zip(run_api(ours, row), run_api(kiln_ref, row)):
+            np.testing.assert_array_equal(g, w, err_msg=f"{name}, invoke {k}")
+    assert [n for _, n, _ in delegate.claimed] == ["UNIDIRECTIONAL_SEQUENCE_LSTM"] and not delegate.fallbacks
