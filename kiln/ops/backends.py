@@ -13,7 +13,7 @@ cannot run. `BackendTable.decide` gives a backend's verdict on one node as a
 
 Registering for a name without a record is refused (a typo, or an op kiln cannot read or
 run), and so is a second registration of the same key unless it says ``override=True``.
-The support matrix (docs/support_matrix.md, tools/support_matrix.py) is generated from the
+The support matrix (docs/support_matrix.md, kiln/support_matrix.py) is generated from the
 tables, so what the docs say each backend runs is what it registers.
 """
 
