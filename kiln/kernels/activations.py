@@ -25,6 +25,7 @@ from .fixedpoint import (
     quantize_multiplier,
     round_half_away,
     rounding_divide_by_pot,
+    xp_clamp,
     xp_divide_by_pot,
     xp_high_mul,
     xp_rescale,
@@ -486,19 +487,23 @@ def _zp(qp: QuantParams) -> int:
 
 def prelu(x_q, x_qp: QuantParams, alpha_q, alpha_qp: QuantParams, out_qp: QuantParams, *,
           out_dtype=np.int8) -> np.ndarray:
-    """PRELU (reference Prelu / BroadcastPrelu4DSlow): two multipliers, ``s_x / s_y`` where
-    ``x − zp_x ≥ 0`` and ``s_x · s_α / s_y`` applied to ``(x − zp_x)(α − zp_α)`` elsewhere,
-    both formed in float32; alpha broadcasts into the input's shape. 16x8 PRELU is the same
-    with int16 input and output and an int8 alpha."""
-    x = np.asarray(x_q, np.int64) - _zp(x_qp)
-    alpha = np.broadcast_to(np.asarray(alpha_q, np.int64) - _zp(alpha_qp), x.shape)
+    """PRELU (reference Prelu / BroadcastPrelu4DSlow): `xp_prelu` on NumPy."""
+    x, alpha = np.asarray(x_q, np.int64), np.asarray(alpha_q, np.int64)
+    return xp_prelu(np, x, x_qp, alpha, alpha_qp, out_qp, out_dtype).astype(out_dtype)
+
+
+def xp_prelu(xp, x_q, x_qp: QuantParams, alpha_q, alpha_qp: QuantParams, out_qp: QuantParams, out_dtype):
+    """PRELU over array namespace ``xp`` (NumPy, or jax.numpy in kiln.xla) on int64 codes: two
+    multipliers, ``s_x / s_y`` where ``x − zp_x ≥ 0`` and ``s_x · s_α / s_y`` applied to
+    ``(x − zp_x)(α − zp_α)`` elsewhere, both formed in float32; alpha broadcasts into the
+    input's shape. 16x8 PRELU is the same with int16 input and output and an int8 alpha."""
+    x = x_q - _zp(x_qp)
+    alpha = xp.broadcast_to(alpha_q - _zp(alpha_qp), x.shape)
     s_x, s_a, s_y = F32(x_qp.scale[0]), F32(alpha_qp.scale[0]), F32(out_qp.scale[0])
     m1, e1 = quantize_multiplier(float(F32(s_x / s_y)))          # float32 arithmetic, as Prepare
     m2, e2 = quantize_multiplier(float(F32(F32(s_x * s_a) / s_y)))
-    positive = rescale(x, m1, e1).astype(np.int64)
-    negative = rescale(x * alpha, m2, e2).astype(np.int64)
-    out = np.where(x >= 0, positive, negative) + _zp(out_qp)
-    return np.clip(out, *dtype_range(out_dtype)).astype(out_dtype)
+    out = xp.where(x >= 0, xp_rescale(xp, x, m1, e1), xp_rescale(xp, x * alpha, m2, e2)) + _zp(out_qp)
+    return xp_clamp(xp, out, *dtype_range(out_dtype))
 
 
 # -- L2_NORMALIZATION --------------------------------------------------------------------------

@@ -20,12 +20,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import ops
-from ..kernels.activations import l2_normalize_centered
-from ..kernels.fixedpoint import quantize_multiplier
+from ..kernels.activations import l2_normalize_centered, xp_prelu
 from ..kernels.image import _integer_axis
 from ..ops.record import operand_types
 from ..schema import Activation, DType
-from .lower_quant import _limits, rescale_twice
+from .lower_quant import _limits
 
 _I64 = jnp.int64
 F32 = np.float32
@@ -59,14 +58,11 @@ def _kernel_check(op) -> str | None:
 # -- PRELU ----------------------------------------------------------------------------------------
 
 def _prelu(call, x, alpha):
+    """Integer PRELU: the kernel's arithmetic (`kiln.kernels.activations.xp_prelu`) on jax.numpy."""
     op = call.op
-    s_x, s_a, s_y = (F32(_q(t).scale[0]) for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
-    m1, e1 = quantize_multiplier(float(F32(s_x / s_y)))          # float32 arithmetic, as Prepare
-    m2, e2 = quantize_multiplier(float(F32(F32(s_x * s_a) / s_y)))
-    xc = jnp.asarray(x).astype(_I64) - _zp(op.inputs[0])
-    ac = jnp.broadcast_to(jnp.asarray(alpha).astype(_I64) - _zp(op.inputs[1]), xc.shape)
-    out = jnp.where(xc >= 0, rescale_twice(xc, m1, e1), rescale_twice(xc * ac, m2, e2)) + _zp(op.outputs[0])
-    return jnp.clip(out, *_limits(call.out_dtypes[0])).astype(call.out_dtypes[0])
+    out = xp_prelu(jnp, jnp.asarray(x).astype(_I64), _q(op.inputs[0]), jnp.asarray(alpha).astype(_I64),
+                   _q(op.inputs[1]), _q(op.outputs[0]), call.out_dtypes[0])
+    return out.astype(call.out_dtypes[0])
 
 
 def _prelu_check(op, opts):
