@@ -1,12 +1,10 @@
 """Quantized PRELU, RESIZE_BILINEAR, L2_NORMALIZATION (kiln.kernels) and LOG_SOFTMAX
 (kiln.kernels.activations), bit-exact with those kernels.
 
-* PRELU (int8, uint8 and 16x8): the kernel's two float32-formed multipliers, both paths
-  rescaled with two roundings and picked by the sign of ``x − zp`` — integer arithmetic,
-  so no table over code pairs (16x8 would need 2^24 entries).
-* RESIZE_BILINEAR (int8, int16): the codes interpolated in 10-bit fixed point; the source
-  rows / columns and their fractions are the kernel's own (``_integer_axis``), computed
-  while tracing from the static sizes.
+* PRELU (int8, uint8 and 16x8) and RESIZE_BILINEAR (int8, int16): the kernels' own
+  arithmetic, written once over an array namespace (`kiln.kernels.activations.xp_prelu`,
+  `kiln.kernels.image.xp_resize_bilinear`) and run here on jax.numpy int64; the resize's
+  source rows / columns and fractions are computed while tracing from the static sizes.
 * L2_NORMALIZATION (int8): the inverse-square-root Newton steps are
   `kiln.kernels.activations.l2_normalize_centered`, written once over an array namespace and run here
   on jax.numpy int64.
@@ -21,7 +19,7 @@ import numpy as np
 
 from .. import ops
 from ..kernels.activations import l2_normalize_centered, xp_prelu
-from ..kernels.image import _integer_axis
+from ..kernels.image import xp_resize_bilinear
 from ..ops.record import operand_types
 from ..schema import Activation, DType
 from .lower_quant import _limits
@@ -81,25 +79,12 @@ def _prelu_check(op, opts):
 
 # -- RESIZE_BILINEAR ------------------------------------------------------------------------------
 
-def _c_div(a, b: int):
-    """C's truncating integer division by a positive constant."""
-    return jnp.sign(a) * (jnp.abs(a) // b)
-
-
 def _resize_bilinear(call, x, size):
+    """Integer RESIZE_BILINEAR: `kiln.kernels.image.xp_resize_bilinear` on jax.numpy."""
     size = np.asarray(size).reshape(-1)
-    out_h, out_w = int(size[0]), int(size[1])
-    ac, hp = bool(call.opts.align_corners), bool(call.opts.half_pixel_centers)
-    y0, y1, dy = _integer_axis(x.shape[1], out_h, ac, hp)
-    x0, x1, dx = _integer_axis(x.shape[2], out_w, ac, hp)
-    v = jnp.asarray(x).astype(_I64)
-    dy, dx = dy[None, :, None, None], dx[None, None, :, None]
-    one = 1 << 10
-    top, bottom = v[:, y0], v[:, y1]
-    total = (top[:, :, x0] * (one - dy) * (one - dx) + bottom[:, :, x0] * dy * (one - dx)
-             + top[:, :, x1] * (one - dy) * dx + bottom[:, :, x1] * dy * dx)
-    half = jnp.where(total > 0, 1 << 19, -(1 << 19))
-    return _c_div(total + half, 1 << 20).astype(call.out_dtypes[0])
+    out = xp_resize_bilinear(jnp, jnp.asarray(x).astype(_I64), (int(size[0]), int(size[1])),
+                             bool(call.opts.align_corners), bool(call.opts.half_pixel_centers))
+    return out.astype(call.out_dtypes[0])
 
 
 def _resize_check(op, opts):
