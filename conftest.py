@@ -3,8 +3,8 @@ what kiln's default Interpreter runs on for the whole session.
 
 ``--kiln-backend`` (default ``litert``) sets the default Interpreter's backend, so one suite
 checks each: ``litert`` as installed (LiteRT's kernels for builtin partitions, kiln's
-delegates for the rest), ``kiln`` as without ai-edge-litert (kiln's compiled and quantized
-delegates), ``ref`` as BUILTIN_REF (kiln's reference kernels alone). A test about one
+delegate for the rest), ``kiln`` as without ai-edge-litert (kiln's NumPy delegate), ``ref``
+as BUILTIN_REF (kiln's reference kernels alone). A test about one
 backend's own behaviour asks for it with the `litert_default` or `kiln_default` fixture.
 """
 
@@ -58,7 +58,7 @@ def litert_default(monkeypatch):
 
 @pytest.fixture
 def kiln_default(monkeypatch):
-    """kiln's default delegates as without ai-edge-litert: the compiled, then the quantized one."""
+    """kiln's default delegates as without ai-edge-litert: the NumPy delegate alone."""
     _default_delegates(monkeypatch, False)
 
 

@@ -88,16 +88,16 @@ def _litert(model: bytes, x: np.ndarray) -> np.ndarray:
 
 def _runtime_side_by_side(model: bytes, x: np.ndarray, runs: int = 30):
     """(kiln ms, LiteRT ms, kiln == BUILTIN_REF, before ms) on ``model``: median invoke times
-    of kiln's default interpreter (its delegates), LiteRT's default one (XNNPACK) and kiln with
-    the compiled delegate alone (the default before the quantized delegate), interleaved; None
+    of kiln's default interpreter (its NumPy delegate), LiteRT's default one (XNNPACK) and kiln
+    with the delegate's float chains alone (the default before the integer chains), interleaved; None
     when kiln cannot run it, exactness None when BUILTIN_REF cannot."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     import kiln
-    from kiln.delegates import CompiledDelegate
+    from kiln.delegates import NumpyDelegate
 
     interps = {"kiln": kiln.Interpreter(model_content=model), "litert": Interpreter(model_content=model),
-               "before": kiln.Interpreter(model_content=model, experimental_delegates=[CompiledDelegate()],
+               "before": kiln.Interpreter(model_content=model, experimental_delegates=[NumpyDelegate(types=[None])],
                                           experimental_op_resolver_type=kiln.OpResolverType.BUILTIN_REF)}
     try:
         interps["ref"] = Interpreter(model_content=model, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)

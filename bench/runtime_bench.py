@@ -129,7 +129,7 @@ def model_engines(name: str, converter: str, rebuild: bool, own: bool) -> dict:
         runs["kiln-own"] = kiln.Interpreter(
             model_content=ours, custom_op_registerers=registerers,
             experimental_op_resolver_type=kiln.OpResolverType.BUILTIN_REF,
-            experimental_delegates=[kiln.delegates.CompiledDelegate(), kiln.delegates.QuantizedDelegate()])
+            experimental_delegates=[kiln.delegates.NumpyDelegate()])
     return runs
 
 

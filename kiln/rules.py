@@ -20,8 +20,9 @@ from .errors import KilnError
 Site = TypeVar("Site")
 Match = TypeVar("Match")
 
-#: Stages a decision can come from (ConversionReport.decisions groups by these).
-STAGES = ("keras", "legalize", "fusion", "pass")
+#: Stages a decision can come from (ConversionReport.decisions groups by these); "backend":
+#: whether a backend (a delegate, XLA) runs a node, and why not (kiln.ops.backends).
+STAGES = ("keras", "legalize", "fusion", "pass", "backend")
 
 
 @dataclass(frozen=True)
@@ -29,10 +30,10 @@ class Decision:
     """One rule's verdict on one subject.
 
     Attributes:
-      stage: where the rule runs ("keras", "legalize", "fusion", "pass").
+      stage: where the rule runs ("keras", "legalize", "fusion", "pass", "backend").
       subject: what the rule looked at, as users know it (a Keras layer, a function, an op).
       rule: the rule's name ("fuse-activations", an implements name, "keras3_lstm_loop", ...).
-      fired: whether it rewrote.
+      fired: whether it rewrote (stage "backend": whether the backend runs the node).
       detail: when it fired, the sentence users read, subject included ("lstm: fused into
         UNIDIRECTIONAL_SEQUENCE_LSTM"); when it did not, the reason alone.
     """
@@ -50,6 +51,9 @@ class Decision:
                 "result": (self.detail or None) if self.fired else None}
 
     def __str__(self) -> str:
+        if self.stage == "backend":
+            return f"{self.subject}: {'run' if self.fired else 'not run'} by {self.rule}" + \
+                (f": {self.detail}" if self.detail else "")
         if self.fired:
             return self.detail or f"{self.subject}: rewritten by {self.rule}"
         verb = "not fused" if self.stage in ("keras", "fusion") else f"not rewritten by {self.rule}"

@@ -146,16 +146,16 @@ def run_litert(model: bytes, inputs: Sequence[np.ndarray], builtin_kernels: bool
 
 def own_kernels() -> dict:
     """Interpreter arguments that run kiln's own kernels, not LiteRT's: the default delegates
-    as without ai-edge-litert (the compiled and quantized delegates, over the reference
-    kernels), or the reference kernels alone when the session's default has no delegates
+    as without ai-edge-litert (the NumPy delegate, over the reference kernels), or the
+    reference kernels alone when the session's default has no delegates
     (``--kiln-backend=ref``)."""
-    from kiln.delegates import CompiledDelegate, QuantizedDelegate
+    from kiln.delegates import NumpyDelegate
     from kiln.runtime import OpResolverType, delegate
 
     if not delegate._DEFAULT_DELEGATES:
         return {"experimental_op_resolver_type": OpResolverType.BUILTIN_REF}
     return {"experimental_op_resolver_type": OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
-            "experimental_delegates": [CompiledDelegate(), QuantizedDelegate()]}
+            "experimental_delegates": [NumpyDelegate()]}
 
 
 def run_kiln(model: bytes, inputs: Sequence[np.ndarray], **kwargs) -> list[np.ndarray]:

@@ -170,9 +170,9 @@ def test_benchmark(capsys, mobilenet):
 
 
 def test_benchmark_with_delegate_and_signature(capsys, mobilenet, variables, kiln_default):
-    # kiln_default: "--delegate compiled" names kiln's compiled delegate, the default without ai-edge-litert
+    # kiln_default: "--delegate compiled" (an old name for the default) names the NumPy delegate
     code, out, _ = kiln_cli(capsys, "benchmark", mobilenet, "--runs", 2, "--delegate", "compiled")
-    assert code == 0 and "compiled delegate (67 nodes)" in out
+    assert code == 0 and "numpy delegate (67 nodes)" in out
     code, out, _ = kiln_cli(capsys, "benchmark", variables, "--runs", 2, "--signature", "accumulate",
                             "--no-profile")
     assert code == 0 and "signature 'accumulate'" in out and "per-op profile" not in out

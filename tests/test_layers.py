@@ -27,6 +27,7 @@ LAYERS: list[set[str]] = [
     {"kiln.runtime"},                                  # the interpreter
     {"kiln.delegates", "kiln.quant", "kiln.xla"},      # delegates; post-training quantization (calibrates
                                                        # with the interpreter); the XLA backend
+    {"kiln.support_matrix"},                           # the per-op support matrix, from every backend's table
     # the converter, bottom up
     {"kiln.converter.tfutil", "kiln.converter.runtime_version", "kiln.converter.attributes"},
     {"kiln.converter.values", "kiln.converter.custom", "kiln.converter.metadata", "kiln.converter.report"},

@@ -1,6 +1,6 @@
-"""The compiled delegate: float32 partitions run as pre-packed NumPy chains.
+"""The NumPy delegate's float chains: float32 partitions run as pre-packed NumPy chains.
 
-kiln's default delegate (kiln/delegates/__init__.py registers it), as XNNPACK is LiteRT's.
+The float side of kiln's default delegate (kiln/delegates/delegate.py), as XNNPACK is LiteRT's.
 The reference kernels are pure: they re-validate every operand, re-derive geometry and
 allocate fresh arrays on every node of every invoke. This delegate does that work once per
 input shape: it claims float32 nodes *at the op versions it knows* (the operator-versioning
@@ -19,46 +19,47 @@ Tensors that leave a partition get fresh arrays on every invoke, so nothing the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 from itertools import repeat
 from types import SimpleNamespace
-from typing import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
 from .. import ops
-from ..errors import KilnError, OpError, UnsupportedError
+from ..errors import KilnError, OpError
 from ..ir import Operator
+from ..ops.backends import FLOAT
 from ..ops.elementwise import activation_range, is_quantized
 from ..ops.record import KernelCall
-from ..ops.tables import OpTable
-from ..runtime.delegate import DelegateKernel, NodeInfo, Partition, ReportingDelegate
+from ..runtime.delegate import DelegateKernel, Partition
 from ..schema import Activation, DType
-from .windowed import clamp, lower_avg_pool, lower_conv, lower_depthwise, lower_max_pool
+from .windowed import clamp
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .delegate import NumpyDelegate
 
 F32 = np.dtype(np.float32)
 
 _FC_ACTIVATIONS = (Activation.NONE, Activation.RELU, Activation.RELU6, Activation.RELU_N1_TO_1)
 
 
-def why_not(node: NodeInfo, allowed: frozenset[str]) -> str | None:
-    """None if the delegate can run ``node``, else the reason it refuses it."""
-    op = node.op
-    name = node.name
-    if op.op_type == "CUSTOM" or name not in allowed:
-        return f"{name} is not an op this delegate runs"
-    support = COMPILED_LOWERINGS[name]
-    known = support.versions
-    if node.version not in known:
-        return f"{name} version {node.version} is unknown to the delegate (knows {sorted(known)})"
-    reg = node.registration
-    record = getattr(reg, "record", None)
-    if record is None or reg.kernel is None or reg.kernel is not record.kernel:
-        return f"{name} is overridden by a Python registration"
+def _one_weight_operand(name: str) -> bool:
+    """Whether the op's record names operand 1 as its one weight tensor (FULLY_CONNECTED and
+    the convolutions): the chain packs it once, and it must be float32 here (else hybrid)."""
+    weights = ops.require(name).weights
+    return weights is not None and weights.operands == (1,)
+
+
+def float_check(support: "CompiledSupport", op: Operator) -> str | None:
+    """None if a chain of ``support`` runs float node ``op``, else the reason (the table's check
+    of the NumPy delegate's float entries, kiln/delegates/delegate.py)."""
+    name = op.op_type
+    if op.version not in support.versions:
+        return f"{name} version {op.version} is unknown to the delegate (knows {sorted(support.versions)})"
     consts = support.const_operands
-    required = 2 if name in ("FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D") else 1
+    required = 2 if _one_weight_operand(name) else 1
     if len(op.inputs) < required or any(op.inputs[k] is None for k in range(required)) or not op.outputs:
         return f"{name} has {len(op.inputs)} inputs and {len(op.outputs)} outputs; the delegate needs more"
     for k, t in enumerate(op.inputs):
@@ -77,7 +78,7 @@ def why_not(node: NodeInfo, allowed: frozenset[str]) -> str | None:
     for t in op.outputs:
         if t is not None and t.dtype != DType.FLOAT32:
             return f"{name} output {t.name!r} is {t.dtype.name}, not float32"
-    if name in ("FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D") and op.inputs[1].dtype != DType.FLOAT32:
+    if _one_weight_operand(name) and op.inputs[1].dtype != DType.FLOAT32:
         return f"{name} weights are {op.inputs[1].dtype.name} (hybrid), not float32"
     if name == "FULLY_CONNECTED":
         opts = op.options
@@ -128,7 +129,7 @@ def _operand(node: _Node, k: int):
     return node.in_slots[k], (node.consts[k] if k < len(node.consts) else None)
 
 
-def _lower_fully_connected(node: _Node):
+def lower_fully_connected(node: _Node):
     x_shape = node.in_shapes[0]
     w = np.asarray(node.consts[1], F32)
     units, depth = w.shape
@@ -155,11 +156,13 @@ def _lower_fully_connected(node: _Node):
     return run, [out_shape]
 
 
-_BINARY = {"ADD": np.add, "SUB": np.subtract, "MUL": np.multiply}
+def lower_binary(ufunc) -> "Lowering":
+    """A broadcasting arithmetic node (ADD, SUB, MUL) as ``ufunc`` into its output buffer,
+    then its fused activation's clamp in place, as the reference kernel computes it."""
+    return partial(_lower_binary, ufunc)
 
 
-def _lower_binary(node: _Node):
-    ufunc = _BINARY[node.op.op_type]
+def _lower_binary(ufunc, node: _Node):
     (sa, ca), (sb, cb) = _operand(node, 0), _operand(node, 1)
     try:
         out_shape = np.broadcast_shapes(node.in_shapes[0], node.in_shapes[1])
@@ -202,7 +205,7 @@ def _probe(node: _Node, kernel, call) -> list[np.ndarray]:
     return list(result) if isinstance(result, (tuple, list)) else [result]
 
 
-def _lower_view(node: _Node):
+def lower_view(node: _Node):
     """RESHAPE / SQUEEZE / EXPAND_DIMS: the shape is known at compile time; run = a view."""
     kernel, call = _reference_call(node)
     (probe,) = _probe(node, kernel, call)
@@ -243,7 +246,7 @@ def _lower_reference(node: _Node):
     return run, shapes
 
 
-def _lower_mean(node: _Node):
+def lower_mean(node: _Node):
     """MEAN over constant axes: a float64 sum divided into the output buffer (as the kernel)."""
     kernel, call = _reference_call(node)
     (probe,) = _probe(node, kernel, call)
@@ -278,50 +281,9 @@ class CompiledSupport:
     lower: Lowering | None = None
     constant_data: bool = False
 
-
-#: The compiled delegate's per-op support: an open table, so a new lowering registers here
-#: (for an op that has a record) instead of in a side table of its own.
-COMPILED_LOWERINGS: OpTable[CompiledSupport] = OpTable("compiled delegate")
-
-
-def _register(names: Iterable[str], versions: Iterable[int] = (1,), const_operands: tuple[int, ...] = (),
-              lower: Lowering | None = None, constant_data: bool | None = None) -> None:
-    """``constant_data`` defaults to True for the reference kernel run inside the chain."""
-    data = lower is None if constant_data is None else constant_data
-    for name in names:
-        COMPILED_LOWERINGS.register(name, CompiledSupport(frozenset(versions), const_operands, lower, data))
-
-
-_register(["FULLY_CONNECTED"], (1, 5, 6), (1, 2), _lower_fully_connected)  # plain, keep_num_dims, no bias
-_register(["CONV_2D"], (1,), (1, 2), lower_conv)
-_register(["DEPTHWISE_CONV_2D"], (1, 2), (1, 2), lower_depthwise)  # 2: dilation
-_register(["ADD", "SUB", "MUL"], lower=_lower_binary, constant_data=True)
-_register(["RESHAPE", "EXPAND_DIMS"], const_operands=(1,), lower=_lower_view)
-_register(["SQUEEZE"], lower=_lower_view)
-_register(["MEAN"], const_operands=(1,), lower=_lower_mean)
-_register(["MAX_POOL_2D"], lower=lower_max_pool)
-_register(["AVERAGE_POOL_2D"], lower=lower_avg_pool)
-_register(["RELU", "RELU6", "RELU_N1_TO_1", "LOGISTIC", "TANH", "HARD_SWISH", "GELU", "CONCATENATION", "SQUARED_DIFFERENCE",
-           "RSQRT", "NEG"])
-
-
-class _SupportedVersions(Mapping):
-    """Read-only ``op name -> versions`` view of COMPILED_LOWERINGS (kept for callers)."""
-
-    def __getitem__(self, name: str) -> frozenset[int]:
-        if name not in COMPILED_LOWERINGS:
-            raise KeyError(name)
-        return COMPILED_LOWERINGS[name].versions
-
-    def __iter__(self):
-        return iter(COMPILED_LOWERINGS)
-
-    def __len__(self) -> int:
-        return len(COMPILED_LOWERINGS)
-
-
-#: The op versions the delegate knows, per op.
-SUPPORTED_VERSIONS: Mapping[str, frozenset[int]] = _SupportedVersions()
+    def check(self, op: Operator) -> str | None:
+        """The delegate table's check of this entry (`float_check`)."""
+        return float_check(self, op)
 
 
 class _Plan:
@@ -339,7 +301,7 @@ class ChainKernel(DelegateKernel):
 
     MAX_PLANS = 8
 
-    def __init__(self, delegate: "CompiledDelegate", partition: Partition):
+    def __init__(self, delegate: "NumpyDelegate", partition: Partition):
         self.delegate = delegate
         self.partition = partition
         self.nodes = partition.nodes
@@ -377,7 +339,7 @@ class ChainKernel(DelegateKernel):
             node = _Node(op, ops.require(op.op_type).make_options(op.options), label, in_shapes, consts,
                          in_slots, [-1 if t is None else self.slot[id(t)] for t in op.outputs],
                          [t is not None and id(t) in self.escaping for t in op.outputs])
-            lower = COMPILED_LOWERINGS[op.op_type].lower or _lower_reference
+            lower = self.delegate.lowerings[op.op_type, FLOAT].lower or _lower_reference
             try:
                 run, out_shapes = lower(node)
             except KilnError:
@@ -398,7 +360,7 @@ class ChainKernel(DelegateKernel):
             if len(self.plans) >= self.MAX_PLANS:
                 self.plans.pop(next(iter(self.plans)))
             plan = self.plans[key] = self._compile(key)
-        # Every input is a FLOAT32 tensor (why_not), which the interpreter keeps as float32.
+        # Every input is a FLOAT32 tensor (float_check), which the interpreter keeps as float32.
         slots = [*inputs, *plan.unset]
         with np.errstate(all="ignore"):  # as the reference kernels: LiteRT's float math never warns
             for run in plan.steps:
@@ -406,31 +368,3 @@ class ChainKernel(DelegateKernel):
         if self.state_slots:
             return [slots[s] for s in plan.out_slots] + [slots[s] for s in self.state_slots]
         return [slots[s] for s in plan.out_slots]
-
-
-class CompiledDelegate(ReportingDelegate):
-    """Claims float32 nodes at known versions; runs each partition as a compiled chain.
-
-    Args:
-      ops: restrict the delegate to these op names (default: every op in COMPILED_LOWERINGS).
-
-    After an interpreter prepares, ``claimed`` lists (node index, op name, version) of the
-    nodes the delegate took and ``rejected`` maps refused nodes to the reason.
-    """
-
-    name = "compiled"
-
-    def __init__(self, ops: Iterable[str] | None = None):
-        chosen = frozenset(COMPILED_LOWERINGS if ops is None else ops)
-        unknown = chosen - COMPILED_LOWERINGS.keys()
-        if unknown:
-            raise UnsupportedError(f"the compiled delegate has no lowering for {sorted(unknown)}; "
-                                   f"it runs {sorted(COMPILED_LOWERINGS)}")
-        super().__init__()
-        self.ops = chosen
-
-    def why_not(self, node: NodeInfo) -> str | None:
-        return why_not(node, self.ops)
-
-    def make_kernel(self, partition: Partition) -> ChainKernel:
-        return ChainKernel(self, partition)

@@ -2,7 +2,7 @@
 MUL and QUANTIZE from float.
 
 Each gives its reference kernel's bits with the per-node work done once: SOFTMAX's exp table
-over every distance to the row maximum (256 for int8, 65536 for int16), ADD / SUB's
+over every distance to the row maximum (256 for 8 bits, in fixed point; 65536 for int16), ADD / SUB's
 rescaling of each int16 input code as a 65536-entry table (the output rescaling stays
 per element, `Requantizer`), MUL's multiplier. A lowering returns None where it does not
 handle a node (the delegate then runs the node's reference kernel in the chain).
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from ..kernels import activations as act
+from ..kernels import softmax as sm
 from ..kernels import elementwise
 from ..kernels import nn as nn_kernels
 from ..kernels.fixedpoint import (
@@ -41,7 +41,7 @@ def _get(slots, slot: int, const):
 # -- SOFTMAX ------------------------------------------------------------------------------------
 
 def lower_softmax(node: "QNode") -> Callable | None:
-    """int8 / int16 SOFTMAX over the last axis (`integer_activations.softmax` / `softmax_int16`)."""
+    """int8 / int16 SOFTMAX over the last axis (`sm.softmax` / `sm.softmax_int16`)."""
     x = node.ins[0]
     if x.ndim == 0 or x.shape[-1] == 0 or not _per_tensor(node):
         return None
@@ -50,52 +50,35 @@ def lower_softmax(node: "QNode") -> Callable | None:
     out_dtype = node.call.out_dtypes[0]
     xi, oi = node.in_slots[0], node.out_slots[0]
     if x.dtype == np.int8:
-        return _softmax_int8(act.softmax_exp_table(x_qp, beta), out_qp, out_dtype, xi, oi)
+        return _softmax_int8(x_qp, out_qp, beta, out_dtype, xi, oi)
     if x.dtype == np.int16 and out_dtype == np.int16:
-        return _softmax_int16(act.softmax_int16_exps(-np.arange(1 << 16), x_qp, beta), xi, oi)
+        return _softmax_int16(*sm.softmax_int16_tables(float(F32.type(x_qp.scale[0])), beta), xi, oi)
     return None
 
 
-def _softmax_int8(table, out_qp, out_dtype, xi: int, oi: int):
-    """exps from the distance table, their float32 sum left to right (``add.accumulate`` is
-    sequential), ``1 / (sum · s_y)`` in float32, the product rounded half away."""
-    s_y = F32.type(out_qp.scale[0])
-    zp = int(out_qp.zero_point[0])
-    lo, hi = nn_kernels.dtype_range(out_dtype)
+def _softmax_int8(x_qp, out_qp, beta: float, out_dtype, xi: int, oi: int):
+    """The reference kernel's fixed-point arithmetic (`sm.softmax_fixed_point`, shared with
+    kiln.xla) on the node's exp table, computed once; a row BUILTIN_REF aborts on gets the
+    kernel's own answer (LiteRT's optimized kernel's values)."""
+    multiplier, left_shift, diff_min = sm.softmax_input_scaling(float(F32.type(x_qp.scale[0])), beta)
+    exps = sm.softmax_fixed_exps(multiplier, left_shift)
 
     def run(slots):
         x = slots[xi]
-        d = x.max(axis=-1, keepdims=True).astype(np.int16) - x
-        exps = table[d]
-        total = np.add.accumulate(exps, axis=-1, dtype=F32)[..., -1:]
-        inverse = F32.type(1) / (total * s_y)
-        scaled = (exps * inverse).astype(F64)
-        out = np.floor(scaled + 0.5)        # scaled >= 0: half away from zero
-        if zp:
-            out += zp
-        np.clip(out, lo, hi, out=out)
+        out, aborts = sm.softmax_fixed_point(np, x.astype(I64), exps, diff_min, out_dtype)
+        if aborts.any():
+            out = np.where(aborts, sm.softmax_float_table(x, x_qp, out_qp, beta=beta, out_dtype=out_dtype), out)
         slots[oi] = out.astype(out_dtype)
 
     return run
 
 
-def _softmax_int16(exp_table, xi: int, oi: int):
-    """Reference SoftmaxInt16: exps from the distance table, their int sum's reciprocal from
-    the 1/(1+x) table after normalising by its leading zeros (a float64 frexp gives the bit
-    length of sums below 2^53 exactly), output in Q0.15."""
-    exp_table = np.asarray(exp_table, I64)
+def _softmax_int16(exps, reciprocals, xi: int, oi: int):
+    """Reference SoftmaxInt16: the kernel's arithmetic (`sm.softmax_int16_fixed_point`,
+    shared with kiln.xla) on the node's tables, built once."""
 
     def run(slots):
-        x = slots[xi].astype(np.int32)
-        exps = exp_table[x.max(axis=-1, keepdims=True) - x]
-        total = exps.sum(axis=-1, keepdims=True) & 0xFFFFFFFF
-        headroom_plus_one = 32 - np.frexp(total.astype(F64))[1].astype(I64)
-        shifted = ((total << (headroom_plus_one - 1)) + (1 << 13)) >> 14
-        reciprocal = act.lut16_lookup(np.clip(shifted - (1 << 15) - (1 << 16), -32768, 32767),
-                                      act.ONE_OVER_ONE_PLUS_X_LUT)
-        right_shift = 31 - headroom_plus_one
-        out = (exps * reciprocal + (np.int64(1) << (right_shift - 1))) >> right_shift
-        slots[oi] = np.clip(out, 0, 32767).astype(np.int16)
+        slots[oi] = sm.softmax_int16_fixed_point(np, slots[xi].astype(I64), exps, reciprocals).astype(np.int16)
 
     return run
 

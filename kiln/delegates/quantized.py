@@ -1,8 +1,8 @@
-"""The quantized delegate: integer nodes run as per-node prepared NumPy steps, bit-exact.
+"""The NumPy delegate's integer chains: quantized nodes run as per-node prepared steps, bit-exact.
 
-The compiled delegate (compiled.py) takes float32 nodes; this one, registered after it as a
-default delegate, takes the integer-quantized nodes (int8 / uint8 / int16 activations) of
-the ops in `QUANTIZED_LOWERINGS`. The reference kernels stay pure and re-derive multipliers,
+The float chains (compiled.py) run float32 nodes; these run the integer-quantized nodes
+(int8 / uint8 / int16 activations) and the hybrid ones of the ops the NumPy delegate's table
+registers for those operand types (kiln/delegates/delegate.py). The reference kernels stay pure and re-derive multipliers,
 clamp bounds and layouts on every call; here that work happens once per node and input
 shape:
 
@@ -30,21 +30,21 @@ whose lowering disagrees keeps its reference kernel, and the delegate records wh
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
-from ..errors import KilnError, UnsupportedError
+from .. import ops
+from ..errors import KilnError
 from ..ir import Operator
-from ..ops.record import HYBRID, INT8, INT16, UINT8, KernelCall, operand_types
-from ..ops.tables import OpTable
-from ..runtime.delegate import DelegateKernel, NodeInfo, Partition, ReportingDelegate
-from . import hybrid_lowerings as hyb
-from . import integer_lowerings as low
-from . import more_lowerings as more
-from . import transpose_lowerings as tconv
+from ..ops.record import INT8, INT16, UINT8, KernelCall, operand_types
+from ..runtime.delegate import DelegateKernel, Partition
 
-CODE_TYPES = frozenset({INT8, UINT8, INT16})
+if TYPE_CHECKING:  # pragma: no cover
+    from .delegate import NumpyDelegate
+
+#: The integer operand types of the chains (hybrid nodes run there too, for weighted ops).
+CODE_TYPES = (INT8, UINT8, INT16)
 
 
 @dataclass
@@ -68,13 +68,13 @@ Lowering = Callable[[QNode], "Callable | None"]
 
 @dataclass(frozen=True)
 class QuantizedSupport:
-    """What the quantized delegate knows of one op: operand positions that must be constant
-    (so output shapes follow from input shapes), the operand types it takes, its lowering
-    (None: the reference kernel runs inside the chain), whether that lowering reads
-    constant data operands, and which of the constant operands may be run-time shapes."""
+    """What the delegate knows of one op's quantized nodes: operand positions that must be
+    constant (so output shapes follow from input shapes), its lowering (None: the reference
+    kernel runs inside the chain), whether that lowering reads constant data operands, and
+    which of the constant operands may be run-time shapes. The operand types it takes are
+    the keys it is registered under."""
 
     const_operands: tuple[int, ...] = ()
-    types: frozenset[str] = CODE_TYPES
     lower: Lowering | None = None
     #: The lowering takes a constant wherever a data operand may stand; without it a node
     #: whose operand 0 is a constant keeps its kernel (the lowering reads operand 0's slot).
@@ -83,36 +83,23 @@ class QuantizedSupport:
     #: whose values key the plan; the lowering reads them from ``QNode.ins``).
     shape_operands: tuple[int, ...] = ()
 
-
-#: The quantized delegate's per-op support: an open table, like COMPILED_LOWERINGS.
-QUANTIZED_LOWERINGS: OpTable[QuantizedSupport] = OpTable("quantized delegate")
-
-
-def why_not(node: NodeInfo, allowed: frozenset[str]) -> str | None:
-    """None if the quantized delegate can run ``node``, else the reason it refuses it."""
-    op, name = node.op, node.name
-    if op.op_type == "CUSTOM" or name not in allowed:
-        return f"{name} is not an op this delegate runs"
-    reg = node.registration
-    record = getattr(reg, "record", None)
-    if record is None or reg.kernel is None or reg.kernel is not record.kernel:
-        return f"{name} is overridden by a Python registration"
-    support = QUANTIZED_LOWERINGS[name]
-    key = operand_types(op)
-    if key not in support.types:
-        return f"{name} with {key or 'float'} operands is not quantized the way this delegate runs"
-    if key not in record.quantized:
-        return f"{name} has no {key} kernel"
-    if not op.outputs or any(t is None for t in op.outputs):
-        return f"{name} omits an output"
-    for k in support.const_operands:
-        t = op.inputs[k] if k < len(op.inputs) else None
-        if t is None or t.is_constant or (k in support.shape_operands and _shape_like(t)):
-            continue
-        if k in support.shape_operands:
-            return f"{name} operand {k} ({t.name!r}) is neither a constant nor an int32 / int64 shape tensor"
-        return f"{name} operand {k} ({t.name!r}) is not a constant"
-    return None
+    def check(self, op: Operator) -> str | None:
+        """None if an integer chain runs quantized node ``op``, else the reason (the delegate
+        table's check of this entry)."""
+        name = op.op_type
+        key = operand_types(op)
+        if key not in ops.require(name).quantized:
+            return f"{name} has no {key} kernel"
+        if not op.outputs or any(t is None for t in op.outputs):
+            return f"{name} omits an output"
+        for k in self.const_operands:
+            t = op.inputs[k] if k < len(op.inputs) else None
+            if t is None or t.is_constant or (k in self.shape_operands and _shape_like(t)):
+                continue
+            if k in self.shape_operands:
+                return f"{name} operand {k} ({t.name!r}) is neither a constant nor an int32 / int64 shape tensor"
+            return f"{name} operand {k} ({t.name!r}) is not a constant"
+        return None
 
 
 def _shape_like(t) -> bool:
@@ -243,6 +230,8 @@ def _reference_step(node: QNode) -> Callable:
     kernel, call = node.kernel, node.call
     pairs = list(zip(node.in_slots, node.consts))
     outs = node.out_slots
+    # A stateful op's new states follow its outputs (kiln.ops.record): into its state slots.
+    states = [node.in_slots[k] for k in ops.require(node.op.op_type).state_operands]
 
     def run(slots):
         result = kernel(call, *[c if c is not None else (slots[s] if s >= 0 else None) for s, c in pairs])
@@ -251,6 +240,9 @@ def _reference_step(node: QNode) -> Callable:
         for oi, value, dtype in zip(outs, result, call.out_dtypes):
             value = np.asarray(value)
             slots[oi] = value if value.dtype == dtype else value.astype(dtype)
+        for s, value in zip(states, result[len(outs):]):
+            if s >= 0:
+                slots[s] = value
 
     return run
 
@@ -265,7 +257,7 @@ class QuantizedChain(DelegateKernel):
 
     MAX_PLANS = 8
 
-    def __init__(self, delegate: "QuantizedDelegate", partition: Partition):
+    def __init__(self, delegate: "NumpyDelegate", partition: Partition):
         self.delegate = delegate
         self.nodes = partition.nodes
         slot: dict[int, int] = {}
@@ -280,6 +272,9 @@ class QuantizedChain(DelegateKernel):
         #: data, and never produced inside a partition, whose nodes all write quantized or float outputs)
         self.keyed = [k for k, t in enumerate(partition.inputs) if _shape_like(t)]
         self.out_slots = [slot[id(t)] for t in partition.outputs]
+        #: Partition inputs its nodes update (an integer LSTM's states): their final values
+        #: follow the outputs, as a stateful reference kernel returns them.
+        self.state_slots = [slot[id(partition.inputs[k])] for k in partition.state_inputs]
         self.plans: dict[tuple, list] = {}
 
     def _prepare(self, slots: list) -> list:
@@ -306,7 +301,7 @@ class QuantizedChain(DelegateKernel):
             reference(slots)                   # the kernel's checks and results, on the real data
             expected = node.expected = [slots[s] for s in out_slots]
             step = reference
-            support = QUANTIZED_LOWERINGS[op.op_type]
+            support = self.delegate.lowerings[op.op_type, operand_types(op)]
             lower = support.lower
             if lower is not None and (support.constant_data or in_slots[0] >= 0):
                 step = self._checked(node, lower, slots, expected) or reference
@@ -347,86 +342,4 @@ class QuantizedChain(DelegateKernel):
         else:
             for run in steps:
                 run(slots)
-        return [slots[s] for s in self.out_slots]
-
-
-class QuantizedDelegate(ReportingDelegate):
-    """Claims integer-quantized nodes of the ops in QUANTIZED_LOWERINGS (see module doc).
-
-    Args:
-      ops: restrict the delegate to these op names (default: every op in the table).
-
-    ``claimed`` / ``rejected`` as for the compiled delegate; ``lowered`` holds (node index,
-    op name) of the nodes that run a lowering (the others run their reference kernel in the
-    chain); ``fallbacks`` maps (op name, node label) to why a node's lowering was dropped.
-    """
-
-    name = "quantized"
-
-    def __init__(self, ops: Iterable[str] | None = None):
-        chosen = frozenset(QUANTIZED_LOWERINGS if ops is None else ops)
-        unknown = chosen - QUANTIZED_LOWERINGS.keys()
-        if unknown:
-            raise UnsupportedError(f"the quantized delegate has no support for {sorted(unknown)}; "
-                                   f"it runs {sorted(QUANTIZED_LOWERINGS)}")
-        super().__init__()
-        self.ops = chosen
-        self.fallbacks: dict[tuple[str, str], str] = {}
-        self.lowered: set[tuple[int, str]] = set()
-
-    def why_not(self, node: NodeInfo) -> str | None:
-        return why_not(node, self.ops)
-
-    def make_kernel(self, partition: Partition) -> QuantizedChain:
-        return QuantizedChain(self, partition)
-
-
-def _register(names: Iterable[str], lower: Lowering | None = None, const_operands: tuple[int, ...] = (),
-              types: Iterable[str] = CODE_TYPES, constant_data: bool = False,
-              shape_operands: tuple[int, ...] = ()) -> None:
-    for name in names:
-        QUANTIZED_LOWERINGS.register(name, QuantizedSupport(tuple(const_operands), frozenset(types), lower,
-                                                            constant_data, tuple(shape_operands)))
-
-
-def _by_operand(k: int, integer: Lowering, hybrid: Lowering) -> Lowering:
-    """One lowering per operand kind: a float input ``k`` is a hybrid node."""
-    def lower(node: QNode):
-        x = node.ins[k] if k < len(node.ins) else None
-        return (hybrid if x is not None and x.dtype == np.float32 else integer)(node)
-    return lower
-
-
-def _by_input(integer: Lowering, hybrid: Lowering) -> Lowering:
-    return _by_operand(0, integer, hybrid)
-
-
-def _by_width(eight_bit: Lowering, int16: Lowering) -> Lowering:
-    """One lowering for 8-bit operands, another for int16 ones."""
-    def lower(node: QNode):
-        return (int16 if node.ins[0].dtype == np.int16 else eight_bit)(node)
-    return lower
-
-
-_WEIGHTED = CODE_TYPES | {HYBRID}
-_register(["FULLY_CONNECTED"], _by_input(low.lower_fully_connected, hyb.lower_hybrid_fully_connected), (1, 2),
-          _WEIGHTED)
-_register(["CONV_2D"], _by_input(low.lower_conv, hyb.lower_hybrid_conv), (1, 2), _WEIGHTED)
-_register(["DEPTHWISE_CONV_2D"], _by_input(low.lower_depthwise, hyb.lower_hybrid_depthwise), (1, 2), _WEIGHTED)
-_register(["TRANSPOSE_CONV"], _by_operand(2, tconv.lower_transpose_conv, tconv.lower_hybrid_transpose_conv), (0, 1, 3),
-          _WEIGHTED, constant_data=True, shape_operands=(0,))
-_register(["BATCH_MATMUL"], low.lower_batch_matmul, constant_data=True)
-_register(["MAX_POOL_2D"], low.lower_max_pool)
-_register(["AVERAGE_POOL_2D"], low.lower_avg_pool)
-_register(["MEAN"], low.lower_mean, (1,), shape_operands=(1,))
-_register(["ADD", "SUB", "MUL", "SQUARED_DIFFERENCE"], _by_width(lower_binary_table, more.lower_binary_int16),
-          constant_data=True)
-_register(["LOGISTIC", "TANH", "RELU", "RELU6", "RELU_N1_TO_1", "LEAKY_RELU", "GELU", "HARD_SWISH", "DEQUANTIZE",
-           "RSQRT", "EXP", "LOG", "ABS"], lower_unary_table)
-_register(["QUANTIZE"], _by_input(lower_unary_table, more.lower_quantize_float))
-_register(["RESHAPE", "EXPAND_DIMS"], lower_view, (1,), shape_operands=(1,))
-_register(["SQUEEZE"], lower_view)
-_register(["TRANSPOSE"], more.lower_transpose, (1,), shape_operands=(1,))
-_register(["SOFTMAX"], more.lower_softmax)
-_register(["CONCATENATION"], more.lower_concatenation, constant_data=True)
-_register(["PACK"], more.lower_pack, constant_data=True)
+        return [slots[s] for s in self.out_slots] + [slots[s] for s in self.state_slots]

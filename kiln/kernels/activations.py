@@ -1,5 +1,5 @@
-"""LiteRT's integer kernels of the unary ops — activations (SOFTMAX, LOGISTIC, TANH, RELU,
-PRELU, ELU, ...), unary math (EXP, LOG, RSQRT, SQRT, ABS) and L2_NORMALIZATION — int8 and
+"""LiteRT's integer kernels of the unary ops — activations (LOGISTIC, TANH, RELU, PRELU,
+ELU, ...; SOFTMAX has kiln.kernels.softmax), unary math (EXP, LOG, RSQRT, SQRT, ABS) and L2_NORMALIZATION — int8 and
 16x8, as pure functions bit-exact with its reference kernels (``BUILTIN_REF``; ELU, which
 BUILTIN_REF lacks, with the builtin one).
 
@@ -25,14 +25,14 @@ from .fixedpoint import (
     quantize_multiplier,
     round_half_away,
     rounding_divide_by_pot,
+    xp_clamp,
     xp_divide_by_pot,
     xp_high_mul,
     xp_rescale,
 )
 from .fixedpoint import multiply_by_quantized_multiplier_double_rounding as rescale
-from . import gemmlowp
-from .float_math import expf
 from .fixedpoint import saturating_rounding_doubling_high_mul as srdhm
+from .float_math import expf
 
 F32 = np.float32
 
@@ -79,89 +79,6 @@ def _gelu_transform(approximate: bool):
 def gelu(x_q, x_qp: QuantParams, out_qp: QuantParams, *, approximate: bool = False, out_dtype=np.int8) -> np.ndarray:
     """int8 GELU: a float lookup table of `_gelu_transform` (measured: 0 of 20 480 levels differ)."""
     return lookup_table(x_q, x_qp, out_qp, _gelu_transform(approximate), out_dtype)
-
-
-def softmax_exp_table(x_qp: QuantParams, beta: float) -> np.ndarray:
-    """int8 SOFTMAX's float32 ``expf(−β·s_x·d)`` for the 256 distances ``d`` to the row maximum
-    (PopulateSoftmaxLookupTable). glibc's expf, not NumPy's float32 exp: an ulp in one entry
-    turns a near tie (178.49995 · …) the other way (issue #22)."""
-    distances = np.arange(256).astype(F32)
-    return expf((F32(-F32(x_qp.scale[0]) * F32(beta)) * distances).astype(F32))
-
-
-def softmax(x_q, x_qp: QuantParams, out_qp: QuantParams, *, beta: float = 1.0, out_dtype=np.int8) -> np.ndarray:
-    """int8 / uint8 SOFTMAX over the last axis, as LiteRT's reference kernel (BUILTIN_REF:
-    reference_ops::Softmax, gemmlowp fixed point).
-
-    The distance to the row maximum, times ``β·s_x`` as a Q5.26 multiplier, goes through
-    gemmlowp's exp into Q0.31; the exps (of distances within the multiplier's input radius)
-    sum in Q12.19; the sum's reciprocal comes from Newton-Raphson after normalising by its
-    leading zeros, and each output is ``exp · reciprocal`` shifted down to the output's 8
-    bits plus the type's minimum (the output is fixed at scale 1/256). Measured: 0 of 33 120
-    outputs differ from BUILTIN_REF; LiteRT's optimized (default) kernel computes the float
-    table `softmax_float_table` instead, which differs from it on near ties (1 output in
-    30 000: a sum 2^-19 coarser in fixed point turns 27.49997 into 28). A row whose exps sum
-    to 256 or more (1000 near-equal classes) leaves the reference kernel no output shift and
-    BUILTIN_REF aborts the process; such rows get the optimized kernel's values."""
-    x = np.asarray(x_q, np.int64)
-    multiplier, left_shift, diff_min = softmax_input_scaling(float(F32(x_qp.scale[0])), beta)
-    distance = x.max(axis=-1, keepdims=True) - x
-    exps = softmax_fixed_exps(multiplier, left_shift)[np.minimum(distance, 255)]
-    exps = np.where(-distance >= diff_min, exps, np.int64(-1))              # -1: skipped
-    total = np.where(exps >= 0, rounding_divide_by_pot(np.maximum(exps, 0), 12), 0).sum(axis=-1, keepdims=True)
-    total = ((total + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)                # an int32 sum
-    headroom_plus_one = 32 - np.vectorize(lambda v: int(v).bit_length(), otypes=[np.int64])(total & 0xFFFFFFFF)
-    shifted_minus_one = (((total << headroom_plus_one) & 0xFFFFFFFF) - (1 << 31))
-    reciprocal = gemmlowp.one_over_one_plus_x32(((shifted_minus_one + (1 << 31)) & 0xFFFFFFFF) - (1 << 31))
-    exponent = (12 - headroom_plus_one) + 31 - 8 * np.dtype(out_dtype).itemsize
-    broken = (exponent < 0) | (exponent > 31)    # LiteRT's TFLITE_CHECK: BUILTIN_REF aborts the process
-    exponent = np.clip(exponent, 0, 31)
-    out = rounding_divide_by_pot(srdhm(reciprocal, np.maximum(exps, 0)), exponent) + dtype_range(out_dtype)[0]
-    out = np.where(exps >= 0, out, dtype_range(out_dtype)[0])
-    out = np.clip(out, *dtype_range(out_dtype)).astype(out_dtype)
-    if np.any(broken):   # a sum of exps of 256 or more (a wide, flat row): LiteRT's optimized kernel's result
-        out = np.where(broken, softmax_float_table(x_q, x_qp, out_qp, beta=beta, out_dtype=out_dtype), out)
-    return out
-
-
-def softmax_input_scaling(input_scale: float, beta: float) -> tuple[int, int, int]:
-    """LiteRT's PreprocessSoftmaxScaling (Q5.26) and CalculateInputRadius: the distance's
-    multiplier and left shift, and the smallest distance (negated) that still counts."""
-    real = min(float(beta) * input_scale * (1 << 26), float((1 << 31) - 1))
-    fraction, shift = math.frexp(real)          # QuantizeMultiplierGreaterThanOne: no cap at 30
-    multiplier = int(round_half_away(fraction * (1 << 31)))
-    if multiplier == 1 << 31:
-        multiplier, shift = multiplier // 2, shift + 1
-    radius = math.floor(31.0 * (1 << 26) / (1 << shift))
-    return multiplier, shift, -radius
-
-
-@lru_cache(maxsize=256)
-def softmax_fixed_exps(multiplier: int, left_shift: int) -> np.ndarray:
-    """gemmlowp's Q0.31 exp of the 256 int8 distances to the row maximum (one table per node)."""
-    distance = -np.arange(256, dtype=np.int64)
-    rescaled = srdhm(np.clip(distance << left_shift, -(1 << 31), (1 << 31) - 1), multiplier)
-    table = gemmlowp.exp_on_negative_values32(rescaled, 5)
-    table.setflags(write=False)
-    return table
-
-
-def softmax_float_table(x_q, x_qp: QuantParams, out_qp: QuantParams, *, beta: float = 1.0,
-                        out_dtype=np.int8) -> np.ndarray:
-    """int8 SOFTMAX as LiteRT's optimized kernel computes it (its default resolver): each
-    distance's ``expf(−β·s_x·d)`` from a float32 table, summed left to right, times
-    ``1 / (sum · s_y)``, rounded half away. Not the reference (`softmax`); kept to measure the
-    two apart."""
-    x = np.asarray(x_q, np.int64)
-    exps = softmax_exp_table(x_qp, beta)[x.max(axis=-1, keepdims=True) - x]
-    total = np.zeros(x.shape[:-1] + (1,), F32)
-    for j in range(x.shape[-1]):
-        total = (total + exps[..., j:j + 1]).astype(F32)
-    inverse = (F32(1) / (total * F32(out_qp.scale[0])).astype(F32)).astype(F32)
-    scaled = (exps * inverse).astype(F32)
-    out = round_half_away(scaled) + int(out_qp.zero_point[0])
-    return np.clip(out, *dtype_range(out_dtype)).astype(out_dtype)
-
 
 
 def relu(x_q, x_qp: QuantParams, out_qp: QuantParams, *, activation: Activation = Activation.RELU,
@@ -379,33 +296,6 @@ def lut16_lookup(values, table: np.ndarray) -> np.ndarray:
     return ((base + delta + 32768) % 65536) - 32768
 
 
-_EXP_LUT = lut16(np.exp, 10.0 / 65535, 32767, 2.0 / 65535, 0)
-ONE_OVER_ONE_PLUS_X_LUT = lut16(lambda v: 1.0 / (1.0 + v), 1.0 / 65535, -32768, 2.0 / 65535, 0)
-
-
-def softmax_int16_exps(differences, x_qp: QuantParams, beta: float) -> np.ndarray:
-    """16x8 SOFTMAX's exp (Q0.15, from the int16 table) of input differences ``x − max`` (<= 0)."""
-    real = float(F32(F32(x_qp.scale[0]) * F32(beta))) / (10.0 / 65535.0)
-    m, shift = quantize_multiplier(real)
-    scaled = rescale(np.asarray(differences, np.int64), m, shift).astype(np.int64)
-    return lut16_lookup(np.clip(scaled + 32767, -32768, 32767), _EXP_LUT)
-
-
-def softmax_int16(x_q, x_qp: QuantParams, out_qp: QuantParams, *, beta: float = 1.0) -> np.ndarray:
-    """16x8 SOFTMAX (reference SoftmaxInt16) over the last axis: the distance to the row
-    maximum rescaled onto [-10, 0], exp from an int16 table, the sum's reciprocal from a
-    1/(1+x) table after normalising by its leading zeros, output in Q0.15."""
-    x = np.asarray(x_q, np.int64)
-    exps = softmax_int16_exps(x - x.max(axis=-1, keepdims=True), x_qp, beta)
-    total = exps.sum(axis=-1, keepdims=True)
-    headroom_plus_one = 32 - np.vectorize(lambda v: int(v).bit_length(), otypes=[np.int64])(total & 0xFFFFFFFF)
-    shifted = ((total << (headroom_plus_one - 1)) + (1 << 13)) >> 14
-    reciprocal = lut16_lookup(np.clip(shifted - (1 << 15) - (1 << 16), -32768, 32767), ONE_OVER_ONE_PLUS_X_LUT)
-    right_shift = 31 - headroom_plus_one
-    out = (exps * reciprocal + (np.int64(1) << (right_shift - 1))) >> right_shift
-    return np.clip(out, 0, 32767).astype(np.int16)
-
-
 # -- 16x8 LOGISTIC / TANH --------------------------------------------------------------------
 
 #: LiteRT's fixed ``sigmoid_table_uint16``: sigmoid(i / 24) for i in 0..255 in unsigned 0.16,
@@ -597,19 +487,23 @@ def _zp(qp: QuantParams) -> int:
 
 def prelu(x_q, x_qp: QuantParams, alpha_q, alpha_qp: QuantParams, out_qp: QuantParams, *,
           out_dtype=np.int8) -> np.ndarray:
-    """PRELU (reference Prelu / BroadcastPrelu4DSlow): two multipliers, ``s_x / s_y`` where
-    ``x − zp_x ≥ 0`` and ``s_x · s_α / s_y`` applied to ``(x − zp_x)(α − zp_α)`` elsewhere,
-    both formed in float32; alpha broadcasts into the input's shape. 16x8 PRELU is the same
-    with int16 input and output and an int8 alpha."""
-    x = np.asarray(x_q, np.int64) - _zp(x_qp)
-    alpha = np.broadcast_to(np.asarray(alpha_q, np.int64) - _zp(alpha_qp), x.shape)
+    """PRELU (reference Prelu / BroadcastPrelu4DSlow): `xp_prelu` on NumPy."""
+    x, alpha = np.asarray(x_q, np.int64), np.asarray(alpha_q, np.int64)
+    return xp_prelu(np, x, x_qp, alpha, alpha_qp, out_qp, out_dtype).astype(out_dtype)
+
+
+def xp_prelu(xp, x_q, x_qp: QuantParams, alpha_q, alpha_qp: QuantParams, out_qp: QuantParams, out_dtype):
+    """PRELU over array namespace ``xp`` (NumPy, or jax.numpy in kiln.xla) on int64 codes: two
+    multipliers, ``s_x / s_y`` where ``x − zp_x ≥ 0`` and ``s_x · s_α / s_y`` applied to
+    ``(x − zp_x)(α − zp_α)`` elsewhere, both formed in float32; alpha broadcasts into the
+    input's shape. 16x8 PRELU is the same with int16 input and output and an int8 alpha."""
+    x = x_q - _zp(x_qp)
+    alpha = xp.broadcast_to(alpha_q - _zp(alpha_qp), x.shape)
     s_x, s_a, s_y = F32(x_qp.scale[0]), F32(alpha_qp.scale[0]), F32(out_qp.scale[0])
     m1, e1 = quantize_multiplier(float(F32(s_x / s_y)))          # float32 arithmetic, as Prepare
     m2, e2 = quantize_multiplier(float(F32(F32(s_x * s_a) / s_y)))
-    positive = rescale(x, m1, e1).astype(np.int64)
-    negative = rescale(x * alpha, m2, e2).astype(np.int64)
-    out = np.where(x >= 0, positive, negative) + _zp(out_qp)
-    return np.clip(out, *dtype_range(out_dtype)).astype(out_dtype)
+    out = xp.where(x >= 0, xp_rescale(xp, x, m1, e1), xp_rescale(xp, x * alpha, m2, e2)) + _zp(out_qp)
+    return xp_clamp(xp, out, *dtype_range(out_dtype))
 
 
 # -- L2_NORMALIZATION --------------------------------------------------------------------------

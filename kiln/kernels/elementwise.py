@@ -18,6 +18,8 @@ from .fixedpoint import (
     dtype_range,
     quantize_multiplier,
     saturating_rounding_doubling_high_mul,
+    xp_clamp,
+    xp_rescale,
 )
 from .fixedpoint import multiply_by_quantized_multiplier_double_rounding as rescale
 
@@ -90,18 +92,24 @@ LEFT_SHIFT_SQUARED_DIFFERENCE = 7
 
 def squared_difference(a_q, a_qp: QuantParams, b_q, b_qp: QuantParams, out_qp: QuantParams, *,
                        out_dtype=np.int8) -> np.ndarray:
-    """int8 SQUARED_DIFFERENCE: both inputs lifted by 2^7 and rescaled to the scale
-    ``2 · max(s_a, s_b)``, the difference squared, rescaled by ``(2·max)² / (2^14 · s_y)``."""
+    """int8 SQUARED_DIFFERENCE (`xp_squared_difference` on NumPy)."""
+    a, b = np.asarray(a_q, np.int64), np.asarray(b_q, np.int64)
+    return xp_squared_difference(np, a, a_qp, b, b_qp, out_qp, out_dtype).astype(out_dtype)
+
+
+def xp_squared_difference(xp, a_q, a_qp: QuantParams, b_q, b_qp: QuantParams, out_qp: QuantParams, out_dtype):
+    """int8 SQUARED_DIFFERENCE over array namespace ``xp`` (NumPy, or jax.numpy in kiln.xla)
+    on int64 codes: both inputs lifted by 2^7 and rescaled to the scale ``2 · max(s_a, s_b)``,
+    the difference squared, rescaled by ``(2·max)² / (2^14 · s_y)``; int64 codes out."""
     s_a, s_b, s_y = float(a_qp.scale[0]), float(b_qp.scale[0]), float(out_qp.scale[0])
     twice_max = 2.0 * max(s_a, s_b)
     m_a, sh_a = quantize_multiplier(s_a / twice_max)
     m_b, sh_b = quantize_multiplier(s_b / twice_max)
     m_y, sh_y = quantize_multiplier(twice_max * twice_max / ((1 << 2 * LEFT_SHIFT_SQUARED_DIFFERENCE) * s_y))
-    a = (np.asarray(a_q, np.int64) - _zp(a_qp)) << LEFT_SHIFT_SQUARED_DIFFERENCE
-    b = (np.asarray(b_q, np.int64) - _zp(b_qp)) << LEFT_SHIFT_SQUARED_DIFFERENCE
-    diff = rescale(a, m_a, sh_a).astype(np.int64) - rescale(b, m_b, sh_b).astype(np.int64)
-    out = rescale(diff * diff, m_y, sh_y).astype(np.int64) + _zp(out_qp)
-    return np.clip(out, *dtype_range(out_dtype)).astype(out_dtype)
+    a = (a_q - _zp(a_qp)) << LEFT_SHIFT_SQUARED_DIFFERENCE
+    b = (b_q - _zp(b_qp)) << LEFT_SHIFT_SQUARED_DIFFERENCE
+    diff = xp_rescale(xp, a, m_a, sh_a) - xp_rescale(xp, b, m_b, sh_b)
+    return xp_clamp(xp, xp_rescale(xp, diff * diff, m_y, sh_y) + _zp(out_qp), *dtype_range(out_dtype))
 
 
 def _wrap32(x) -> np.ndarray:

@@ -15,6 +15,8 @@ import functools
 
 import numpy as np
 
+from .fixedpoint import xp_divide_by_pot, xp_high_mul
+
 _MIN, _MAX = -(1 << 15), (1 << 15) - 1
 
 
@@ -192,11 +194,28 @@ def exp_on_negative_values32(a, integer_bits: int) -> np.ndarray:
     return np.where(a == 0, _MAX32, result)
 
 
-def one_over_one_plus_x32(a) -> np.ndarray:
-    """gemmlowp::one_over_one_plus_x_for_x_in_0_1 on Q0.31 raw values: 1 / (1 + a), Q0.31."""
-    s = np.asarray(a, np.int64) + _MAX32
-    half = _wrap32(np.where(s >= 0, (s + 1) // 2, -((-s + 1) // 2)))     # RoundingHalfSum
-    x = _wrap32(1515870810 + _high_mul32(half, -1010580540))            # 48/17 − 32/17·d, Q2.29
+def xp_wrap32(xp, x):
+    """An int32 cast of int64 values (two's-complement wrap), over array namespace ``xp``."""
+    return ((x + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+
+
+def _xp_mul_by_pot32(xp, x, exponent: int):
+    """SaturatingRoundingMultiplyByPOT<exponent> on int32 values held in int64."""
+    if exponent < 0:
+        return xp_divide_by_pot(xp, x, -exponent)
+    threshold = (1 << (31 - exponent)) - 1
+    return xp.where(x > threshold, _MAX32, xp.where(x < -threshold, _MIN32, x << exponent))
+
+
+def xp_one_over_one_plus_x32(xp, a):
+    """gemmlowp::one_over_one_plus_x_for_x_in_0_1 on Q0.31 raw values held in int64:
+    1 / (1 + a) in Q0.31, over array namespace ``xp`` (NumPy, or jax.numpy in kiln.xla)."""
+    def high_mul(u, v):
+        return xp_wrap32(xp, xp_high_mul(xp, u, v))
+
+    s = a + _MAX32
+    half = xp_wrap32(xp, xp.where(s >= 0, (s + 1) // 2, -((-s + 1) // 2)))        # RoundingHalfSum
+    x = xp_wrap32(xp, 1515870810 + high_mul(half, -1010580540))                     # 48/17 − 32/17·d, Q2.29
     for _ in range(3):
-        x = _wrap32(x + _mul_by_pot32(_high_mul32(x, _wrap32((1 << 29) - _high_mul32(half, x))), 2))
-    return _mul_by_pot32(x, 1)                                           # Q2.29 / 2 as Q0.31
+        x = xp_wrap32(xp, x + _xp_mul_by_pot32(xp, high_mul(x, xp_wrap32(xp, (1 << 29) - high_mul(half, x))), 2))
+    return _xp_mul_by_pot32(xp, x, 1)                                               # Q2.29 / 2 as Q0.31

@@ -40,12 +40,19 @@ def resize_bilinear(x_q, out_hw, *, align_corners: bool = False, half_pixel_cent
         raise IntegerKernelError(f"RESIZE_BILINEAR: input must be 4-D NHWC, got {list(x.shape)}")
     if align_corners and half_pixel_centers:
         raise IntegerKernelError("RESIZE_BILINEAR: if half_pixel_centers is True, align_corners must be False")
+    return xp_resize_bilinear(np, x.astype(np.int64), out_hw, align_corners, half_pixel_centers).astype(x.dtype)
+
+
+def xp_resize_bilinear(xp, x, out_hw, align_corners: bool, half_pixel_centers: bool):
+    """`resize_bilinear`'s arithmetic over array namespace ``xp`` (NumPy, or jax.numpy in
+    kiln.xla) on int64 codes: the four weighted neighbours of each output pixel (positions from
+    `_integer_axis`, constants) summed in 20 bits, rounded half away from zero; int64 out."""
     y0, y1, dy = _integer_axis(x.shape[1], out_hw[0], align_corners, half_pixel_centers)
     x0, x1, dx = _integer_axis(x.shape[2], out_hw[1], align_corners, half_pixel_centers)
-    v = x.astype(np.int64)
     dy, dx = dy[None, :, None, None], dx[None, None, :, None]
     one = 1 << 10
-    total = (v[:, y0][:, :, x0] * (one - dy) * (one - dx) + v[:, y1][:, :, x0] * dy * (one - dx)
-             + v[:, y0][:, :, x1] * (one - dy) * dx + v[:, y1][:, :, x1] * dy * dx)
-    half = np.where(total > 0, 1 << 19, -(1 << 19))
-    return _c_div(total + half, 1 << 20).astype(x.dtype)
+    top, bottom = x[:, y0], x[:, y1]
+    total = (top[:, :, x0] * (one - dy) * (one - dx) + bottom[:, :, x0] * dy * (one - dx)
+             + top[:, :, x1] * (one - dy) * dx + bottom[:, :, x1] * dy * dx)
+    rounded = total + xp.where(total > 0, 1 << 19, -(1 << 19))
+    return xp.sign(rounded) * (xp.abs(rounded) // (1 << 20))      # C's truncating division

@@ -35,7 +35,8 @@ from .fixedpoint import (
     multiply_by_quantized_multiplier_int64,
     quantize_multiplier,
     quantize_multipliers,
-    round_half_away,
+    xp_clamp,
+    xp_rescale,
 )
 from .hybrid import int_matmul, tap_windows, transpose_conv_sums
 
@@ -197,14 +198,10 @@ def transpose_conv(x_q, x_qp: QuantParams, w_q, w_qp: QuantParams, bias_q, out_q
 def max_pool2d(x_q, *, filter_hw, out_hw, pads, strides, activation=Activation.NONE,
                out_qp: QuantParams | None = None, out_dtype=np.int8) -> np.ndarray:
     """int8 MAX_POOL_2D: the maximum over the window's taps inside the input, clamped to
-    the activation range (input and output share their quantization)."""
-    x_q = np.asarray(x_q)
-    (t, b), (l, r) = pads
-    low = np.iinfo(np.int64).min
-    padded = np.pad(x_q.astype(np.int64), ((0, 0), (t, b), (l, r), (0, 0)), constant_values=low)
-    out = tap_windows(padded, filter_hw[0], filter_hw[1], out_hw, strides, (1, 1)).max(axis=(3, 4))
+    the activation range (input and output share their quantization); `xp_max_pool2d`."""
     lo, hi = _pool_range(activation, out_qp, out_dtype)
-    return np.clip(out, lo, hi).astype(out_dtype)
+    out = xp_max_pool2d(np, np.asarray(x_q), filter_hw, out_hw, pads, strides, lo, hi)
+    return out.astype(out_dtype)
 
 
 def _pool_range(activation, out_qp, out_dtype):
@@ -218,24 +215,52 @@ def _pool_range(activation, out_qp, out_dtype):
 def average_pool2d(x_q, *, filter_hw, out_hw, pads, strides, activation=Activation.NONE,
                    out_qp: QuantParams | None = None, out_dtype=np.int8) -> np.ndarray:
     """int8 AVERAGE_POOL_2D: the sum of the taps inside the input divided by their count,
-    rounded half away from zero (``(sum ± count/2) / count`` in C's truncating division)."""
-    x_q = np.asarray(x_q)
+    rounded half away from zero; `xp_average_pool2d`."""
+    lo, hi = _pool_range(activation, out_qp, out_dtype)
+    out = xp_average_pool2d(np, np.asarray(x_q), filter_hw, out_hw, pads, strides, lo, hi)
+    return out.astype(out_dtype)
+
+
+# -- pooling over an array namespace ``xp`` (NumPy here, jax.numpy in kiln.xla) -----------------
+
+def _pool_taps(padded, filter_hw, out_hw, strides) -> list:
+    """Each filter tap's [n, oh, ow, c] strided slice of a padded NHWC array: plain slicing,
+    which NumPy takes as views and XLA fuses."""
+    (kh, kw), (oh, ow), (sh, sw) = filter_hw, out_hw, strides
+    return [padded[:, i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw, :] for i in range(kh) for j in range(kw)]
+
+
+def xp_max_pool2d(xp, x_q, filter_hw, out_hw, pads, strides, lo: int, hi: int):
+    """MAX_POOL_2D over the codes (int64 out): padding with int64's minimum, which never wins
+    (a window always holds an input pixel), then the taps' maximum, clamped to [lo, hi]."""
+    n, _, _, c = x_q.shape
+    if 0 in out_hw:
+        return xp.zeros((n, *out_hw, c), xp.int64)
+    (t, b), (l, r) = pads
+    padded = xp.pad(x_q.astype(xp.int64), ((0, 0), (t, b), (l, r), (0, 0)), constant_values=np.iinfo(np.int64).min)
+    taps = _pool_taps(padded, filter_hw, out_hw, strides)
+    out = taps[0]
+    for tap in taps[1:]:
+        out = xp.maximum(out, tap)
+    return xp_clamp(xp, out, lo, hi)
+
+
+def xp_average_pool2d(xp, x_q, filter_hw, out_hw, pads, strides, lo: int, hi: int):
+    """AVERAGE_POOL_2D over the codes (int64 out): the taps inside the input summed and
+    divided by their count, ``(sum ± count/2) / count`` in C's truncating division, clamped."""
+    n, h, w, c = x_q.shape
+    if 0 in out_hw:
+        return xp.zeros((n, *out_hw, c), xp.int64)
     (t, b), (l, r) = pads
     widths = ((0, 0), (t, b), (l, r), (0, 0))
-    sums = tap_windows(np.pad(x_q.astype(np.int64), widths), *filter_hw, out_hw, strides, (1, 1)).sum(axis=(3, 4))
-    inside = np.pad(np.ones((1,) + x_q.shape[1:3] + (1,), np.int64), widths)
-    counts = tap_windows(inside, *filter_hw, out_hw, strides, (1, 1)).sum(axis=(3, 4))
+    taps = _pool_taps(xp.pad(x_q.astype(xp.int64), widths), filter_hw, out_hw, strides)
+    sums = taps[0]
+    for tap in taps[1:]:
+        sums = sums + tap
+    counts = sum(_pool_taps(np.pad(np.ones((1, h, w, 1), np.int64), widths), filter_hw, out_hw, strides))
     half = counts // 2
-    out = np.where(sums > 0, _c_div(sums + half, counts), _c_div(sums - half, counts))
-    lo, hi = _pool_range(activation, out_qp, out_dtype)
-    return np.clip(out, lo, hi).astype(out_dtype)
-
-
-def _c_div(a, b) -> np.ndarray:
-    """C's integer division (truncates toward zero) for b > 0."""
-    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
-    q = np.abs(a) // b
-    return np.where(a < 0, -q, q)
+    num = xp.where(sums > 0, sums + half, sums - half)
+    return xp_clamp(xp, xp.sign(num) * (xp.abs(num) // counts), lo, hi)
 
 
 def mean_multiplier(x_qp: QuantParams, out_qp: QuantParams, count: int) -> tuple[int, int]:
@@ -245,44 +270,64 @@ def mean_multiplier(x_qp: QuantParams, out_qp: QuantParams, count: int) -> tuple
     return (m << k) // count, shift - k
 
 
+def reduced_axes(x_q, axes) -> tuple[int, ...]:
+    """A reducer's axis operand as sorted, distinct, non-negative axes of ``x_q``."""
+    return tuple(sorted({int(a) % x_q.ndim for a in np.ravel(axes)})) if x_q.ndim else ()
+
+
 def mean(x_q, x_qp: QuantParams, axes, out_qp: QuantParams, *, keep_dims: bool, out_dtype=np.int8) -> np.ndarray:
     """int8 MEAN (reference QuantizedMeanOrSum), for every axis set — measured: LiteRT 2.3
     takes this one path also for equal in/out params and for the 4-D H,W keep-dims case.
+    The arithmetic is `xp_mean`'s, on NumPy."""
+    x_q = np.asarray(x_q)
+    return np.asarray(xp_mean(np, x_q, x_qp, reduced_axes(x_q, axes), out_qp, keep_dims, out_dtype)).astype(out_dtype)
 
+
+def xp_mean(xp, x_q, x_qp: QuantParams, axes: tuple[int, ...], out_qp: QuantParams, keep_dims: bool, out_dtype):
+    """`mean` over array namespace ``xp`` (NumPy, or jax.numpy in kiln.xla) on ``reduced_axes``:
     ``1 / count`` is folded into the multiplier ``s_x / s_y`` as an integer division of
     ``M · 2^k`` (``k = floor(log2 count)``, at most 32 and at most ``31 + shift``), then
-    ``Σ x − zp_x · count`` is rescaled with two roundings."""
-    x_q = np.asarray(x_q)
-    axes = sorted({int(a) % x_q.ndim for a in np.ravel(axes)}) if x_q.ndim else []
+    ``Σ x − zp_x · count`` is rescaled with two roundings. Returns int64 codes."""
     if not axes:
-        return x_q.astype(out_dtype).copy()
+        return x_q.astype(xp.int64)
     count = int(np.prod([x_q.shape[a] for a in axes]))
-    total = x_q.astype(np.int64).sum(axis=tuple(axes), keepdims=keep_dims) - int(x_qp.zero_point[0]) * count
+    total = x_q.astype(xp.int64).sum(axis=axes, keepdims=keep_dims) - int(x_qp.zero_point[0]) * count
     if count == 0:
-        return np.zeros(total.shape, out_dtype)
+        return xp.zeros(total.shape, xp.int64)
     m, shift = mean_multiplier(x_qp, out_qp, count)
-    out = multiply_by_quantized_multiplier_double_rounding(total, m, shift).astype(np.int64)
-    return np.clip(out + int(out_qp.zero_point[0]), *dtype_range(out_dtype)).astype(out_dtype)
+    return xp_clamp(xp, xp_rescale(xp, total, m, shift) + int(out_qp.zero_point[0]), *dtype_range(out_dtype))
 
 
 def quantized_sum(x_q, x_qp: QuantParams, axes, out_qp: QuantParams, *, keep_dims: bool,
                   out_dtype=np.int8) -> np.ndarray:
     """int8 SUM as LiteRT's optimized kernel (its default resolver; optimized_ops::
-    QuantizedMeanOrSum): the exact integer sum, then in float32 ``round(Σx · (s_x / s_y) +
-    (−zp_x · (s_x / s_y)) · count) + zp_y``, rounded half away, clamped. (LiteRT's reference
-    kernel reads int8 codes as uint8 — wrong for every negative code — so BUILTIN_REF is no
+    QuantizedMeanOrSum); `xp_quantized_sum`'s arithmetic on NumPy. (LiteRT's reference kernel
+    reads int8 codes as uint8 — wrong for every negative code — so BUILTIN_REF is no
     reference for it.)"""
     x_q = np.asarray(x_q)
-    axes = tuple(sorted({int(a) % x_q.ndim for a in np.ravel(axes)})) if x_q.ndim else ()
-    total = x_q.astype(np.int64).sum(axis=axes, keepdims=keep_dims) if axes else x_q.astype(np.int64)
+    out = xp_quantized_sum(np, x_q, x_qp, reduced_axes(x_q, axes), out_qp, keep_dims, out_dtype)
+    return np.asarray(out).astype(out_dtype)
+
+
+def xp_quantized_sum(xp, x_q, x_qp: QuantParams, axes: tuple[int, ...], out_qp: QuantParams, keep_dims: bool,
+                     out_dtype):
+    """`quantized_sum` over array namespace ``xp`` on ``reduced_axes``: the exact integer sum
+    (wrapped to int32, as LiteRT accumulates), then in float32 ``round(Σx · (s_x / s_y) +
+    (−zp_x · (s_x / s_y)) · count) + zp_y``, rounded half away, clamped; int64 codes. Each
+    float32 step is computed in float64 and rounded to float32 — the correctly rounded
+    float32 result (float64 has more than twice float32's precision), whatever a compiler
+    would fuse."""
+    total = x_q.astype(xp.int64).sum(axis=axes, keepdims=keep_dims) if axes else x_q.astype(xp.int64)
     count = int(np.prod([x_q.shape[a] for a in axes])) if axes else 1
     if x_q.size == 0 or count == 0:
-        return np.full(total.shape, int(out_qp.zero_point[0]), out_dtype)
+        return xp.full(total.shape, int(out_qp.zero_point[0]), xp.int64)
     scale = F32(F32(x_qp.scale[0]) / F32(out_qp.scale[0]))
     bias = F32(F32(F32(-int(x_qp.zero_point[0])) * scale) * F32(count))
-    value = (total.astype(np.int32).astype(F32) * scale + bias).astype(F32)
-    out = round_half_away(value).astype(np.int64) + int(out_qp.zero_point[0])
-    return np.clip(out, *dtype_range(out_dtype)).astype(out_dtype)
+    wrapped = ((total + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+    product = (wrapped.astype(xp.float32).astype(xp.float64) * float(scale)).astype(xp.float32)
+    value = (product.astype(xp.float64) + float(bias)).astype(xp.float32).astype(xp.float64)
+    rounded = xp.sign(value) * xp.floor(xp.abs(value) + 0.5)            # half away from zero
+    return xp_clamp(xp, rounded.astype(xp.int64) + int(out_qp.zero_point[0]), *dtype_range(out_dtype))
 
 
 def concatenation(inputs, input_qps, out_qp: QuantParams, *, axis: int, activation=Activation.NONE,

@@ -30,6 +30,7 @@ from . import (
     shape,
     variables,
 )
+from .backends import BackendTable, reference_table
 from .record import KernelCall, OpDef, OptionsSpec, apply_activation
 
 _FAMILIES = (
@@ -50,6 +51,10 @@ def _collect() -> dict[str, OpDef]:
 
 #: Every builtin op kiln knows, by schema name.
 OPS: dict[str, OpDef] = _collect()
+
+#: kiln's reference kernels as a backend table (kiln.ops.backends): what the interpreter runs
+#: for each (op, operand types), beside the other backends' tables of the same shape.
+REFERENCE: BackendTable = reference_table(OPS)
 
 #: Options table name -> spec (several ops share a table, e.g. ADD/SUB share none but
 #: LESS/GREATER have their own; the codec only needs field names and defaults).
@@ -144,7 +149,7 @@ def require(name: str) -> OpDef:
 
 
 __all__ = [
-    "KernelCall", "OPS", "OPTIONS_BY_TABLE", "OpDef", "OptionsSpec", "apply_activation", "get",
+    "BackendTable", "KernelCall", "OPS", "OPTIONS_BY_TABLE", "OpDef", "REFERENCE", "OptionsSpec", "apply_activation", "get",
     "declared_options", "has_side_effects", "infer_output_shapes", "is_pure", "require", "states",
     "subgraph_fields",
 ]

@@ -19,6 +19,7 @@ from ..kernels import hybrid as hybrid_kernels
 from ..kernels import hybrid_lstm
 from ..kernels import image as image_kernels
 from ..kernels import lstm as lstm_kernels
+from ..kernels import softmax as softmax_kernels
 from ..kernels import nn as nn_kernels
 from ..kernels.fixedpoint import IntegerKernelError
 from ..schema import (
@@ -349,8 +350,8 @@ def _softmax(call: KernelCall, x):
         raise OpError(f"{call.op.name}: input must have at least one dimension")
     if x.dtype == np.int16:
         int16_zero_points(call, 0, -1)
-        return act.softmax_int16(x, params(call, 0, "input"), out_params(call), beta=float(call.opts.beta))
-    return act.softmax(x, params(call, 0, "input"), out_params(call), beta=float(call.opts.beta),
+        return softmax_kernels.softmax_int16(x, params(call, 0, "input"), out_params(call), beta=float(call.opts.beta))
+    return softmax_kernels.softmax(x, params(call, 0, "input"), out_params(call), beta=float(call.opts.beta),
                        out_dtype=call.out_dtypes[0])
 
 

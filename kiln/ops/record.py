@@ -5,7 +5,8 @@ version its features need, as TensorFlow's op_version.cc decides), the first Lit
 that runs each version, its NumPy reference kernel, an optional shape rule and the facts
 passes need (fused-activation host, side effects, subgraph fields). Op families live in one
 module each (elementwise.py, nn.py, ...) and export a tuple ``OPS`` of records; what other
-backends add per op (compiled-delegate lowerings, ...) registers in a `tables.OpTable`.
+backends add per op (NumPy-delegate chains, XLA lowerings) registers in a
+`backends.BackendTable`, keyed as the record dispatches its kernels (`operand_types`).
 
 Kernel contract::
 

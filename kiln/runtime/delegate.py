@@ -22,6 +22,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from ..ir import Operator, Tensor
+from ..rules import Decision
 
 
 @dataclass(frozen=True)
@@ -123,12 +124,14 @@ class Delegate:
 class ReportingDelegate(Delegate):
     """A delegate that says why: subclasses give `why_not` (None to claim a node, else the
     reason) and `make_kernel`. After an interpreter prepares, ``claimed`` lists (node index,
-    op name, version) of the nodes taken, ``rejected`` maps refused ones to the reason, and
-    ``kernels`` holds the prepared partitions."""
+    op name, version) of the nodes taken, ``rejected`` maps refused ones to the reason,
+    ``decisions`` holds every verdict as a `kiln.rules.Decision` (stage "backend", subject
+    "node 3 (CONV_2D)", rule: the delegate's name), and ``kernels`` the prepared partitions."""
 
     def __init__(self):
         self.claimed: list[tuple[int, str, int]] = []
         self.rejected: dict[tuple[int, str, int], str] = {}
+        self.decisions: list[Decision] = []
         self.kernels: list[DelegateKernel] = []
 
     def why_not(self, node: NodeInfo) -> str | None:  # pragma: no cover - interface
@@ -140,6 +143,8 @@ class ReportingDelegate(Delegate):
     def claims(self, node: NodeInfo) -> bool:
         reason = self.why_not(node)
         key = (node.index, node.name, node.version)
+        self.decisions.append(Decision("backend", f"node {node.index} ({node.name})", self.name, reason is None,
+                                       reason or ""))
         if reason is None:
             self.claimed.append(key)
             return True

@@ -15,10 +15,9 @@ from typing import Sequence
 import numpy as np
 
 from .. import ops
-from ..ops.elementwise import is_quantized
 from ..ops.record import KernelCall, signature
 from ..schema import DType
-from .table import ALL_STATIC, Lowering, LoweringCall, get_lowering, make_call, node_options
+from .table import ALL_STATIC, LOWERINGS, Lowering, LoweringCall, lowering_for, make_call
 
 
 def is_resource_op(op_type: str) -> bool:
@@ -57,7 +56,9 @@ def static_tensors(subgraph) -> set[int]:
 
 
 def why_not_lowered(op, registration, static: set[int]) -> str | None:
-    """None if the backend can run ``op``, else the reason it cannot (said per node)."""
+    """None if the backend can run ``op``, else the reason it cannot (said per node): the
+    table's (kiln/xla/table.py: no lowering for its op and operand types, or its check's),
+    or an operand XLA cannot have (no arrays of its type, a value needed while tracing)."""
     name = op.name
     if op.op_type == "CUSTOM":
         return f"custom op {name} has no XLA lowering"
@@ -65,36 +66,22 @@ def why_not_lowered(op, registration, static: set[int]) -> str | None:
     if registration is not None and (getattr(registration, "record", None) is None
                                      or record is None or registration.kernel is not record.kernel):
         return f"{name} is overridden by a Python registration"
-    low = get_lowering(op.op_type)
-    if low is None:
-        return f"{name} has no XLA lowering"
-    quantized = False
-    for k, t in enumerate((*op.inputs, *op.outputs)):
-        if t is None:
-            continue
-        if t.dtype in _NO_ARRAYS and not (t.dtype == DType.RESOURCE and is_resource_op(op.op_type)):
+    entry = lowering_for(op)
+    if entry is None:
+        if not LOWERINGS.types_of(op.op_type):
+            return f"{name} has no XLA lowering"
+        return f"{name} with {signature(op)} operands: {LOWERINGS.why_not(op)}"
+    for t in (*op.inputs, *op.outputs):
+        if t is not None and t.dtype in _NO_ARRAYS and not (t.dtype == DType.RESOURCE and is_resource_op(op.op_type)):
             return f"{name} has a {t.dtype.name} tensor ({t.name!r}), which XLA has no arrays of"
-        if is_quantized(t):
-            if not low.quantized:
-                return f"{name} has quantized tensor {t.name!r}, and {name} has no quantized lowering"
-            quantized = True
-    rule = None
-    if quantized:
-        rule = low.rule_for(op)
-        if rule is None:
-            return f"{name}: none of {op.op_type}'s quantized lowerings applies to its {signature(op)} operands"
-        reason = None if rule.check is None else rule.check(op, node_options(op))
-        if reason is not None:
-            return reason
+    low = entry.value
     for k in low.static_operands(len(op.inputs)):
         t = op.inputs[k]
         if t is not None and id(t) not in static:
             why = "its output shape depends on the values" if low.static == ALL_STATIC else \
                 "XLA compiles static shapes and needs the value"
             return (f"{name}: {why} of operand {k} ({t.name!r}), which is only known at run time")
-    if low.check is not None and (rule is None or rule.float_check):
-        return low.check(op, node_options(op))
-    return None
+    return entry.why_not(op)
 
 
 @dataclass
@@ -107,7 +94,7 @@ class TracedNode:
 def prepare_nodes(operators: Sequence, label_of) -> list[TracedNode]:
     nodes = []
     for op in operators:
-        nodes.append(TracedNode(op, make_call(op, label_of(op)), get_lowering(op.op_type)))
+        nodes.append(TracedNode(op, make_call(op, label_of(op)), lowering_for(op).value))
     return nodes
 
 
@@ -168,7 +155,7 @@ def run_nodes(nodes: Sequence[TracedNode], env: dict, float_dtype=None) -> dict:
         try:
             if all(_is_static(a) for a in args) and not _stateful(op.op_type):
                 call = KernelCall(n.call.opts, op, list(n.call.out_dtypes))
-                result = ops.require(op.op_type).kernel(call, *args)
+                result = ops.require(op.op_type).kernel_for(op)(call, *args)
             else:
                 result = n.lowering.lower(n.call, *args)
             state = n.lowering.state

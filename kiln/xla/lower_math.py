@@ -70,23 +70,8 @@ def _floor_mod(a, b):
     return jnp.where((r != 0) & ((b < 0) != (r < 0)), r + b, r)
 
 
-_ARITH = {"ADD": jnp.add, "SUB": jnp.subtract, "MUL": jnp.multiply, "DIV": _div}
-_BINARY = {
-    "FLOOR_DIV": _floor_div,
-    "FLOOR_MOD": _floor_mod,
-    "SQUARED_DIFFERENCE": lambda a, b: (a - b) * (a - b),
-    "POW": jnp.power,
-    "MAXIMUM": lambda a, b: jnp.where(a > b, a, b),  # a NaN in a loses, in b wins (as LiteRT)
-    "MINIMUM": lambda a, b: jnp.where(a < b, a, b),
-    "ATAN2": jnp.arctan2,
-}
-
-
-def _arith(fn, int8=None):
+def _arith(fn):
     def lower(call, a, b):
-        quantized = call.op.outputs[0].quantization is not None
-        if int8 is not None and quantized and call.out_dtypes[0] in (np.int8, np.int16):  # int8 or 16x8
-            return int8(call, a, b)
         a = jnp.asarray(a)  # b may stay NumPy: DIV by a constant divides exactly (see _div)
         return clamp_activation(_as(fn(a, b), a), call.opts.fused_activation_function)
     return lower
@@ -99,14 +84,21 @@ def _binary(fn):
     return lower
 
 
-_INT8 = {"ADD": int8_add_sub(+1), "SUB": int8_add_sub(-1), "MUL": int8_mul}
-for _name, _fn in _ARITH.items():
-    if _name in _INT8:
-        register_lowering(_name, _arith(_fn, _INT8[_name]), quantized=int8_elementwise_check)
-    else:
-        register_lowering(_name, _arith(_fn))
-for _name, _fn in _BINARY.items():
-    register_lowering(_name, _binary(_fn))
+register_lowering("ADD", _arith(jnp.add))
+register_lowering("SUB", _arith(jnp.subtract))
+register_lowering("MUL", _arith(jnp.multiply))
+register_lowering("DIV", _arith(_div))
+# int8 and 16x8
+register_lowering("ADD", int8_add_sub(+1), types=("int8", "int16"), check=int8_elementwise_check)
+register_lowering("SUB", int8_add_sub(-1), types=("int8", "int16"), check=int8_elementwise_check)
+register_lowering("MUL", int8_mul, types=("int8", "int16"), check=int8_elementwise_check)
+register_lowering("FLOOR_DIV", _binary(_floor_div))
+register_lowering("FLOOR_MOD", _binary(_floor_mod))
+register_lowering("SQUARED_DIFFERENCE", _binary(lambda a, b: (a - b) * (a - b)))
+register_lowering("POW", _binary(jnp.power))
+register_lowering("MAXIMUM", _binary(lambda a, b: jnp.where(a > b, a, b)))  # a NaN in a loses, in b wins (as LiteRT)
+register_lowering("MINIMUM", _binary(lambda a, b: jnp.where(a < b, a, b)))
+register_lowering("ATAN2", _binary(jnp.arctan2))
 
 
 # -- unary -----------------------------------------------------------------------------------
@@ -119,23 +111,37 @@ def _float_only(name, fn):
     return lower
 
 
-_FLOAT_UNARY = {
-    "RSQRT": lambda x: jnp.ones((), x.dtype) / jnp.sqrt(x),
-    "SQRT": jnp.sqrt, "EXP": jnp.exp, "LOG": jnp.log, "SIN": jnp.sin, "COS": jnp.cos,
-    "FLOOR": jnp.floor, "CEIL": jnp.ceil,
-    "ROUND": jnp.round,  # half to even, as LiteRT's RoundToNearest
-}
-for _name, _fn in _FLOAT_UNARY.items():
-    register_lowering(_name, _float_only(_name, _fn))
+def _any_type(fn):
+    def lower(call, x):
+        return _as(fn(jnp.asarray(x)), x)
+    return lower
 
-_ANY_UNARY = {"SQUARE": lambda x: x * x, "NEG": jnp.negative, "ABS": jnp.abs, "SIGN": jnp.sign}
-for _name, _fn in _ANY_UNARY.items():
-    register_lowering(_name, (lambda fn: lambda call, x: _as(fn(jnp.asarray(x)), x))(_fn))
 
-_COMPARE = {"LESS": jnp.less, "LESS_EQUAL": jnp.less_equal, "GREATER": jnp.greater,
-            "GREATER_EQUAL": jnp.greater_equal, "EQUAL": jnp.equal, "NOT_EQUAL": jnp.not_equal}
-for _name, _fn in _COMPARE.items():
-    register_lowering(_name, (lambda fn: lambda call, a, b: fn(a, b))(_fn))
+def _compare(fn):
+    def lower(call, a, b):
+        return fn(a, b)
+    return lower
+
+
+register_lowering("RSQRT", _float_only("RSQRT", lambda x: jnp.ones((), x.dtype) / jnp.sqrt(x)))
+register_lowering("SQRT", _float_only("SQRT", jnp.sqrt))
+register_lowering("EXP", _float_only("EXP", jnp.exp))
+register_lowering("LOG", _float_only("LOG", jnp.log))
+register_lowering("SIN", _float_only("SIN", jnp.sin))
+register_lowering("COS", _float_only("COS", jnp.cos))
+register_lowering("FLOOR", _float_only("FLOOR", jnp.floor))
+register_lowering("CEIL", _float_only("CEIL", jnp.ceil))
+register_lowering("ROUND", _float_only("ROUND", jnp.round))  # half to even, as LiteRT's RoundToNearest
+register_lowering("SQUARE", _any_type(lambda x: x * x))
+register_lowering("NEG", _any_type(jnp.negative))
+register_lowering("ABS", _any_type(jnp.abs))
+register_lowering("SIGN", _any_type(jnp.sign))
+register_lowering("LESS", _compare(jnp.less))
+register_lowering("LESS_EQUAL", _compare(jnp.less_equal))
+register_lowering("GREATER", _compare(jnp.greater))
+register_lowering("GREATER_EQUAL", _compare(jnp.greater_equal))
+register_lowering("EQUAL", _compare(jnp.equal))
+register_lowering("NOT_EQUAL", _compare(jnp.not_equal))
 
 
 def _logical(fn):
@@ -256,25 +262,6 @@ def _l2_normalization(call, x):
     return x / jnp.maximum(norm, jnp.asarray(1e-6, x.dtype))
 
 
-_ACTIVATIONS = {
-    "TANH": lambda call, x: jnp.tanh(x),
-    "LOGISTIC": lambda call, x: jax.nn.sigmoid(x),
-    "ELU": lambda call, x: jnp.where(x < 0, jnp.expm1(x), x),
-    "GELU": _gelu,
-    "RELU": _clamp(0, None),
-    "RELU6": _clamp(0, 6),
-    "RELU_N1_TO_1": _clamp(-1, 1),
-    "HARD_SWISH": _hard_swish,
-    "LEAKY_RELU": lambda call, x: jnp.where(x > 0, x, x * jnp.asarray(call.opts.alpha, x.dtype)),
-    "PRELU": _prelu,
-    "SOFTMAX": _softmax,
-    "LOG_SOFTMAX": _log_softmax,
-    "L2_NORMALIZATION": _l2_normalization,
-}
-_FLOAT_ACTIVATIONS = {"TANH", "LOGISTIC", "ELU", "GELU", "HARD_SWISH", "LEAKY_RELU", "PRELU", "SOFTMAX",
-                      "LOG_SOFTMAX", "L2_NORMALIZATION"}
-
-
 def _float_input(fn):
     def lower(call, x, *rest):
         if not is_float(x.dtype):
@@ -285,8 +272,20 @@ def _float_input(fn):
     return lower
 
 
-for _name, _fn in _ACTIVATIONS.items():
-    register_lowering(_name, _float_input(_fn) if _name in _FLOAT_ACTIVATIONS else _fn)
+register_lowering("RELU", _clamp(0, None))
+register_lowering("RELU6", _clamp(0, 6))
+register_lowering("RELU_N1_TO_1", _clamp(-1, 1))
+# float input only
+register_lowering("TANH", _float_input(lambda call, x: jnp.tanh(x)))
+register_lowering("LOGISTIC", _float_input(lambda call, x: jax.nn.sigmoid(x)))
+register_lowering("ELU", _float_input(lambda call, x: jnp.where(x < 0, jnp.expm1(x), x)))
+register_lowering("GELU", _float_input(_gelu))
+register_lowering("HARD_SWISH", _float_input(_hard_swish))
+register_lowering("LEAKY_RELU", _float_input(lambda call, x: jnp.where(x > 0, x, x * jnp.asarray(call.opts.alpha, x.dtype))))
+register_lowering("PRELU", _float_input(_prelu))
+register_lowering("SOFTMAX", _float_input(_softmax))
+register_lowering("LOG_SOFTMAX", _float_input(_log_softmax))
+register_lowering("L2_NORMALIZATION", _float_input(_l2_normalization))
 
 
 # -- reductions --------------------------------------------------------------------------------
@@ -334,17 +333,6 @@ def _extreme(pick_max: bool):
     return fn
 
 
-_REDUCERS = {
-    "MEAN": _mean,
-    "SUM": lambda x, axes: jnp.sum(x, axis=axes, dtype=x.dtype),
-    "REDUCE_PROD": lambda x, axes: jnp.prod(x, axis=axes, dtype=x.dtype),
-    "REDUCE_MAX": _extreme(True),
-    "REDUCE_MIN": _extreme(False),
-    "REDUCE_ANY": lambda x, axes: jnp.any(x, axis=axes),
-    "REDUCE_ALL": lambda x, axes: jnp.all(x, axis=axes),
-}
-
-
 def _reducer(fn):
     def lower(call, x, axis):
         x = jnp.asarray(x)
@@ -356,8 +344,13 @@ def _reducer(fn):
     return lower
 
 
-for _name, _fn in _REDUCERS.items():
-    register_lowering(_name, _reducer(_fn), static=(1,))
+register_lowering("MEAN", _reducer(_mean), static=(1,))
+register_lowering("SUM", _reducer(lambda x, axes: jnp.sum(x, axis=axes, dtype=x.dtype)), static=(1,))
+register_lowering("REDUCE_PROD", _reducer(lambda x, axes: jnp.prod(x, axis=axes, dtype=x.dtype)), static=(1,))
+register_lowering("REDUCE_MAX", _reducer(_extreme(True)), static=(1,))
+register_lowering("REDUCE_MIN", _reducer(_extreme(False)), static=(1,))
+register_lowering("REDUCE_ANY", _reducer(lambda x, axes: jnp.any(x, axis=axes)), static=(1,))
+register_lowering("REDUCE_ALL", _reducer(lambda x, axes: jnp.all(x, axis=axes)), static=(1,))
 
 
 def _single_axis(call, x, axis) -> int:

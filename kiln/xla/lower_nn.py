@@ -13,12 +13,13 @@ import numpy as np
 from jax import lax
 
 from ..errors import OpError
+from ..ops.record import HYBRID
 from ..ops.image import _bilinear_axis, _nearest_axis
 from ..ops.windowed import out_size, pad_before_after, transpose_conv_geometry, window_geometry
 from ..schema import Activation, Padding
 from .lower_hybrid import hybrid_conv, hybrid_depthwise, hybrid_fully_connected
 from .lower_quant import int8_conv, int8_depthwise, int8_fully_connected, int8_weighted_check
-from .table import computed_once, fused_range, is_float, register_lowering
+from .table import CODES, computed_once, fused_range, is_float, register_lowering
 
 _FC_ACTIVATIONS = (Activation.NONE, Activation.RELU, Activation.RELU6, Activation.RELU_N1_TO_1)
 
@@ -43,8 +44,6 @@ def _finish(call, y, bias, act):
 
 def _fully_connected(call, x, w, bias=None):
     opts = call.opts
-    if np.dtype(x.dtype) in (np.int8, np.int16, np.uint8):  # int8, 16x8, legacy uint8
-        return int8_fully_connected(call, x, w, bias)
     if opts.fused_activation_function not in _FC_ACTIVATIONS:
         raise OpError("FULLY_CONNECTED: fused activation "
                       f"{Activation(opts.fused_activation_function).name} is not supported (LiteRT "
@@ -105,8 +104,6 @@ def _hybrid_conv(call, x, w, bias, conv):
 
 def _conv(call, x, w, bias=None):
     opts = call.opts
-    if np.dtype(x.dtype) in (np.int8, np.int16, np.uint8):  # int8, 16x8, legacy uint8
-        return int8_conv(call, x, w, bias)
     if np.dtype(w.dtype) == np.int8:
         return _hybrid_conv(call, x, w, bias, hybrid_conv)
     x, w = _float(call, _nhwc(call, x), "input"), _float(call, _nhwc(call, w, "filter"), "filter")
@@ -126,8 +123,6 @@ def _conv(call, x, w, bias=None):
 
 def _depthwise(call, x, w, bias=None):
     opts = call.opts
-    if np.dtype(x.dtype) in (np.int8, np.int16, np.uint8):  # int8, 16x8, legacy uint8
-        return int8_depthwise(call, x, w, bias)
     if np.dtype(w.dtype) == np.int8:
         return _hybrid_conv(call, x, w, bias, hybrid_depthwise)
     x, w = _float(call, _nhwc(call, x), "input"), _float(call, _nhwc(call, w, "filter"), "filter")
@@ -366,9 +361,11 @@ def _resize_nearest(call, x, size):
     return jnp.asarray(x)[:, rows][:, :, cols]
 
 
-register_lowering("FULLY_CONNECTED", _fully_connected, quantized=int8_weighted_check)
-register_lowering("CONV_2D", _conv, quantized=int8_weighted_check)
-register_lowering("DEPTHWISE_CONV_2D", _depthwise, quantized=int8_weighted_check)
+for _name, _real, _codes in (("FULLY_CONNECTED", _fully_connected, int8_fully_connected),
+                             ("CONV_2D", _conv, int8_conv), ("DEPTHWISE_CONV_2D", _depthwise, int8_depthwise)):
+    register_lowering(_name, _real)
+    register_lowering(_name, _codes, types=CODES, check=int8_weighted_check)    # int8, 16x8, legacy uint8
+    register_lowering(_name, _real, types=(HYBRID,), check=int8_weighted_check)  # float around int8 weights
 register_lowering("TRANSPOSE_CONV", _transpose_conv, static=(0,))
 register_lowering("CONV_3D", _conv3d)
 register_lowering("CONV_3D_TRANSPOSE", _conv3d_transpose, static=(0,))

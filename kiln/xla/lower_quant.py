@@ -25,7 +25,7 @@ from ..kernels.fixedpoint import (
 from ..kernels.nn import _uint8_multiplier
 from ..ops.windowed import window_geometry
 from ..schema import Activation, DType
-from .table import computed_once, register_lowering
+from .table import CODES, computed_once, register_lowering
 
 _I64 = jnp.int64
 
@@ -146,8 +146,9 @@ def _edges_check(op, opts):
     return None
 
 
-register_lowering("QUANTIZE", _quantize, quantized=_edges_check)
-register_lowering("DEQUANTIZE", _dequantize, quantized=_edges_check)
+register_lowering("QUANTIZE", _quantize, types=CODES, check=_edges_check)
+register_lowering("DEQUANTIZE", _dequantize)   # float16 weights
+register_lowering("DEQUANTIZE", _dequantize, types=CODES, check=_edges_check)
 
 
 # -- int8 FULLY_CONNECTED / CONV_2D ----------------------------------------------------------------

@@ -4,7 +4,7 @@ arithmetic of kiln.kernels.lstm (written once over an array namespace), here on
 jax.numpy int64 (the delegate traces under x64) with the gemmlowp sigmoid / tanh tables as
 constants. Prepare-time constants (multipliers, zero-point-folded biases) come from the
 static weights and the node's quantization parameters, as LiteRT's Prepare computes them.
-Nodes whose input 0 is float (hybrid LSTMs) are refused; float nodes keep lower_rnn's
+Nodes whose input 0 is float (hybrid LSTMs) are not registered; float nodes have lower_rnn's
 lowering.
 """
 
@@ -18,8 +18,9 @@ from ..errors import OpError
 from ..kernels import lstm as il
 from ..ops.record import with_state
 from ..schema import DType
-from . import lower_rnn  # noqa: F401 - the float lowering this one is added to
-from .table import add_quantized_lowering
+from ..schema import UNIDIRECTIONAL_LSTM
+from .lower_rnn import uni_lstm_check
+from .table import all_of, register_lowering
 
 _I64 = jnp.int64
 
@@ -63,4 +64,5 @@ def _check(op, opts):
     return None
 
 
-add_quantized_lowering(il.NAME, _uni_lstm_int8, _check)
+register_lowering(il.NAME, _uni_lstm_int8, types=("int8",), static=tuple(UNIDIRECTIONAL_LSTM.weights),
+                  check=all_of(uni_lstm_check, _check))

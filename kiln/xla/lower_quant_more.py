@@ -1,12 +1,10 @@
 """Quantized PRELU, RESIZE_BILINEAR, L2_NORMALIZATION (kiln.kernels) and LOG_SOFTMAX
 (kiln.kernels.activations), bit-exact with those kernels.
 
-* PRELU (int8, uint8 and 16x8): the kernel's two float32-formed multipliers, both paths
-  rescaled with two roundings and picked by the sign of ``x − zp`` — integer arithmetic,
-  so no table over code pairs (16x8 would need 2^24 entries).
-* RESIZE_BILINEAR (int8, int16): the codes interpolated in 10-bit fixed point; the source
-  rows / columns and their fractions are the kernel's own (``_integer_axis``), computed
-  while tracing from the static sizes.
+* PRELU (int8, uint8 and 16x8) and RESIZE_BILINEAR (int8, int16): the kernels' own
+  arithmetic, written once over an array namespace (`kiln.kernels.activations.xp_prelu`,
+  `kiln.kernels.image.xp_resize_bilinear`) and run here on jax.numpy int64; the resize's
+  source rows / columns and fractions are computed while tracing from the static sizes.
 * L2_NORMALIZATION (int8): the inverse-square-root Newton steps are
   `kiln.kernels.activations.l2_normalize_centered`, written once over an array namespace and run here
   on jax.numpy int64.
@@ -20,12 +18,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import ops
-from ..kernels.activations import l2_normalize_centered
-from ..kernels.fixedpoint import quantize_multiplier
-from ..kernels.image import _integer_axis
+from ..kernels.activations import l2_normalize_centered, xp_prelu
+from ..kernels.image import xp_resize_bilinear
 from ..ops.record import operand_types
 from ..schema import Activation, DType
-from .lower_quant import _limits, rescale_twice
+from .lower_quant import _limits
 
 _I64 = jnp.int64
 F32 = np.float32
@@ -59,14 +56,11 @@ def _kernel_check(op) -> str | None:
 # -- PRELU ----------------------------------------------------------------------------------------
 
 def _prelu(call, x, alpha):
+    """Integer PRELU: the kernel's arithmetic (`kiln.kernels.activations.xp_prelu`) on jax.numpy."""
     op = call.op
-    s_x, s_a, s_y = (F32(_q(t).scale[0]) for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
-    m1, e1 = quantize_multiplier(float(F32(s_x / s_y)))          # float32 arithmetic, as Prepare
-    m2, e2 = quantize_multiplier(float(F32(F32(s_x * s_a) / s_y)))
-    xc = jnp.asarray(x).astype(_I64) - _zp(op.inputs[0])
-    ac = jnp.broadcast_to(jnp.asarray(alpha).astype(_I64) - _zp(op.inputs[1]), xc.shape)
-    out = jnp.where(xc >= 0, rescale_twice(xc, m1, e1), rescale_twice(xc * ac, m2, e2)) + _zp(op.outputs[0])
-    return jnp.clip(out, *_limits(call.out_dtypes[0])).astype(call.out_dtypes[0])
+    out = xp_prelu(jnp, jnp.asarray(x).astype(_I64), _q(op.inputs[0]), jnp.asarray(alpha).astype(_I64),
+                   _q(op.inputs[1]), _q(op.outputs[0]), call.out_dtypes[0])
+    return out.astype(call.out_dtypes[0])
 
 
 def _prelu_check(op, opts):
@@ -85,25 +79,12 @@ def _prelu_check(op, opts):
 
 # -- RESIZE_BILINEAR ------------------------------------------------------------------------------
 
-def _c_div(a, b: int):
-    """C's truncating integer division by a positive constant."""
-    return jnp.sign(a) * (jnp.abs(a) // b)
-
-
 def _resize_bilinear(call, x, size):
+    """Integer RESIZE_BILINEAR: `kiln.kernels.image.xp_resize_bilinear` on jax.numpy."""
     size = np.asarray(size).reshape(-1)
-    out_h, out_w = int(size[0]), int(size[1])
-    ac, hp = bool(call.opts.align_corners), bool(call.opts.half_pixel_centers)
-    y0, y1, dy = _integer_axis(x.shape[1], out_h, ac, hp)
-    x0, x1, dx = _integer_axis(x.shape[2], out_w, ac, hp)
-    v = jnp.asarray(x).astype(_I64)
-    dy, dx = dy[None, :, None, None], dx[None, None, :, None]
-    one = 1 << 10
-    top, bottom = v[:, y0], v[:, y1]
-    total = (top[:, :, x0] * (one - dy) * (one - dx) + bottom[:, :, x0] * dy * (one - dx)
-             + top[:, :, x1] * (one - dy) * dx + bottom[:, :, x1] * dy * dx)
-    half = jnp.where(total > 0, 1 << 19, -(1 << 19))
-    return _c_div(total + half, 1 << 20).astype(call.out_dtypes[0])
+    out = xp_resize_bilinear(jnp, jnp.asarray(x).astype(_I64), (int(size[0]), int(size[1])),
+                             bool(call.opts.align_corners), bool(call.opts.half_pixel_centers))
+    return out.astype(call.out_dtypes[0])
 
 
 def _resize_check(op, opts):
@@ -206,9 +187,9 @@ def _log_softmax_check(op, opts):
 
 def register() -> None:
     """Add these quantized lowerings to the float ones."""
-    from .lower_quant_ops import lower_quantized
+    from .lower_quant_ops import add
 
-    lower_quantized("PRELU", _prelu, _prelu_check)
-    lower_quantized("RESIZE_BILINEAR", _resize_bilinear, _resize_check)
-    lower_quantized("L2_NORMALIZATION", _l2_normalization, _l2_check)
-    lower_quantized("LOG_SOFTMAX", _log_softmax, _log_softmax_check)
+    add("PRELU", _prelu, _prelu_check, ("int8", "uint8", "int16"))
+    add("RESIZE_BILINEAR", _resize_bilinear, _resize_check, ("int8", "int16"))
+    add("L2_NORMALIZATION", _l2_normalization, _l2_check, ("int8",))
+    add("LOG_SOFTMAX", _log_softmax, _log_softmax_check, ("int8",))

@@ -23,17 +23,22 @@ from jax import lax
 
 from .. import ops
 from ..errors import KilnError, OpError
-from ..kernels.activations import (
-    ONE_OVER_ONE_PLUS_X_LUT,
-    lut16_lookup,
-    softmax_int16_exps,
+from ..kernels.softmax import (
+    softmax_exp_table,
+    softmax_fixed_exps,
+    softmax_fixed_point,
+    softmax_input_scaling,
+    softmax_int16_fixed_point,
+    softmax_int16_tables,
+    softmax_may_abort,
 )
-from ..kernels.elementwise import LEFT_SHIFT_SQUARED_DIFFERENCE
+from ..kernels.elementwise import xp_squared_difference
 from ..kernels.fixedpoint import quantize_multiplier
-from ..ops.record import KernelCall, operand_types
+from ..kernels.nn import reduced_axes, xp_average_pool2d, xp_max_pool2d, xp_mean, xp_quantized_sum
+from ..ops.backends import FLOAT
+from ..ops.record import HYBRID, KernelCall, operand_types
 from ..ops.windowed import transpose_conv_geometry, window_geometry
 from ..schema import Activation, DType
-from . import table
 from .lower_hybrid import hybrid_transpose_conv
 from .lower_nn import transpose_conv_2d
 from .lower_quant import (
@@ -43,7 +48,7 @@ from .lower_quant import (
     rescale_int64,
     rescale_twice,
 )
-from .table import add_quantized_rule, fused_range, register_lowering
+from .table import CODES, LOWERINGS, all_of, fused_range, register_lowering
 
 _I64 = jnp.int64
 _SIMPLE_ACTS = (Activation.NONE, Activation.RELU, Activation.RELU6, Activation.RELU_N1_TO_1)
@@ -84,19 +89,17 @@ def codes_check(op, opts) -> str | None:
     return None
 
 
-def _on_codes(op) -> bool:
-    return codes_check(op, None) is None
-
-
 def _allow_codes() -> None:
-    """Give every lowering of an on-codes op (no quantized rule yet) the rule that runs it on
-    the codes under `codes_check`."""
-    for name, low in list(table._TABLE.items()):
+    """Give every (op, integer key) whose quantized kernel is the op's float kernel run on
+    the codes (or whose op reads only shapes) and that has no lowering yet its float
+    lowering, under `codes_check` and the float lowering's own check."""
+    for name in list(LOWERINGS.ops()):
         record = ops.get(name)
-        if low.quantized or record is None:
+        if LOWERINGS.entry(name, FLOAT) is None or record is None:
             continue
-        if record.reads_shape_only or any(k is record.kernel for k in record.quantized.values()):
-            add_quantized_rule(name, low.fn, codes_check, float_check=True)
+        keys = [k for k in CODES if k in record.quantized
+                and (record.reads_shape_only or record.quantized[k] is record.kernel)]
+        add(name, LOWERINGS[name, FLOAT].fn, codes_check, keys, float_check=True)
 
 
 # -- 8-bit unary ops as lookups in their reference kernel's table ---------------------------------
@@ -189,14 +192,13 @@ def _binary_check(op, opts):
 
 
 def _add_binary_tables() -> None:
-    """Two rules each: equally quantized operands (comparisons) keep the float lowering on the
-    codes; every other pair of 8-bit codes is looked up in the kernel's table."""
+    """Equally quantized operands whose kernel is the float one on the codes (comparisons of
+    int16 / uint8) keep the float lowering (`_allow_codes`); the other 8-bit pairs (DIV, int8
+    comparisons, which rescale) are looked up in the kernel's table."""
     for name in _BINARY:
-        if table._TABLE.get(name) is None:
-            register_lowering(name, _binary_lookup, quantized=_binary_check, check=_quantized_only)
-            continue
-        add_quantized_rule(name, table._TABLE[name].fn, applies=_on_codes, float_check=True)
-        add_quantized_rule(name, _binary_lookup, _binary_check)
+        record = ops.require(name)
+        add(name, _binary_lookup, _binary_check,
+            [k for k in ("int8", "uint8") if k in record.quantized and record.quantized[k] is not record.kernel])
 
 
 # -- pooling ------------------------------------------------------------------------------------
@@ -208,42 +210,23 @@ def _pool_taps(call, x):
     return k, (oh, ow), pads, (opts.stride_h, opts.stride_w)
 
 
-def _windows(xp, k, out_hw, strides):
-    return [lax.slice(xp, (0, i, j, 0), (xp.shape[0], i + (out_hw[0] - 1) * strides[0] + 1,
-                                         j + (out_hw[1] - 1) * strides[1] + 1, xp.shape[3]), (1, *strides, 1))
-            for i in range(k[0]) for j in range(k[1])]
-
-
-def _pool_clip(out, call):
+def _pool_range(call):
     act = call.opts.fused_activation_function
     if act == Activation.NONE:
-        lo, hi = _limits(call.out_dtypes[0])
-    else:
-        lo, hi = _activation_range(act, call.op.outputs[0].quantization, call.out_dtypes[0])
-    return jnp.clip(out, lo, hi).astype(call.out_dtypes[0])
+        return _limits(call.out_dtypes[0])
+    return _activation_range(act, call.op.outputs[0].quantization, call.out_dtypes[0])
 
 
 def _max_pool(call, x):
+    """Integer MAX_POOL_2D: the kernel's arithmetic (`kiln.kernels.nn.xp_max_pool2d`) on jax.numpy."""
     k, out_hw, pads, strides = _pool_taps(call, x)
-    low = np.iinfo(np.int32).min
-    xp = jnp.pad(x.astype(jnp.int32), ((0, 0), *pads, (0, 0)), constant_values=low)
-    taps = _windows(xp, k, out_hw, strides)
-    out = taps[0]
-    for t in taps[1:]:
-        out = jnp.maximum(out, t)
-    return _pool_clip(out, call)
+    return xp_max_pool2d(jnp, x, k, out_hw, pads, strides, *_pool_range(call)).astype(call.out_dtypes[0])
 
 
 def _average_pool(call, x):
+    """Integer AVERAGE_POOL_2D: `kiln.kernels.nn.xp_average_pool2d` on jax.numpy."""
     k, out_hw, pads, strides = _pool_taps(call, x)
-    widths = ((0, 0), *pads, (0, 0))
-    sums = sum(_windows(jnp.pad(x.astype(_I64), widths), k, out_hw, strides))
-    inside = np.pad(np.ones((1, *x.shape[1:3], 1), np.int64), widths)
-    counts = sum(_windows(jnp.asarray(inside), k, out_hw, strides))
-    half = counts // 2
-    num = jnp.where(sums > 0, sums + half, sums - half)
-    out = jnp.sign(num) * (jnp.abs(num) // counts)   # C's truncating division
-    return _pool_clip(out, call)
+    return xp_average_pool2d(jnp, x, k, out_hw, pads, strides, *_pool_range(call)).astype(call.out_dtypes[0])
 
 
 def _pool_check(op, opts):
@@ -263,26 +246,28 @@ def _pool_check(op, opts):
 # -- MEAN -----------------------------------------------------------------------------------------
 
 def _mean(call, x, axes):
-    axes = sorted({int(a) % x.ndim for a in np.ravel(np.asarray(axes))}) if x.ndim else []
-    if not axes:
-        return x.astype(call.out_dtypes[0])
-    keep = bool(call.opts.keep_dims)
-    count = int(np.prod([x.shape[a] for a in axes]))
-    total = jnp.sum(x.astype(_I64), axis=tuple(axes), keepdims=keep) - _zp(call.op.inputs[0]) * count
-    if count == 0:
-        return jnp.zeros(total.shape, call.out_dtypes[0])
-    m, shift = quantize_multiplier(float(_q(call.op.inputs[0]).scale[0]) / float(_q(call.op.outputs[0]).scale[0]))
-    k = min(count.bit_length() - 1, 32, 31 + shift)
-    m, shift = (m << k) // count, shift - k
-    out = rescale_twice(total, m, shift) + _zp(call.op.outputs[0])
-    return jnp.clip(out, *_limits(call.out_dtypes[0])).astype(call.out_dtypes[0])
+    """int8 / 16x8 MEAN: the kernel's arithmetic (`kiln.kernels.nn.xp_mean`) on jax.numpy."""
+    out = xp_mean(jnp, x, _q(call.op.inputs[0]), reduced_axes(x, np.asarray(axes)), _q(call.op.outputs[0]),
+                  bool(call.opts.keep_dims), call.out_dtypes[0])
+    return out.astype(call.out_dtypes[0])
+
+
+def _sum(call, x, axes):
+    """int8 SUM: LiteRT's optimized kernel, as kiln's (`kiln.kernels.nn.xp_quantized_sum`) on jax.numpy."""
+    out = xp_quantized_sum(jnp, x, _q(call.op.inputs[0]), reduced_axes(x, np.asarray(axes)),
+                           _q(call.op.outputs[0]), bool(call.opts.keep_dims), call.out_dtypes[0])
+    return out.astype(call.out_dtypes[0])
 
 
 def _mean_check(op, opts):
     return _per_tensor(op, (DType.INT8, DType.INT16))
 
 
-# -- SOFTMAX (int8: the float-table kernel) ----------------------------------------------------
+def _sum_check(op, opts):
+    return _per_tensor(op, (DType.INT8,))
+
+
+# -- SOFTMAX (int8: the reference kernel's fixed point, kiln.kernels.softmax) -------------
 
 def _round_half_away(v):
     v = v.astype(jnp.float64)
@@ -290,14 +275,28 @@ def _round_half_away(v):
 
 
 def _softmax(call, x):
+    """int8 SOFTMAX: `softmax_fixed_point`, the reference kernel's own arithmetic on
+    jax.numpy; rows so wide and flat that BUILTIN_REF aborts get the kernel's fallback (the
+    optimized kernel's float table), traced only where such a row can occur."""
+    q_x, out_dtype = _q(call.op.inputs[0]), call.out_dtypes[0]
+    multiplier, left_shift, diff_min = softmax_input_scaling(float(np.float32(q_x.scale[0])), float(call.opts.beta))
+    exps = jnp.asarray(softmax_fixed_exps(multiplier, left_shift))
+    out, aborts = softmax_fixed_point(jnp, x.astype(_I64), exps, diff_min, out_dtype)
+    if softmax_may_abort(x.shape[-1], out_dtype):
+        out = jnp.where(aborts, _softmax_float_table(call, x), out)
+    return out.astype(out_dtype)
+
+
+def _softmax_float_table(call, x):
+    """kiln.kernels.softmax.softmax_float_table: exps from the float32 table, summed left
+    to right (unrolled for short rows, a loop for long ones), rounded half away."""
     f32 = np.float32
     q_x, q_y = _q(call.op.inputs[0]), _q(call.op.outputs[0])
-    distances = np.arange(256).astype(f32)
-    values = np.exp((f32(-f32(q_x.scale[0]) * f32(call.opts.beta)) * distances).astype(f32)).astype(f32)
+    values = softmax_exp_table(q_x, float(call.opts.beta))
     xi = x.astype(jnp.int32)
     exps = jnp.take(jnp.asarray(values), jnp.max(xi, axis=-1, keepdims=True) - xi, axis=0)
     n = x.shape[-1]
-    if n <= 64:   # float32 sum left to right, as the reference loop
+    if n <= 64:
         total = jnp.zeros(x.shape[:-1] + (1,), jnp.float32)
         for j in range(n):
             total = total + exps[..., j:j + 1]
@@ -306,24 +305,13 @@ def _softmax(call, x):
         total = lax.fori_loop(0, n, lambda j, acc: acc + cols[j], jnp.zeros(x.shape[:-1], jnp.float32))[..., None]
     inverse = jnp.float32(1) / (total * f32(q_y.scale[0]))
     out = _round_half_away(exps * inverse) + _zp(call.op.outputs[0])
-    return jnp.clip(out, *_limits(call.out_dtypes[0])).astype(call.out_dtypes[0])
+    return jnp.clip(out, *_limits(call.out_dtypes[0]))
 
 
 def _softmax_int16(call, x):
-    """16x8 SOFTMAX (integer_activations.softmax_int16): both of its interpolated int16 lookups
-    become plain tables over every code they can see, built once from the kernel's own helpers."""
-    q_x = _q(call.op.inputs[0])
-    exp_of_difference = np.asarray(softmax_int16_exps(np.arange(-65535, 1), q_x, float(call.opts.beta)), np.int64)
-    reciprocal = np.asarray(lut16_lookup(np.arange(-32768, 32768), ONE_OVER_ONE_PLUS_X_LUT), np.int64)
-    xi = x.astype(_I64)
-    exps = jnp.take(jnp.asarray(exp_of_difference), xi - jnp.max(xi, axis=-1, keepdims=True) + 65535, axis=0)
-    total = jnp.sum(exps, axis=-1, keepdims=True)
-    headroom_plus_one = 32 - (64 - lax.clz(total & 0xFFFFFFFF))
-    shifted = jnp.right_shift(jnp.left_shift(total, headroom_plus_one - 1) + (1 << 13), 14)
-    inv = jnp.take(jnp.asarray(reciprocal), jnp.clip(shifted - (1 << 15) - (1 << 16), -32768, 32767) + 32768, axis=0)
-    right_shift = 31 - headroom_plus_one
-    out = jnp.right_shift(exps * inv + jnp.left_shift(jnp.asarray(1, _I64), right_shift - 1), right_shift)
-    return jnp.clip(out, 0, 32767).astype(jnp.int16)
+    """16x8 SOFTMAX: the kernel's arithmetic (`softmax_int16_fixed_point`) on jax.numpy."""
+    exps, reciprocals = softmax_int16_tables(float(np.float32(_q(call.op.inputs[0]).scale[0])), float(call.opts.beta))
+    return softmax_int16_fixed_point(jnp, x.astype(_I64), jnp.asarray(exps), jnp.asarray(reciprocals)).astype(jnp.int16)
 
 
 def _any_softmax(call, x):
@@ -362,18 +350,11 @@ def _batch_matmul(call, a, b):
 
 
 def _squared_difference(call, a, b):
+    """int8 SQUARED_DIFFERENCE: `kiln.kernels.elementwise.xp_squared_difference` on jax.numpy."""
     op = call.op
-    s_a, s_b, s_y = (float(_q(t).scale[0]) for t in (op.inputs[0], op.inputs[1], op.outputs[0]))
-    twice_max = 2.0 * max(s_a, s_b)
-    m_a, sh_a = quantize_multiplier(s_a / twice_max)
-    m_b, sh_b = quantize_multiplier(s_b / twice_max)
-    lift = LEFT_SHIFT_SQUARED_DIFFERENCE
-    m_y, sh_y = quantize_multiplier(twice_max * twice_max / ((1 << 2 * lift) * s_y))
-    la = jnp.left_shift(a.astype(_I64) - _zp(op.inputs[0]), lift)
-    lb = jnp.left_shift(b.astype(_I64) - _zp(op.inputs[1]), lift)
-    diff = rescale_twice(la, m_a, sh_a) - rescale_twice(lb, m_b, sh_b)
-    out = rescale_twice(diff * diff, m_y, sh_y) + _zp(op.outputs[0])
-    return jnp.clip(out, *_limits(call.out_dtypes[0])).astype(call.out_dtypes[0])
+    out = xp_squared_difference(jnp, a.astype(_I64), _q(op.inputs[0]), b.astype(_I64), _q(op.inputs[1]),
+                                _q(op.outputs[0]), call.out_dtypes[0])
+    return out.astype(call.out_dtypes[0])
 
 
 def _hybrid_transpose_conv(call, output_shape, w, x, bias=None):
@@ -480,30 +461,29 @@ def _batch_matmul_check(op, opts):
 def register() -> None:
     """Add the quantized lowerings (once, after the float ones are registered)."""
     for name in _UNARY:
-        lower_quantized(name, _unary_lookup, _unary_check)
-    lower_quantized("MAX_POOL_2D", _max_pool, _pool_check)
-    lower_quantized("AVERAGE_POOL_2D", _average_pool, _pool_check)
-    lower_quantized("MEAN", _mean, _mean_check)
-    lower_quantized("SOFTMAX", _any_softmax, _softmax_check)
-    lower_quantized("BATCH_MATMUL", _batch_matmul, _batch_matmul_check)
-    lower_quantized("SQUARED_DIFFERENCE", _squared_difference, _int8_check)
-    lower_quantized("TRANSPOSE_CONV", _transpose_conv, _transpose_conv_check)
+        add(name, _unary_lookup, _unary_check, [k for k in CODES if k in ops.require(name).quantized])
+    add("MAX_POOL_2D", _max_pool, _pool_check, CODES)
+    add("AVERAGE_POOL_2D", _average_pool, _pool_check, CODES)
+    add("MEAN", _mean, _mean_check, ("int8", "int16"))
+    add("SUM", _sum, _sum_check, ("int8",))
+    add("SOFTMAX", _any_softmax, _softmax_check, ("int8", "int16"))
+    add("BATCH_MATMUL", _batch_matmul, _batch_matmul_check, ("int8", "int16"))
+    add("SQUARED_DIFFERENCE", _squared_difference, _int8_check, ("int8",))
+    add("TRANSPOSE_CONV", _transpose_conv, _transpose_conv_check, ("int8", "int16", HYBRID))
     for name in ("CONCATENATION", "PACK"):   # their float lowering, run on the codes
-        lower_quantized(name, table._TABLE[name].fn, _same_params_check)
+        add(name, LOWERINGS[name, FLOAT].fn, _same_params_check, CODES)
     _add_binary_tables()
-    _allow_codes()   # last: only ops no rule above covers
+    _allow_codes()   # last: only (op, key) pairs none above covers
 
 
-def _quantized_only(op, opts):
-    return None if operand_types(op) is not None else f"{op.name}: only its quantized form is lowered"
-
-
-def lower_quantized(name, quant_fn, check) -> None:
-    """``quant_fn`` (under ``check``) for op ``name``'s quantized nodes: a rule added to its
-    float lowering (whose check then holds for float nodes only), or, for an op without one,
-    its only lowering (float nodes refused). An op given quantized rules before keeps them."""
-    low = table._TABLE.get(name)
-    if low is None:
-        register_lowering(name, quant_fn, quantized=check, check=_quantized_only)
-    elif not low.quantized:
-        add_quantized_rule(name, quant_fn, check)
+def add(name: str, fn, check, keys, *, float_check: bool = False) -> None:
+    """Lower op ``name``'s nodes of each operand-types key in ``keys`` that has no lowering
+    yet by ``fn`` under ``check``; the operands its float lowering needs static stay static
+    (and, with ``float_check``, that lowering's check holds too)."""
+    base = LOWERINGS.entry(name, FLOAT)
+    free = [k for k in keys if (name, k) not in LOWERINGS]
+    if not free:
+        return
+    first = base.check if float_check and base is not None and base.check is not None else None
+    register_lowering(name, fn, types=free, static=base.value.static if base is not None else (),
+                      check=all_of(None if first is None else (lambda op, opts: first(op)), check))

@@ -155,7 +155,7 @@ def _uni_lstm(call, *inputs):
     return with_state(call, [out if time_major else jnp.swapaxes(out, 0, 1)], (h, c))
 
 
-def _uni_lstm_check(op, opts):
+def uni_lstm_check(op, opts):
     if opts.fused_activation_function == Activation.NONE:
         return (f"{_NAME} with fused activation NONE reproduces a LiteRT buffer quirk that is not "
                 "lowered")
@@ -164,4 +164,4 @@ def _uni_lstm_check(op, opts):
     return None
 
 
-register_lowering(_NAME, _uni_lstm, check=_uni_lstm_check)
+register_lowering(_NAME, _uni_lstm, check=uni_lstm_check)

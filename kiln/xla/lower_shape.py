@@ -100,7 +100,7 @@ def _apply_map(m: np.ndarray, flat, fill, shapes):
 
 
 def _quantized_zero(call):
-    """PAD's fill on quantized codes: the output's zero point (the code of 0.0), as its kernel."""
+    """The padding of quantized codes: the output's zero point (the code of 0.0), as the kernels pad."""
     q = call.op.outputs[0].quantization
     dtype = np.dtype(call.out_dtypes[0])
     if q is None or q.scale.size == 0 or dtype.kind not in "iu":
@@ -127,8 +127,12 @@ def _fused(call, y):
     return jnp.asarray(apply_activation(np.asarray(y), act))  # raises the kernel's error
 
 
-def movement(data: tuple[int, ...] | str = (0,), fill_operand: int | None = None):
-    """Lowering of a pure data-movement op whose data operands are ``data`` ("all": every one)."""
+def movement(data: tuple[int, ...] | str = (0,), fill_operand: int | None = None,
+             pads_real_zero: bool = False):
+    """Lowering of a pure data-movement op whose data operands are ``data`` ("all": every one).
+    ``pads_real_zero``: what the op inserts (without a ``fill_operand`` value) is the real
+    value 0, so on quantized codes the output's zero point, as its kernel pads (PAD,
+    SPACE_TO_BATCH_ND); otherwise code 0."""
 
     def lower(call, *inputs):
         positions = tuple(range(len(inputs))) if data == "all" else data
@@ -141,7 +145,7 @@ def movement(data: tuple[int, ...] | str = (0,), fill_operand: int | None = None
         flats = [jnp.asarray(x).reshape(-1) for x in present]
         flat = flats[0] if len(flats) == 1 else jnp.concatenate(flats)
         fill = inputs[fill_operand] if fill_operand is not None and fill_operand < len(inputs) else None
-        if fill is None and call.op.op_type in ("PAD", "PADV2"):
+        if fill is None and pads_real_zero:
             fill = _quantized_zero(call)
         outs = [_fused(call, _apply_map(m, flat, fill, shapes)) for m in maps]
         return outs[0] if len(outs) == 1 else tuple(outs)
@@ -150,32 +154,32 @@ def movement(data: tuple[int, ...] | str = (0,), fill_operand: int | None = None
 
 
 _MOVEMENT = {
-    # op: (data operands, operands that must be static, fill operand)
-    "RESHAPE": ((0,), (1,), None),
-    "SQUEEZE": ((0,), (), None),
-    "EXPAND_DIMS": ((0,), (1,), None),
-    "TRANSPOSE": ((0,), (1,), None),
-    "PACK": ("all", (), None),
-    "UNPACK": ((0,), (), None),
-    "SPLIT": ((1,), (0,), None),
-    "SPLIT_V": ((0,), (1, 2), None),
-    "TILE": ((0,), (1,), None),
-    "BROADCAST_TO": ((0,), (1,), None),
-    "PAD": ((0,), (1,), None),
-    "PADV2": ((0,), (1,), 2),
-    "MIRROR_PAD": ((0,), (1,), None),
-    "REVERSE_V2": ((0,), (1,), None),
-    "REVERSE_SEQUENCE": ((0,), (1,), None),
-    "GATHER_ND": ((0,), (1,), None),
-    "DEPTH_TO_SPACE": ((0,), (), None),
-    "SPACE_TO_DEPTH": ((0,), (), None),
-    "SPACE_TO_BATCH_ND": ((0,), (1, 2), None),
-    "BATCH_TO_SPACE_ND": ((0,), (1, 2), None),
-    "MATRIX_DIAG": ((0,), (), None),
-    "MATRIX_SET_DIAG": ((0, 1), (), None),
+    # op: (data operands, operands that must be static, fill operand, pads with real zero)
+    "RESHAPE": ((0,), (1,), None, False),
+    "SQUEEZE": ((0,), (), None, False),
+    "EXPAND_DIMS": ((0,), (1,), None, False),
+    "TRANSPOSE": ((0,), (1,), None, False),
+    "PACK": ("all", (), None, False),
+    "UNPACK": ((0,), (), None, False),
+    "SPLIT": ((1,), (0,), None, False),
+    "SPLIT_V": ((0,), (1, 2), None, False),
+    "TILE": ((0,), (1,), None, False),
+    "BROADCAST_TO": ((0,), (1,), None, False),
+    "PAD": ((0,), (1,), None, True),
+    "PADV2": ((0,), (1,), 2, True),
+    "MIRROR_PAD": ((0,), (1,), None, False),
+    "REVERSE_V2": ((0,), (1,), None, False),
+    "REVERSE_SEQUENCE": ((0,), (1,), None, False),
+    "GATHER_ND": ((0,), (1,), None, False),
+    "DEPTH_TO_SPACE": ((0,), (), None, False),
+    "SPACE_TO_DEPTH": ((0,), (), None, False),
+    "SPACE_TO_BATCH_ND": ((0,), (1, 2), None, True),
+    "BATCH_TO_SPACE_ND": ((0,), (1, 2), None, False),
+    "MATRIX_DIAG": ((0,), (), None, False),
+    "MATRIX_SET_DIAG": ((0, 1), (), None, False),
 }
-for _name, (_data, _static, _fill) in _MOVEMENT.items():
-    register_lowering(_name, movement(_data, _fill), static=_static)
+for _name, (_data, _static, _fill, _zero) in _MOVEMENT.items():
+    register_lowering(_name, movement(_data, _fill, _zero), static=_static)
 
 _concatenate_arrays = movement("all")
 

@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import OpError
 from .graph import is_resource_op
 from .lower_control import _subgraph, _subgraph_problem, _traced
-from .table import register_lowering
+from .table import CODES, register_lowering
 
 __all__ = ["VariableStore", "is_resource_op", "using", "variable_name"]
 
@@ -130,10 +130,9 @@ def _init_check(op, opts):
 
 
 register_lowering("VAR_HANDLE", _var_handle)
-def _moves_codes(op, opts):
-    return None  # the value moves as stored: quantized codes too (the reference kernels' on_codes)
-
-
-register_lowering("READ_VARIABLE", _read_variable, quantized=_moves_codes)
-register_lowering("ASSIGN_VARIABLE", _assign_variable, quantized=_moves_codes)
+register_lowering("READ_VARIABLE", _read_variable)
+register_lowering("ASSIGN_VARIABLE", _assign_variable)
+# The value moves as stored: quantized codes too (the reference kernels' on_codes).
+register_lowering("READ_VARIABLE", _read_variable, types=CODES)
+register_lowering("ASSIGN_VARIABLE", _assign_variable, types=CODES)
 register_lowering("CALL_ONCE", _call_once, check=_init_check)

@@ -1,4 +1,8 @@
-"""The per-op lowering table: op name -> how to express that op's reference kernel in JAX.
+"""XLA's backend table: (op, operand types) -> how to express that op's kernel in JAX.
+
+`LOWERINGS` has the shape of every backend table (kiln.ops.backends): keyed by op name and
+the node's operand types (None for float nodes, "int8" / "uint8" / "int16", "hybrid"), each
+entry a `Lowering` and an optional check saying which nodes of that key it cannot lower.
 
 A lowering has the kernel contract of kiln.ops.record (``fn(call, *inputs)`` returning one
 array or a tuple), except that inputs may be JAX tracers and the result is built with
@@ -11,20 +15,21 @@ Registering needs no JAX; the built-in lowerings are loaded (and JAX imported) o
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 
 from .. import ops
 from ..errors import KilnError
-from ..ops.record import operand_types
+from ..ops.backends import FLOAT, BackendTable, BackendTableError, Entry, key_name
 
 #: ``static`` value meaning "every operand": the op's output shape depends on its values
 #: (WHERE, UNIQUE, ...), so it is only computed while tracing, from static inputs.
 ALL_STATIC = "all"
+#: The integer operand types (`register_lowering`'s ``types`` for a lowering of the codes).
+CODES = ("int8", "uint8", "int16")
 
 
 class LoweringError(KilnError):
@@ -32,32 +37,12 @@ class LoweringError(KilnError):
 
 
 @dataclass(frozen=True)
-class QuantizedRule:
-    """One entry of an op's quantized dispatch. A node with quantized tensors is lowered by
-    the first rule whose ``applies(op)`` holds (None: every such node), with ``fn`` (the
-    lowering contract) unless ``check(op, opts)`` gives the reason it cannot be.
-    ``float_check``: the op's float ``check`` holds for these nodes too (a float lowering run
-    on the codes, or one that handles both)."""
-
-    fn: Callable
-    check: Callable | None = None
-    applies: Callable | None = None
-    float_check: bool = False
-
-    def takes(self, op) -> bool:
-        return self.applies is None or bool(self.applies(op))
-
-
-@dataclass(frozen=True)
 class Lowering:
+    """How XLA runs the nodes of one (op, operand types) entry."""
+
     op_name: str
-    #: The lowering of float nodes (and of quantized ones, when a rule names it as its ``fn``).
     fn: Callable
     static: tuple[int, ...] | str = ()
-    #: Optional ``check(op, opts) -> reason | None``: cases the lowering does not cover.
-    check: Callable | None = None
-    #: Ordered rules for nodes with quantized tensors; without any such nodes are refused.
-    quantized: tuple[QuantizedRule, ...] = ()
 
     @property
     def state(self) -> tuple[int, ...]:
@@ -70,16 +55,7 @@ class Lowering:
             return tuple(range(n_inputs))
         return tuple(i for i in self.static if i < n_inputs)
 
-    def rule_for(self, op) -> QuantizedRule | None:
-        """The quantized rule that lowers ``op`` (None: none applies)."""
-        return next((rule for rule in self.quantized if rule.takes(op)), None)
-
     def lower(self, call, *inputs):
-        """Run the node's lowering: its quantized rule's, else the float one."""
-        if self.quantized and operand_types(call.op) is not None:
-            rule = self.rule_for(call.op)
-            if rule is not None:
-                return rule.fn(call, *inputs)
         return self.fn(call, *inputs)
 
 
@@ -101,44 +77,49 @@ class LoweringCall:
         return None if t is None else t.quantization
 
 
-_TABLE: dict[str, Lowering] = {}
+#: What XLA lowers, per (op, operand types).
+LOWERINGS: BackendTable[Lowering] = BackendTable("xla")
 _BUILTINS_LOADED = False
 
 
-def register_lowering(op_name: str, fn: Callable, *, static: tuple[int, ...] | str = (),
-                      check: Callable | None = None, quantized: Callable | None = None) -> Callable:
-    """Add the lowering of builtin op ``op_name``; refuses unknown ops and a second registration.
-    ``quantized``: the check under which ``fn`` lowers nodes with quantized tensors too."""
+def _with_options(check: Callable) -> Callable:
+    """A lowering check ``check(op, opts)`` as the table's ``check(op)``."""
+    def check_node(op) -> str | None:
+        return check(op, node_options(op))
+    return check_node
+
+
+def register_lowering(op_name: str, fn: Callable, *, types: Iterable[str | None] = (FLOAT,),
+                      static: tuple[int, ...] | str = (), check: Callable | None = None) -> Callable:
+    """Lower builtin op ``op_name``'s nodes with operand types ``types`` (default: float
+    nodes) by ``fn``; ``check(op, opts) -> reason | None`` names the nodes it does not cover.
+    Refuses unknown ops and a second registration of a key."""
     if ops.get(op_name) is None:
         raise LoweringError(f"register_lowering: kiln has no op record for {op_name!r}; lowerings "
                             "mirror reference kernels, so the op must exist in kiln.ops first")
-    if op_name in _TABLE:
-        raise LoweringError(f"register_lowering: {op_name} already has a lowering "
-                            f"({_TABLE[op_name].fn.__module__}.{_TABLE[op_name].fn.__qualname__})")
-    rules = () if quantized is None else (QuantizedRule(fn, quantized, float_check=True),)
-    _TABLE[op_name] = Lowering(op_name, fn, static, check, rules)
+    keys = tuple(types)
+    taken = [k for k in keys if (op_name, k) in LOWERINGS]
+    if taken:
+        have = LOWERINGS[op_name, taken[0]].fn
+        raise LoweringError(f"register_lowering: {op_name} with {key_name(taken[0])} operands already has a "
+                            f"lowering ({have.__module__}.{have.__qualname__})")
+    try:
+        LOWERINGS.register(op_name, Lowering(op_name, fn, static), types=keys,
+                           check=None if check is None else _with_options(check))
+    except BackendTableError as exc:
+        raise LoweringError(f"register_lowering: {exc}") from None
     return fn
 
 
-def add_quantized_rule(op_name: str, fn: Callable, check: Callable | None = None, *,
-                       applies: Callable | None = None, float_check: bool = False) -> None:
-    """Append a `QuantizedRule` to registered op ``op_name``'s quantized dispatch (rules
-    added earlier take precedence); its float lowering is kept for float nodes."""
-    base = _TABLE.get(op_name)
-    if base is None:
-        raise LoweringError(f"add_quantized_rule: {op_name} has no registered lowering to add to")
-    rule = QuantizedRule(fn, check, applies, float_check)
-    _TABLE[op_name] = dataclasses.replace(base, quantized=(*base.quantized, rule))
-
-
-def add_quantized_lowering(op_name: str, fn: Callable, check: Callable) -> None:
-    """Give ``op_name``, whose float lowering is registered, its one quantized lowering
-    (``fn``, same contract, under ``check``), kept in its own module."""
-    base = _TABLE.get(op_name)
-    if base is None or base.quantized:
-        raise LoweringError(f"add_quantized_lowering: {op_name} needs a registered float lowering without "
-                            "a quantized one")
-    add_quantized_rule(op_name, fn, check, float_check=True)
+def all_of(*checks: Callable | None) -> Callable:
+    """One check ``(op, opts) -> reason | None`` running ``checks`` in order (the first reason wins)."""
+    def check(op, opts) -> str | None:
+        for fn in checks:
+            reason = None if fn is None else fn(op, opts)
+            if reason is not None:
+                return reason
+        return None
+    return check
 
 
 def lowering(op_name: str, *, static: tuple[int, ...] | str = ()):
@@ -168,19 +149,27 @@ def _load_builtins() -> None:
             lower_vars,
         )
 
-        lower_quant_more.register()  # these two add quantized rules to the lowerings above,
-        lower_quant_ops.register()   # on-codes ones last: to ops given no rule before
+        lower_quant_more.register()  # these add quantized lowerings to the modules' above,
+        lower_quant_ops.register()   # derived ones last: to (op, types) given none before
         _BUILTINS_LOADED = True
 
 
-def get_lowering(op_name: str) -> Lowering | None:
+def get_lowering(op_name: str, types: str | None = FLOAT) -> Lowering | None:
+    """The lowering of ``op_name``'s nodes with operand types ``types`` (None: none)."""
     _load_builtins()
-    return _TABLE.get(op_name)
+    return LOWERINGS.get(op_name, types)
+
+
+def lowering_for(op) -> Entry[Lowering] | None:
+    """The table's entry for node ``op`` (its op and operand types), None without one."""
+    _load_builtins()
+    return LOWERINGS.entry_for(op)
 
 
 def lowered_ops() -> list[str]:
+    """The ops with a lowering for some operand types."""
     _load_builtins()
-    return sorted(_TABLE)
+    return LOWERINGS.ops()
 
 
 def node_options(op) -> SimpleNamespace:

@@ -304,10 +304,10 @@ def fuzz_corpus():
 
 
 def _load_and_run(data: bytes, delegate: bool = False) -> None:
-    from kiln.delegates import CompiledDelegate
+    from kiln.delegates import NumpyDelegate
 
     model = read_model(data)
-    interp = kiln.Interpreter(model_content=model, experimental_delegates=[CompiledDelegate()] if delegate else [])
+    interp = kiln.Interpreter(model_content=model, experimental_delegates=[NumpyDelegate()] if delegate else [])
     interp.allocate_tensors()
     rng = np.random.default_rng(0)
     for d in interp.get_input_details():

@@ -7,17 +7,20 @@ whole accumulator ranges. (The quantized zoo models: tests/quant/test_runtime_mo
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 import kiln
 from kiln import ops
-from kiln.delegates import QUANTIZED_LOWERINGS, QuantizedDelegate, QuantizedSupport
+from kiln.delegates import LOWERINGS, NumpyDelegate, register_quantized
 from kiln.delegates.integer_lowerings import Requantizer
 from kiln.kernels import fixedpoint as arith
 from kiln.kernels.fixedpoint import INT32_MAX, INT32_MIN
 from kiln.schema import Activation, Padding
-from tests.quant.test_dispatch import Const, In, _probe, _run, bias_for, codes, one_op, qp, reference
+from tests.harness import run_api
+from tests.quant.test_dispatch import Const, In, _probe, bias_for, codes, one_op, qp, reference
 
 REF = {"experimental_op_resolver_type": kiln.OpResolverType.BUILTIN_REF}
 NONE, RELU, RELU6 = Activation.NONE, Activation.RELU, Activation.RELU6
@@ -48,12 +51,12 @@ def delegated(op_type, operands, outputs, options=None, *, invokes: int = 3, low
     interp, kiln_ref = kiln.Interpreter(model_content=model), kiln.Interpreter(model_content=model, **REF)
     for seed in range(invokes):
         feeds = [o.value for o in _fresh(operands, seed) if isinstance(o, In) and not isinstance(o, Const)]
-        got = _run(interp, feeds)
-        for want in (_run(kiln_ref, feeds), reference(model, feeds)):
+        got = run_api(interp, feeds)
+        for want in (run_api(kiln_ref, feeds), reference(model, feeds)):
             for g, w in zip(got, want):
                 assert g.dtype == w.dtype and g.shape == w.shape, op_type
                 np.testing.assert_array_equal(g, w, err_msg=f"{op_type}, invoke {seed}")
-    (delegate,) = [d for d in interp._delegates if isinstance(d, QuantizedDelegate)]
+    (delegate,) = [d for d in interp._delegates if isinstance(d, NumpyDelegate)]
     assert [name for _, name, _ in delegate.claimed] == [op_type]
     assert delegate.fallbacks == {}
     assert bool(delegate.lowered) == lowered, delegate.lowered
@@ -150,7 +153,7 @@ def test_fully_connected_multiplier_is_the_double_product_of_the_scales(dtype):
     except kiln.KilnError:  # no JAX: the other two still count
         pass
     for name, interp in engines.items():
-        np.testing.assert_array_equal(_run(interp, feeds)[0], want, err_msg=name)
+        np.testing.assert_array_equal(run_api(interp, feeds)[0], want, err_msg=name)
 
 
 CONV_CASES = [(Padding.SAME, (1, 1), (1, 1), (3, 3)), (Padding.VALID, (2, 1), (1, 1), (3, 3)),
@@ -328,17 +331,17 @@ def test_a_lowering_that_disagrees_with_its_kernel_is_dropped():
             slots[oi] = np.maximum(slots[xi], 0).astype(np.int8) + np.int8(1)
         return run
 
-    saved = QUANTIZED_LOWERINGS["RELU"]
-    QUANTIZED_LOWERINGS.register("RELU", QuantizedSupport(saved.const_operands, saved.types, off_by_one), override=True)
+    saved = LOWERINGS["RELU", "int8"]
+    register_quantized("RELU", dataclasses.replace(saved, lower=off_by_one), types=("int8",), override=True)
     try:
         model, _ = one_op("RELU", [In(codes(3, 8), qp(0.05, 0))], [(np.int8, (3, 8), qp(0.05, 0))])
         interp = kiln.Interpreter(model_content=model)
         for seed in range(2):
             feeds = [codes(3, 8)]
-            np.testing.assert_array_equal(_run(interp, feeds)[0], reference(model, feeds)[0])
+            np.testing.assert_array_equal(run_api(interp, feeds)[0], reference(model, feeds)[0])
     finally:
-        QUANTIZED_LOWERINGS.register("RELU", saved, override=True)
-    (delegate,) = [d for d in interp._delegates if isinstance(d, QuantizedDelegate)]
+        register_quantized("RELU", saved, types=("int8",), override=True)
+    (delegate,) = [d for d in interp._delegates if isinstance(d, NumpyDelegate)]
     assert list(delegate.fallbacks.values()) == ["its lowering's output differs from the reference kernel's"]
     assert not delegate.lowered
 
@@ -355,7 +358,48 @@ def test_a_new_input_shape_gets_its_own_plan():
         for it in (interp, ref):
             it.resize_tensor_input(it.get_input_details()[0]["index"], [batch, 6, 5, 3])
         feeds = [codes(batch, 6, 5, 3)]
-        np.testing.assert_array_equal(_run(interp, feeds)[0], _run(ref, feeds)[0])
-    (delegate,) = [d for d in interp._delegates if isinstance(d, QuantizedDelegate)]
+        np.testing.assert_array_equal(run_api(interp, feeds)[0], run_api(ref, feeds)[0])
+    (delegate,) = [d for d in interp._delegates if isinstance(d, NumpyDelegate)]
     (kernel,) = delegate.kernels
     assert sorted(kernel.plans) == [((1, 6, 5, 3),), ((3, 6, 5, 3),)] and delegate.lowered and not delegate.fallbacks
+
+
+def test_one_partition_mixes_float_and_integer_nodes():
+    """QUANTIZE → int8 CONV_2D → DEQUANTIZE → float LOGISTIC → float ADD is one partition of
+    the one default delegate: its integer run and its float run are chains of their own, the
+    values passing between them; the outputs are kiln's reference kernels' bit for bit (and
+    LiteRT's BUILTIN_REF's to float32 rounding: LOGISTIC is float)."""
+    from kiln.delegates import MixedChain
+    from kiln.format import write_model
+    from kiln.ir import Model
+    from kiln.schema import DType
+
+    x_q, w_q, y_q = qp(0.05, 3), qp(np.random.default_rng(4).uniform(0.005, 0.03, 4)), qp(0.2, -7)
+    model = Model()
+    sg = model.add_subgraph("main")
+    x = sg.add_tensor("x", DType.FLOAT32, (1, 6, 5, 3))
+    xq = sg.add_tensor("xq", DType.INT8, (1, 6, 5, 3), quantization=x_q)
+    w = sg.add_constant("w", codes(4, 3, 3, 3, low=-127), quantization=w_q)
+    b = sg.add_constant("b", np.arange(4, dtype=np.int32) * 40,
+                        quantization=qp(np.float32(x_q.scale[0]) * w_q.scale))
+    yq = sg.add_tensor("yq", DType.INT8, (1, 6, 5, 4), quantization=y_q)
+    y, s, z = (sg.add_tensor(n, DType.FLOAT32, (1, 6, 5, 4)) for n in ("y", "s", "z"))
+    sg.inputs, sg.outputs = [x], [z]
+    sg.add_operator("QUANTIZE", [x], [xq])
+    sg.add_operator("CONV_2D", [xq, w, b], [yq], options=_conv_opts(Padding.SAME, (1, 1), (1, 1)))
+    sg.add_operator("DEQUANTIZE", [yq], [y])
+    sg.add_operator("LOGISTIC", [y], [s])
+    sg.add_operator("ADD", [s, y], [z], options={"fused_activation_function": RELU})
+    data = write_model(model)
+    interp = kiln.Interpreter(model_content=data)
+    for seed in range(3):
+        feeds = [np.random.default_rng(seed).uniform(-3, 3, (1, 6, 5, 3)).astype(np.float32)]
+        got, want = run_api(interp, feeds)[0], run_api(kiln.Interpreter(model_content=data, **REF), feeds)[0]
+        assert got.tobytes() == want.tobytes()
+        np.testing.assert_allclose(got, reference(data, feeds)[0], rtol=1e-6)
+    (delegate,) = [d for d in interp._delegates if isinstance(d, NumpyDelegate)]
+    (kernel,) = delegate.kernels
+    assert isinstance(kernel, MixedChain) and len(kernel.parts) == 2
+    assert [name for _, name, _ in delegate.claimed] == ["QUANTIZE", "CONV_2D", "DEQUANTIZE", "LOGISTIC", "ADD"]
+    assert {(0, "QUANTIZE"), (1, "CONV_2D"), (2, "DEQUANTIZE")} <= delegate.lowered and not delegate.fallbacks
+    assert all(d.stage == "backend" and d.rule == "numpy" and d.fired for d in delegate.decisions)

@@ -11,7 +11,9 @@ import pytest
 from kiln.ir import QuantParams
 from kiln.ops.windowed import window_geometry
 from kiln.kernels import activations as integer_activations, elementwise as integer_elementwise, nn as integer
+from kiln.kernels import softmax as softmax_kernels
 from kiln.schema import Activation, Padding
+from tests.harness import run_api
 from tests.quant.test_dispatch import Const, In, one_op, qp, reference
 
 RNG = np.random.default_rng(11)
@@ -265,13 +267,13 @@ def test_softmax(x_qp, beta):
     x[0] = 5                        # a flat row: 1/37 each
     x[1, :3] = 127                  # ties at the maximum
     out_qp = qp(1 / 256, -128)
-    got = integer_activations.softmax(x, x_qp, out_qp, beta=beta)
+    got = softmax_kernels.softmax(x, x_qp, out_qp, beta=beta)
     np.testing.assert_array_equal(got, run_ref("SOFTMAX", [Q(x, x_qp)], x.shape, out_qp, {"beta": beta}))
 
 
 def test_softmax_over_the_last_axis_of_4d():
     x, x_qp, out_qp = int8(2, 3, 4, 10), qp(0.1, 0), qp(1 / 256, -128)
-    got = integer_activations.softmax(x, x_qp, out_qp)
+    got = softmax_kernels.softmax(x, x_qp, out_qp)
     np.testing.assert_array_equal(got, run_ref("SOFTMAX", [Q(x, x_qp)], x.shape, out_qp, {"beta": 1.0}))
 
 
@@ -287,7 +289,6 @@ def test_softmax_near_ties_equal_builtin_ref():
     (12 of 1.7 million outputs tell the two LiteRT kernels apart; each is reproduced)."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-    from tests.quant.test_dispatch import _run
 
     rng = np.random.default_rng(7)
     out_qp = qp(1 / 256, -128)
@@ -297,10 +298,10 @@ def test_softmax_near_ties_equal_builtin_ref():
     differ = 0
     for x, x_qp in cases:
         model, feeds = one_op("SOFTMAX", [In(x, x_qp)], [(np.int8, x.shape, out_qp)], {"beta": 1.0})
-        np.testing.assert_array_equal(integer_activations.softmax(x, x_qp, out_qp), reference(model, feeds)[0])
-        optimized = _run(Interpreter(model_content=model, experimental_op_resolver_type=(
+        np.testing.assert_array_equal(softmax_kernels.softmax(x, x_qp, out_qp), reference(model, feeds)[0])
+        optimized = run_api(Interpreter(model_content=model, experimental_op_resolver_type=(
             OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)), feeds)[0]
-        np.testing.assert_array_equal(integer_activations.softmax_float_table(x, x_qp, out_qp), optimized)
+        np.testing.assert_array_equal(softmax_kernels.softmax_float_table(x, x_qp, out_qp), optimized)
         differ += int(np.sum(optimized != reference(model, feeds)[0]))
     assert differ >= 1     # the tie row at least: the two kernels are not one
 
@@ -407,15 +408,14 @@ def test_softmax_of_a_wide_flat_row_runs():
     optimized kernel's values and the other rows the reference's."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-    from tests.quant.test_dispatch import _run
 
     rng = np.random.default_rng(0)
     x = rng.integers(-3, 3, (3, 1000)).astype(np.int8)
     x[0] = rng.integers(-128, 128, 1000)
     x_qp, out_qp = qp(0.05, 0), qp(1 / 256, -128)
-    got = integer_activations.softmax(x, x_qp, out_qp)
+    got = softmax_kernels.softmax(x, x_qp, out_qp)
     model, feeds = one_op("SOFTMAX", [In(x, x_qp)], [(np.int8, x.shape, out_qp)], {"beta": 1.0})
-    optimized = _run(Interpreter(model_content=model, experimental_op_resolver_type=(
+    optimized = run_api(Interpreter(model_content=model, experimental_op_resolver_type=(
         OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)), feeds)[0]
     np.testing.assert_array_equal(got[1:], optimized[1:])
     row0, _ = one_op("SOFTMAX", [In(x[:1], x_qp)], [(np.int8, (1, 1000), out_qp)], {"beta": 1.0})

@@ -21,7 +21,8 @@ import kiln
 from kiln.errors import OpError
 from kiln.ops.windowed import window_geometry
 from kiln.schema import Activation, Padding
-from tests.quant.test_dispatch import Const, In, _run, codes, one_op, qp, reference
+from tests.harness import run_api
+from tests.quant.test_dispatch import Const, In, codes, one_op, qp, reference
 
 RNG = np.random.default_rng(11)
 NONE, RELU, RELU6 = Activation.NONE, Activation.RELU, Activation.RELU6
@@ -31,7 +32,7 @@ def same(op_type, operands, outputs, options=None, *, ref=reference) -> np.ndarr
     """kiln's Interpreter and the LiteRT reference on one one-op model: identical outputs."""
     model, feeds = one_op(op_type, operands, outputs, options)
     want = ref(model, feeds)
-    got = _run(kiln.Interpreter(model_content=model), feeds)
+    got = run_api(kiln.Interpreter(model_content=model), feeds)
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and g.shape == w.shape
         np.testing.assert_array_equal(g, w, err_msg=f"{op_type} {options}")
@@ -43,7 +44,7 @@ def builtin(model: bytes, feeds) -> list[np.ndarray]:
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     kind = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
-    return _run(Interpreter(model_content=model, experimental_op_resolver_type=kind), feeds)
+    return run_api(Interpreter(model_content=model, experimental_op_resolver_type=kind), feeds)
 
 
 def scale(low=0.002, high=0.1) -> float:
@@ -84,7 +85,7 @@ def test_l2_normalization_kernel_large_sums():
 def test_l2_normalization_refuses_other_output_params():
     model, feeds = one_op("L2_NORMALIZATION", [In(codes(2, 4), qp(0.1, 0))], [(np.int8, (2, 4), qp(0.01, 0))])
     with pytest.raises(OpError, match="1/128"):
-        _run(kiln.Interpreter(model_content=model), feeds)
+        run_api(kiln.Interpreter(model_content=model), feeds)
 
 
 def test_sqrt_kernel():
@@ -99,7 +100,7 @@ def test_sqrt_refuses_negative_inputs_as_litert():
     with pytest.raises(Exception, match="non-negative"):
         reference(model, feeds)
     with pytest.raises(OpError, match="non-negative"):
-        _run(kiln.Interpreter(model_content=model), feeds)
+        run_api(kiln.Interpreter(model_content=model), feeds)
 
 
 def test_elu_kernel():
@@ -262,7 +263,7 @@ def _litert(model: bytes, x: np.ndarray, kind: str = "BUILTIN_REF") -> np.ndarra
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     interp = Interpreter(model_content=model, experimental_op_resolver_type=getattr(OpResolverType, kind))
-    return _run(interp, [x])[0]
+    return run_api(interp, [x])[0]
 
 
 def _kind(model: bytes) -> str:
@@ -312,7 +313,7 @@ def test_kiln_runtime_bit_exact_on_both_models(name):
                          (integer_only, [np.clip(np.round(x / q.scale[0]) + q.zero_point[0], -128, 127)
                                          .astype(np.int8) for x in tests])):
         for x in feeds:
-            got, want = _run(kiln.Interpreter(model_content=model), [x])[0], _litert(model, x, _kind(model))
+            got, want = run_api(kiln.Interpreter(model_content=model), [x])[0], _litert(model, x, _kind(model))
             if got.dtype == np.float32 and _kind(model) != "BUILTIN_REF":
                 # LiteRT's optimized float DEQUANTIZE (and float ELU) round the last bit
                 # differently from its reference ones; the integer codes are checked exactly
@@ -337,4 +338,4 @@ def test_tf1_quantization_aware_uint8_model(tmp_path):
         ("CONV_2D", "UINT8"), ("DEPTHWISE_CONV_2D", "UINT8"), ("RESHAPE", "UINT8"), ("FULLY_CONNECTED", "UINT8")]
     for seed in range(6):
         x = np.random.default_rng(seed).integers(0, 256, (1, 8, 8, 3)).astype(np.uint8)
-        np.testing.assert_array_equal(_run(kiln.Interpreter(model_content=model), [x])[0], _litert(model, x))
+        np.testing.assert_array_equal(run_api(kiln.Interpreter(model_content=model), [x])[0], _litert(model, x))

@@ -82,16 +82,11 @@ _FC_16X8_VERSION = ("deliberate: kiln writes a 16x8 FULLY_CONNECTED (int16 input
                     "(2.15.0): ParseFullyConnected turns quantized_bias_type FLOAT32 (0 in the file) into "
                     "kTfLiteFloat32 (1), so its 'quantized_bias_type set' test holds for every int16 x int8 node. kiln follows the rule's "
                     "intent (no quantized_bias_type, no bump): 16x8 FULLY_CONNECTED ran long before LiteRT 2.15")
-_XLA_SPACE_TO_BATCH = ("XlaDelegate's int8 SPACE_TO_BATCH_ND pads with code 0; LiteRT (and kiln's reference kernel) "
-                       "pad with the output zero point: every padded output is off by |zero point| codes (zero point "
-                       "-128 after a ReLU: 108 of 288 outputs off by 128 codes, +3.0 in real value)")
 
 
 #: (check, model name, mode) -> the finding that makes the check fail today (strict xfail).
 FINDINGS: dict[tuple[str, str, str], str] = {
     ("tf_versions", "FULLY_CONNECTED-no_bias", "int16x8"): _FC_16X8_VERSION,
-    ("xla", "SPACE_TO_BATCH_ND-block2_padded", "int8"): _XLA_SPACE_TO_BATCH,
-    ("xla", "SPACE_TO_BATCH_ND-nonnegative_input", "int8"): _XLA_SPACE_TO_BATCH,
 }
 
 

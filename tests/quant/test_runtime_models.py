@@ -59,12 +59,14 @@ def test_models_bit_exact_with_builtin_ref(name):
 
 
 def _default_path_check(name):
-    """The default Interpreter (its delegates: compiled for float nodes, quantized for integer
-    and hybrid ones) and kiln's BUILTIN_REF agree bit for bit on every quantized model, invoke
-    after invoke on fresh inputs; the quantized delegate dropped no lowering and lowered nodes
-    of every integer model (the zoo's small dynamic-range models keep float weights), and
-    every node it claimed ran a lowering, not its reference kernel."""
-    from kiln.delegates import QuantizedDelegate
+    """The default Interpreter (its NumPy delegate: float chains for float nodes, integer
+    chains for integer and hybrid ones) and kiln's BUILTIN_REF agree bit for bit on every
+    quantized model, invoke after invoke on fresh inputs; the integer chains dropped no
+    lowering and lowered nodes of every integer model (the zoo's small dynamic-range models
+    keep float weights), and every integer or hybrid node it claimed ran a lowering, not its
+    reference kernel."""
+    from kiln.delegates import NumpyDelegate
+    from kiln.ops.record import operand_types
 
     models, held_out = _models(name)
     for (maker, mode), model in models.items():
@@ -75,10 +77,12 @@ def _default_path_check(name):
             x = rng.uniform(-1.5, 1.5, held_out[0].shape).astype(np.float32)
             for got, want in zip(invoke(default, x), invoke(ref, x)):
                 assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), f"{name}, {maker}'s {mode}, run {k}"
-        (delegate,) = [d for d in default._delegates if isinstance(d, QuantizedDelegate)]
+        (delegate,) = [d for d in default._delegates if isinstance(d, NumpyDelegate)]
         assert delegate.fallbacks == {}, f"{name}, {maker}'s {mode}: {delegate.fallbacks}"
         assert delegate.lowered or mode not in ("int8", "int8io", "uint8io", "int16x8"), (name, maker, mode)
-        unlowered = sorted({(i, op) for i, op, _ in delegate.claimed} - delegate.lowered)
+        operators = kiln.read_model(model).main.operators
+        quantized = {(i, op) for i, op, _ in delegate.claimed if operand_types(operators[i]) is not None}
+        unlowered = sorted(quantized - delegate.lowered)
         assert not unlowered, f"{name}, {maker}'s {mode}: claimed but not lowered: {unlowered}"
 
 

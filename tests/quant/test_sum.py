@@ -12,7 +12,8 @@ import pytest
 import kiln
 from kiln.ir import Model, Operator
 from kiln.schema import DType
-from tests.quant.test_dispatch import Const, In, _run, one_op, qp
+from tests.harness import run_api
+from tests.quant.test_dispatch import Const, In, one_op, qp
 
 RNG = np.random.default_rng(3)
 
@@ -41,9 +42,9 @@ def test_int8_sum_equals_litert_default_kernel(block):
 
     for seed in range(block * 60, block * 60 + 60):
         model, feeds = _case(seed)
-        got = _run(kiln.Interpreter(model_content=model), feeds)[0]
+        got = run_api(kiln.Interpreter(model_content=model), feeds)[0]
         for kind in (OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES, OpResolverType.AUTO):
-            want = _run(Interpreter(model_content=model, experimental_op_resolver_type=kind), feeds)[0]
+            want = run_api(Interpreter(model_content=model, experimental_op_resolver_type=kind), feeds)[0]
             np.testing.assert_array_equal(got, want, err_msg=f"seed {seed}, {kind.name}")
 
 

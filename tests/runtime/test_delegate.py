@@ -1,4 +1,4 @@
-"""The compiled delegate, kiln's default delegate: bit for bit the reference kernels' outputs
+"""The NumPy delegate, kiln's default delegate, on float models: bit for bit the reference kernels' outputs
 (and so LiteRT's within tolerance), the claims the versioning guide asks for, and applied by
 default after the user's own delegates unless the op resolver type says otherwise."""
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import kiln
-from kiln.delegates import SUPPORTED_VERSIONS, CompiledDelegate, LiteRtDelegate
+from kiln.delegates import LOWERINGS, LiteRtDelegate, NumpyDelegate
 from kiln.format import write_model
 from kiln.ir import Model
 from kiln.schema import Activation, DType, Padding
@@ -45,7 +45,7 @@ def steps_of(interp) -> list:
 def test_zoo_outputs_match_litert_with_the_delegate(zoo, name):
     data = zoo.bytes(name)
     ref = litert(data)
-    ours = kiln.Interpreter(model_content=data, experimental_delegates=[CompiledDelegate()])
+    ours = kiln.Interpreter(model_content=data, experimental_delegates=[NumpyDelegate()])
     for seed in (0, 1, 2):  # repeated invokes reuse the compiled plan and its buffers
         inputs = sample_inputs(ref.get_input_details(), seed)
         expected, actual = run(ref, inputs), run(ours, inputs)
@@ -55,17 +55,17 @@ def test_zoo_outputs_match_litert_with_the_delegate(zoo, name):
 
 @pytest.mark.parametrize("name", ["mobilenet", "cnn", "mlp", "dynamic_batch"])
 def test_float_convnets_become_one_partition(zoo, name):
-    delegate = CompiledDelegate()
+    delegate = NumpyDelegate()
     interp = kiln.Interpreter(model_content=zoo.bytes(name), experimental_delegates=[delegate])
     run(interp, sample_inputs(interp.get_input_details()))
     n_ops = len(interp._get_ops_details())
     assert len(delegate.claimed) == n_ops and not delegate.rejected
     (step,) = steps_of(interp)
-    assert step.delegate == "compiled" and len(step.op_names) == n_ops
+    assert step.delegate == "numpy" and len(step.op_names) == n_ops
 
 
 def test_unsupported_ops_stay_with_the_interpreter(zoo):
-    delegate = CompiledDelegate()
+    delegate = NumpyDelegate()
     interp = kiln.Interpreter(model_content=zoo.bytes("control_flow"), experimental_delegates=[delegate], **NO_DEFAULT)
     run(interp, sample_inputs(interp.get_input_details()))
     reasons = {name: why for (_, name, _), why in delegate.rejected.items()}
@@ -77,7 +77,7 @@ def test_unsupported_ops_stay_with_the_interpreter(zoo):
 def test_sequence_lstms_are_claimed_and_their_state_written_back(zoo):
     """The LSTM runs in the chain; its final states leave the partition as state_inputs."""
     data = zoo.bytes("lstm")
-    delegate = CompiledDelegate()
+    delegate = NumpyDelegate()
     interp = kiln.Interpreter(model_content=data, experimental_delegates=[delegate], **NO_DEFAULT)
     reference = kiln.Interpreter(model_content=data, **REF)
     variables = [d["index"] for d in interp.get_tensor_details() if interp.model.subgraphs[0].tensors[d["index"]].is_variable]
@@ -96,15 +96,15 @@ def test_sequence_lstms_are_claimed_and_their_state_written_back(zoo):
 
 
 def test_op_subset_splits_partitions(zoo):
-    delegate = CompiledDelegate(ops={"CONV_2D", "FULLY_CONNECTED"})
+    delegate = NumpyDelegate(ops={"CONV_2D", "FULLY_CONNECTED"})
     data = zoo.bytes("cnn")
     interp = kiln.Interpreter(model_content=data, experimental_delegates=[delegate], **NO_DEFAULT)
     x = sample_inputs(interp.get_input_details())
     (actual,) = run(interp, x)
     steps = steps_of(interp)
     assert [(s.op_names, s.delegate) for s in steps] == [
-        (("CONV_2D",), "compiled"), (("MAX_POOL_2D",), None), (("CONV_2D",), "compiled"),
-        (("AVERAGE_POOL_2D",), None), (("RESHAPE",), None), (("FULLY_CONNECTED",), "compiled")]
+        (("CONV_2D",), "numpy"), (("MAX_POOL_2D",), None), (("CONV_2D",), "numpy"),
+        (("AVERAGE_POOL_2D",), None), (("RESHAPE",), None), (("FULLY_CONNECTED",), "numpy")]
     (expected,) = run(litert(data), x)
     assert_close(actual, expected, rtol=RTOL, atol=ATOL)
 
@@ -122,7 +122,7 @@ def _fc_model(version: int, dtype=DType.FLOAT32) -> bytes:
 
 @pytest.mark.parametrize("version, claimed", [(1, True), (5, True), (6, True), (2, False), (7, False), (12, False)])
 def test_claims_only_known_versions(version, claimed):
-    delegate = CompiledDelegate()
+    delegate = NumpyDelegate()
     interp = kiln.Interpreter(model_content=_fc_model(version), experimental_delegates=[delegate])
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     (y,) = run(interp, [x])
@@ -135,7 +135,7 @@ def test_claims_only_known_versions(version, claimed):
 
 
 def test_rejects_non_float_tensors():
-    delegate = CompiledDelegate()
+    delegate = NumpyDelegate()
     model = Model()
     sg = model.add_subgraph("main")
     a, b = sg.add_tensor("a", DType.INT32, (3,)), sg.add_tensor("b", DType.INT32, (3,))
@@ -158,7 +158,7 @@ def test_python_overrides_are_not_claimed(zoo):
 
     resolver = kiln.BuiltinOpResolver()
     resolver.add_builtin("ADD", kiln.Registration(invoke=invoke))
-    delegate = CompiledDelegate()
+    delegate = NumpyDelegate()
     interp = kiln.Interpreter(model_content=zoo.bytes("mobilenet"), op_resolver=resolver,
                               experimental_delegates=[delegate])
     run(interp, sample_inputs(interp.get_input_details()))
@@ -169,14 +169,14 @@ def test_python_overrides_are_not_claimed(zoo):
 
 def test_unknown_op_names_are_refused():
     with pytest.raises(kiln.UnsupportedError, match=r"no lowering for \['WHILE'\]"):
-        CompiledDelegate(ops={"CONV_2D", "WHILE"})
-    assert "CONV_2D" in SUPPORTED_VERSIONS
+        NumpyDelegate(ops={"CONV_2D", "WHILE"})
+    assert "CONV_2D" in LOWERINGS
 
 
 def test_dynamic_batch_recompiles_per_shape(zoo):
     data = zoo.bytes("dynamic_batch")
     ref = litert(data)
-    delegate = CompiledDelegate()
+    delegate = NumpyDelegate()
     ours = kiln.Interpreter(model_content=data, experimental_delegates=[delegate])
     idx = ours.get_input_details()[0]["index"]
     for batch in (1, 4, 1, 9):
@@ -192,7 +192,7 @@ def test_dynamic_batch_recompiles_per_shape(zoo):
 
 def test_outputs_are_fresh_arrays(zoo):
     """Values leaving a partition are never overwritten by a later invoke."""
-    interp = kiln.Interpreter(model_content=zoo.bytes("cnn"), experimental_delegates=[CompiledDelegate()])
+    interp = kiln.Interpreter(model_content=zoo.bytes("cnn"), experimental_delegates=[NumpyDelegate()])
     (d,) = interp.get_input_details()
     out = interp.get_output_details()[0]["index"]
     run(interp, sample_inputs([d], 0))
@@ -212,14 +212,14 @@ def test_compile_errors_name_the_node():
     sg.inputs, sg.outputs = [x], [y]
     sg.add_operator("CONV_2D", [x, w, None], [y], options={"padding": Padding.VALID, "stride_h": 1, "stride_w": 1,
                                                             "fused_activation_function": Activation.RELU6})
-    interp = kiln.Interpreter(model_content=write_model(model), experimental_delegates=[CompiledDelegate()])
+    interp = kiln.Interpreter(model_content=write_model(model), experimental_delegates=[NumpyDelegate()])
     (y1,) = run(interp, [np.ones((1, 5, 5, 2), np.float32)])
     np.testing.assert_array_equal(y1, np.full((1, 3, 3, 3), 6.0, np.float32))  # 18 clamped by RELU6
     interp.resize_tensor_input(0, [1, 2, 2, 2])  # VALID 3x3 on 2x2: an empty output, as the reference
     (empty,) = run(interp, [np.ones((1, 2, 2, 2), np.float32)])
     assert empty.shape == (1, 0, 0, 3)
     interp.resize_tensor_input(0, [1, 1, 1, 2])
-    with pytest.raises(kiln.OpError, match=r"compiled delegate, node 0 \(CONV_2D\): window 3 .* does not fit"):
+    with pytest.raises(kiln.OpError, match=r"numpy delegate, node 0 \(CONV_2D\): window 3 .* does not fit"):
         run(interp, [np.ones((1, 1, 1, 2), np.float32)])
 
 
@@ -248,7 +248,7 @@ def test_depthwise_and_conv_geometry_match_litert(padding, stride, dilation, mul
     run(probe, [xv])
     h.shape, y.shape = probe.get_tensor(5).shape, probe.get_tensor(6).shape
     data = write_model(model)
-    delegate = CompiledDelegate()
+    delegate = NumpyDelegate()
     (actual,) = run(kiln.Interpreter(model_content=data, experimental_delegates=[delegate]), [xv])
     (expected,) = run(litert(data), [xv])
     assert len(delegate.claimed) == 2
@@ -262,7 +262,7 @@ def test_large_convolutions_run_in_row_chunks(zoo, monkeypatch):
     monkeypatch.setattr(windowed, "IM2COL_BUDGET", 256)
     for name, batch in (("mobilenet", None), ("dynamic_batch", 3)):
         data = zoo.bytes(name)
-        ref, ours = litert(data), kiln.Interpreter(model_content=data, experimental_delegates=[CompiledDelegate()])
+        ref, ours = litert(data), kiln.Interpreter(model_content=data, experimental_delegates=[NumpyDelegate()])
         if batch:
             for interp in (ref, ours):
                 interp.resize_tensor_input(0, [batch, 8, 8, 3])
@@ -273,7 +273,7 @@ def test_large_convolutions_run_in_row_chunks(zoo, monkeypatch):
 
 def test_a_registered_op_is_claimed_and_matches_litert():
     """Support for a new op is one registration in the open table, nothing else."""
-    from kiln.delegates import COMPILED_LOWERINGS, CompiledSupport
+    from kiln.delegates import CompiledSupport, register_float
 
     model = Model()
     sg = model.add_subgraph("main")
@@ -281,15 +281,15 @@ def test_a_registered_op_is_claimed_and_matches_litert():
     sg.inputs, sg.outputs = [x], [y]
     sg.add_operator("EXP", [x], [y])
     data = write_model(model)
-    assert "EXP" not in COMPILED_LOWERINGS
-    COMPILED_LOWERINGS.register("EXP", CompiledSupport(frozenset({1})))
+    assert ("EXP", None) not in LOWERINGS   # its integer nodes are registered, its float ones not
+    register_float("EXP", CompiledSupport(frozenset({1})))
     try:
-        delegate = CompiledDelegate()
+        delegate = NumpyDelegate()
         interp = kiln.Interpreter(model_content=data, experimental_delegates=[delegate])
         inputs = [np.linspace(-3, 3, 10, dtype=np.float32).reshape(2, 5)]
         (actual,) = run(interp, inputs)
     finally:
-        COMPILED_LOWERINGS.unregister("EXP")
+        LOWERINGS.unregister("EXP", [None])
     assert delegate.claimed == [(0, "EXP", 1)]
     (expected,) = run(litert(data), inputs)
     assert_close(actual, expected, rtol=RTOL, atol=ATOL)
@@ -302,7 +302,7 @@ def _same_bits(actual, expected) -> bool:
 
 @pytest.mark.parametrize("name", list(ZOO))
 def test_default_delegate_gives_the_reference_kernels_bits(zoo, name, kiln_default):
-    """Without ai-edge-litert, the default Interpreter (compiled delegate) and BUILTIN_REF
+    """Without ai-edge-litert, the default Interpreter (NumPy delegate) and BUILTIN_REF
     (reference kernels alone) agree bit for bit, invoke after invoke. (With it, the default
     runs LiteRT's optimised kernels, which are not bit for bit LiteRT's reference ones.)"""
     data = zoo.bytes(name)
@@ -317,11 +317,11 @@ def test_default_delegate_gives_the_reference_kernels_bits(zoo, name, kiln_defau
 @pytest.mark.parametrize("installed", ["litert", "kiln"])
 def test_the_default_delegate_takes_what_the_users_delegate_leaves(zoo, installed, request):
     request.getfixturevalue(f"{installed}_default")
-    user = CompiledDelegate(ops={"CONV_2D"})
+    user = NumpyDelegate(ops={"CONV_2D"})
     interp = kiln.Interpreter(model_content=zoo.bytes("cnn"), experimental_delegates=[user])
     run(interp, sample_inputs(interp.get_input_details()))
-    default = interp._delegates[1]   # the default delegates follow: LiteRT's (if installed), compiled, quantized
-    expected_type = LiteRtDelegate if installed == "litert" else CompiledDelegate
+    default = interp._delegates[1]   # the default delegates follow: LiteRT's (if installed), then NumPy's
+    expected_type = LiteRtDelegate if installed == "litert" else NumpyDelegate
     assert interp._delegates[0] is user and isinstance(default, expected_type) and default is not user
     assert [name for _, name, _ in user.claimed] == ["CONV_2D", "CONV_2D"]
     assert [name for _, name, _ in default.claimed] == ["MAX_POOL_2D", "AVERAGE_POOL_2D", "RESHAPE", "FULLY_CONNECTED"]
@@ -335,7 +335,7 @@ def test_resolver_types_choose_the_default_delegate(zoo, kind, installed, reques
     from ai_edge_litert.interpreter import OpResolverType as LiteRTType
 
     request.getfixturevalue(f"{installed}_default")
-    default = "litert" if installed == "litert" else "compiled"
+    default = "litert" if installed == "litert" else "numpy"
     for given in (kind, getattr(LiteRTType, kind.name)):  # LiteRT's enum is accepted as well
         interp = kiln.Interpreter(model_content=zoo.bytes("mlp"), experimental_op_resolver_type=given)
         run(interp, sample_inputs(interp.get_input_details()))
@@ -369,7 +369,7 @@ def test_pool_lowerings_give_the_kernels_bits(op_type, padding, stride, filter_h
     options = {"padding": padding, "stride_h": stride, "stride_w": stride, "filter_height": filter_hw[0],
                "filter_width": filter_hw[1], "fused_activation_function": act}
     data = single_op_model(op_type, [x], options=options)
-    delegate = CompiledDelegate()
+    delegate = NumpyDelegate()
     compiled = kiln.Interpreter(model_content=data, experimental_delegates=[delegate], **NO_DEFAULT)
     assert _same_bits(run(compiled, [x]), run(kiln.Interpreter(model_content=data, **REF), [x]))
     assert len(delegate.claimed) == 1
@@ -402,7 +402,7 @@ def test_float_overflow_in_a_partition_does_not_warn(kiln_default):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         (y,) = run(interp, [big, big])
-    assert np.all(y == np.finfo(np.float32).max) and {e.delegate for e in steps_of(interp)} == {"compiled"}
+    assert np.all(y == np.finfo(np.float32).max) and {e.delegate for e in steps_of(interp)} == {"numpy"}
 
 
 def test_a_node_computing_on_constants_stays_on_its_kernel():

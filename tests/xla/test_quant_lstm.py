@@ -76,14 +76,14 @@ def test_integer_lstm_lowering_is_bit_exact(models, name, batches):
     assert sum(op == LSTM for _, op, _ in delegate.claimed) == lstms, delegate.rejected
 
 
-@pytest.mark.parametrize("delegate", ["xla", "compiled"])
+@pytest.mark.parametrize("delegate", ["xla", "numpy"])
 def test_float_lstm_states_read_back_from_a_whole_model_partition(models, delegate):
     """The float stacked LSTM runs as one partition, its states started by FILLs inside it:
     get_tensor after an invoke reads the final states, as on the reference kernels."""
     model = models["float_stacked"]
-    from kiln.delegates import CompiledDelegate
+    from kiln.delegates import NumpyDelegate
 
-    chosen = XlaDelegate() if delegate == "xla" else CompiledDelegate()
+    chosen = XlaDelegate() if delegate == "xla" else NumpyDelegate()
     fast = kiln.Interpreter(model_content=model, experimental_delegates=[chosen])
     ref = kiln.Interpreter(model_content=model, experimental_op_resolver_type=kiln.OpResolverType.BUILTIN_REF)
     states = _states(model)

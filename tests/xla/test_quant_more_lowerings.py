@@ -15,7 +15,9 @@ import kiln  # noqa: E402
 from kiln.schema import Activation, Padding  # noqa: E402
 from kiln.xla import XlaDelegate  # noqa: E402
 from tests.quant.test_compiled_quant import REF  # noqa: E402
-from tests.quant.test_dispatch import Const, In, _run, one_op, qp, reference  # noqa: E402
+from tests.harness import run_api
+from tests.quant.test_compiled_quant_more import softmax_near_ties  # noqa: E402
+from tests.quant.test_dispatch import Const, In, codes, one_op, qp, reference  # noqa: E402
 
 RELU = Activation.RELU
 
@@ -29,8 +31,8 @@ def _claimed_and_exact(op_type, operands, outputs, feeds_list, options=None):
     assert [name for _, name, _ in delegate.claimed] == [op_type]
     kiln_ref = kiln.Interpreter(model_content=model, **REF)
     for k, feeds in enumerate(feeds_list):
-        got = _run(ours, feeds)
-        for want, what in ((_run(kiln_ref, feeds), "kiln's kernel"), (reference(model, feeds), "BUILTIN_REF")):
+        got = run_api(ours, feeds)
+        for want, what in ((run_api(kiln_ref, feeds), "kiln's kernel"), (reference(model, feeds), "BUILTIN_REF")):
             for g, w in zip(got, want):
                 assert g.dtype == w.dtype and g.shape == w.shape
                 np.testing.assert_array_equal(g, w, err_msg=f"{op_type}, XLA vs {what}, feed {k}")
@@ -145,3 +147,53 @@ def test_log_softmax_row_sums_add_in_numpys_order():
     for j in range(v.shape[1]):
         sequential += v[:, j]
     assert not np.array_equal(sequential, want)
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_softmax_int8_near_ties_are_builtin_refs(case):
+    """int8 SOFTMAX runs the reference kernel's fixed point (`softmax_fixed_point` on
+    jax.numpy): on rows where LiteRT's reference and optimized kernels disagree it gives the
+    reference's codes."""
+    scale, row = softmax_near_ties()[case]
+    shape = (2, row.size)
+    _claimed_and_exact("SOFTMAX", [In(codes(*shape), qp(scale, 0))], [(np.int8, shape, qp(1 / 256, -128))],
+                       [[codes(*shape)], [np.stack([row, row[::-1]])]], dict(beta=1.0))
+
+
+def test_softmax_int8_rows_builtin_ref_aborts_on_get_the_kernels_values():
+    """Rows wide and flat enough that LiteRT's reference aborts (not run here): the lowering
+    traces the kernel's fallback and equals kiln's kernel on them and on random rows."""
+    x = np.zeros((2, 600), np.int8)
+    x[1, ::2] = 7
+    model, _ = one_op("SOFTMAX", [In(x, qp(0.05, 0))], [(np.int8, x.shape, qp(1 / 256, -128))], dict(beta=1.0))
+    delegate = XlaDelegate()
+    ours, kiln_ref = (kiln.Interpreter(model_content=model, experimental_delegates=[delegate], **REF),
+                      kiln.Interpreter(model_content=model, **REF))
+    for feed in (x, codes(*x.shape)):
+        np.testing.assert_array_equal(run_api(ours, [feed])[0], run_api(kiln_ref, [feed])[0])
+    assert [name for _, name, _ in delegate.claimed] == ["SOFTMAX"]
+
+
+def test_sum_int8_is_litert_default_kernel():
+    """int8 SUM on XLA is kiln's kernel (`xp_quantized_sum` on jax.numpy), which is LiteRT's
+    optimized kernel (BUILTIN_REF's is wrong for negative codes): random shapes, axes
+    (negative, repeated), keep_dims and parameters (tests/quant/test_sum.py's cases). An empty
+    axes constant has no buffer in the file, so XLA cannot see its value and leaves the node
+    to the reference kernel (its reason checked)."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    from tests.quant.test_sum import _case
+
+    for seed in range(40):
+        model, feeds = _case(seed)
+        delegate = XlaDelegate()
+        ours = kiln.Interpreter(model_content=model, experimental_delegates=[delegate], **REF)
+        got = run_api(ours, feeds)[0]
+        if kiln.read_model(model).main.operators[0].inputs[1].shape == (0,):
+            assert "only known at run time" in next(iter(delegate.rejected.values()))
+        else:
+            assert [name for _, name, _ in delegate.claimed] == ["SUM"], delegate.rejected
+        want = run_api(Interpreter(model_content=model,
+                                   experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES),
+                       feeds)[0]
+        np.testing.assert_array_equal(got, want, err_msg=f"seed {seed}")

@@ -23,7 +23,8 @@ from kiln.xla import XlaDelegate  # noqa: E402
 from tests.quant import test_16x8_kernels, test_compiled_quant, test_compiled_quant_more, test_dispatch  # noqa: E402
 from tests.quant import test_more_ops  # noqa: E402
 from tests.quant.test_compiled_quant import REF, _fresh  # noqa: E402
-from tests.quant.test_dispatch import Const, In, _run, one_op, reference  # noqa: E402
+from tests.harness import run_api
+from tests.quant.test_dispatch import Const, In, one_op, reference  # noqa: E402
 
 SOURCES = (test_dispatch, test_compiled_quant, test_compiled_quant_more, test_more_ops, test_16x8_kernels)
 #: Reasons under which a refused node is a known gap (skipped), not a failure: none since
@@ -76,8 +77,8 @@ def xla_delegated(op_type, operands, outputs, options=None, *, invokes: int = 3,
     _claimed(delegate, op_type)
     for seed in range(invokes):
         feeds = [o.value for o in _fresh(operands, seed) if isinstance(o, In) and not isinstance(o, Const)]
-        got = _run(interp, feeds)
-        _same(got, _run(kiln_ref, feeds), f"{op_type}, XLA vs kiln's kernel, invoke {seed}")
+        got = run_api(interp, feeds)
+        _same(got, run_api(kiln_ref, feeds), f"{op_type}, XLA vs kiln's kernel, invoke {seed}")
         _same(got, reference(model, feeds), f"{op_type}, XLA vs BUILTIN_REF, invoke {seed}")
     return delegate
 
@@ -88,8 +89,8 @@ def xla_check(op_type, operands, outputs, options=None, *, rtol: float = 0.0):
     interp = kiln.Interpreter(model_content=model, experimental_delegates=[delegate], **REF)
     interp.allocate_tensors()
     _claimed(delegate, op_type)
-    got = _run(interp, feeds)
-    for want in (_run(kiln.Interpreter(model_content=model, **REF), feeds), reference(model, feeds)):
+    got = run_api(interp, feeds)
+    for want in (run_api(kiln.Interpreter(model_content=model, **REF), feeds), reference(model, feeds)):
         for g, w in zip(got, want):
             assert g.dtype == w.dtype and g.shape == w.shape, op_type
             if rtol:

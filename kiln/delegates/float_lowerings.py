@@ -1,12 +1,11 @@
-"""More compiled-delegate lowerings: the sequence LSTM, slicing, reversing, transposing,
-batched matmul and softmax.
+"""Float-chain lowerings of the sequence LSTM, slicing, reversing, transposing, batched
+matmul and softmax.
 
 Each checks its node once per input shape (by running the reference kernel on zeros, or on
 the constants it depends on) and then does, per invoke, only the reference kernel's
 arithmetic, in the same order, so the outputs are the kernel's bit for bit. The LSTM's
 constant weights are read and packed once; its new states go back through the partition's
-``state_inputs`` (kiln.runtime.delegate). Imported by kiln/delegates/__init__.py, which
-registers them in COMPILED_LOWERINGS.
+``state_inputs`` (kiln.runtime.delegate). kiln/delegates/delegate.py registers them.
 """
 
 from __future__ import annotations
@@ -18,14 +17,10 @@ from ..ops.indexing import _strided_slice_plan
 from ..ops.lstm import _is_plain, _packed, _read_lstm, uni_lstm_run
 from ..ops.shape import _transpose_perm, dense, int_values, norm_axis
 from ..schema import UNIDIRECTIONAL_LSTM
-from .compiled import (
-    COMPILED_LOWERINGS,
-    F32,
-    CompiledSupport,
-    _Node,
-    _probe,
-    _reference_call,
-)
+from .compiled import F32, _Node, _probe, _reference_call
+
+#: The sequence LSTM's weight operands: constants the chain packs once.
+LSTM_WEIGHTS = tuple(UNIDIRECTIONAL_LSTM.weights)
 
 
 def _owned(a: np.ndarray) -> np.ndarray:
@@ -34,7 +29,7 @@ def _owned(a: np.ndarray) -> np.ndarray:
     return a.copy() if not a.flags.owndata or not a.flags.c_contiguous else a
 
 
-def _lower_uni_lstm(node: _Node):
+def lower_uni_lstm(node: _Node):
     """UNIDIRECTIONAL_SEQUENCE_LSTM with constant weights: checked and packed once."""
     kernel, call = _reference_call(node)
     (out, *_) = _probe(node, kernel, call)  # every check the kernel makes, for these shapes
@@ -58,7 +53,7 @@ def _lower_uni_lstm(node: _Node):
     return run, [out.shape]
 
 
-def _lower_strided_slice(node: _Node):
+def lower_strided_slice(node: _Node):
     """STRIDED_SLICE with constant begin / end / strides: the view worked out once."""
     kernel, call = _reference_call(node)
     (probe,) = _probe(node, kernel, call)
@@ -72,7 +67,7 @@ def _lower_strided_slice(node: _Node):
     return run, [probe.shape]
 
 
-def _lower_reverse(node: _Node):
+def lower_reverse(node: _Node):
     """REVERSE_V2 over constant axes."""
     kernel, call = _reference_call(node)
     (probe,) = _probe(node, kernel, call)
@@ -87,7 +82,7 @@ def _lower_reverse(node: _Node):
     return run, [probe.shape]
 
 
-def _lower_transpose(node: _Node):
+def lower_transpose(node: _Node):
     """TRANSPOSE by a constant permutation."""
     kernel, call = _reference_call(node)
     (probe,) = _probe(node, kernel, call)
@@ -100,7 +95,7 @@ def _lower_transpose(node: _Node):
     return run, [probe.shape]
 
 
-def _lower_batch_matmul(node: _Node):
+def lower_batch_matmul(node: _Node):
     """BATCH_MATMUL: np.matmul of the (adjointed) operands, as the kernel."""
     kernel, call = _reference_call(node)
     (probe,) = _probe(node, kernel, call)
@@ -120,7 +115,7 @@ def _lower_batch_matmul(node: _Node):
     return run, [probe.shape]
 
 
-def _lower_softmax(node: _Node):
+def lower_softmax(node: _Node):
     """SOFTMAX: the kernel's float64 evaluation, without its per-call checks."""
     kernel, call = _reference_call(node)
     (probe,) = _probe(node, kernel, call)
@@ -131,15 +126,3 @@ def _lower_softmax(node: _Node):
         slots[oi] = _softmax_values(slots[xi], beta)
 
     return run, [probe.shape]
-
-
-def _register(name: str, lower, versions=(1,), const_operands: tuple[int, ...] = (), constant_data=False) -> None:
-    COMPILED_LOWERINGS.register(name, CompiledSupport(frozenset(versions), const_operands, lower, constant_data))
-
-
-_register("UNIDIRECTIONAL_SEQUENCE_LSTM", _lower_uni_lstm, const_operands=tuple(UNIDIRECTIONAL_LSTM.weights))
-_register("STRIDED_SLICE", _lower_strided_slice, const_operands=(1, 2, 3))
-_register("REVERSE_V2", _lower_reverse, const_operands=(1,))
-_register("TRANSPOSE", _lower_transpose, const_operands=(1,))
-_register("BATCH_MATMUL", _lower_batch_matmul, constant_data=True)   # reads consts too
-_register("SOFTMAX", _lower_softmax)
