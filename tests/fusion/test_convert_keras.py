@@ -6,20 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.fusion.util import check_both, op_names
+from tests.fusion.util import B, I, T, check_both, op_names, randomized, sequence_input
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 tf_keras = pytest.importorskip("tf_keras")
 
-B, T, I = 2, 6, 3
-
-
-def _randomize(model, seed=0):
-    rng = np.random.default_rng(seed)
-    model.set_weights([rng.uniform(-0.6, 0.6, w.shape).astype(np.float32)
-                       for w in model.get_weights()])
-    return model
 
 
 def convert_keras(model):
@@ -41,22 +33,18 @@ def _check(model, xs, *, fused, lib=keras):
     return report
 
 
-def _x(shape=(B, T, I), seed=1):
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-
-
 def test_lstm_return_sequences():
-    model = _randomize(keras.Sequential([keras.Input((T, I)),
+    model = randomized(keras.Sequential([keras.Input((T, I)),
                                          keras.layers.LSTM(4, return_sequences=True)]))
-    report = _check(model, [_x()], fused={"UNIDIRECTIONAL_SEQUENCE_LSTM": 1})
+    report = _check(model, [sequence_input()], fused={"UNIDIRECTIONAL_SEQUENCE_LSTM": 1})
     assert any("fused into UNIDIRECTIONAL_SEQUENCE_LSTM" in line for line in report.fused)
 
 
 def test_stacked_lstm_last_output():
-    model = _randomize(keras.Sequential([
+    model = randomized(keras.Sequential([
         keras.Input((T, I)), keras.layers.LSTM(5, return_sequences=True),
         keras.layers.LSTM(4, return_sequences=True), keras.layers.LSTM(3)]))
-    _check(model, [_x()], fused={"UNIDIRECTIONAL_SEQUENCE_LSTM": 3})
+    _check(model, [sequence_input()], fused={"UNIDIRECTIONAL_SEQUENCE_LSTM": 3})
 
 
 @pytest.mark.parametrize("merge_mode", ["concat", "sum", "mul", "ave", None])
@@ -64,15 +52,15 @@ def test_bidirectional_is_one_op(merge_mode):
     inp = keras.Input((T, I))
     out = keras.layers.Bidirectional(keras.layers.LSTM(4, return_sequences=True),
                                      merge_mode=merge_mode)(inp)
-    model = _randomize(keras.Model(inp, out))
-    _check(model, [_x()], fused={"BIDIRECTIONAL_SEQUENCE_LSTM": 1, "UNIDIRECTIONAL_SEQUENCE_LSTM": 0})
+    model = randomized(keras.Model(inp, out))
+    _check(model, [sequence_input()], fused={"BIDIRECTIONAL_SEQUENCE_LSTM": 1, "UNIDIRECTIONAL_SEQUENCE_LSTM": 0})
 
 
 def test_embedding_then_lstm():
     inp = keras.Input((T,), dtype="int32")
     y = keras.layers.Embedding(20, 5)(inp)
     y = keras.layers.LSTM(4)(y)
-    model = _randomize(keras.Model(inp, keras.layers.Dense(2)(y)))
+    model = randomized(keras.Model(inp, keras.layers.Dense(2)(y)))
     ids = np.random.default_rng(2).integers(0, 20, (B, T)).astype(np.int32)
     _check(model, [ids], fused={"UNIDIRECTIONAL_SEQUENCE_LSTM": 1})
 
@@ -81,18 +69,18 @@ def test_go_backwards_and_return_state():
     inp = keras.Input((T, I))
     y, h, c = keras.layers.LSTM(4, go_backwards=True, return_sequences=True,
                                 return_state=True)(inp)
-    model = _randomize(keras.Model(inp, [y, h, c]))
+    model = randomized(keras.Model(inp, [y, h, c]))
     names = op_names(convert_keras(model)[0])
     assert "REVERSE_V2" in names
-    _check(model, [_x()], fused={"UNIDIRECTIONAL_SEQUENCE_LSTM": 1})
+    _check(model, [sequence_input()], fused={"UNIDIRECTIONAL_SEQUENCE_LSTM": 1})
 
 
 def test_encoder_states_feed_a_decoder():
     enc_in, dec_in = keras.Input((T, I)), keras.Input((4, I))
     _, h, c = keras.layers.LSTM(5, return_state=True)(enc_in)
     dec = keras.layers.LSTM(5, return_sequences=True)(dec_in, initial_state=[h, c])
-    model = _randomize(keras.Model([enc_in, dec_in], dec))
-    _check(model, [_x(), _x((B, 4, I), seed=3)], fused={"UNIDIRECTIONAL_SEQUENCE_LSTM": 2})
+    model = randomized(keras.Model([enc_in, dec_in], dec))
+    _check(model, [sequence_input(), sequence_input((B, 4, I), seed=3)], fused={"UNIDIRECTIONAL_SEQUENCE_LSTM": 2})
 
 
 def test_tf_keras_time_major_and_bidirectional():
@@ -100,8 +88,8 @@ def test_tf_keras_time_major_and_bidirectional():
     y = tf_keras.layers.LSTM(4, time_major=True, return_sequences=True)(inp)
     y = tf_keras.layers.Bidirectional(tf_keras.layers.LSTM(3, time_major=True,
                                                            return_sequences=True))(y)
-    model = _randomize(tf_keras.Model(inp, y))
-    _check(model, [_x((T, B, I))], fused={"UNIDIRECTIONAL_SEQUENCE_LSTM": 1,
+    model = randomized(tf_keras.Model(inp, y))
+    _check(model, [sequence_input((T, B, I))], fused={"UNIDIRECTIONAL_SEQUENCE_LSTM": 1,
                                           "BIDIRECTIONAL_SEQUENCE_LSTM": 1}, lib=tf_keras)
 
 
@@ -111,14 +99,14 @@ def test_unfusable_layers_are_loops_and_reported():
                           name="lstm_hard")(inp)
     y = keras.layers.GRU(3, return_sequences=True, name="gru")(y)
     y = keras.layers.SimpleRNN(3, name="simple")(y)
-    model = _randomize(keras.Model(inp, y))
+    model = randomized(keras.Model(inp, y))
     data, report = convert_keras(model)
     assert op_names(data).count("WHILE") == 3
     text = "\n".join(report.notes + report.not_fused)
     assert "lstm_hard: not fused: recurrent_activation='hard_sigmoid' is not expressible" in text
     assert "gru: not fused: LiteRT has no fused GRU op" in text
     assert "simple: not fused: SimpleRNN is converted as a loop" in text
-    check_both(data, [_x()], [np.asarray(model(_x()))])
+    check_both(data, [sequence_input()], [np.asarray(model(sequence_input()))])
 
 
 def test_stateful_lstm_in_chunks_matches_the_whole_sequence():
@@ -129,10 +117,10 @@ def test_stateful_lstm_in_chunks_matches_the_whole_sequence():
     chunk = 3
     stateful = keras.Sequential([keras.Input((chunk, I), batch_size=B),
                                  keras.layers.LSTM(4, return_sequences=True, stateful=True)])
-    _randomize(stateful)
+    randomized(stateful)
     whole = keras.Sequential([keras.Input((T, I)), keras.layers.LSTM(4, return_sequences=True)])
     whole.set_weights(stateful.get_weights())
-    x = _x()
+    x = sequence_input()
     expected = np.asarray(whole(x))
     data, report = convert_keras(stateful)
     assert op_names(data) == ["UNIDIRECTIONAL_SEQUENCE_LSTM"]
@@ -151,7 +139,7 @@ def test_static_batch_state_prologue_is_one_fill_per_state(lib):
     variable is written by one FILL of constants (TF's SHAPE/STRIDED_SLICE/PACK/FILL prologue
     and kiln's copy into the variable fold away)."""
     L = lib.layers
-    m = _randomize(lib.Sequential([L.InputLayer((T, I), batch_size=B), L.LSTM(5, return_sequences=True),
+    m = randomized(lib.Sequential([L.InputLayer((T, I), batch_size=B), L.LSTM(5, return_sequences=True),
                                    L.LSTM(4)]))
     x = np.random.default_rng(3).standard_normal((B, T, I)).astype(np.float32)
     data, _ = convert_keras(m)

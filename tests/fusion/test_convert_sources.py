@@ -8,24 +8,12 @@ import numpy as np
 import pytest
 
 from tests.fusion.test_lingvo import cell_reference
-from tests.fusion.util import check_both, op_names
+from tests.fusion.util import B, I, T, check_both, op_names, randomized, sequence_input
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 tf_keras = pytest.importorskip("tf_keras")
 
-B, T, I = 2, 6, 3
-
-
-def _x(shape=(B, T, I), seed=1):
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-
-
-def _randomize(model, seed=0):
-    rng = np.random.default_rng(seed)
-    model.set_weights([rng.uniform(-0.6, 0.6, w.shape).astype(np.float32)
-                       for w in model.get_weights()])
-    return model
 
 
 def _convert(converter):
@@ -37,7 +25,7 @@ def test_tf_keras_concrete_function_uses_its_lstm_function():
     """No hook: tf_keras' own api_implements function is fused (batch size fixed or not)."""
     import kiln
 
-    model = _randomize(tf_keras.Sequential([tf_keras.Input((T, I)),
+    model = randomized(tf_keras.Sequential([tf_keras.Input((T, I)),
                                             tf_keras.layers.LSTM(4, return_sequences=True),
                                             tf_keras.layers.LSTM(3, go_backwards=True)]))
     fn = tf.function(lambda x: model(x)).get_concrete_function(tf.TensorSpec([None, T, I]))
@@ -45,31 +33,31 @@ def test_tf_keras_concrete_function_uses_its_lstm_function():
     names = op_names(data)
     assert names.count("UNIDIRECTIONAL_SEQUENCE_LSTM") == 2 and "WHILE" not in names
     assert sum("fused into UNIDIRECTIONAL_SEQUENCE_LSTM" in line for line in report.fused) == 2
-    x = _x()
+    x = sequence_input()
     check_both(data, [x], [model(x).numpy()])
 
 
 def test_tf_keras_gru_function_is_declined_with_the_reason():
     import kiln
 
-    model = _randomize(tf_keras.Sequential([tf_keras.Input((T, I), batch_size=B),
+    model = randomized(tf_keras.Sequential([tf_keras.Input((T, I), batch_size=B),
                                             tf_keras.layers.GRU(4, return_sequences=True)]))
     fn = tf.function(lambda x: model(x)).get_concrete_function(tf.TensorSpec([B, T, I]))
     data, report = _convert(kiln.TFLiteConverter.from_concrete_functions([fn]))
     assert any("not fused: LiteRT has no fused GRU op" in line for line in report.not_fused)
-    x = _x()
+    x = sequence_input()
     check_both(data, [x], [model(x).numpy()])
 
 
 def test_tf_keras_saved_model(tmp_path):
     import kiln
 
-    model = _randomize(tf_keras.Sequential([tf_keras.Input((T, I)),
+    model = randomized(tf_keras.Sequential([tf_keras.Input((T, I)),
                                             tf_keras.layers.LSTM(4, return_sequences=True)]))
     tf.saved_model.save(model, str(tmp_path))
     data, _ = _convert(kiln.TFLiteConverter.from_saved_model(str(tmp_path)))
     assert op_names(data).count("UNIDIRECTIONAL_SEQUENCE_LSTM") == 1
-    x = _x()
+    x = sequence_input()
     check_both(data, [x], [model(x).numpy()])
 
 
@@ -79,13 +67,13 @@ def test_keras3_export_inside_the_hook_fuses_from_saved_model(tmp_path):
 
     inp = keras.Input((T, I))
     y = keras.layers.Bidirectional(keras.layers.LSTM(3, return_sequences=True))(inp)
-    model = _randomize(keras.Model(inp, keras.layers.LSTM(2)(y)))
+    model = randomized(keras.Model(inp, keras.layers.LSTM(2)(y)))
     with prepare_keras_model(model):
         model.export(str(tmp_path), format="tf_saved_model", verbose=False)
     data, _ = _convert(kiln.TFLiteConverter.from_saved_model(str(tmp_path)))
     names = op_names(data)
     assert names.count("BIDIRECTIONAL_SEQUENCE_LSTM") == 1 and "WHILE" not in names
-    x = _x()
+    x = sequence_input()
     check_both(data, [x], [np.asarray(model(x))])
 
 
@@ -120,7 +108,7 @@ def test_lingvo_cells_in_a_tf_function(interface, projection, layer_norm):
         [model.get_concrete_function()]))
     names = op_names(data)
     assert names.count("UNIDIRECTIONAL_SEQUENCE_LSTM") == 1 and "WHILE" not in names
-    x = _x()
+    x = sequence_input()
     # The reference is the contract run eagerly: in graph mode, TF's oneDNN remapper (on by
     # default on x86) rewrites the moments/normalise pattern into its own layer norm with a
     # different epsilon, and the traced function then differs by ~0.2 from the eager one.

@@ -8,24 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.fusion.util import check_both, invoke, litert, op_names
+from tests.fusion.util import B, I, T, check_both, invoke, litert, op_names, randomized, sequence_input
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-B, T, I = 2, 6, 3
 UNI, BIDI = "UNIDIRECTIONAL_SEQUENCE_LSTM", "BIDIRECTIONAL_SEQUENCE_LSTM"
-
-
-def _x(shape=(B, T, I), seed=1):
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-
-
-def _randomize(model, seed=0):
-    rng = np.random.default_rng(seed)
-    model.set_weights([rng.uniform(-0.6, 0.6, w.shape).astype(np.float32)
-                       for w in model.get_weights()])
-    return model
 
 
 def _convert_saved(model, path, how="export"):
@@ -78,7 +66,7 @@ UNI_MODELS = {
 @pytest.mark.parametrize("name", sorted(UNI_MODELS))
 def test_keras3_lstm_loop_is_fused(tmp_path, name):
     build, n_lstm = UNI_MODELS[name]
-    model = _randomize(build())
+    model = randomized(build())
     data, report = _convert_saved(model, tmp_path)
     names = op_names(data)
     assert names.count(UNI) == n_lstm and "WHILE" not in names, names
@@ -87,7 +75,7 @@ def test_keras3_lstm_loop_is_fused(tmp_path, name):
     if name == "embedding":
         feeds = [np.random.default_rng(2).integers(0, 10, (B, T)).astype(np.int32)]
     else:
-        feeds = [_x()]
+        feeds = [sequence_input()]
     check_both(data, feeds, _expected(model, feeds))
 
 
@@ -95,22 +83,22 @@ def test_tf_saved_model_save_and_dynamic_time(tmp_path):
     """tf.saved_model.save of a model with unknown batch and time: the loop's bound is
     shape(x)[1]; every sequence length runs."""
     inp = keras.Input((None, I))
-    model = _randomize(keras.Model(inp, keras.layers.LSTM(4, return_sequences=True)(inp)))
+    model = randomized(keras.Model(inp, keras.layers.LSTM(4, return_sequences=True)(inp)))
     data, _ = _convert_saved(model, tmp_path, how="save")
     names = op_names(data)
     assert names.count(UNI) == 1 and "WHILE" not in names
     for shape in ((B, 7, I), (3, 2, I)):
-        x = _x(shape)
+        x = sequence_input(shape)
         check_both(data, [x], _expected(model, [x]))
 
 
 def test_explicit_initial_state(tmp_path):
     inp, h0, c0 = keras.Input((T, I)), keras.Input((4,)), keras.Input((4,))
     out = keras.layers.LSTM(4, return_sequences=True, return_state=True)(inp, initial_state=[h0, c0])
-    model = _randomize(keras.Model([inp, h0, c0], list(out)))
+    model = randomized(keras.Model([inp, h0, c0], list(out)))
     data, _ = _convert_saved(model, tmp_path)
     assert op_names(data).count(UNI) == 1
-    feeds = [_x(), _x((B, 4), 2), _x((B, 4), 3)]
+    feeds = [sequence_input(), sequence_input((B, 4), 2), sequence_input((B, 4), 3)]
     check_both(data, feeds, _expected(model, feeds))
 
 
@@ -124,13 +112,13 @@ def test_bidirectional_is_one_op(tmp_path, merge_mode, return_sequences, return_
     out = keras.layers.Bidirectional(
         keras.layers.LSTM(4, return_sequences=return_sequences, return_state=return_state),
         merge_mode=merge_mode)(inp)
-    model = _randomize(keras.Model(inp, list(out) if isinstance(out, (list, tuple)) else out))
+    model = randomized(keras.Model(inp, list(out) if isinstance(out, (list, tuple)) else out))
     data, report = _convert_saved(model, tmp_path)
     names = op_names(data)
     assert names.count(BIDI) == 1 and UNI not in names and "WHILE" not in names, names
     assert any(f"fused into one {BIDI}" in line for line in report.fused), report.fused
     assert not any(f"fused into {UNI}" in line for line in report.fused)
-    x = _x()
+    x = sequence_input()
     check_both(data, [x], _expected(model, [x]))
 
 
@@ -140,11 +128,11 @@ def test_stacked_bidirectional_with_initial_state(tmp_path):
     y = keras.layers.Bidirectional(keras.layers.LSTM(3, return_sequences=True))(
         inp, initial_state=states)
     y = keras.layers.Bidirectional(keras.layers.LSTM(2))(y)
-    model = _randomize(keras.Model([inp, *states], y))
+    model = randomized(keras.Model([inp, *states], y))
     data, _ = _convert_saved(model, tmp_path)
     names = op_names(data)
     assert names.count(BIDI) == 2 and "WHILE" not in names, names
-    feeds = [_x((B, 5, I))] + [_x((B, 3), seed) for seed in range(4)]
+    feeds = [sequence_input((B, 5, I))] + [sequence_input((B, 3), seed) for seed in range(4)]
     check_both(data, feeds, _expected(model, feeds))
 
 
@@ -154,11 +142,11 @@ def test_backward_loop_first_still_merges(tmp_path):
     inp = keras.Input((T, I))
     y_bw = keras.layers.LSTM(4, go_backwards=True, return_sequences=True)(inp)
     y_fw = keras.layers.LSTM(4, return_sequences=True)(inp)
-    model = _randomize(keras.Model(inp, keras.layers.Concatenate()([y_bw, y_fw])))
+    model = randomized(keras.Model(inp, keras.layers.Concatenate()([y_bw, y_fw])))
     data, _ = _convert_saved(model, tmp_path)
     names = op_names(data)
     assert names.count(BIDI) == 1 and UNI not in names, names
-    x = _x()
+    x = sequence_input()
     check_both(data, [x], _expected(model, [x]))
 
 
@@ -167,11 +155,11 @@ def test_directions_of_different_sizes_stay_two_ops(tmp_path):
     layer = keras.layers.Bidirectional(
         keras.layers.LSTM(4, return_sequences=True),
         backward_layer=keras.layers.LSTM(3, return_sequences=True, go_backwards=True))
-    model = _randomize(keras.Model(inp, layer(inp)))
+    model = randomized(keras.Model(inp, layer(inp)))
     data, _ = _convert_saved(model, tmp_path)
     names = op_names(data)
     assert names.count(UNI) == 2 and BIDI not in names and "WHILE" not in names, names
-    x = _x()
+    x = sequence_input()
     check_both(data, [x], _expected(model, [x]))
 
 
@@ -222,7 +210,7 @@ def test_handmade_loop_with_other_gate_order_is_fused(time_major):
     data, report = _convert_function(model)
     names = op_names(data)
     assert names.count(UNI) == 1 and "WHILE" not in names, names
-    x = _x((T, B, I) if time_major else (B, T, I))
+    x = sequence_input((T, B, I) if time_major else (B, T, I))
     check_both(data, [x], [o.numpy() for o in model(x)])
 
 
@@ -234,7 +222,7 @@ def test_stateful_layer_keeps_its_state_in_variables(tmp_path):
     from kiln.runtime import Interpreter as KilnInterpreter
 
     inp = keras.Input((T, I), batch_size=B)
-    model = _randomize(keras.Model(inp, keras.layers.LSTM(4, stateful=True, return_sequences=True)(inp)))
+    model = randomized(keras.Model(inp, keras.layers.LSTM(4, stateful=True, return_sequences=True)(inp)))
     model.export(str(tmp_path / "fixed"), format="tf_saved_model", verbose=False,
                  input_signature=[tf.TensorSpec([B, T, I], tf.float32)])
     data, report = _convert_saved(model, tmp_path / "dynamic")
@@ -243,7 +231,7 @@ def test_stateful_layer_keeps_its_state_in_variables(tmp_path):
     converter = kiln.TFLiteConverter.from_saved_model(str(tmp_path / "fixed"))
     data = converter.convert()
     assert op_names(data).count(UNI) == 1
-    x = _x()
+    x = sequence_input()
     expected = [np.asarray(model(x)), np.asarray(model(x))]
     for interp in (litert(data), KilnInterpreter(model_content=data)):
         got = [invoke(interp, [x])[0], invoke(interp, [x], allocate=False)[0]]
@@ -270,7 +258,7 @@ def _near(kind):
 @pytest.mark.parametrize("kind", ["gru", "hard_sigmoid", "linear", "mask"])
 def test_near_misses_stay_loops_with_the_reason(tmp_path, kind):
     model, reason = _near(kind)
-    model = _randomize(model)
+    model = randomized(model)
     data, report = _convert_saved(model, tmp_path)
     names = op_names(data)
     assert "WHILE" in names and UNI not in names
@@ -281,7 +269,7 @@ def test_near_misses_stay_loops_with_the_reason(tmp_path, kind):
         ids[0, 4:] = 0
         feeds = [ids]
     else:
-        feeds = [_x()]
+        feeds = [sequence_input()]
     check_both(data, feeds, _expected(model, feeds))
 
 
@@ -290,7 +278,7 @@ def test_peephole_loop_stays_a_loop():
     data, report = _convert_function(model)
     assert "WHILE" in op_names(data)
     assert any("peephole" in line for line in report.not_fused), report.not_fused
-    x = _x()
+    x = sequence_input()
     check_both(data, [x], [o.numpy() for o in model(x)])
 
 
@@ -317,5 +305,5 @@ def test_other_loops():
         data, report = _convert_function(fn)
         assert "WHILE" in op_names(data)
         assert len(report.not_fused) == reasons, report.not_fused
-        x = _x(fn.input_signature[0].shape)
+        x = sequence_input(fn.input_signature[0].shape)
         check_both(data, [x], [fn(x).numpy()])

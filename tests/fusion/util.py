@@ -111,3 +111,18 @@ def check_both(model: bytes, feeds: Sequence[np.ndarray], expected: Sequence[np.
             for k, (g, e) in enumerate(zip(got, expected)):
                 assert_close(g, np.asarray(e, np.float32), rtol=rtol, atol=atol,
                              what=f"{name} invoke {n} output {k}")
+
+
+#: Batch, time steps and features of the sequence models the conversion tests build.
+B, T, I = 2, 6, 3
+
+
+def sequence_input(shape=(B, T, I), seed=1) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def randomized(model, seed=0):
+    """The Keras model with uniform(-0.6, 0.6) weights (initial weights make gates too tame)."""
+    rng = np.random.default_rng(seed)
+    model.set_weights([rng.uniform(-0.6, 0.6, w.shape).astype(np.float32) for w in model.get_weights()])
+    return model
