@@ -71,15 +71,20 @@ def per_invoke(interp, count: int) -> float:
     return (time.perf_counter() - start) / count
 
 
-def executed_steps(interp) -> int:
-    """Plan steps one invoke of a kiln interpreter runs (every subgraph, every loop trip)."""
+def profiled_invoke(interp) -> list:
+    """The profiler events of one invoke of a kiln interpreter (every subgraph, every loop trip)."""
     events = []
     interp.profiler = events.append
     try:
         interp.invoke()
     finally:
         interp.profiler = None
-    return len(events)
+    return events
+
+
+def executed_steps(interp) -> int:
+    """Plan steps one invoke of a kiln interpreter runs."""
+    return len(profiled_invoke(interp))
 
 
 def measure(name: str, seconds: float) -> dict[str, float]:
@@ -135,12 +140,7 @@ def model_engines(name: str, converter: str, rebuild: bool, own: bool) -> dict:
 
 def backends(interp) -> str:
     """Which backend ran the nodes of one invoke of subgraph 0: "litert 64, kiln 1"."""
-    events = []
-    interp.profiler = events.append
-    try:
-        interp.invoke()
-    finally:
-        interp.profiler = None
+    events = profiled_invoke(interp)
     counts: dict[str, int] = {}
     for e in events:
         if e.subgraph == 0:
