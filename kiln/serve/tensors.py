@@ -386,28 +386,39 @@ _F32 = struct.Struct("<f")
 
 
 def _float_texts(flat: np.ndarray) -> list[str]:
-    """TF Serving's WriteDecimal: "%g" if it reads back exactly, else max_digits10 digits; '.0' on whole numbers."""
+    """TF Serving's WriteDecimal: "%g" if it reads back exactly, else max_digits10 digits; '.0' on whole numbers;
+    NaN and (-)Infinity as bare words."""
     single = flat.dtype == np.float32
-    digits = 9 if single else 17
-    out = []
-    for value in flat.tolist():
-        if value != value:
-            out.append("NaN")
-            continue
-        if value in (math.inf, -math.inf):
-            out.append("-Infinity" if value < 0 else "Infinity")
-            continue
-        text = "%g" % value
+    values = flat.tolist()
+    short = ["%g" % v for v in values]
+    back = [float(t) for t in short]
+    if single:  # rounded to float32 as the value was, all in one pack
         try:
-            exact = (_F32.unpack(_F32.pack(float(text)))[0] if single else float(text)) == value
+            back = struct.unpack(f"<{len(back)}f", struct.pack(f"<{len(back)}f", *back))
         except OverflowError:
-            exact = False
-        if not exact:
-            text = "%.*g" % (digits, value)
-        if "." not in text and "e" not in text:
-            text += ".0"
-        out.append(text)
-    return out
+            return [_float_text(v, single) for v in values]
+    long = "%.9g" if single else "%.17g"
+    texts = [t if r == v else long % v for t, r, v in zip(short, back, values)]
+    return [t if "." in t or "e" in t else (t + ".0" if "n" not in t else _float_text(float(t), single))
+            for t in texts]
+
+
+def _float_text(value: float, single: bool) -> str:
+    """One value's text (see `_float_texts`), NaN and (-)Infinity as bare words."""
+    if value != value:
+        return "NaN"
+    if value in (math.inf, -math.inf):
+        return "-Infinity" if value < 0 else "Infinity"
+    text = "%g" % value
+    try:
+        exact = (_F32.unpack(_F32.pack(float(text)))[0] if single else float(text)) == value
+    except OverflowError:
+        exact = False
+    if not exact:
+        text = "%.*g" % (9 if single else 17, value)
+    if "." not in text and "e" not in text:
+        text += ".0"
+    return text
 
 
 def _leaf_texts(arr: np.ndarray, as_bytes: bool) -> list[str]:
@@ -470,6 +481,14 @@ def format_response(outputs: dict[str, np.ndarray], fmt: str) -> bytes:
     thousand rows at a time."""
     if not outputs:
         raise InvalidArgument("Cannot convert empty tensor map to JSON")
+    if len(outputs) == 1:  # the common answer, one 2-D float output: the texts joined directly
+        a = next(iter(outputs.values()))
+        if isinstance(a, np.ndarray) and a.ndim == 2 and a.dtype.kind == "f" and a.size <= _ROWS_PER_PIECE * 16:
+            texts = _float_texts(a.reshape(-1) if a.dtype != np.float16 else a.reshape(-1).astype(np.float32))
+            width = a.shape[1]
+            rows = ", ".join(["[" + ", ".join(texts[i:i + width]) + "]" for i in range(0, width * a.shape[0], width)]
+                             if width else ["[]"] * a.shape[0])
+            return ('{"predictions": [' if fmt != COLUMNAR else '{"outputs": [').encode() + rows.encode() + b"]}"
     names = sorted(outputs)
     arrays = {n: np.asarray(outputs[n]) for n in names}
     out: list[bytes] = []
