@@ -302,6 +302,10 @@ def parse_request(body: dict, specs: dict[str, TensorSpec],
     ``may_hold_bools=False`` (the request text has no ``true``/``false``) skips a scan. Shapes
     are checked against the signature by `kiln.serve.backends.check_feeds`, for every API.
     """
+    if not may_hold_bools and len(specs) == 1:
+        plain = _plain_floats(body, specs)
+        if plain is not None:
+            return plain
     has_instances, has_inputs = "instances" in body, "inputs" in body
     if has_instances and has_inputs:
         raise InvalidArgument("Not formatted correctly expecting only one of 'inputs' or 'instances' keys to exist")
@@ -310,6 +314,36 @@ def parse_request(body: dict, specs: dict[str, TensorSpec],
     if has_instances:
         return _rows(body["instances"], specs, may_hold_bools), ROW
     return _columns(body["inputs"], specs, may_hold_bools), COLUMNAR
+
+
+def _plain_floats(body: dict, specs: dict[str, TensorSpec]):
+    """The common request in one NumPy call: nested lists of numbers, at least one written as a
+    float, for a single float input. None when the request is anything else or would fail; the
+    full path then decides (and words the error). Gives what the full path gives: a list that
+    NumPy reads as float64 is rectangular and holds only numbers (no bools: the caller saw no
+    ``true``/``false``), and the full path only casts it, refusing what overflows."""
+    value = body.get("instances")
+    fmt = ROW
+    if value is None or "inputs" in body:
+        value, fmt = body.get("inputs"), COLUMNAR
+        if value is None or "instances" in body:
+            return None
+    if type(value) is not list or not value or type(value[0]) is not list:
+        return None
+    (name, spec), = specs.items()
+    if spec.dtype.kind != "f":
+        return None
+    try:
+        arr = np.array(value)
+    except (ValueError, TypeError, OverflowError):
+        return None
+    if arr.dtype != np.float64:
+        return None
+    with np.errstate(over="ignore"):
+        out = arr.astype(spec.dtype)
+    if not np.isfinite(out).all():
+        return None
+    return {name: out}, fmt
 
 
 def _rows(instances, specs, may_hold_bools) -> dict[str, np.ndarray]:
