@@ -424,17 +424,25 @@ def _float_texts(flat: np.ndarray) -> list[str]:
     NaN and (-)Infinity as bare words."""
     single = flat.dtype == np.float32
     values = flat.tolist()
-    short = ["%g" % v for v in values]
+    if not values:
+        return []
+    every = tuple(values)
+    short = (("%g," * len(every)) % every).split(",")
+    short.pop()
     back = [float(t) for t in short]
     if single:  # rounded to float32 as the value was, all in one pack
         try:
             back = struct.unpack(f"<{len(back)}f", struct.pack(f"<{len(back)}f", *back))
         except OverflowError:
             return [_float_text(v, single) for v in values]
-    long = "%.9g" if single else "%.17g"
-    texts = [t if r == v else long % v for t, r, v in zip(short, back, values)]
+    exact = [r == v for r, v in zip(back, values)]
+    if all(exact):
+        texts = short
+    else:
+        longer = ((("%.9g," if single else "%.17g,") * len(every)) % every).split(",")
+        texts = longer if not any(exact) else [t if e else u for t, u, e in zip(short, longer, exact)]
     return [t if "." in t or "e" in t else (t + ".0" if "n" not in t else _float_text(float(t), single))
-            for t in texts]
+            for t in texts[:len(values)]]
 
 
 def _float_text(value: float, single: bool) -> str:
