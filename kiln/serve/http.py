@@ -32,6 +32,8 @@ _REASONS = {200: "OK", 100: "Continue", 400: "Bad Request", 404: "Not Found", 40
 JSON = "application/json"
 #: Requests parsed ahead of the one being handled on a connection before reading pauses.
 _PIPELINE = 4
+_METHODS = {m.encode(): m for m in ("GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS", "PATCH")}
+_HEADS: dict = {}  # (status, content type) -> the status line and headers up to the length's value
 
 
 @dataclass
@@ -162,6 +164,7 @@ class _Connection(asyncio.Protocol):
         self.over_limit = False
         self.closed = False
         self.stopped = False  # the parser gave up on this connection: read nothing more
+        self.paused = False   # reading paused: _PIPELINE requests wait
         self.can_write = asyncio.Event()
         self.can_write.set()
 
@@ -273,9 +276,10 @@ class _Connection(asyncio.Protocol):
         self.transport.close()
 
     def on_message_begin(self) -> None:
-        self.current = Request(time.monotonic(), self.client)
+        now = time.monotonic()
+        self.current = Request(now, self.client)
         self.header_bytes = 0
-        self._arm(self.limits.read_timeout)
+        self.deadline = now + self.limits.read_timeout  # _arm, with the clock already read
 
     def on_url(self, url: bytes) -> None:
         self._count_header(len(url))
@@ -295,7 +299,8 @@ class _Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         request, limits = self.current, self.limits
-        request.method = self.parser.get_method().decode("latin-1")
+        method = self.parser.get_method()
+        request.method = _METHODS.get(method) or method.decode("latin-1")
         request.keep_alive = self.parser.should_keep_alive()
         declared = request.headers.get("content-length")
         refusal = None
@@ -347,6 +352,7 @@ class _Connection(asyncio.Protocol):
     def _queue(self, request: Request) -> None:
         self.ready.append(request)
         if len(self.ready) >= _PIPELINE:
+            self.paused = True
             self.transport.pause_reading()
         if self.task is None:
             self._answer_ready()
@@ -390,8 +396,9 @@ class _Connection(asyncio.Protocol):
         self._answer_ready()
 
     def _answered(self, request: Request, response: Response) -> None:
-        self.server.release(request)
-        request.body = bytearray()
+        if request._reserved:
+            self.server.release(request)
+        request.body = b""
         if self.closed:
             response = Response.error(499, "the client closed the connection before the answer")
         else:
@@ -401,16 +408,22 @@ class _Connection(asyncio.Protocol):
         if self.server.on_response is not None:
             self.server.on_response(request, response, 0.0)
         self.ready.popleft()
-        if len(self.ready) < _PIPELINE and not self.closed:
+        if self.paused and len(self.ready) < _PIPELINE and not self.closed:
+            self.paused = False
             self.transport.resume_reading()
 
     def _write(self, request: Request, response: Response, close: bool) -> None:
         body = b"" if request.method == "HEAD" else response.body
-        head = (f"HTTP/1.1 {response.status} {_REASONS.get(response.status, 'Unknown')}\r\n"
-                f"Content-Type: {response.content_type}\r\nContent-Length: {len(response.body)}\r\n"
-                + ("Connection: close\r\n\r\n" if close else "\r\n")).encode("latin-1")
-        self.transport.write(head + body if len(body) < 65536 else head)
-        if len(body) >= 65536:
+        start = _HEADS.get((response.status, response.content_type))
+        if start is None:
+            start = _HEADS[response.status, response.content_type] = (
+                f"HTTP/1.1 {response.status} {_REASONS.get(response.status, 'Unknown')}\r\n"
+                f"Content-Type: {response.content_type}\r\nContent-Length: ").encode("latin-1")
+        end = b"\r\nConnection: close\r\n\r\n" if close else b"\r\n\r\n"
+        if len(body) < 65536:
+            self.transport.write(b"%s%d%s%s" % (start, len(response.body), end, body))
+        else:
+            self.transport.write(b"%s%d%s" % (start, len(response.body), end))
             self.transport.write(body)
         if close:
             self.transport.close()
