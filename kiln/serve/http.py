@@ -53,13 +53,13 @@ class Request:
     hangs up before its answer, ``disconnected`` is set and ``on_gone`` (a handler's) is called.
     ``labels`` is what the handler says the request was about (for metrics and logs)."""
 
-    __slots__ = ("method", "target", "headers", "body", "arrived", "keep_alive", "client", "on_gone",
+    __slots__ = ("method", "target", "raw_headers", "body", "arrived", "keep_alive", "client", "on_gone",
                  "disconnected", "refusal", "labels", "_reserved")
 
     def __init__(self, arrived: float, client: str):
         self.method = ""
         self.target = b""
-        self.headers: dict[str, str] = {}
+        self.raw_headers: list[tuple[bytes, bytes]] = []  # as they came; decoded only when asked
         self.body = bytearray()
         self.arrived = arrived
         self.keep_alive = True
@@ -69,6 +69,15 @@ class Request:
         self.refusal: Response | None = None  # set while reading: answer this, ignore the body
         self.labels: tuple = ()
         self._reserved = 0
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The headers by lower-case name (repeated ones joined with ", ")."""
+        out: dict[str, str] = {}
+        for name, value in self.raw_headers:
+            key, text = name.decode("latin-1").lower(), value.decode("latin-1")
+            out[key] = out[key] + ", " + text if key in out else text
+        return out
 
     @property
     def path(self) -> bytes:
@@ -287,10 +296,7 @@ class _Connection(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._count_header(len(name) + len(value) + 4)
-        key = name.decode("latin-1").lower()
-        text = value.decode("latin-1")
-        headers = self.current.headers
-        headers[key] = headers[key] + ", " + text if key in headers else text
+        self.current.raw_headers.append((name, value))
 
     def _count_header(self, size: int) -> None:
         self.header_bytes += size
@@ -302,7 +308,12 @@ class _Connection(asyncio.Protocol):
         method = self.parser.get_method()
         request.method = _METHODS.get(method) or method.decode("latin-1")
         request.keep_alive = self.parser.should_keep_alive()
-        declared = request.headers.get("content-length")
+        declared = expect = None  # repeated ones joined with ", " (a joined length is not a number)
+        for name, value in request.raw_headers:
+            if len(name) == 14 and name.lower() == b"content-length":
+                declared = value if declared is None else declared + b", " + value
+            elif len(name) == 6 and name.lower() == b"expect":
+                expect = value if expect is None else expect + b", " + value
         refusal = None
         if self.over_limit:
             refusal = Response.error(503, f"the server holds its limit of {limits.max_connections} connections; "
@@ -317,7 +328,7 @@ class _Connection(asyncio.Protocol):
             elif not self.server.reserve(request, size):
                 refusal = _budget_refusal(self.server)
         request.refusal = refusal
-        if request.headers.get("expect", "").lower() == "100-continue" and not self.closed:
+        if expect is not None and expect.lower() == b"100-continue" and not self.closed:
             if refusal is None:
                 self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             else:  # the client waits for this before it sends the body: answer now and close

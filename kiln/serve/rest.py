@@ -189,7 +189,10 @@ class RestApi:
             self.manager.release(held)
 
     def _respond(self, outputs: dict, fmt: str):
-        if sum(getattr(o, "size", 1) for o in outputs.values()) <= INLINE_OUTPUT_ELEMENTS:
+        elements = 0
+        for output in outputs.values():
+            elements += getattr(output, "size", 1)
+        if elements <= INLINE_OUTPUT_ELEMENTS:
             return Response(200, format_response(outputs, fmt))
         return self._respond_later(outputs, fmt)
 

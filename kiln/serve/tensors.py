@@ -340,7 +340,8 @@ def _plain_floats(body: dict, specs: dict[str, TensorSpec]):
     if arr.dtype != np.float64:
         return None
     largest = _LARGEST.get(spec.dtype)
-    if largest is None or not (arr.max() <= largest and arr.min() >= -largest):  # NaN fails both
+    if largest is None or not (np.maximum.reduce(arr, None) <= largest and np.minimum.reduce(arr, None) >= -largest):
+        # (NaN fails both)
         return None
     return {name: arr.astype(spec.dtype)}, fmt
 
