@@ -5,6 +5,12 @@ to label, and anything else is counted under ``model="(other)"``, ``version=""``
 ``method="other"``; status codes are the few the server answers. A scrape renders a text
 whose size depends on the served models only, off the event loop.
 
+A request must cost little next to a model call of a few microseconds, so answers and backend
+calls are counted in plain tallies under one lock and flushed into the Prometheus metrics
+every `FLUSH_SECONDS` by a background thread, and before every scrape. A scrape sees every
+answer given before it began: its own worker's at once, the other workers' after their next
+flush (in multiprocess mode the scrape waits two flush periods, off the event loop).
+
 With several worker processes (``--num_workers``) every worker writes its samples to
 memory-mapped files in one directory (prometheus_client's multiprocess mode) and whichever
 worker answers a scrape sums them all. ``process_*`` metrics cover the server's processes
@@ -14,6 +20,7 @@ worker answers a scrape sums them all. ``process_*`` metrics cover the server's 
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 import threading
 import time
@@ -183,6 +190,7 @@ class _Flusher:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._pid = None
+        self._failed = False
 
     def watch(self, metrics: Metrics) -> None:
         with self._lock:
@@ -198,8 +206,10 @@ class _Flusher:
             for metrics in list(self._live):
                 try:
                     metrics.flush()
-                except Exception:  # noqa: S112 - a failed flush must not stop the thread
-                    continue
+                except Exception:  # a failed flush must not stop the thread; said once
+                    if not self._failed:
+                        self._failed = True
+                        logging.getLogger("kiln.serve").exception("metrics: flushing the request tallies failed")
 
 
 _flusher = _Flusher()
