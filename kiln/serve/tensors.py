@@ -337,7 +337,7 @@ def _plain_floats(body: dict, specs: dict[str, TensorSpec]):
         arr = np.array(value)
     except (ValueError, TypeError, OverflowError):
         return None
-    if arr.dtype != np.float64:
+    if arr.dtype != np.float64 or not arr.size:
         return None
     largest = _LARGEST.get(spec.dtype)
     if largest is None or not (np.maximum.reduce(arr, None) <= largest and np.minimum.reduce(arr, None) >= -largest):
