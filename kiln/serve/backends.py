@@ -89,7 +89,7 @@ def check_feeds(signature: Signature, feeds: dict) -> None:
             low, high = spec.index_range
             raise InvalidArgument(f"input '{name}': index {bad} is outside [{low}, {high}), the rows of the table "
                                   "the model looks it up in")
-    if signature.batched and len(feeds) > 1:
+    if len(feeds) > 1 and signature.batched:
         sizes = {n: (a.shape[0] if a.ndim else None) for n, a in feeds.items()}
         if len(set(sizes.values())) > 1:
             raise InvalidArgument("Batching input tensors supplied in a given op invocation must have equal "

@@ -500,16 +500,16 @@ class InlineExecutor:
     def submit(self, key: str, inputs: dict, deadline: float) -> "Request | Finished":
         if self._closing:
             raise Unavailable("the server is shutting down; the request was not accepted")
-        if deadline <= time.monotonic():
+        start = time.monotonic()
+        if deadline <= start:
             return Finished(None, DeadlineExceeded("Deadline exceeded before the request could run"), deadline)
         first = next(iter(inputs.values()), None)
         rows = first.shape[0] if first is not None and first.ndim else 1
         if rows > self.max_rows and self.larger is not None:
             return self.larger.submit(key, inputs, deadline)
         try:
-            start = time.perf_counter()
             outputs = self._runner()(key, inputs)
-            seconds = time.perf_counter() - start
+            seconds = time.monotonic() - start
         except Exception as exc:
             return Finished(None, request_error(exc, inputs), deadline)
         self.calls += 1

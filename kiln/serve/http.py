@@ -32,6 +32,8 @@ _REASONS = {200: "OK", 100: "Continue", 400: "Bad Request", 404: "Not Found", 40
 JSON = "application/json"
 #: Requests parsed ahead of the one being handled on a connection before reading pauses.
 _PIPELINE = 4
+_METHODS = {m.encode(): m for m in ("GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS", "PATCH")}
+_HEADS: dict = {}  # (status, content type) -> the status line and headers up to the length's value
 
 
 @dataclass
@@ -51,13 +53,13 @@ class Request:
     hangs up before its answer, ``disconnected`` is set and ``on_gone`` (a handler's) is called.
     ``labels`` is what the handler says the request was about (for metrics and logs)."""
 
-    __slots__ = ("method", "target", "headers", "body", "arrived", "keep_alive", "client", "on_gone",
+    __slots__ = ("method", "target", "raw_headers", "body", "arrived", "keep_alive", "client", "on_gone",
                  "disconnected", "refusal", "labels", "_reserved")
 
     def __init__(self, arrived: float, client: str):
         self.method = ""
         self.target = b""
-        self.headers: dict[str, str] = {}
+        self.raw_headers: list[tuple[bytes, bytes]] = []  # as they came; decoded only when asked
         self.body = bytearray()
         self.arrived = arrived
         self.keep_alive = True
@@ -67,6 +69,15 @@ class Request:
         self.refusal: Response | None = None  # set while reading: answer this, ignore the body
         self.labels: tuple = ()
         self._reserved = 0
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The headers by lower-case name (repeated ones joined with ", ")."""
+        out: dict[str, str] = {}
+        for name, value in self.raw_headers:
+            key, text = name.decode("latin-1").lower(), value.decode("latin-1")
+            out[key] = out[key] + ", " + text if key in out else text
+        return out
 
     @property
     def path(self) -> bytes:
@@ -162,6 +173,7 @@ class _Connection(asyncio.Protocol):
         self.over_limit = False
         self.closed = False
         self.stopped = False  # the parser gave up on this connection: read nothing more
+        self.paused = False   # reading paused: _PIPELINE requests wait
         self.can_write = asyncio.Event()
         self.can_write.set()
 
@@ -273,9 +285,10 @@ class _Connection(asyncio.Protocol):
         self.transport.close()
 
     def on_message_begin(self) -> None:
-        self.current = Request(time.monotonic(), self.client)
+        now = time.monotonic()
+        self.current = Request(now, self.client)
         self.header_bytes = 0
-        self._arm(self.limits.read_timeout)
+        self.deadline = now + self.limits.read_timeout  # _arm, with the clock already read
 
     def on_url(self, url: bytes) -> None:
         self._count_header(len(url))
@@ -283,10 +296,7 @@ class _Connection(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._count_header(len(name) + len(value) + 4)
-        key = name.decode("latin-1").lower()
-        text = value.decode("latin-1")
-        headers = self.current.headers
-        headers[key] = headers[key] + ", " + text if key in headers else text
+        self.current.raw_headers.append((name, value))
 
     def _count_header(self, size: int) -> None:
         self.header_bytes += size
@@ -295,9 +305,15 @@ class _Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         request, limits = self.current, self.limits
-        request.method = self.parser.get_method().decode("latin-1")
+        method = self.parser.get_method()
+        request.method = _METHODS.get(method) or method.decode("latin-1")
         request.keep_alive = self.parser.should_keep_alive()
-        declared = request.headers.get("content-length")
+        declared = expect = None  # repeated ones joined with ", " (a joined length is not a number)
+        for name, value in request.raw_headers:
+            if len(name) == 14 and name.lower() == b"content-length":
+                declared = value if declared is None else declared + b", " + value
+            elif len(name) == 6 and name.lower() == b"expect":
+                expect = value if expect is None else expect + b", " + value
         refusal = None
         if self.over_limit:
             refusal = Response.error(503, f"the server holds its limit of {limits.max_connections} connections; "
@@ -312,7 +328,7 @@ class _Connection(asyncio.Protocol):
             elif not self.server.reserve(request, size):
                 refusal = _budget_refusal(self.server)
         request.refusal = refusal
-        if request.headers.get("expect", "").lower() == "100-continue" and not self.closed:
+        if expect is not None and expect.lower() == b"100-continue" and not self.closed:
             if refusal is None:
                 self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             else:  # the client waits for this before it sends the body: answer now and close
@@ -347,6 +363,7 @@ class _Connection(asyncio.Protocol):
     def _queue(self, request: Request) -> None:
         self.ready.append(request)
         if len(self.ready) >= _PIPELINE:
+            self.paused = True
             self.transport.pause_reading()
         if self.task is None:
             self._answer_ready()
@@ -390,8 +407,9 @@ class _Connection(asyncio.Protocol):
         self._answer_ready()
 
     def _answered(self, request: Request, response: Response) -> None:
-        self.server.release(request)
-        request.body = bytearray()
+        if request._reserved:
+            self.server.release(request)
+        request.body = b""
         if self.closed:
             response = Response.error(499, "the client closed the connection before the answer")
         else:
@@ -401,16 +419,22 @@ class _Connection(asyncio.Protocol):
         if self.server.on_response is not None:
             self.server.on_response(request, response, 0.0)
         self.ready.popleft()
-        if len(self.ready) < _PIPELINE and not self.closed:
+        if self.paused and len(self.ready) < _PIPELINE and not self.closed:
+            self.paused = False
             self.transport.resume_reading()
 
     def _write(self, request: Request, response: Response, close: bool) -> None:
         body = b"" if request.method == "HEAD" else response.body
-        head = (f"HTTP/1.1 {response.status} {_REASONS.get(response.status, 'Unknown')}\r\n"
-                f"Content-Type: {response.content_type}\r\nContent-Length: {len(response.body)}\r\n"
-                + ("Connection: close\r\n\r\n" if close else "\r\n")).encode("latin-1")
-        self.transport.write(head + body if len(body) < 65536 else head)
-        if len(body) >= 65536:
+        start = _HEADS.get((response.status, response.content_type))
+        if start is None:
+            start = _HEADS[response.status, response.content_type] = (
+                f"HTTP/1.1 {response.status} {_REASONS.get(response.status, 'Unknown')}\r\n"
+                f"Content-Type: {response.content_type}\r\nContent-Length: ").encode("latin-1")
+        end = b"\r\nConnection: close\r\n\r\n" if close else b"\r\n\r\n"
+        if len(body) < 65536:
+            self.transport.write(b"%s%d%s%s" % (start, len(response.body), end, body))
+        else:
+            self.transport.write(b"%s%d%s" % (start, len(response.body), end))
             self.transport.write(body)
         if close:
             self.transport.close()

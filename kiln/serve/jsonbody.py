@@ -93,12 +93,18 @@ class NumericArray:
 
 def parse_body(body) -> dict:
     """The request document; numeric arrays of large bodies as `NumericArray`."""
-    if not bytes(body[:4096]).strip() and not bytes(body).strip():
-        raise InvalidArgument("JSON Parse error: The document is empty")
     if len(body) >= FAST_BODY_BYTES:
+        if not bytes(body[:4096]).strip() and not bytes(body).strip():
+            raise InvalidArgument("JSON Parse error: The document is empty")
         doc = _parse_large(body)
     else:
-        doc = _parse_text(bytes(body))
+        text = bytes(body)
+        try:
+            doc = _parse_text(text)
+        except InvalidArgument:
+            if not text.strip():
+                raise InvalidArgument("JSON Parse error: The document is empty") from None
+            raise
     if not isinstance(doc, dict):
         shown = json.dumps(doc, default=lambda o: f"[{o.first_token}, ...]")[:120]
         raise InvalidArgument(f"JSON Value: {shown} Is not object")

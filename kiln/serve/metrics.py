@@ -5,6 +5,12 @@ to label, and anything else is counted under ``model="(other)"``, ``version=""``
 ``method="other"``; status codes are the few the server answers. A scrape renders a text
 whose size depends on the served models only, off the event loop.
 
+A request must cost little next to a model call of a few microseconds, so answers and backend
+calls are counted in plain tallies under one lock and flushed into the Prometheus metrics
+every `FLUSH_SECONDS` by a background thread, and before every scrape. A scrape sees every
+answer given before it began: its own worker's at once, the other workers' after their next
+flush (in multiprocess mode the scrape waits two flush periods, off the event loop).
+
 With several worker processes (``--num_workers``) every worker writes its samples to
 memory-mapped files in one directory (prometheus_client's multiprocess mode) and whichever
 worker answers a scrape sums them all. ``process_*`` metrics cover the server's processes
@@ -13,8 +19,12 @@ worker answers a scrape sums them all. ``process_*`` metrics cover the server's 
 
 from __future__ import annotations
 
+import bisect
+import logging
 import os
+import threading
 import time
+import weakref
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 from prometheus_client import values as _values
@@ -29,6 +39,10 @@ METHODS = frozenset({"predict", "classify", "regress", "status", "metadata"})
 #: Environment variable naming the multiprocess directory (prometheus_client's own).
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 PIDS_FILE = "pids"
+#: How often the tallies are flushed into the Prometheus metrics.
+FLUSH_SECONDS = 0.05
+_LATENCY_BOUNDS = (*_LATENCY, float("inf"))
+_SIZE_BOUNDS = (*_SIZES, float("inf"))
 
 
 def use_multiprocess_dir(path: str) -> None:
@@ -67,6 +81,10 @@ class Metrics:
         self.loaded = Gauge("kiln_serve_model_version_available", "1 while the version is served.",
                             labels, registry=r, multiprocess_mode="livemax")
         self._children: dict = {}
+        self._lock = threading.Lock()
+        self._counts: dict = {}   # a counter's child -> what to add at the next flush
+        self._spreads: dict = {}  # a histogram's child -> [sum, count per bucket] to add
+        _flusher.watch(self)
 
     # -- labels --------------------------------------------------------------------------------
     def model_label(self, name: str) -> str:
@@ -84,10 +102,20 @@ class Metrics:
             children = self._children[key] = (self.requests.labels(model, version, method, str(code)),
                                               self.latency.labels(model, version, method),
                                               self.rejected.labels(model, version) if code == 503 else None)
-        children[0].inc()
-        children[1].observe(seconds)
-        if children[2] is not None:
-            children[2].inc()
+        with self._lock:
+            counts = self._counts
+            counts[children[0]] = counts.get(children[0], 0) + 1
+            self._spread(children[1], _LATENCY_BOUNDS, seconds)
+            if children[2] is not None:
+                counts[children[2]] = counts.get(children[2], 0) + 1
+
+    def _spread(self, child, bounds: tuple, value: float) -> None:
+        """One observation of a histogram, tallied (the caller holds the lock)."""
+        spread = self._spreads.get(child)
+        if spread is None:
+            spread = self._spreads[child] = [0.0] + [0] * len(bounds)
+        spread[0] += value
+        spread[1 + bisect.bisect_left(bounds, value)] += 1
 
     def observer(self, model: str, version: int):
         """observe(padded rows, rows, seconds) for one version's executor."""
@@ -95,15 +123,35 @@ class Metrics:
         latency = self.backend_latency.labels(model, str(version))
         sizes = self.batch_size.labels(model, str(version))
         padding = self.padding_rows.labels(model, str(version))
+        lock, spread = self._lock, self._spread
 
         def observe(padded: int, rows: int, seconds: float) -> None:
-            calls.inc()
-            latency.observe(seconds)
-            sizes.observe(padded)
-            if padded > rows:
-                padding.inc(padded - rows)
+            with lock:
+                counts = self._counts
+                counts[calls] = counts.get(calls, 0) + 1
+                spread(latency, _LATENCY_BOUNDS, seconds)
+                spread(sizes, _SIZE_BOUNDS, padded)
+                if padded > rows:
+                    counts[padding] = counts.get(padding, 0) + padded - rows
 
         return observe
+
+    def flush(self) -> None:
+        """Add the tallies to the Prometheus metrics (any thread)."""
+        with self._lock:
+            if not self._counts and not self._spreads:
+                return
+            counts, self._counts = self._counts, {}
+            spreads, self._spreads = self._spreads, {}
+        for child, amount in counts.items():
+            child.inc(amount)
+        for child, (total, *per_bucket) in spreads.items():
+            # prometheus_client has no call to add many observations; its histogram child keeps
+            # one value per bucket (non-cumulative) and one for the sum
+            child._sum.inc(total)
+            for bucket, amount in zip(child._buckets, per_bucket):
+                if amount:
+                    bucket.inc(amount)
 
     def queue(self, model: str, version: int):
         """The queue-depth gauge of one version (its executor sets it)."""
@@ -122,7 +170,9 @@ class Metrics:
     # -- the page ------------------------------------------------------------------------------
     def render(self) -> bytes:
         """The Prometheus text: every worker's samples (multiprocess mode) and ``process_*``."""
+        self.flush()
         if self.multiprocess_dir:
+            time.sleep(2 * FLUSH_SECONDS)  # the other workers flush what they answered before now
             from prometheus_client.multiprocess import MultiProcessCollector
 
             registry = CollectorRegistry()
@@ -130,6 +180,39 @@ class Metrics:
             registry.register(_ProcessCollector(self.multiprocess_dir))
             return generate_latest(registry)
         return generate_latest(self.registry) + generate_latest(_process_registry())
+
+
+class _Flusher:
+    """One daemon thread flushing every live `Metrics` of the process every `FLUSH_SECONDS`."""
+
+    def __init__(self):
+        self._live: weakref.WeakSet = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._pid = None
+        self._failed = False
+
+    def watch(self, metrics: Metrics) -> None:
+        with self._lock:
+            self._live.add(metrics)
+            if self._thread is None or self._pid != os.getpid():  # a forked worker starts its own
+                self._pid = os.getpid()
+                self._thread = threading.Thread(target=self._run, daemon=True, name="kiln-metrics-flush")
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(FLUSH_SECONDS)
+            for metrics in list(self._live):
+                try:
+                    metrics.flush()
+                except Exception:  # a failed flush must not stop the thread; said once
+                    if not self._failed:
+                        self._failed = True
+                        logging.getLogger("kiln.serve").exception("metrics: flushing the request tallies failed")
+
+
+_flusher = _Flusher()
 
 
 def _process_registry() -> CollectorRegistry:

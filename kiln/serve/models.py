@@ -266,7 +266,8 @@ class ModelManager:
     def release(self, served: ServedVersion) -> None:
         with self._lock:
             served.users -= 1
-            self._lock.notify_all()
+            if not served.users:  # a retiring version waits for its last user
+                self._lock.notify_all()
 
     def status(self, name: str, version: int | None = None, label: str | None = None) -> dict:
         """GetModelStatusResponse as TF Serving prints it."""

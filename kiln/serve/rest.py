@@ -20,6 +20,7 @@ from urllib.parse import unquote
 from . import backends
 from .http import HttpServer, Limits, Request, Response
 from .jsonbody import parse_body
+from .metrics import OTHER_MODEL
 from .service import Service
 from .status import InvalidArgument, ServeError, Unimplemented
 from .tensors import format_response, parse_request
@@ -34,6 +35,8 @@ MODEL_IN_PATH = re.compile(r"/v1/models/([^/:]+)", re.IGNORECASE)
 INLINE_BODY_BYTES = 64 << 10
 #: Outputs up to this many elements are written on the event loop, larger ones in a worker thread.
 INLINE_OUTPUT_ELEMENTS = 16384
+#: Predict URLs of served models whose parse is kept (a client sends the same few again and again).
+ROUTE_CACHE_SIZE = 256
 access_log = logging.getLogger("kiln.serve.access")
 log = logging.getLogger("kiln.serve")
 
@@ -74,6 +77,7 @@ class RestApi:
         self.manager = service.manager
         self.metrics = service.metrics
         self.metrics_path = metrics_path
+        self._routes: dict[bytes, tuple] = {}  # request target -> (name, version, label, model label)
 
     def server(self, limits: Limits) -> HttpServer:
         return HttpServer(self.handle, limits, self.answered)
@@ -81,6 +85,13 @@ class RestApi:
     # -- routing -------------------------------------------------------------------------------
     def handle(self, request: Request):
         """The answer, or an awaitable of it when it is not ready at once."""
+        if request.method == "POST":
+            route = self._routes.get(request.target)
+            if route is not None:
+                try:
+                    return self._predict(request, route)
+                except ServeError as exc:
+                    return Response.error(exc.http_status, str(exc))
         try:
             path = unquote(request.path.decode("latin-1"), errors="strict")
         except UnicodeDecodeError:
@@ -108,7 +119,7 @@ class RestApi:
         request.labels = (self.metrics.model_label(""), "", "other")
         try:
             if request.method == "POST" and (m := PREDICT_PATH.fullmatch(path)):
-                return self._predict(request, m.groups())
+                return self._predict(request, self._route(request, m.groups()))
             if request.method == "GET" and (m := STATUS_PATH.fullmatch(path)):
                 return self._model_get(request, m.groups())
             raise InvalidArgument(f"Malformed request: {request.method} {path[:200]}")
@@ -116,15 +127,25 @@ class RestApi:
             return Response.error(exc.http_status, str(exc))
 
     # -- predict -------------------------------------------------------------------------------
-    def _predict(self, request: Request, groups):
+    def _route(self, request: Request, groups) -> tuple:
+        """(name, version, label, model label) of a predict URL; kept for the next request to the
+        same URL when it names a served model."""
         name, version, label, method = groups
         method = method.lower()
         request.labels = (self.metrics.model_label(name), "", method)
         if method != "predict":
             raise Unimplemented(f"kiln serve answers :predict; :{method} is not served")
+        route = (name, parse_version(version), label, self.metrics.model_label(name))
+        if route[3] == name and len(self._routes) < ROUTE_CACHE_SIZE:
+            self._routes[request.target] = route
+        return route
+
+    def _predict(self, request: Request, route: tuple):
+        name, version, label, model = route
+        request.labels = (model, "", "predict")
         try:
-            held = self.manager.acquire(name, parse_version(version), label)
-            request.labels = (*self.service.labels(name, held), method)
+            held = self.manager.acquire(name, version, label)
+            request.labels = (model, str(held.version) if model != OTHER_MODEL else "", "predict")
         except ServeError as exc:
             held = exc  # raised once the body has been read as JSON (TF Serving's order)
         if len(request.body) > INLINE_BODY_BYTES:
@@ -168,7 +189,10 @@ class RestApi:
             self.manager.release(held)
 
     def _respond(self, outputs: dict, fmt: str):
-        if sum(getattr(o, "size", 1) for o in outputs.values()) <= INLINE_OUTPUT_ELEMENTS:
+        elements = 0
+        for output in outputs.values():
+            elements += getattr(output, "size", 1)
+        if elements <= INLINE_OUTPUT_ELEMENTS:
             return Response(200, format_response(outputs, fmt))
         return self._respond_later(outputs, fmt)
 

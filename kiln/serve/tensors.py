@@ -302,6 +302,10 @@ def parse_request(body: dict, specs: dict[str, TensorSpec],
     ``may_hold_bools=False`` (the request text has no ``true``/``false``) skips a scan. Shapes
     are checked against the signature by `kiln.serve.backends.check_feeds`, for every API.
     """
+    if not may_hold_bools and len(specs) == 1:
+        plain = _plain_floats(body, specs)
+        if plain is not None:
+            return plain
     has_instances, has_inputs = "instances" in body, "inputs" in body
     if has_instances and has_inputs:
         raise InvalidArgument("Not formatted correctly expecting only one of 'inputs' or 'instances' keys to exist")
@@ -310,6 +314,40 @@ def parse_request(body: dict, specs: dict[str, TensorSpec],
     if has_instances:
         return _rows(body["instances"], specs, may_hold_bools), ROW
     return _columns(body["inputs"], specs, may_hold_bools), COLUMNAR
+
+
+def _plain_floats(body: dict, specs: dict[str, TensorSpec]):
+    """The common request in one NumPy call: nested lists of numbers, at least one written as a
+    float, for a single float input. None when the request is anything else or would fail; the
+    full path then decides (and words the error). Gives what the full path gives: a list that
+    NumPy reads as float64 is rectangular and holds only numbers (no bools: the caller saw no
+    ``true``/``false``), and the full path only casts it, refusing what overflows."""
+    value = body.get("instances")
+    fmt = ROW
+    if value is None or "inputs" in body:
+        value, fmt = body.get("inputs"), COLUMNAR
+        if value is None or "instances" in body:
+            return None
+    if type(value) is not list or not value or type(value[0]) is not list:
+        return None
+    (name, spec), = specs.items()
+    if spec.dtype.kind != "f":
+        return None
+    try:
+        arr = np.array(value)
+    except (ValueError, TypeError, OverflowError):
+        return None
+    if arr.dtype != np.float64 or not arr.size:
+        return None
+    largest = _LARGEST.get(spec.dtype)
+    if largest is None or not (np.maximum.reduce(arr, None) <= largest and np.minimum.reduce(arr, None) >= -largest):
+        # (NaN fails both)
+        return None
+    return {name: arr.astype(spec.dtype)}, fmt
+
+
+#: The largest finite value of each float dtype: a float64 array within it casts without overflow.
+_LARGEST = {np.dtype(t): float(np.finfo(t).max) for t in (np.float16, np.float32, np.float64)}
 
 
 def _rows(instances, specs, may_hold_bools) -> dict[str, np.ndarray]:
@@ -386,28 +424,47 @@ _F32 = struct.Struct("<f")
 
 
 def _float_texts(flat: np.ndarray) -> list[str]:
-    """TF Serving's WriteDecimal: "%g" if it reads back exactly, else max_digits10 digits; '.0' on whole numbers."""
+    """TF Serving's WriteDecimal: "%g" if it reads back exactly, else max_digits10 digits; '.0' on whole numbers;
+    NaN and (-)Infinity as bare words."""
     single = flat.dtype == np.float32
-    digits = 9 if single else 17
-    out = []
-    for value in flat.tolist():
-        if value != value:
-            out.append("NaN")
-            continue
-        if value in (math.inf, -math.inf):
-            out.append("-Infinity" if value < 0 else "Infinity")
-            continue
-        text = "%g" % value
+    values = flat.tolist()
+    if not values:
+        return []
+    every = tuple(values)
+    short = (("%g," * len(every)) % every).split(",")
+    short.pop()
+    back = [float(t) for t in short]
+    if single:  # rounded to float32 as the value was, all in one pack
         try:
-            exact = (_F32.unpack(_F32.pack(float(text)))[0] if single else float(text)) == value
+            back = struct.unpack(f"<{len(back)}f", struct.pack(f"<{len(back)}f", *back))
         except OverflowError:
-            exact = False
-        if not exact:
-            text = "%.*g" % (digits, value)
-        if "." not in text and "e" not in text:
-            text += ".0"
-        out.append(text)
-    return out
+            return [_float_text(v, single) for v in values]
+    exact = [r == v for r, v in zip(back, values)]
+    if all(exact):
+        texts = short
+    else:
+        longer = ((("%.9g," if single else "%.17g,") * len(every)) % every).split(",")
+        texts = longer if not any(exact) else [t if e else u for t, u, e in zip(short, longer, exact)]
+    return [t if "." in t or "e" in t else (t + ".0" if "n" not in t else _float_text(float(t), single))
+            for t in texts[:len(values)]]
+
+
+def _float_text(value: float, single: bool) -> str:
+    """One value's text (see `_float_texts`), NaN and (-)Infinity as bare words."""
+    if value != value:
+        return "NaN"
+    if value in (math.inf, -math.inf):
+        return "-Infinity" if value < 0 else "Infinity"
+    text = "%g" % value
+    try:
+        exact = (_F32.unpack(_F32.pack(float(text)))[0] if single else float(text)) == value
+    except OverflowError:
+        exact = False
+    if not exact:
+        text = "%.*g" % (9 if single else 17, value)
+    if "." not in text and "e" not in text:
+        text += ".0"
+    return text
 
 
 def _leaf_texts(arr: np.ndarray, as_bytes: bool) -> list[str]:
@@ -470,6 +527,14 @@ def format_response(outputs: dict[str, np.ndarray], fmt: str) -> bytes:
     thousand rows at a time."""
     if not outputs:
         raise InvalidArgument("Cannot convert empty tensor map to JSON")
+    if len(outputs) == 1:  # the common answer, one 2-D float output: the texts joined directly
+        a = next(iter(outputs.values()))
+        if isinstance(a, np.ndarray) and a.ndim == 2 and a.dtype.kind == "f" and a.size <= _ROWS_PER_PIECE * 16:
+            texts = _float_texts(a.reshape(-1) if a.dtype != np.float16 else a.reshape(-1).astype(np.float32))
+            width = a.shape[1]
+            rows = ", ".join(["[" + ", ".join(texts[i:i + width]) + "]" for i in range(0, width * a.shape[0], width)]
+                             if width else ["[]"] * a.shape[0])
+            return ('{"predictions": [' if fmt != COLUMNAR else '{"outputs": [').encode() + rows.encode() + b"]}"
     names = sorted(outputs)
     arrays = {n: np.asarray(outputs[n]) for n in names}
     out: list[bytes] = []
