@@ -147,7 +147,8 @@ class Metrics:
             child.inc(amount)
         for child, (total, *per_bucket) in spreads.items():
             # prometheus_client has no call to add many observations; its histogram child keeps
-            # one value per bucket (non-cumulative) and one for the sum
+            # one value per bucket (non-cumulative) and one for the sum (private names, stable
+            # since 0.1; pyproject caps prometheus-client below 1.0, tests/serve pin the page)
             child._sum.inc(total)
             for bucket, amount in zip(child._buckets, per_bucket):
                 if amount:
