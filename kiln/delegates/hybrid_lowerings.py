@@ -22,6 +22,38 @@ if TYPE_CHECKING:  # pragma: no cover
     from .quantized import QNode
 
 F32 = np.dtype(np.float32)
+#: Bytes a lowering may keep of its weights widened to the exact float type. Above it the int8
+#: weights stay as they are (memory-mapped from the model) and each invoke widens one block of
+#: output columns at a time: LiteRT's hybrid kernels keep int8 weights too, and a widened copy
+#: of a large model costs 4-8x its size. Integer sums are exact in either order, so both ways
+#: give the same bits.
+WIDEN_BUDGET = 64 << 20
+#: Bytes of one widened block of weight columns.
+BLOCK_BYTES = 4 << 20
+
+
+def _max_magnitude(w: np.ndarray) -> int:
+    """max |w| of integer weights, without a widened copy of them."""
+    return max(int(w.max(initial=0)), -int(w.min(initial=0)))
+
+
+def _int8_product(w_t: np.ndarray, ft: np.dtype) -> Callable[[np.ndarray], np.ndarray]:
+    """``q -> q @ w_t`` as exact integers (int64), ``w_t`` int8 of shape (depth, units): widened
+    once when that fits WIDEN_BUDGET, else block by block at each call."""
+    depth, units = w_t.shape
+    if w_t.size * ft.itemsize <= WIDEN_BUDGET:
+        wide = np.ascontiguousarray(w_t.astype(ft))
+        return lambda q: np.dot(q.astype(ft), wide).astype(np.int64)
+    block = max(1, BLOCK_BYTES // (depth * ft.itemsize))
+
+    def blocked(q: np.ndarray) -> np.ndarray:
+        qf = q.astype(ft)
+        out = np.empty((q.shape[0], units), np.int64)
+        for start in range(0, units, block):
+            out[:, start:start + block] = np.dot(qf, w_t[:, start:start + block].astype(ft))
+        return out
+
+    return blocked
 
 
 def _setup(node: "QNode", channels: int):
@@ -48,7 +80,7 @@ def lower_hybrid_conv(node: "QNode") -> Callable | None:
         return None
     scales, bias, (lo, hi) = setup
     depth = kh * kw * cin
-    ft = _exact_float(depth * 255 * int(np.abs(w.astype(np.int64)).max(initial=0)))
+    ft = _exact_float(depth * 255 * _max_magnitude(w))
     if ft is None:
         return None
     (oh, ow), pads, strides, dil = _conv_geometry(node, (kh, kw))
@@ -94,7 +126,7 @@ def lower_hybrid_depthwise(node: "QNode") -> Callable | None:
         return None
     scales, bias, (lo, hi) = setup
     mult, k = cout // cin, kh * kw
-    ft = _exact_float(k * 255 * int(np.abs(w.astype(np.int64)).max(initial=0)))
+    ft = _exact_float(k * 255 * _max_magnitude(w))
     if ft is None:
         return None
     (oh, ow), pads, strides, dil = _conv_geometry(node, (kh, kw))
@@ -135,12 +167,12 @@ def lower_hybrid_fully_connected(node: "QNode") -> Callable | None:
     scales, bias, (lo, hi) = setup
     per_channel = scales.size > 1
     asymmetric = bool(node.opts.asymmetric_quantize_inputs)
-    ft = _exact_float(depth * 128 * int(np.abs(w.astype(np.int64)).max(initial=0)))
+    ft = _exact_float(depth * 128 * _max_magnitude(w))
     if ft is None:
         return None
     rows = x.size // depth
-    w_t = np.ascontiguousarray(w.T.astype(ft))
-    row_sums = w.astype(np.int64).sum(axis=1)[None, :]
+    product = _int8_product(w.T, ft)
+    row_sums = w.sum(axis=1, dtype=np.int64)[None, :]
     tensor_scale = None if per_channel else F32.type(scales.reshape(-1)[0])
     out_shape = x.shape[:-1] + (units,) if node.opts.keep_num_dims else (rows, units)
     base = np.zeros((rows, units), F32) if bias is None else np.broadcast_to(bias, (rows, units))
@@ -157,7 +189,7 @@ def lower_hybrid_fully_connected(node: "QNode") -> Callable | None:
                 q, scale = hybrid.quantize_rows_symmetric(x2)
             if tensor_scale is not None:
                 scale = (scale * tensor_scale).astype(F32)
-            dot = np.dot(q.astype(ft), w_t).astype(np.int64)
+            dot = product(q)
             if asymmetric:
                 dot = dot - row_sums * offset[:, None].astype(np.int64)
             factor = scale[:, None] if not per_channel else (scale[:, None] * scales[None, :]).astype(F32)

@@ -54,9 +54,22 @@ def quantize_rows_symmetric(x: np.ndarray):
     return q, scale
 
 
+#: Bytes of b's columns widened to float64 at a time (a large model's int8 weights are never
+#: widened whole: 8 bytes a weight).
+_WIDE_BLOCK = 8 << 20
+
+
 def int_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Exact integer a @ b (float64 BLAS is exact below 2^53, which int8 sums stay under)."""
-    return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.int64)
+    """Exact integer a @ b (float64 BLAS is exact below 2^53, which int8 sums stay under),
+    widening b a block of columns at a time."""
+    if b.ndim != 2 or b.size * 8 <= _WIDE_BLOCK:
+        return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.int64)
+    wide_a = a.astype(np.float64)
+    out = np.empty(a.shape[:-1] + (b.shape[1],), np.int64)
+    block = max(1, _WIDE_BLOCK // (8 * b.shape[0]))
+    for start in range(0, b.shape[1], block):
+        out[..., start:start + block] = wide_a @ b[:, start:start + block].astype(np.float64)
+    return out
 
 
 def fully_connected(x: np.ndarray, w: np.ndarray, w_scale: np.ndarray, bias, *,
@@ -79,7 +92,7 @@ def fully_connected(x: np.ndarray, w: np.ndarray, w_scale: np.ndarray, bias, *,
         scale = (scale * F32(np.asarray(w_scale).reshape(-1)[0])).astype(F32)
     dot = int_matmul(q, w.T)
     if asymmetric:
-        dot = dot - w.astype(np.int64).sum(axis=1)[None, :] * offset[:, None].astype(np.int64)
+        dot = dot - w.sum(axis=1, dtype=np.int64)[None, :] * offset[:, None].astype(np.int64)
     factor = scale[:, None] if not per_channel else \
         (scale[:, None] * np.asarray(w_scale, F32)[None, :]).astype(F32)
     return (out + (dot.astype(F32) * factor).astype(F32)).astype(F32)
