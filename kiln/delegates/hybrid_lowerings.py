@@ -43,11 +43,11 @@ def _int8_product(w_t: np.ndarray, ft: np.dtype) -> Callable[[np.ndarray], np.nd
     depth, units = w_t.shape
     if w_t.size * ft.itemsize <= WIDEN_BUDGET:
         wide = np.ascontiguousarray(w_t.astype(ft))
-        return lambda q: np.dot(q.astype(ft), wide).astype(np.int64)
+        return lambda q: np.dot(q.astype(ft, copy=False), wide).astype(np.int64)
     block = max(1, BLOCK_BYTES // (depth * ft.itemsize))
 
     def blocked(q: np.ndarray) -> np.ndarray:
-        qf = q.astype(ft)
+        qf = q.astype(ft, copy=False)
         out = np.empty((q.shape[0], units), np.int64)
         for start in range(0, units, block):
             out[:, start:start + block] = np.dot(qf, w_t[:, start:start + block].astype(ft))
@@ -88,7 +88,7 @@ def lower_hybrid_conv(node: "QNode") -> Callable | None:
     if n * oh * ow * depth > IM2COL_BUDGET:
         return None
     padded = _Padded(x.shape, (kh, kw), (oh, ow), pads, strides, dil, ft, 0)
-    w_mat = np.ascontiguousarray(w.reshape(cout, depth).T.astype(ft))
+    product = _int8_product(w.reshape(cout, depth).T, ft)
     cols = np.empty((n, oh, ow, kh, kw, cin), ft)
     xi, oi = node.in_slots[0], node.out_slots[0]
 
@@ -101,7 +101,7 @@ def lower_hybrid_conv(node: "QNode") -> Callable | None:
         np.subtract(q, offset.reshape(-1, 1, 1, 1), out=padded.interior, dtype=ft)
         if not pointwise:
             np.copyto(cols, padded.windows)
-        acc = np.dot(cols.reshape(-1, depth), w_mat).astype(F32).reshape(n, oh, ow, cout)
+        acc = product(cols.reshape(-1, depth)).astype(F32).reshape(n, oh, ow, cout)
         out = (acc * scales).astype(F32)
         out = (out * scale.reshape(-1, 1, 1, 1)).astype(F32)
         if bias is not None:

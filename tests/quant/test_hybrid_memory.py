@@ -82,3 +82,19 @@ def test_a_large_model_is_not_widened_whole(tmp_path, monkeypatch):
     widened = _peak_allocated_mib(path, depth)
     assert widened >= 768, f"control: the widened float64 copy should cost 768 MiB ({widened} MiB)"
     assert blocked < 64, f"invoking allocated {blocked} MiB at its peak (the int8 weights are 96 MiB)"
+
+
+def test_blocked_conv_product_equals_builtin_ref(monkeypatch):
+    """The hybrid CONV_2D lowering takes the same blocked product (13 output channels, 3 a block)."""
+    x = RNG.normal(0, 1, (2, 7, 7, 16)).astype(np.float32)
+    q, scale, wc = _weights(RNG.normal(0, 0.2, (13, 3, 3, 16)).astype(np.float32), 0)
+    bias = RNG.normal(0, 0.5, 13).astype(np.float32)
+    model = single_op_model("CONV_2D", [x, wc, Const(bias)], options={"padding": 0, "stride_h": 1, "stride_w": 1},
+                            out_dtypes=[np.float32], out_shapes=[(2, 7, 7, 13)])
+    monkeypatch.setattr(hybrid_lowerings, "WIDEN_BUDGET", 0)
+    monkeypatch.setattr(hybrid_lowerings, "BLOCK_BYTES", 3 * 3 * 16 * 4 * 3)
+    delegate = NumpyDelegate()
+    interp = kiln.Interpreter(model_content=model, experimental_delegates=[delegate],
+                              experimental_op_resolver_type=kiln.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    np.testing.assert_array_equal(feed(interp, [x])[0], _ref(model, x))
+    assert delegate.lowered
