@@ -50,7 +50,9 @@ def _run_litert(content: bytes, x: np.ndarray):
 
 
 def main() -> int:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    from .converter.tfutil import import_tensorflow_quietly
+
+    import_tensorflow_quietly()   # TensorFlow's C++ start-up log stays off the demo's output
     import kiln
 
     rng = np.random.default_rng(0)
