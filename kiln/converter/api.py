@@ -15,8 +15,7 @@ import functools
 from typing import Any
 
 from ..errors import ConversionError
-from .attributes import (CONVERTER_IGNORED, TARGET_SPEC_IGNORED, defaults, flag, members, refuse_unknown,
-                         warn_ignored)
+from .attributes import CONVERTER_IGNORED, TARGET_SPEC_IGNORED, CheckedAttributes, flag, members, warn_ignored
 from .keras.layers import prepare_keras_model
 from .metadata import ModelType
 from .options import ConversionOptions, Optimize, OpsSet
@@ -35,7 +34,7 @@ def _dtype_name(value) -> str:
         raise ConversionError(f"unknown type {value!r}") from None
 
 
-class TargetSpec:
+class TargetSpec(CheckedAttributes):
     """``converter.target_spec``: what the target runtime supports.
 
     TF's other TargetSpec attributes are accepted and, set to anything but TF's default, make
@@ -43,23 +42,18 @@ class TargetSpec:
     """
 
     _HONOURED = frozenset({"supported_ops", "supported_types"})
+    _IGNORED = TARGET_SPEC_IGNORED
 
     def __init__(self):
         self.supported_ops: set = {OpsSet.TFLITE_BUILTINS}
         self.supported_types: set = set()
-        for name, value in defaults(TARGET_SPEC_IGNORED).items():
-            setattr(self, name, value)
-
-    def __setattr__(self, name, value):
-        if name not in self._HONOURED and name not in TARGET_SPEC_IGNORED and not hasattr(type(self), name):
-            raise refuse_unknown("TargetSpec", name, self._HONOURED, TARGET_SPEC_IGNORED)
-        object.__setattr__(self, name, value)
+        self._set_ignored_defaults()
 
     def __repr__(self) -> str:
         return f"TargetSpec(supported_ops={self.supported_ops}, supported_types={self.supported_types})"
 
 
-class TFLiteConverter:
+class TFLiteConverter(CheckedAttributes):
     """Converts TensorFlow models to LiteRT flatbuffers, like ``tf.lite.TFLiteConverter``.
 
     Build one with `from_keras_model`, `from_saved_model` or `from_concrete_functions`, set the
@@ -93,6 +87,7 @@ class TFLiteConverter:
         "inference_output_type", "experimental_enable_resource_variables", "exclude_conversion_metadata",
         "saved_model_dir", "denylist", "allow_integer_samples", "experimental_verify_passes", "report", "model",
         "_specs", "_model_type", "_trackable_obj", "_keras_decisions"})
+    _IGNORED = CONVERTER_IGNORED
 
     def __init__(self, specs: list[FunctionSpec], *, model_type: ModelType, trackable_obj: Any = None):
         self._specs = specs
@@ -114,13 +109,7 @@ class TFLiteConverter:
         self.report: ConversionReport | None = None
         self.model = None  # the IR of the last conversion
         self._keras_decisions: list = []  # what tracing decided (Keras layers routed to fusions)
-        for name, value in defaults(CONVERTER_IGNORED).items():
-            setattr(self, name, value)
-
-    def __setattr__(self, name, value):
-        if name not in self._HONOURED and name not in CONVERTER_IGNORED and not hasattr(type(self), name):
-            raise refuse_unknown("TFLiteConverter", name, self._HONOURED, CONVERTER_IGNORED)
-        object.__setattr__(self, name, value)
+        self._set_ignored_defaults()
 
     # -- construction -----------------------------------------------------------------------
     @classmethod

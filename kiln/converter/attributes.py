@@ -99,6 +99,24 @@ def refuse_unknown(owner: str, name: str, honoured: Iterable[str], ignored: Iter
                                  f"converter){hint}")
 
 
+class CheckedAttributes:
+    """A TF-compatible options object: its attributes are the names it honours (``_HONOURED``)
+    and the TF ones it only knows (``_IGNORED``, a table of TF defaults and reasons, set to
+    those defaults at creation); any other name is refused at once, with the nearest known one."""
+
+    _HONOURED: frozenset[str] = frozenset()
+    _IGNORED: dict[str, tuple[object, str]] = {}
+
+    def _set_ignored_defaults(self) -> None:
+        for name, value in defaults(self._IGNORED).items():
+            setattr(self, name, value)
+
+    def __setattr__(self, name, value):
+        if name not in self._HONOURED and name not in self._IGNORED and not hasattr(type(self), name):
+            raise refuse_unknown(type(self).__name__, name, self._HONOURED, self._IGNORED)
+        object.__setattr__(self, name, value)
+
+
 def _is_default(value, default) -> bool:
     if default is None or isinstance(default, bool):
         return value is default or (isinstance(value, (bool, np.bool_)) and bool(value) == default)
