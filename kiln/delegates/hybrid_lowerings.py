@@ -39,21 +39,12 @@ def _max_magnitude(w: np.ndarray) -> int:
 
 def _int8_product(w_t: np.ndarray, ft: np.dtype) -> Callable[[np.ndarray], np.ndarray]:
     """``q -> q @ w_t`` as exact integers (int64), ``w_t`` int8 of shape (depth, units): widened
-    once when that fits WIDEN_BUDGET, else block by block at each call."""
-    depth, units = w_t.shape
+    once when that fits WIDEN_BUDGET, else block by block at each call (`hybrid.int_matmul`)."""
     if w_t.size * ft.itemsize <= WIDEN_BUDGET:
         wide = np.ascontiguousarray(w_t.astype(ft))
         return lambda q: np.dot(q.astype(ft, copy=False), wide).astype(np.int64)
-    block = max(1, BLOCK_BYTES // (depth * ft.itemsize))
-
-    def blocked(q: np.ndarray) -> np.ndarray:
-        qf = q.astype(ft, copy=False)
-        out = np.empty((q.shape[0], units), np.int64)
-        for start in range(0, units, block):
-            out[:, start:start + block] = np.dot(qf, w_t[:, start:start + block].astype(ft))
-        return out
-
-    return blocked
+    block_bytes = BLOCK_BYTES
+    return lambda q: hybrid.int_matmul(q, w_t, ft, block_bytes)
 
 
 def _setup(node: "QNode", channels: int):

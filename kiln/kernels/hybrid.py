@@ -59,16 +59,19 @@ def quantize_rows_symmetric(x: np.ndarray):
 _WIDE_BLOCK = 8 << 20
 
 
-def int_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Exact integer a @ b (float64 BLAS is exact below 2^53, which int8 sums stay under),
-    widening b a block of columns at a time."""
-    if b.ndim != 2 or b.size * 8 <= _WIDE_BLOCK:
-        return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.int64)
-    wide_a = a.astype(np.float64)
+def int_matmul(a: np.ndarray, b: np.ndarray, wide: np.dtype = np.dtype(np.float64),
+               block_bytes: int | None = None) -> np.ndarray:
+    """Exact integer a @ b as int64, computed in the float type ``wide`` (float64 BLAS is exact
+    below 2^53, which int8 sums stay under; a caller that bounds its sums may pass float32),
+    widening b ``block_bytes`` of columns at a time."""
+    block_bytes = _WIDE_BLOCK if block_bytes is None else block_bytes
+    if b.ndim != 2 or b.size * wide.itemsize <= block_bytes:
+        return (a.astype(wide, copy=False) @ b.astype(wide)).astype(np.int64)
+    wide_a = a.astype(wide, copy=False)
     out = np.empty(a.shape[:-1] + (b.shape[1],), np.int64)
-    block = max(1, _WIDE_BLOCK // (8 * b.shape[0]))
+    block = max(1, block_bytes // (wide.itemsize * b.shape[0]))
     for start in range(0, b.shape[1], block):
-        out[..., start:start + block] = wide_a @ b[:, start:start + block].astype(np.float64)
+        out[..., start:start + block] = wide_a @ b[:, start:start + block].astype(wide)
     return out
 
 
