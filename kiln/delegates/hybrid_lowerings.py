@@ -16,7 +16,7 @@ import numpy as np
 
 from ..kernels import hybrid
 from ..ops.elementwise import activation_range
-from .integer_lowerings import IM2COL_BUDGET, _conv_geometry, _exact_float, _Padded
+from .integer_lowerings import IM2COL_BUDGET, _conv_geometry, _DepthwiseSum, _exact_float, _Padded
 
 if TYPE_CHECKING:  # pragma: no cover
     from .quantized import QNode
@@ -109,32 +109,23 @@ def lower_hybrid_depthwise(node: "QNode") -> Callable | None:
             or node.call.out_dtypes[0] != F32):
         return None
     _, kh, kw, cout = w.shape
-    n, _, _, cin = x.shape
+    cin = x.shape[3]
     if cin == 0 or cout % cin:
         return None
     setup = _setup(node, cout)
     if setup is None or setup[0].size != cout:
         return None
     scales, bias, (lo, hi) = setup
-    mult, k = cout // cin, kh * kw
-    ft = _exact_float(k * 255 * _max_magnitude(w))
+    ft = _exact_float(kh * kw * 255 * _max_magnitude(w))
     if ft is None:
         return None
-    (oh, ow), pads, strides, dil = _conv_geometry(node, (kh, kw))
-    padded = _Padded(x.shape, (kh, kw), (oh, ow), pads, strides, dil, ft, 0)
-    products = np.empty((k, n, oh, ow, cout), ft)
-    gathered = products.reshape(kh, kw, n, oh, ow, cin, mult)
-    taps = padded.taps[..., None]
-    weights = np.ascontiguousarray(np.broadcast_to(w.reshape(k, 1, 1, 1, cout).astype(ft), products.shape))
-    total = np.empty((n, oh, ow, cout), ft)
+    taps_sum = _DepthwiseSum(node, x.shape, w, ft, 0)
     xi, oi = node.in_slots[0], node.out_slots[0]
 
     def run(slots):
         q, scale, offset = hybrid.quantize_batches_asymmetric(slots[xi])
-        np.subtract(q, offset.reshape(-1, 1, 1, 1), out=padded.interior, dtype=ft)
-        np.copyto(gathered, taps)
-        np.multiply(products, weights, out=products)
-        np.add.reduce(products, axis=0, out=total)
+        np.subtract(q, offset.reshape(-1, 1, 1, 1), out=taps_sum.padded.interior, dtype=ft)
+        total = taps_sum()
         factor = (scales[None, :] * scale[:, None]).astype(F32)
         out = (total.astype(F32) * factor[:, None, None, :]).astype(F32)
         if bias is not None:

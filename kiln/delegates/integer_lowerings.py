@@ -300,6 +300,44 @@ class _Padded:
         np.subtract(x, self.zp, out=self.interior, dtype=self.buf.dtype)
 
 
+class _DepthwiseSum:
+    """A depthwise convolution's taps summed exactly in float: every tap's products in one
+    persistent buffer (channel multipliers by broadcasting), then one reduction. The caller
+    loads ``padded`` (``x`` minus its zero point) before each call."""
+
+    def __init__(self, node: "QNode", x_shape, w: np.ndarray, ft, zero_point: int):
+        _, kh, kw, cout = w.shape
+        n, _, _, cin = x_shape
+        k = kh * kw
+        (oh, ow), pads, strides, dil = _conv_geometry(node, (kh, kw))
+        self.padded = _Padded(x_shape, (kh, kw), (oh, ow), pads, strides, dil, ft, zero_point)
+        self.products = np.empty((k, n, oh, ow, cout), ft)
+        self.gathered = self.products.reshape(kh, kw, n, oh, ow, cin, cout // cin)
+        self.taps = self.padded.taps[..., None]
+        self.weights = np.ascontiguousarray(
+            np.broadcast_to(w.reshape(k, 1, 1, 1, cout).astype(ft), self.products.shape))
+        self.total = np.empty((n, oh, ow, cout), ft)
+
+    def __call__(self) -> np.ndarray:
+        np.copyto(self.gathered, self.taps)
+        np.multiply(self.products, self.weights, out=self.products)
+        return np.add.reduce(self.products, axis=0, out=self.total)
+
+
+def _exact_integer_setup(node: "QNode", x: np.ndarray, w: np.ndarray, taps: int, cout: int):
+    """(input zero point, bias, float type, requantizer) for an integer convolution summing
+    ``taps`` products of centred weights ``w`` per output; None when no float type holds the
+    sums exactly."""
+    zx = int(_in_qp(node, 0).zero_point[0])
+    bias = _bias(node, cout)
+    acc_bound = taps * _centred_max(x.dtype, zx) * int(np.abs(w).max(initial=0))
+    ft = _exact_float(acc_bound)
+    if ft is None:
+        return None
+    requant = _conv_requantizer(node, cout, acc_bound + (0 if bias is None else int(np.abs(bias).max(initial=0))))
+    return zx, bias, ft, requant
+
+
 def lower_conv(node: "QNode") -> Callable | None:
     """int8 / 16x8 CONV_2D (one group) with constant weights: im2col and one exact GEMM."""
     x, w = node.ins[0], node.consts[1]
@@ -309,14 +347,11 @@ def lower_conv(node: "QNode") -> Callable | None:
     if w is None:
         return None
     cout, kh, kw, cin = w.shape
-    zx = int(_in_qp(node, 0).zero_point[0])
     depth = kh * kw * cin
-    bias = _bias(node, cout)
-    acc_bound = depth * _centred_max(x.dtype, zx) * int(np.abs(w).max(initial=0))
-    ft = _exact_float(acc_bound)
-    if ft is None:
+    setup = _exact_integer_setup(node, x, w, depth, cout)
+    if setup is None:
         return None
-    requant = _conv_requantizer(node, cout, acc_bound + (0 if bias is None else int(np.abs(bias).max(initial=0))))
+    zx, bias, ft, requant = setup
     (oh, ow), pads, strides, dil = _conv_geometry(node, (kh, kw))
     n = x.shape[0]
     w_mat = np.ascontiguousarray(w.reshape(cout, depth).T.astype(ft))
@@ -363,33 +398,19 @@ def lower_depthwise(node: "QNode") -> Callable | None:
     if w is None:
         return None
     _, kh, kw, cout = w.shape
-    n, _, _, cin = x.shape
+    cin = x.shape[3]
     if cin == 0 or cout % cin:
         return None
-    mult = cout // cin
-    k = kh * kw
-    zx = int(_in_qp(node, 0).zero_point[0])
-    bias = _bias(node, cout)
-    acc_bound = k * _centred_max(x.dtype, zx) * int(np.abs(w).max(initial=0))
-    ft = _exact_float(acc_bound)
-    if ft is None:
+    setup = _exact_integer_setup(node, x, w, kh * kw, cout)
+    if setup is None:
         return None
-    requant = _conv_requantizer(node, cout, acc_bound + (0 if bias is None else int(np.abs(bias).max(initial=0))))
-    (oh, ow), pads, strides, dil = _conv_geometry(node, (kh, kw))
-    padded = _Padded(x.shape, (kh, kw), (oh, ow), pads, strides, dil, ft, zx)
-    products = np.empty((k, n, oh, ow, cout), ft)
-    gathered = products.reshape(kh, kw, n, oh, ow, cin, mult)
-    taps = padded.taps[..., None]
-    weights = np.ascontiguousarray(np.broadcast_to(w.reshape(k, 1, 1, 1, cout).astype(ft), products.shape))
-    total = np.empty((n, oh, ow, cout), ft)
+    zx, bias, ft, requant = setup
+    taps_sum = _DepthwiseSum(node, x.shape, w, ft, zx)
     xi, oi = node.in_slots[0], node.out_slots[0]
 
     def run(slots):
-        padded.load(slots[xi])
-        np.copyto(gathered, taps)
-        np.multiply(products, weights, out=products)
-        np.add.reduce(products, axis=0, out=total)
-        acc = total.astype(I64)
+        taps_sum.padded.load(slots[xi])
+        acc = taps_sum().astype(I64)
         if bias is not None:
             acc += bias
         slots[oi] = requant(acc)
