@@ -22,7 +22,7 @@ from ..rules import Tracer
 from ..schema import DType
 from . import custom as custom_ops
 from .context import EmitContext, Unsupported
-from .scope import Legalization, Pending, Scope
+from .scope import Legalization, Pending, Scope, distinct_outputs
 from .tfutil import shape_signature, static_shape, to_dtype
 from .values import ResourceRef, TensorListValue, VarInfo
 
@@ -227,7 +227,7 @@ class Importer:
         self.bind_captures(scope, graph)
         values = scope.run(fn.outputs)
         outputs = [self.as_output(scope, v, f"{key}: output {name!r}") for v, name in zip(values, output_names)]
-        outputs = self._distinct_outputs(sg, outputs, output_names)
+        outputs = distinct_outputs(sg, outputs, output_names)
         sg.outputs = outputs
         signature = Signature(key, sg, sig_inputs, dict(zip(output_names, outputs)))
         self.model.signatures.append(signature)
@@ -250,26 +250,6 @@ class Importer:
         if isinstance(value, ResourceRef):
             raise ConversionError(f"{what} is a resource handle; return its value instead")
         return value
-
-    def _distinct_outputs(self, sg: Subgraph, outputs: list[Tensor], names: list[str]) -> list[Tensor]:
-        """Constant and repeated outputs get an explicit copy op; an input may be an output
-        directly (TF's converter writes a pass-through model with no ops at all)."""
-        seen: set[int] = set()
-        result = []
-        for t, name in zip(outputs, names):
-            if t.is_constant or id(t) in seen:
-                copy = sg.add_tensor(f"{t.name}/{name}", t.dtype, t.shape, shape_signature=t.shape_signature)
-                if t.is_constant:
-                    # A constant output: materialise it with a cheap op LiteRT keeps.
-                    shape = sg.add_constant(f"{t.name}/shape", np.asarray(t.shape, np.int32))
-                    sg.add_operator("RESHAPE", [t, shape], [copy], options={"new_shape": tuple(t.shape)})
-                else:
-                    shape = sg.add_constant(f"{t.name}/shape", np.asarray(t.signature, np.int32))
-                    sg.add_operator("RESHAPE", [t, shape], [copy])
-                t = copy
-            seen.add(id(t))
-            result.append(t)
-        return result
 
     # -- errors -----------------------------------------------------------------------------
     def check_supported(self) -> None:

@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
+import numpy as np
+
 from ..errors import ConversionError
-from ..ir import Subgraph
+from ..ir import Subgraph, Tensor
 
 if TYPE_CHECKING:  # pragma: no cover
     from .context import EmitContext
@@ -137,3 +139,25 @@ def live_ops(graph, outputs) -> list:
             raise ConversionError(f"graph has a cycle through {rest[0].name!r}")
         pending = rest
     return ordered
+
+
+def distinct_outputs(sg: Subgraph, outputs: list[Tensor], suffixes: list[str]) -> list[Tensor]:
+    """``outputs`` with every constant or repeated one replaced by a copy made by an op, so each
+    output of a graph (a signature or a control-flow body) is a tensor an op of its own writes;
+    an input may stand as an output directly (TF's converter writes a pass-through model with
+    no ops at all). The copy of ``t`` is named ``t.name/suffix``."""
+    seen: set[int] = set()
+    result = []
+    for t, suffix in zip(outputs, suffixes):
+        if t.is_constant or id(t) in seen:
+            copy = sg.add_tensor(f"{t.name}/{suffix}", t.dtype, t.shape, shape_signature=t.shape_signature)
+            if t.is_constant:  # a RESHAPE to its own static shape: a cheap op LiteRT keeps
+                shape = sg.add_constant(f"{t.name}/shape", np.asarray(t.shape, np.int32))
+                sg.add_operator("RESHAPE", [t, shape], [copy], options={"new_shape": tuple(t.shape)})
+            else:
+                shape = sg.add_constant(f"{t.name}/shape", np.asarray(t.signature, np.int32))
+                sg.add_operator("RESHAPE", [t, shape], [copy])
+            t = copy
+        seen.add(id(t))
+        result.append(t)
+    return result

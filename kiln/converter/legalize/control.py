@@ -11,7 +11,7 @@ from ...fusion.registry import CompositeCall, NotFusable, composite_rule
 from ...ir import Subgraph, Tensor
 from ...schema import DType
 from ..context import EmitContext
-from ..scope import Scope
+from ..scope import Scope, distinct_outputs
 from ..tfutil import function_def, function_graph, implements_name, shape_signature, static_shape, to_dtype
 from ..values import ResourceRef, TensorListValue
 from .common import emitter_table
@@ -128,23 +128,8 @@ def build_subgraph(ctx: EmitContext, fname: str, args: Sequence, carried: Sequen
             scope.bind(ph, _localize(sg, v))
     values = scope.run([fg.outputs[j] for j in out_indices])
     outs = [_unwrap(v, f"{name} output {j}") for v, j in zip(values, out_indices)]
-    sg.outputs = _body_outputs(sg, outs)
+    sg.outputs = distinct_outputs(sg, outs, ["out"] * len(outs))
     return sg
-
-
-def _body_outputs(sg: Subgraph, outs: list[Tensor]) -> list[Tensor]:
-    """Constant or repeated outputs get a copy so every output is produced in the body."""
-    seen: set[int] = set()
-    result = []
-    for t in outs:
-        if t.is_constant or id(t) in seen:
-            copy = sg.add_tensor(f"{t.name}/out", t.dtype, t.shape, shape_signature=t.shape_signature)
-            shape = sg.add_constant(f"{t.name}/out_shape", np.asarray(t.shape, np.int32))
-            sg.add_operator("RESHAPE", [t, shape], [copy])
-            t = copy
-        seen.add(id(t))
-        result.append(t)
-    return result
 
 
 def _passthrough(fg, i: int) -> bool:
