@@ -365,6 +365,17 @@ def _int16_table_input(x_q, multiplier: int, shift: int) -> np.ndarray:
     return _wrap32_array(_wrap32_array(x * multiplier) + rounding) >> shift
 
 
+def _sigmoid_table_at(magnitude: np.ndarray, frac_bits: int, saturated: int) -> np.ndarray:
+    """The 256-entry sigmoid table read at ``magnitude`` as the 16x8 LOGISTIC and TANH read it:
+    the high bits index it, the low ``frac_bits`` interpolate to the next entry (kept scaled by
+    ``2^frac_bits``); from entry 255 on, ``saturated``."""
+    high = magnitude >> frac_bits
+    index = np.minimum(high, 254)
+    lo, hi = SIGMOID_TABLE_U16[index], SIGMOID_TABLE_U16[index + 1]
+    frac = magnitude & ((1 << frac_bits) - 1)
+    return np.where(high >= 255, saturated, (lo << frac_bits) + frac * (hi - lo))
+
+
 def logistic_int16(x_q, x_qp: QuantParams, out_qp: QuantParams) -> np.ndarray:
     """16x8 LOGISTIC (reference_integer_ops::Logistic for int16): |x| on the table's scale
     indexes the 256-entry sigmoid table with its high bits and interpolates with its low 9,
@@ -372,11 +383,7 @@ def logistic_int16(x_q, x_qp: QuantParams, out_qp: QuantParams) -> np.ndarray:
     whatever the input scale (not the float LUTPopulate its int8 kernel uses)."""
     multiplier, shift = _int16_lut_params(x_qp, out_qp, "LOGISTIC", (0,), True)
     data = _int16_table_input(x_q, multiplier, shift)
-    magnitude = np.abs(data)
-    high = magnitude >> 9
-    index = np.minimum(high, 254)
-    lo, hi = SIGMOID_TABLE_U16[index], SIGMOID_TABLE_U16[index + 1]
-    result = np.where(high >= 255, 0x7FFF << 10, (lo << 9) + (magnitude & 0x1FF) * (hi - lo))
+    result = _sigmoid_table_at(np.abs(data), 9, 0x7FFF << 10)
     result = np.where(data >= 0, result + (1 << 9), (1 << 25) - result + (1 << 9) - 1)
     return (result >> 10).astype(np.int16)
 
@@ -387,11 +394,7 @@ def tanh_int16(x_q, x_qp: QuantParams, out_qp: QuantParams) -> np.ndarray:
     2^-11 take the power-of-two path."""
     multiplier, shift = _int16_lut_params(x_qp, out_qp, "TANH", (0, 1), False)
     data = _int16_table_input(x_q, multiplier, shift)
-    magnitude = np.abs(data)
-    high = magnitude >> 8
-    index = np.minimum(high, 254)
-    lo, hi = SIGMOID_TABLE_U16[index], SIGMOID_TABLE_U16[index + 1]
-    result = np.where(high >= 255, 0xFFFF << 8, (lo << 8) + (magnitude & 0xFF) * (hi - lo))
+    result = _sigmoid_table_at(np.abs(data), 8, 0xFFFF << 8)
     result = np.where(data >= 0, result - (1 << 23) + (1 << 7), -result + (1 << 23) + (1 << 7) - 1)
     return (result >> 8).astype(np.int16)
 
