@@ -88,6 +88,14 @@ def _conv_setup(node: "_Node", w_khw):
     return x_shape, dil, (oh, ow), pads
 
 
+def _bias_and_activation(node: "_Node", cout: int):
+    """A convolution's constant bias as float32 [cout] (None without one) and its fused
+    activation as an in-place clamp."""
+    bias = node.consts[2] if len(node.consts) > 2 else None
+    bias = None if bias is None else np.asarray(bias, F32).reshape(cout)
+    return bias, clamp(*activation_range(node.opts.fused_activation_function, F32))
+
+
 def _chunk_rows(n, ow, oh, per_pixel) -> int:
     return max(1, min(oh, IM2COL_BUDGET // max(1, n * ow * per_pixel)))
 
@@ -99,9 +107,7 @@ def lower_conv(node: "_Node"):
     n = x_shape[0]
     if x_shape[3] != cin:
         raise node.error(f"input channels {x_shape[3]} != filter channels {cin}")
-    bias = node.consts[2] if len(node.consts) > 2 else None
-    bias = None if bias is None else np.asarray(bias, F32).reshape(cout)
-    clamp_y = clamp(*activation_range(node.opts.fused_activation_function, F32))
+    bias, clamp_y = _bias_and_activation(node, cout)
     out_shape = (n, oh, ow, cout)
     get = node.output(0, out_shape)
     xi, oi = node.in_slots[0], node.out_slots[0]
@@ -170,9 +176,7 @@ def lower_depthwise(node: "_Node"):
     if w.shape[0] != 1 or cin == 0 or cout % cin:
         raise node.error(f"filter {list(w.shape)} does not fit {cin} input channels")
     mult = cout // cin
-    bias = node.consts[2] if len(node.consts) > 2 else None
-    bias = None if bias is None else np.asarray(bias, F32).reshape(cout)
-    clamp_y = clamp(*activation_range(node.opts.fused_activation_function, F32))
+    bias, clamp_y = _bias_and_activation(node, cout)
     out_shape = (n, oh, ow, cout)
     get = node.output(0, out_shape)
     xi, oi = node.in_slots[0], node.out_slots[0]
