@@ -430,6 +430,17 @@ def _pool_geometry(node: "QNode"):
     return khw, out_hw, pads, (opts.stride_h, opts.stride_w)
 
 
+def _padded_taps(x_shape, geometry, fill, dtype):
+    """A persistent copy of the input padded with ``fill``: (buffer, its interior to load
+    the input into, the views of every tap in row-major window order)."""
+    khw, out_hw, ((pt, pb), (pl, pr)), strides = geometry
+    n, h, w, c = x_shape
+    buf = np.full((n, h + pt + pb, w + pl + pr, c), fill, dtype)
+    interior = buf[:, pt:pt + h, pl:pl + w]
+    _, taps = window_views(buf, khw, out_hw, strides, (1, 1))
+    return buf, interior, [taps[i, j] for i in range(khw[0]) for j in range(khw[1])]
+
+
 def _pool_range(node: "QNode"):
     return nn_kernels._pool_range(_activation(node), _out_qp(node), node.call.out_dtypes[0])
 
@@ -441,13 +452,8 @@ def lower_max_pool(node: "QNode") -> Callable | None:
     geometry = _pool_geometry(node)
     if geometry is None or x.dtype.kind not in "iu":
         return None
-    khw, out_hw, pads, strides = geometry
-    (pt, pb), (pl, pr) = pads
-    n, h, wd, c = x.shape
-    buf = np.full((n, h + pt + pb, wd + pl + pr, c), np.iinfo(x.dtype).min, x.dtype)
-    interior = buf[:, pt:pt + h, pl:pl + wd]
-    _, taps = window_views(buf, khw, out_hw, strides, (1, 1))
-    first, rest = taps[0, 0], [taps[i, j] for i in range(khw[0]) for j in range(khw[1])][1:]
+    _, interior, taps = _padded_taps(x.shape, geometry, np.iinfo(x.dtype).min, x.dtype)
+    first, rest = taps[0], taps[1:]
     lo, hi = _pool_range(node)
     info = np.iinfo(x.dtype)
     clip = lo > info.min or hi < info.max
@@ -474,21 +480,17 @@ def lower_avg_pool(node: "QNode") -> Callable | None:
     if geometry is None or x.dtype.kind not in "iu":
         return None
     khw, out_hw, pads, strides = geometry
-    (pt, pb), (pl, pr) = pads
-    n, h, wd, c = x.shape
-    buf = np.zeros((n, h + pt + pb, wd + pl + pr, c), I64)
-    interior = buf[:, pt:pt + h, pl:pl + wd]
-    _, taps = window_views(buf, khw, out_hw, strides, (1, 1))
-    all_taps = [taps[i, j] for i in range(khw[0]) for j in range(khw[1])]
-    inside = np.zeros((1, h + pt + pb, wd + pl + pr, 1), I64)
-    inside[:, pt:pt + h, pl:pl + wd] = 1
+    buf, interior, all_taps = _padded_taps(x.shape, geometry, 0, I64)
+    (pt, _), (pl, _) = pads
+    inside = np.zeros((1,) + buf.shape[1:3] + (1,), I64)
+    inside[:, pt:pt + x.shape[1], pl:pl + x.shape[2]] = 1
     counts = window_views(inside, khw, out_hw, strides, (1, 1))[0].sum(axis=(3, 4))
     if np.any(counts == 0):
         return None
     half = counts // 2
     lo, hi = _pool_range(node)
     out_dtype = node.call.out_dtypes[0]
-    total = np.empty((n, *out_hw, c), I64)
+    total = np.empty(all_taps[0].shape, I64)
     xi, oi = node.in_slots[0], node.out_slots[0]
 
     def run(slots):
