@@ -55,19 +55,16 @@ def _load(path: str):
     return read_model(path)
 
 
-def _make_interpreter(model, delegate: str):
-    """"default": exactly ``kiln.Interpreter(model)`` (so it follows the runtime's default);
-    "reference": the reference kernels alone (BUILTIN_REF); "xla": the XLA delegate first, the
-    default delegates after it."""
-    from .runtime import Interpreter, OpResolverType
+def _open_interpreter(path: str, delegate: str):
+    """The model's interpreter from `kiln.runtime.open` (the one place that maps a backend to
+    an interpreter): "default" is exactly ``kiln.Interpreter(model)`` (so it follows the
+    runtime's default); "reference" the reference kernels alone (BUILTIN_REF); "xla" the XLA
+    delegate first, the default delegates after it."""
+    from . import runtime
+    from .runtime import OpResolverType
 
-    if delegate == "reference":
-        return Interpreter(model_content=model, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
-    if delegate == "xla":
-        from .xla import XlaDelegate
-
-        return Interpreter(model_content=model, experimental_delegates=[XlaDelegate()])
-    return Interpreter(model_content=model)
+    resolver = OpResolverType.BUILTIN_REF if delegate == "reference" else None
+    return runtime.open(path, "xla" if delegate == "xla" else "kiln", op_resolver_type=resolver).make_interpreter()
 
 
 def backend_lines(interp, verbose: bool = False) -> list[str]:
@@ -244,8 +241,7 @@ def _pick_signature(interp, key):
 
 
 def cmd_run(args) -> int:
-    model = _load(args.model)
-    interp = _make_interpreter(model, args.delegate)
+    interp = _open_interpreter(args.model, args.delegate)
     given = _parse_inputs(args.input)
     rng = np.random.default_rng(args.seed)
     runner, key = _pick_signature(interp, args.signature)
@@ -347,8 +343,7 @@ def profile_table(events, runs: int) -> list[str]:
 
 
 def cmd_benchmark(args) -> int:
-    model = _load(args.model)
-    interp = _make_interpreter(model, args.delegate)
+    interp = _open_interpreter(args.model, args.delegate)
     rng = np.random.default_rng(args.seed)
     runner, key = _pick_signature(interp, args.signature) if args.signature else (None, None)
     if runner is not None:

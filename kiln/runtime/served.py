@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 
 from .. import ops
-from ..errors import InterpreterError, ModelError, UnsupportedError
+from ..errors import InterpreterError, KilnError, ModelError, UnsupportedError
 from ..schema import DType
 
 BACKENDS = ("kiln", "litert", "xla", "tf")
@@ -149,6 +149,8 @@ class ServedModel:
     ``thread_safe``: one runner may be shared by every thread (a TensorFlow function).
     ``has_batch_function``: a SavedModel whose graph batches by itself (``BatchFunction``).
     ``signature_defs``: a SavedModel's SignatureDef protos, serialized, by key.
+    ``make_interpreter``: a ``.tflite`` model's interpreter of its own (LiteRT's Python API),
+    for work that reaches below signatures: a per-op profile, every intermediate tensor.
     """
 
     path: str | None
@@ -250,12 +252,22 @@ def open(model, backend: str | None = None, *, num_threads: int | None = None,  
 def _open_tflite(content: bytes, path, backend, num_threads, resolver_type, preserve) -> ServedModel:
     from ..format import read_model
 
-    ir = read_model(content)  # validated; kiln's interpreters share it (and its weights)
+    try:
+        ir = read_model(content)  # validated; kiln's interpreters share it (and its weights)
+    except ModelError as exc:
+        if path is None:
+            raise
+        raise ModelError(f"{path}: {exc}") from None
     make = _interpreter_factory(ir, content, backend, num_threads, resolver_type, preserve)
     signatures = model_signatures(ir)
     has_defs = bool(ir.signatures)
     cache = SHAPE_CACHE if backend == "kiln" else 1
-    probe = [make()]  # loads now, so a model the backend refuses fails here, not in a worker
+    try:
+        probe = [make()]  # loads now, so a model the backend refuses fails here, not in a worker
+    except KilnError:
+        raise
+    except (RuntimeError, ValueError) as exc:  # LiteRT's (and TensorFlow's) refusals
+        raise ModelError(f"{path or 'the model'}: backend {backend!r} cannot load it: {exc}") from exc
 
     def first_or_new():
         try:
@@ -266,7 +278,7 @@ def _open_tflite(content: bytes, path, backend, num_threads, resolver_type, pres
     def new_runner() -> Runner:
         return _InterpreterRunner(first_or_new, signatures, has_defs, cache)
 
-    return ServedModel(path, "tflite", backend, signatures, new_runner, make)
+    return ServedModel(path, "tflite", backend, signatures, new_runner, first_or_new)
 
 
 def _interpreter_factory(ir, content: bytes, backend: str, num_threads, resolver_type, preserve):

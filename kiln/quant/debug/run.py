@@ -15,12 +15,12 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from ... import ops
-from ...errors import KilnError, UnsupportedError
+from ... import ops, runtime
+from ...errors import KilnError
 from ...format import write_model
 from ...ir import Model, Operator, QuantParams, Tensor
 from ...kernels.fixedpoint import round_half_away
-from ...runtime import Interpreter
+from ...runtime import OpResolverType
 from ...schema import DType
 from ..backends import invoke_fresh
 
@@ -53,26 +53,19 @@ class _InterpreterSession:
         return values
 
 
-def kiln_runner(model: bytes) -> Session:
-    """kiln's Interpreter with every intermediate tensor preserved."""
-    return _InterpreterSession(Interpreter(model_content=model, experimental_preserve_all_tensors=True),
-                               "kiln's Interpreter")
+def _preserving_runner(backend: str, label: str, resolver=None) -> Runner:
+    """A runner on `kiln.runtime.open`'s interpreter for ``backend`` (every intermediate kept)."""
+    def runner(model: bytes) -> Session:
+        interp = runtime.open(model, backend, op_resolver_type=resolver, preserve_all_tensors=True).make_interpreter()
+        return _InterpreterSession(interp, label)
+
+    runner.__doc__ = f"{label} with every intermediate tensor preserved."
+    return runner
 
 
-def litert_runner(model: bytes) -> Session:
-    """LiteRT's reference kernels (``BUILTIN_REF``) with every intermediate preserved."""
-    try:
-        from ai_edge_litert.interpreter import Interpreter as LiteRT
-        from ai_edge_litert.interpreter import OpResolverType
-    except ImportError as exc:
-        raise UnsupportedError("runner='litert' needs the ai-edge-litert package "
-                               "(pip install ai-edge-litert)") from exc
-    try:
-        interp = LiteRT(model_content=model, experimental_op_resolver_type=OpResolverType.BUILTIN_REF,
-                        experimental_preserve_all_tensors=True)
-    except (RuntimeError, ValueError) as exc:
-        raise KilnError(f"LiteRT cannot load the model: {exc}") from exc
-    return _InterpreterSession(interp, "LiteRT (BUILTIN_REF)")
+kiln_runner = _preserving_runner("kiln", "kiln's Interpreter")
+#: LiteRT's reference kernels: the ones kiln's integer kernels are bit-exact with.
+litert_runner = _preserving_runner("litert", "LiteRT (BUILTIN_REF)", OpResolverType.BUILTIN_REF)
 
 
 RUNNERS: dict[str, Runner] = {"kiln": kiln_runner, "litert": litert_runner}
