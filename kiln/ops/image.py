@@ -323,26 +323,15 @@ def _batch_to_space_kernel(call: KernelCall, x, block_shape, crops):
     return np.ascontiguousarray(y[tuple(index)]).astype(call.out_dtypes[0], copy=False)
 
 
-SPACE_TO_BATCH_ND = OpDef(
-    name="SPACE_TO_BATCH_ND",
-    kernel=_space_to_batch_kernel,
-    quantized=on_codes(_space_to_batch_kernel),
-    options=None,
-    version=_batch_space_version,
-    max_version=4,
-    runtime_versions=("1.6.0", "1.14.0", "2.3.0", "2.12.0"),
-    quantization=same(),   # LiteRT 2.3 runs it with int8 and int16 activations (measured, BUILTIN_REF)
-)
-BATCH_TO_SPACE_ND = OpDef(
-    name="BATCH_TO_SPACE_ND",
-    kernel=_batch_to_space_kernel,
-    quantized=on_codes(_batch_to_space_kernel),
-    options=None,
-    version=_batch_space_version,
-    max_version=4,
-    runtime_versions=("1.6.0", "1.14.0", "2.3.0", "2.12.0"),
-    quantization=same(),   # LiteRT 2.3 runs it with int8 and int16 activations (measured, BUILTIN_REF)
-)
+def _batch_space_record(name: str, kernel) -> OpDef:
+    """SPACE_TO_BATCH_ND and BATCH_TO_SPACE_ND: the same versions and number formats (LiteRT
+    2.3 runs both with int8 and int16 activations, measured on BUILTIN_REF)."""
+    return OpDef(name=name, kernel=kernel, quantized=on_codes(kernel), options=None, version=_batch_space_version,
+                 max_version=4, runtime_versions=("1.6.0", "1.14.0", "2.3.0", "2.12.0"), quantization=same())
+
+
+SPACE_TO_BATCH_ND = _batch_space_record("SPACE_TO_BATCH_ND", _space_to_batch_kernel)
+BATCH_TO_SPACE_ND = _batch_space_record("BATCH_TO_SPACE_ND", _batch_to_space_kernel)
 
 
 OPS = (
