@@ -39,6 +39,10 @@ class Float32:
 
     xp = np
 
+    def round(self, x):
+        """float64 ``x`` rounded to float32."""
+        return x.astype(F32)
+
     def mul(self, a, b):
         return np.multiply(a, b, dtype=F32)
 
@@ -68,14 +72,14 @@ class Float32:
 NUMPY = Float32()
 
 # glibc's expf: 2^(i/32) as doubles less i·2^47 (so adding k·2^47 scales by 2^(k//32)), the
-# cubic's coefficients pre-scaled by 1/32^n, 32/ln2, and the round-to-integer shift.
+# cubic's coefficients pre-scaled by 1/32^n, and 32/ln2.
 _EXPF_N = 32
 _EXPF_TABLE = np.array([np.float64(2.0 ** (i / _EXPF_N)).view(np.uint64) - (i << 47) for i in range(_EXPF_N)],
                        np.uint64)
 _EXPF_C = (float.fromhex("0x1.c6af84b912394p-5") / _EXPF_N ** 3, float.fromhex("0x1.ebfce50fac4f3p-3") / _EXPF_N ** 2,
            float.fromhex("0x1.62e42ff0c52d6p-1") / _EXPF_N)
 _EXPF_INV_LN2_N = float.fromhex("0x1.71547652b82fep+0") * _EXPF_N
-_EXPF_SHIFT = float.fromhex("0x1.8p+52")
+_EXPF_K_LIMIT = float(1 << 20)
 _EXPF_OVERFLOW, _EXPF_UNDERFLOW = float.fromhex("0x1.62e42ep6"), float.fromhex("-0x1.9fe368p6")
 
 
@@ -86,12 +90,15 @@ def expf(x, f: Float32 = NUMPY):
     xd = xp.asarray(x).astype(F32).astype(np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
         z = _EXPF_INV_LN2_N * xd
-        shifted = z + _EXPF_SHIFT
-        k = xp.nan_to_num(shifted, nan=_EXPF_SHIFT, posinf=_EXPF_SHIFT, neginf=_EXPF_SHIFT).view(np.uint64)
-        r = z - (shifted - _EXPF_SHIFT)
-        s = (xp.take(_EXPF_TABLE, (k % np.uint64(_EXPF_N)).astype(np.int64)) + (k << np.uint64(47))).view(np.float64)
+        # glibc rounds z to the integer k by adding and subtracting 1.5·2^52 and reads k from
+        # the sum's bits; rint is the same rounding (to nearest, ties to even), and XLA would
+        # fold (z + c) − c to z. Arguments beyond ±2^20 are special cases below.
+        kd = xp.rint(xp.nan_to_num(xp.clip(z, -_EXPF_K_LIMIT, _EXPF_K_LIMIT)))
+        r = z - kd
+        k = kd.astype(np.int64)
+        s = (xp.take(_EXPF_TABLE, k & (_EXPF_N - 1)) + (k.astype(np.uint64) << np.uint64(47))).view(np.float64)
         y = (_EXPF_C[0] * r + _EXPF_C[1]) * (r * r) + (_EXPF_C[2] * r + 1.0)
-        out = (y * s).astype(F32)
+        out = f.round(y * s)
     # glibc's special cases: huge arguments saturate, NaN stays NaN
     out = xp.where(xd > _EXPF_OVERFLOW, F32(np.inf), out)
     out = xp.where(xd < _EXPF_UNDERFLOW, F32(0), out)
