@@ -140,8 +140,8 @@ def _load_builtins() -> None:
             lower_math,
             lower_nn,
             lower_quant,
+            lower_quant_activations,
             lower_quant_lstm,  # noqa: F401 - after lower_rnn: adds to its LSTM lowering
-            lower_quant_more,
             lower_quant_ops,
             lower_rnn,
             lower_seq,
@@ -149,7 +149,7 @@ def _load_builtins() -> None:
             lower_vars,
         )
 
-        lower_quant_more.register()  # these add quantized lowerings to the modules' above,
+        lower_quant_activations.register()  # these add quantized lowerings to the modules' above,
         lower_quant_ops.register()   # derived ones last: to (op, types) given none before
         _BUILTINS_LOADED = True
 
