@@ -24,6 +24,7 @@ import numpy as np
 from .. import ops
 from ..errors import KilnError
 from ..ops.backends import FLOAT, BackendTable, BackendTableError, Entry, key_name
+from ..ops.record import KernelCall
 
 #: ``static`` value meaning "every operand": the op's output shape depends on its values
 #: (WHERE, UNIQUE, ...), so it is only computed while tracing, from static inputs.
@@ -60,21 +61,11 @@ class Lowering:
 
 
 @dataclass
-class LoweringCall:
-    """What a lowering is handed about its node (the KernelCall of the reference kernels)."""
+class LoweringCall(KernelCall):
+    """What a lowering is handed about its node: the reference kernels' KernelCall (options,
+    node, output types, operands' quantization), with the partition's label for messages."""
 
-    opts: SimpleNamespace
-    op: object
-    out_dtypes: list
-    label: str
-
-    def in_quant(self, i: int):
-        t = self.op.inputs[i]
-        return None if t is None else t.quantization
-
-    def out_quant(self, i: int = 0):
-        t = self.op.outputs[i]
-        return None if t is None else t.quantization
+    label: str = ""
 
 
 #: What XLA lowers, per (op, operand types).
@@ -179,7 +170,7 @@ def node_options(op) -> SimpleNamespace:
 
 def make_call(op, label: str) -> LoweringCall:
     out_dtypes = [None if t is None else np.dtype(t.dtype.numpy) for t in op.outputs]
-    return LoweringCall(node_options(op), op, out_dtypes, label)
+    return LoweringCall(node_options(op), op, out_dtypes, label=label)
 
 
 def is_float(dtype) -> bool:
