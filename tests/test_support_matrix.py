@@ -17,10 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: (backend letter, op, operand types) -> why that backend runs the op but not these nodes.
 #: Strict: a pair that becomes registered must leave this table. tests/quant/test_backend_drift.py
 #: allows these refusals, and only these, on the quantizer's real nodes.
-TABLE_GAPS = {
-    ("X", "UNIDIRECTIONAL_SEQUENCE_LSTM", "hybrid"): "no XLA lowering of the hybrid (dynamic-range) LSTM",
-    ("X", "BIDIRECTIONAL_SEQUENCE_LSTM", "hybrid"): "no XLA lowering of the hybrid (dynamic-range) LSTM",
-}
+TABLE_GAPS: dict[tuple[str, str, str], str] = {}
 
 
 @pytest.fixture

@@ -26,11 +26,16 @@ product is exactly zero then, so computing it changes nothing.
 
 LiteRT's quirk with activation NONE is kept: the cell activation leaves its buffer alone, so
 ``m = o · g`` (the raw cell gate), not ``o · c``.
+
+The arithmetic (`input_part`, `step`) is written once over a `Backend`: NumPy's here (`run`
+loops over time), XLA's in kiln.xla.lower_quant_lstm (one lax.scan); the scratch-buffer
+layout is static, so the logistic's scalar positions are constant masks under tracing.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -82,21 +87,45 @@ class Cell:
         return self.bias.size // len(self.gates)
 
 
-def activate(x: np.ndarray, activation: int, scalar: np.ndarray | None = None) -> np.ndarray:
+@dataclass(frozen=True)
+class Backend:
+    """What the step needs of an array backend: float32 arithmetic rounded as LiteRT's
+    (`float_math.Float32`, whose ``xp`` is the namespace), LiteRT's per-row quantization of
+    float rows ``quantize_rows(rows, asymmetric) -> (q, scale float32, zero_point)`` and an
+    exact integer product ``int_dot(q [n, k], w int8 [m, k]) -> [n, m]``."""
+
+    f: float_math.Float32
+    quantize_rows: Callable
+    int_dot: Callable
+
+
+def _numpy_rows(rows: np.ndarray, asymmetric: bool):
+    if asymmetric:
+        return quantize_rows_asymmetric(rows)
+    q, scale = quantize_rows_symmetric(rows)
+    return q, scale, np.zeros(rows.shape[0], np.int32)
+
+
+#: kiln's NumPy kernels (BatchQuantizeFloats of kernels.hybrid, products through float64 BLAS).
+NUMPY = Backend(float_math.NUMPY, _numpy_rows, lambda q, w: int_matmul(q, w.T))
+
+
+def activate(x, activation: int, scalar: np.ndarray | None = None, f: float_math.Float32 = float_math.NUMPY):
     """ApplyActivationToVector (NONE is handled by the caller: LiteRT leaves the buffer);
     ``scalar``: the positions Eigen's logistic computes one by one (`float_math.logistic`)."""
+    xp = f.xp
     if activation == TANH:
-        return float_math.tanh(x)
+        return float_math.tanh(x, f)
     if activation == SIGMOID:
-        return float_math.logistic(x, scalar)
+        return float_math.logistic(x, scalar, f)
     if activation == RELU:
-        return np.maximum(x, F32(0))
+        return xp.maximum(x, F32(0))
     if activation == RELU6:
-        return np.clip(x, F32(0), F32(6))
+        return xp.clip(x, F32(0), F32(6))
     if activation == RELU_N1_TO_1:
-        return np.clip(x, F32(-1), F32(1))
+        return xp.clip(x, F32(-1), F32(1))
     if activation == SIGN_BIT:
-        return np.signbit(x).astype(F32)
+        return xp.signbit(x).astype(F32)
     raise ValueError(f"activation {activation} has no LSTM meaning")
 
 
@@ -116,92 +145,91 @@ def scalar_masks(gates: str, batch: int, n_cell: int, time_major: bool) -> dict[
     return masks
 
 
-def _quantized_product(rows: np.ndarray, m: Matrix, asymmetric: bool) -> np.ndarray:
+def _quantized_product(k: Backend, rows, m: Matrix, asymmetric: bool):
     """``float32(W·q − zp·ΣW) · (s_row · s_W)`` for every row of float ``rows`` [n, cols]
     (BatchQuantizeFloats, then MatrixBatchVectorMultiplyAccumulate's product)."""
-    if asymmetric:
-        q, sf, zp = quantize_rows_asymmetric(rows)
-    else:
-        q, sf = quantize_rows_symmetric(rows)
-        zp = np.zeros(rows.shape[0], np.int32)
-    dot = int_matmul(q, m.q.T) - zp.astype(np.int64)[:, None] * m.row_sums[None, :]
-    # int32 in LiteRT; its conversion to float rounds to nearest as NumPy's does
-    scale = (sf[:, None].astype(F32) * m.scale[None, :]).astype(F32)
-    return (dot.astype(np.int32).astype(F32) * scale).astype(F32)
+    q, sf, zp = k.quantize_rows(rows, asymmetric)
+    dot = k.int_dot(q, m.q) - zp.astype(np.int64)[:, None] * m.row_sums[None, :]
+    # int32 in LiteRT; its conversion to float rounds to nearest
+    scale = k.f.mul(sf[:, None], m.scale[None, :])
+    return k.f.mul(dot.astype(np.int32).astype(F32), scale)
 
 
-def _mean_stddev_normalization(x: np.ndarray) -> np.ndarray:
+def _mean_stddev_normalization(f: float_math.Float32, x):
     """LiteRT's MeanStddevNormalization over the last axis: sequential float32 sums."""
-    n = x.shape[-1]
-    total = np.cumsum(x, axis=-1, dtype=F32)[..., -1:]
-    mean = (total / F32(n)).astype(F32)
-    diff = (x - mean).astype(F32)
-    variance = (np.cumsum((diff * diff).astype(F32), axis=-1, dtype=F32)[..., -1:] / F32(n)).astype(F32)
-    inv = (F32(1) / np.sqrt((variance + F32(1e-8)).astype(F32))).astype(F32)
-    return (diff * inv).astype(F32)
+    n = F32(x.shape[-1])
+    mean = f.div(f.sum_last(x), n)
+    diff = f.sub(x, mean)
+    variance = f.div(f.sum_last(f.mul(diff, diff)), n)
+    inv = f.div(F32(1), f.sqrt(f.add(variance, F32(1e-8))))
+    return f.mul(diff, inv)
 
 
-def _gate(cell: Cell, pre: np.ndarray, k: int) -> np.ndarray:
-    """Gate ``k``'s columns of ``pre`` [B, G*C] (bias and products in), after its peephole."""
-    n = cell.n_cell
-    return pre[:, k * n:(k + 1) * n]
-
-
-def _finish(cell: Cell, g: str, value: np.ndarray, k: int, activation: int, scalar) -> np.ndarray:
+def _finish(f: float_math.Float32, cell: Cell, g: str, value, k: int, activation: int, scalar):
     """Layer norm (if any), then the gate's activation (NONE: the value itself)."""
     if g in cell.layer_norm:
         n = cell.n_cell
-        value = (_mean_stddev_normalization(value) * cell.layer_norm[g]).astype(F32)
-        value = (value + cell.bias[k * n:(k + 1) * n]).astype(F32)
-    return value if activation == NONE else activate(value, activation, scalar)
+        value = f.mul(_mean_stddev_normalization(f, value), cell.layer_norm[g])
+        value = f.add(value, cell.bias[k * n:(k + 1) * n])
+    return value if activation == NONE else activate(value, activation, scalar, f)
+
+
+def input_part(k: Backend, cell: Cell, x, aux=None):
+    """The gates' input (and aux input) contributions, which do not depend on the recurrence,
+    for every step at once: time-major ``x`` [T, B, I] (``aux`` [T, B, A]) -> [T, B, G*C],
+    the bias in (unless layer norm adds it later)."""
+    steps, batch = x.shape[:2]
+    start = np.zeros_like(cell.bias) if cell.layer_norm else cell.bias
+    pre = k.f.add(start, _quantized_product(k, x.reshape(steps * batch, -1), cell.input, cell.asymmetric))
+    if aux is not None and cell.aux is not None:
+        pre = k.f.add(pre, _quantized_product(k, aux.reshape(steps * batch, -1), cell.aux, cell.asymmetric))
+    return pre.reshape(steps, batch, -1)
+
+
+def step(k: Backend, cell: Cell, masks: dict, pre_x, h, c):
+    """One time step for the batch: ``pre_x`` [B, G*C] from `input_part`, states ``h`` [B, O]
+    and ``c`` [B, C] float32; returns the new (h, c) (h is also the step's output).
+    ``masks``: `scalar_masks` for the node's batch and layout."""
+    f, xp, n = k.f, k.f.xp, cell.n_cell
+    pre = f.add(pre_x, _quantized_product(k, h, cell.recurrent, cell.asymmetric))
+    column = {g: j for j, g in enumerate(cell.gates)}
+
+    def gate(g: str, activation: int, state):
+        value = pre[:, column[g] * n:(column[g] + 1) * n]
+        if g in cell.peephole:           # i and f see the old cell, o the new one
+            value = f.add(value, f.mul(cell.peephole[g], state))
+        return _finish(f, cell, g, value, column[g], activation, masks[g])
+
+    forget = gate("f", SIGMOID, c)
+    i = gate("i", SIGMOID, c) if "i" in column else f.sub(F32(1), forget)
+    g_raw = gate("c", cell.activation, None)
+    c = f.add(f.mul(forget, c), f.mul(g_raw, i))
+    if cell.cell_clip > 0:
+        c = xp.clip(c, F32(-cell.cell_clip), F32(cell.cell_clip))
+    o = gate("o", SIGMOID, c)
+    # act(c) is written into the cell gate's slot (CalculateLstmOutputHybrid's scratch0)
+    m = f.mul(o, g_raw if cell.activation == NONE else activate(c, cell.activation, masks["c"], f))
+    if cell.projection is not None:
+        # LiteRT fills the output with the bias (or zeros) and accumulates the product into it
+        base = F32(0) if cell.projection_bias is None else cell.projection_bias
+        m = f.add(base, _quantized_product(k, m, cell.projection, cell.asymmetric))
+        if cell.proj_clip > 0:
+            m = xp.clip(m, F32(-cell.proj_clip), F32(cell.proj_clip))
+    return m, c
 
 
 def run(cell: Cell, x: np.ndarray, h: np.ndarray, c: np.ndarray, *, aux: np.ndarray | None = None,
         reverse: bool = False, time_major: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One direction over time-major ``x`` [T, B, I] (``aux`` [T, B, A]) from states ``h``
-    [B, O] and ``c`` [B, C]; returns (outputs [T, B, O], h, c), all float32. ``time_major``:
-    the node's layout, which decides how LiteRT steps the batch (`scalar_masks`)."""
+    [B, O] and ``c`` [B, C], in NumPy; returns (outputs [T, B, O], h, c), all float32.
+    ``time_major``: the node's layout, which decides how LiteRT steps the batch (`scalar_masks`)."""
     x = np.asarray(x, F32)
+    pre_x = input_part(NUMPY, cell, x, None if aux is None else np.asarray(aux, F32))
     steps, batch = x.shape[:2]
-    # The input's (and aux input's) products do not depend on the recurrence: all steps at once.
-    start = np.zeros_like(cell.bias) if cell.layer_norm else cell.bias
-    pre_x = (start + _quantized_product(x.reshape(steps * batch, -1), cell.input, cell.asymmetric)).astype(F32)
-    if aux is not None and cell.aux is not None:
-        aux = np.asarray(aux, F32)
-        pre_x = (pre_x + _quantized_product(aux.reshape(steps * batch, -1), cell.aux, cell.asymmetric)).astype(F32)
-    pre_x = pre_x.reshape(steps, batch, -1)
-    h, c = np.asarray(h, F32).copy(), np.asarray(c, F32).copy()
+    h, c = np.array(h, F32), np.array(c, F32)
     out = np.empty((steps, batch, h.shape[1]), F32)
-    column = {g: k for k, g in enumerate(cell.gates)}
     masks = scalar_masks(cell.gates, batch, cell.n_cell, time_major)
     for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
-        pre = (pre_x[t] + _quantized_product(h, cell.recurrent, cell.asymmetric)).astype(F32)
-        gates = {}
-        for g in "if":
-            if g not in column:
-                continue
-            value = _gate(cell, pre, column[g])
-            if g in cell.peephole:
-                value = (value + (cell.peephole[g] * c).astype(F32)).astype(F32)
-            gates[g] = _finish(cell, g, value, column[g], SIGMOID, masks[g])
-        g_raw = _finish(cell, "c", _gate(cell, pre, column["c"]), column["c"], cell.activation, masks["c"])
-        c = (gates["f"] * c).astype(F32)
-        i = (F32(1) - gates["f"]).astype(F32) if "i" not in column else gates["i"]
-        c = (c + (g_raw * i).astype(F32)).astype(F32)
-        if cell.cell_clip > 0:
-            c = np.clip(c, F32(-cell.cell_clip), F32(cell.cell_clip)).astype(F32)
-        value = _gate(cell, pre, column["o"])
-        if "o" in cell.peephole:
-            value = (value + (cell.peephole["o"] * c).astype(F32)).astype(F32)
-        o = _finish(cell, "o", value, column["o"], SIGMOID, masks["o"])
-        # act(c) is written into the cell gate's slot (CalculateLstmOutputHybrid's scratch0)
-        m = (o * (g_raw if cell.activation == NONE else activate(c, cell.activation, masks["c"]))).astype(F32)
-        if cell.projection is not None:
-            base = np.zeros((batch, cell.projection.q.shape[0]), F32) if cell.projection_bias is None else \
-                np.broadcast_to(cell.projection_bias, (batch, cell.projection.q.shape[0])).astype(F32)
-            m = (base + _quantized_product(m, cell.projection, cell.asymmetric)).astype(F32)
-            if cell.proj_clip > 0:
-                m = np.clip(m, F32(-cell.proj_clip), F32(cell.proj_clip)).astype(F32)
-        h = m
+        h, c = step(NUMPY, cell, masks, pre_x[t], h, c)
         out[t] = h
     return out, h, c

@@ -57,13 +57,17 @@ def _lrn(call: KernelCall, x):
     hi, lo = np.minimum(c + radius + 1, depth), np.maximum(c - radius, 0)
     scale = (prefix[..., hi] - prefix[..., lo]).astype(np.float32) + bias
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        if beta == 1:
-            factor = np.float32(1) / scale
-        elif beta == 0.5:
-            factor = np.float32(1) / np.sqrt(scale)
-        else:
-            factor = np.power(scale, -beta)
-        return (x * factor).astype(np.float32)
+        return (x * lrn_factor(np, scale, beta)).astype(np.float32)
+
+
+def lrn_factor(xp, scale, beta):
+    """LOCAL_RESPONSE_NORMALIZATION's ``scale ** -beta`` over array namespace ``xp`` (NumPy
+    here, jax.numpy in kiln.xla), with LiteRT's exact forms for beta 1 and 0.5."""
+    if beta == 1:
+        return np.float32(1) / scale
+    if beta == 0.5:
+        return np.float32(1) / xp.sqrt(scale)
+    return xp.power(scale, -beta)
 
 
 # -- BUCKETIZE ------------------------------------------------------------------------------------

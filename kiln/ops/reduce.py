@@ -148,25 +148,29 @@ def _index_dtype(call: KernelCall, i: int, fallback) -> np.dtype:
     return np.dtype(fallback)
 
 
+def arg_extreme(xp, call: KernelCall, x, axis, pick_max: bool):
+    """ARG_MAX / ARG_MIN, checked, over array namespace ``xp`` (NumPy here, jax.numpy in
+    kiln.xla): the first index of the extreme along the one axis. NaN never replaces the
+    running best, so it only wins from position 0."""
+    if x.ndim == 0:
+        raise OpError(f"{call.op.name}: input must have at least one dimension")
+    ax = _single_axis(call, x, axis)
+    if x.shape[ax] == 0:
+        raise OpError(f"{call.op.name}: cannot reduce an empty axis {ax}")
+    opt = call.opts.output_type
+    fallback = DType(opt).numpy if opt in (DType.INT32, DType.INT64) else np.int64
+    floating = np.dtype(x.dtype).kind == "f" or np.dtype(x.dtype).name == "bfloat16"
+    v = xp.where(xp.isnan(x), -np.inf if pick_max else np.inf, x) if floating else x
+    idx = xp.argmax(v, axis=ax) if pick_max else xp.argmin(v, axis=ax)
+    if floating:
+        idx = xp.where(xp.isnan(xp.take(x, 0, axis=ax)), 0, idx)
+    return xp.asarray(idx).astype(_index_dtype(call, 0, fallback))
+
+
 def _arg(pick_max: bool):
     def kernel(call: KernelCall, x: np.ndarray, axis: np.ndarray) -> np.ndarray:
         reject_quantized(call, shared_ok=True)
-        if x.ndim == 0:
-            raise OpError(f"{call.op.name}: input must have at least one dimension")
-        ax = _single_axis(call, x, axis)
-        if x.shape[ax] == 0:
-            raise OpError(f"{call.op.name}: cannot reduce an empty axis {ax}")
-        opt = call.opts.output_type
-        fallback = DType(opt).numpy if opt in (DType.INT32, DType.INT64) else np.int64
-        v = x
-        if np.issubdtype(x.dtype, np.floating):
-            # NaN never replaces the running best, so it only wins from position 0.
-            v = np.where(np.isnan(x), -np.inf if pick_max else np.inf, x)
-        idx = np.argmax(v, axis=ax) if pick_max else np.argmin(v, axis=ax)
-        if np.issubdtype(x.dtype, np.floating):
-            first_nan = np.isnan(np.take(x, 0, axis=ax))
-            idx = np.where(first_nan, 0, idx)
-        return np.asarray(idx).astype(_index_dtype(call, 0, fallback))
+        return arg_extreme(np, call, x, axis, pick_max)
 
     return kernel
 

@@ -70,6 +70,25 @@ def _uni_rnn_kernel(call: KernelCall, x, w, r, b, h_in):
     return with_state(call, [_swap_time_batch(out, time_major)], [h])
 
 
+def bidi_rnn_routing(name: str, inputs, xt, time_major: bool, to_time_major):
+    """BIDIRECTIONAL_SEQUENCE_RNN's aux input (operands 9-11), checked and routed as LiteRT
+    routes it (also kiln.xla's lowering): (the backward direction's input, the aux input both
+    directions add through their aux weights or None, the forward and backward aux weights).
+    ``xt``: the time-major input; ``to_time_major``: the caller's conversion of the aux input."""
+    aux_in, fw_aux_w, bw_aux_w = (_get(inputs, i) for i in (9, 10, 11))
+    if (fw_aux_w is None) != (bw_aux_w is None):
+        raise OpError(f"{name}: aux weights (operands 10, 11) must be given for both directions "
+                      "or for neither")
+    if fw_aux_w is not None and aux_in is None:
+        raise OpError(f"{name}: aux weights given but no aux input (operand 9)")
+    aux_t = None if aux_in is None else to_time_major(aux_in)
+    cross_linked = aux_t is None or fw_aux_w is not None
+    # LiteRT quirk, reproduced: batch-major, an aux input without aux weights is *not* used as
+    # the backward input (only the time-major path reads it); the backward cell reads `input`.
+    bw_x = xt if (cross_linked or not time_major) else aux_t
+    return bw_x, aux_t if cross_linked else None, fw_aux_w, bw_aux_w
+
+
 def _bidi_rnn_kernel(call: KernelCall, *inputs):
     name = "BIDIRECTIONAL_SEQUENCE_RNN"
     opts = call.opts
@@ -79,18 +98,8 @@ def _bidi_rnn_kernel(call: KernelCall, *inputs):
     time_major = bool(opts.time_major)
     xt = _swap_time_batch(np.asarray(x), time_major)
     batch = xt.shape[1]
-    aux_in, fw_aux_w, bw_aux_w = (_get(inputs, i) for i in (9, 10, 11))
-    if (fw_aux_w is None) != (bw_aux_w is None):
-        raise OpError(f"{name}: aux weights (operands 10, 11) must be given for both directions "
-                      "or for neither")
-    if fw_aux_w is not None and aux_in is None:
-        raise OpError(f"{name}: aux weights given but no aux input (operand 9)")
-    aux_t = None if aux_in is None else _swap_time_batch(np.asarray(aux_in, np.float32), time_major)
-    cross_linked = aux_t is None or fw_aux_w is not None
-    # LiteRT quirk, reproduced: batch-major, an aux input without aux weights is *not* used as
-    # the backward input (only the time-major path reads it); the backward cell reads `input`.
-    bw_x = xt if (cross_linked or not time_major) else aux_t
-    real_aux = aux_t if cross_linked else None
+    bw_x, real_aux, fw_aux_w, bw_aux_w = bidi_rnn_routing(
+        name, inputs, xt, time_major, lambda a: _swap_time_batch(np.asarray(a, np.float32), time_major))
     fw_w, fw_r, fw_b, fw_h0 = _rnn_operands(name, x, *inputs[1:5], batch)
     bw_w, bw_r, bw_b, bw_h0 = _rnn_operands(name, bw_x, *inputs[5:9], batch)
     act = opts.fused_activation_function

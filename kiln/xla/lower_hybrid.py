@@ -13,61 +13,102 @@ import numpy as np
 from jax import lax
 
 from ..errors import OpError
+from ..kernels.float_math import Float32
 from ..ops.windowed import window_geometry
 from ..schema import Activation, DType
 
 F32, F64 = jnp.float32, jnp.float64
 
 
+class XlaFloat32(Float32):
+    """kiln.kernels.float_math's float32 arithmetic (each operation rounded once to float32) as
+    XLA's CPU compiler keeps it. Measured there: it fuses a float32 product into the sum it
+    feeds (a multiply-add rounds once), drops a float64 -> float32 -> float64 round trip, and
+    divides by a constant through its reciprocal (an ulp off). So each operation runs in
+    float64 — exact for a product of float32 values, and for + - / sqrt rounded twice without
+    harm (53 >= 2·24 + 2 bits) — and is rounded to float32 by ``reduce_precision``, an
+    operation XLA keeps. A float32 division by a constant computed as a float64 product with
+    its reciprocal still rounds right: a float32 quotient lies 2^-49 (relative) or more from a
+    rounding boundary, the float64 error is 2^-52. XLA on CPU flushes float32 subnormals to
+    zero: results below 1.2e-38 in magnitude may differ from NumPy's."""
+
+    xp = jnp
+
+    def round(self, x):
+        return lax.reduce_precision(x, exponent_bits=8, mantissa_bits=23).astype(F32)
+
+    @staticmethod
+    def _wide(a):
+        return jnp.asarray(a).astype(F64)
+
+    def mul(self, a, b):
+        return self.round(self._wide(a) * self._wide(b))
+
+    def div(self, a, b):
+        return self.round(self._wide(a) / self._wide(b))
+
+    def add(self, a, b):
+        return self.round(self._wide(a) + self._wide(b))
+
+    def sub(self, a, b):
+        return self.round(self._wide(a) - self._wide(b))
+
+    def sqrt(self, a):
+        return self.round(jnp.sqrt(self._wide(a)))
+
+    def sum_last(self, x):
+        """Left to right over the last axis, one float32 sum at a time (a scan over it)."""
+        columns = jnp.moveaxis(jnp.asarray(x).astype(F32), -1, 0)
+        total, _ = lax.scan(lambda acc, column: (self.add(acc, column), None), columns[0], columns[1:])
+        return total[..., None]
+
+
+#: The float32 arithmetic of the hybrid lowerings.
+FLOAT32 = XlaFloat32()
+
+
 def _round_half_away(x):
     return jnp.sign(x) * jnp.floor(jnp.abs(x) + 0.5)
 
 
+def _divide_exactly(a, constant: float):
+    """float64 ``a / constant`` correctly rounded: XLA turns a division by a constant into a
+    product with its reciprocal, so the divisor is one it cannot fold."""
+    return a / lax.optimization_barrier(jnp.full(jnp.shape(a), constant, F64))
+
+
 def quantize_rows_asymmetric(x):
     """(int32 values in [-128, 127], float32 scale, int32 zero point) per row of 2-D ``x``."""
+    f = FLOAT32
     rmin = jnp.minimum(F32(0), x.min(axis=1)).astype(F32)
     rmax = jnp.maximum(F32(0), x.max(axis=1)).astype(F32)
     flat = rmin == rmax
-    scale = jnp.where(flat, F32(1), rmax - rmin).astype(F64) / 255.0
+    scale = _divide_exactly(jnp.where(flat, F32(1), f.sub(rmax, rmin)).astype(F64), 255.0)
     rmin64, rmax64 = rmin.astype(F64), rmax.astype(F64)
     from_min, from_max = -128.0 - rmin64 / scale, 127.0 - rmax64 / scale
     zero_point = jnp.where(128.0 + jnp.abs(rmin64 / scale) < 127.0 + jnp.abs(rmax64 / scale), from_min, from_max)
     nudged = jnp.clip(_round_half_away(zero_point), -128, 127).astype(jnp.int32)
-    scale32 = jnp.where(flat, F32(1), scale.astype(F32))
+    scale32 = jnp.where(flat, F32(1), f.round(scale))
     nudged = jnp.where(flat, 0, nudged)
-    inverse = (1.0 / scale32.astype(F64)).astype(F32)
-    values = _add(nudged[:, None].astype(F32), _mul(x, inverse[:, None]))
+    inverse = f.round(1.0 / scale32.astype(F64))
+    values = f.add(nudged[:, None].astype(F32), f.mul(x, inverse[:, None]))
     q = jnp.clip(_round_half_away(values.astype(F64)), -128, 127).astype(jnp.int32)
     return jnp.where(flat[:, None], 0, q), scale32, nudged
 
 
 def quantize_rows_symmetric(x):
     """(int32 values in [-127, 127], float32 scale) per row of 2-D ``x``."""
+    f = FLOAT32
     rng = jnp.maximum(jnp.abs(x.min(axis=1)), jnp.abs(x.max(axis=1))).astype(F32)
     flat = rng == 0
     safe = jnp.where(flat, F32(1), rng)
-    scale = jnp.where(flat, F32(1), _div(safe, 127.0))
-    inverse = _div(127.0, safe)
-    q = jnp.clip(_round_half_away((x * inverse[:, None]).astype(F32).astype(F64)), -127, 127).astype(jnp.int32)
+    scale = jnp.where(flat, F32(1), f.div(safe, F32(127)))
+    inverse = f.div(F32(127), safe)
+    q = jnp.clip(_round_half_away(f.mul(x, inverse[:, None]).astype(F64)), -127, 127).astype(jnp.int32)
     return jnp.where(flat[:, None], 0, q), scale
 
 
-def _mul(a, b):
-    """float32 a · b, correctly rounded, that XLA cannot fuse into a multiply-add: the exact
-    float64 product rounded to float32 (the reference rounds there; a fused multiply-add
-    would not)."""
-    return (jnp.asarray(a).astype(F64) * jnp.asarray(b).astype(F64)).astype(F32)
-
-
-def _div(a, b):
-    """float32 a / b, correctly rounded through float64 (XLA's float32 division on CPU is not:
-    measured one ulp off the reference's on some rows)."""
-    return (jnp.asarray(a).astype(F64) / jnp.asarray(b).astype(F64)).astype(F32)
-
-
-def _add(a, b):
-    """float32 a + b through float64 (still correctly rounded: 53 >= 2 · 24 + 2 bits)."""
-    return (jnp.asarray(a).astype(F64) + jnp.asarray(b).astype(F64)).astype(F32)
+_mul, _add = FLOAT32.mul, FLOAT32.add
 
 
 def _dot(a, b):
@@ -85,11 +126,11 @@ def hybrid_fully_connected(x, w, w_scale, bias, *, asymmetric: bool):
     else:
         q, scale = quantize_rows_symmetric(x)
     if not per_channel:
-        scale = scale * np.float32(np.asarray(w_scale).reshape(-1)[0])
+        scale = _mul(scale, np.float32(np.asarray(w_scale).reshape(-1)[0]))
     dot = _dot(q, np.asarray(w, np.int32))
     if asymmetric:
         dot = dot - np.asarray(w, np.int32).sum(axis=1)[None, :] * offset[:, None]
-    factor = scale[:, None] if not per_channel else scale[:, None] * np.asarray(w_scale, np.float32)[None, :]
+    factor = scale[:, None] if not per_channel else _mul(scale[:, None], np.asarray(w_scale, np.float32)[None, :])
     result = _add(out, _mul(dot.astype(F32), factor))
     return jnp.where(jnp.any(x != 0), result, out)  # LiteRT skips the product for an all-zero input
 
@@ -117,7 +158,7 @@ def hybrid_conv(call, x, w, w_scale, bias):
     taps, scale, (oh, ow) = _batch_windows(call, x, w, (kh, kw))
     cols = jnp.concatenate(taps, axis=3) if len(taps) > 1 else taps[0]
     acc = _dot(cols.reshape(-1, kh * kw * in_c), np.asarray(w, np.int32).reshape(out_c, -1))
-    out = acc.reshape(x.shape[0], oh, ow, out_c).astype(F32) * np.asarray(w_scale, np.float32)
+    out = _mul(acc.reshape(x.shape[0], oh, ow, out_c).astype(F32), np.asarray(w_scale, np.float32))
     out = _mul(out, scale.reshape(-1, 1, 1, 1))
     return out if bias is None else _add(out, jnp.asarray(bias).astype(F32).reshape(-1))
 
@@ -133,7 +174,7 @@ def hybrid_depthwise(call, x, w, w_scale, bias):
     for k, tap in enumerate(taps):
         tap = jnp.repeat(tap, multiplier, axis=3) if multiplier > 1 else tap
         acc = tap * weights[k] if acc is None else acc + tap * weights[k]
-    factor = np.asarray(w_scale, np.float32)[None, :] * scale[:, None]
+    factor = _mul(np.asarray(w_scale, np.float32)[None, :], scale[:, None])
     out = _mul(acc.astype(F32), factor[:, None, None, :])
     return out if bias is None else _add(out, jnp.asarray(bias).astype(F32).reshape(-1))
 

@@ -17,8 +17,8 @@ from jax import lax
 from jax.scipy.special import erfc
 
 from ..errors import OpError
-from ..ops.reduce import reduction_axes
-from ..schema import Activation, DType
+from ..ops.reduce import _index_dtype, arg_extreme, reduction_axes
+from ..schema import Activation
 from .lower_quant import int8_add_sub, int8_elementwise_check, int8_mul
 from .table import fused_range, is_float, register_lowering
 
@@ -360,27 +360,9 @@ def _single_axis(call, x, axis) -> int:
     return axes[0]
 
 
-def _index_dtype(call, i: int, fallback) -> np.dtype:
-    dt = np.dtype(call.out_dtypes[i]) if len(call.out_dtypes) > i and call.out_dtypes[i] else None
-    return dt if dt is not None and dt.kind in "iu" else np.dtype(fallback)
-
-
 def _arg(pick_max: bool):
     def lower(call, x, axis):
-        x = jnp.asarray(x)
-        if x.ndim == 0:
-            raise OpError(f"{call.op.name}: input must have at least one dimension")
-        ax = _single_axis(call, x, axis)
-        if x.shape[ax] == 0:
-            raise OpError(f"{call.op.name}: cannot reduce an empty axis {ax}")
-        opt = call.opts.output_type
-        fallback = DType(opt).numpy if opt in (DType.INT32, DType.INT64) else np.int64
-        floating = is_float(x.dtype)
-        v = jnp.where(jnp.isnan(x), -jnp.inf if pick_max else jnp.inf, x) if floating else x
-        idx = jnp.argmax(v, axis=ax) if pick_max else jnp.argmin(v, axis=ax)
-        if floating:  # NaN never replaces the running best, so it only wins from position 0
-            idx = jnp.where(jnp.isnan(jnp.take(x, 0, axis=ax)), 0, idx)
-        return idx.astype(_index_dtype(call, 0, fallback))
+        return arg_extreme(jnp, call, jnp.asarray(x), axis, pick_max)
     return lower
 
 

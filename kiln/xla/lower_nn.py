@@ -13,12 +13,24 @@ import numpy as np
 from jax import lax
 
 from ..errors import OpError
+from ..ops.conv3d import _window_params
+from ..ops.image import _bilinear_axis, _nearest_axis, _new_size
+from ..ops.misc import lrn_factor
 from ..ops.record import HYBRID
-from ..ops.image import _bilinear_axis, _nearest_axis
-from ..ops.windowed import out_size, pad_before_after, transpose_conv_geometry, window_geometry
-from ..schema import Activation, Padding
+from ..ops.windowed import (
+    out_size,
+    pad_before_after,
+    transpose_conv_geometry,
+    window_geometry,
+)
+from ..schema import Activation
 from .lower_hybrid import hybrid_conv, hybrid_depthwise, hybrid_fully_connected
-from .lower_quant import int8_conv, int8_depthwise, int8_fully_connected, int8_weighted_check
+from .lower_quant import (
+    int8_conv,
+    int8_depthwise,
+    int8_fully_connected,
+    int8_weighted_check,
+)
 from .table import CODES, computed_once, fused_range, is_float, register_lowering
 
 _FC_ACTIVATIONS = (Activation.NONE, Activation.RELU, Activation.RELU6, Activation.RELU_N1_TO_1)
@@ -190,17 +202,11 @@ def _transpose_conv(call, output_shape, w, x, bias=None):
 
 
 def _conv3d_geometry(call, sizes, kernel):
-    o = call.opts
-    strides = (o.stride_d, o.stride_h, o.stride_w)
-    dilations = (o.dilation_d_factor, o.dilation_h_factor, o.dilation_w_factor)
-    if min(strides) <= 0 or min(dilations) <= 0:
-        raise OpError(f"{call.op.name}: strides {list(strides)} and dilations {list(dilations)} (d, h, w) "
-                      "must be positive")
-    if o.padding not in (Padding.SAME, Padding.VALID):
-        raise OpError(f"{call.op.name}: unknown padding {o.padding}")
+    """The reference kernel's checked strides and dilations, and the pads per spatial axis."""
+    strides, dilations = _window_params(call)
     pads = []
     for size, k, s, d in zip(sizes, kernel, strides, dilations):
-        n = out_size(o.padding, size, k, s, d)
+        n = out_size(call.opts.padding, size, k, s, d)
         if n < 0:
             raise OpError(f"{call.op.name}: filter {k} (dilation {d}) does not fit input extent {size}")
         pads.append(pad_before_after(size, k, s, d, n))
@@ -261,13 +267,7 @@ def _local_response_normalization(call, x):
     window = (1, 1, 1, 2 * radius + 1)
     sums = lax.reduce_window(squares, 0.0, lax.add, window, (1, 1, 1, 1), ((0, 0),) * 3 + ((radius, radius),))
     scale = sums.astype(jnp.float32) + bias
-    if beta == 1:
-        factor = np.float32(1) / scale
-    elif beta == 0.5:
-        factor = np.float32(1) / jnp.sqrt(scale)
-    else:
-        factor = jnp.power(scale, -beta)
-    return x * factor
+    return x * lrn_factor(jnp, scale, beta)
 
 
 # -- pooling -----------------------------------------------------------------------------------
@@ -322,16 +322,6 @@ def _batch_matmul(call, a, b):
 
 
 # -- resizing ------------------------------------------------------------------------------------
-
-def _new_size(call, size) -> tuple[int, int]:
-    size = np.asarray(size).reshape(-1)
-    if size.size != 2 or size.dtype.kind not in "iu":
-        raise OpError(f"{call.op.name}: size must be an integer [new_height, new_width], got {size}")
-    h, w = int(size[0]), int(size[1])
-    if h <= 0 or w <= 0:
-        raise OpError(f"{call.op.name}: output size {h}x{w} must be positive")
-    return h, w
-
 
 def _resize_bilinear(call, x, size):
     x = _nhwc(call, x)

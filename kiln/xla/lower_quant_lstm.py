@@ -1,11 +1,16 @@
-"""Lowering of the full-integer UNIDIRECTIONAL_SEQUENCE_LSTM (LiteRT's 8x8->16 kernel) as one
-lax.scan over time, bit-exact with kiln's reference kernel: both run the per-step integer
-arithmetic of kiln.kernels.lstm (written once over an array namespace), here on
-jax.numpy int64 (the delegate traces under x64) with the gemmlowp sigmoid / tanh tables as
-constants. Prepare-time constants (multipliers, zero-point-folded biases) come from the
-static weights and the node's quantization parameters, as LiteRT's Prepare computes them.
-Nodes whose input 0 is float (hybrid LSTMs) are not registered; float nodes have lower_rnn's
-lowering.
+"""Lowerings of the quantized sequence LSTMs, each direction one lax.scan over time, bit-exact
+with kiln's reference kernels because they run the same per-step arithmetic, written once:
+
+- the full-integer UNIDIRECTIONAL_SEQUENCE_LSTM (LiteRT's 8x8->16 kernel): kiln.kernels.lstm
+  on jax.numpy int64 (the delegate traces under x64) with the gemmlowp sigmoid / tanh tables
+  as constants. Prepare-time constants (multipliers, zero-point-folded biases) come from the
+  static weights and the node's quantization parameters, as LiteRT's Prepare computes them.
+- the hybrid (dynamic-range) UNIDIRECTIONAL_ and BIDIRECTIONAL_SEQUENCE_LSTM (float input and
+  states, int8 weights): kiln.kernels.hybrid_lstm on `HYBRID_LSTM` — lower_hybrid's float32
+  arithmetic and row quantization, int8 products accumulated in int32. The operands are read
+  and checked by the reference kernel's own readers (kiln.ops.quantized_kernels).
+
+Float nodes have lower_rnn's and lower_seq's lowerings.
 """
 
 from __future__ import annotations
@@ -15,10 +20,13 @@ import numpy as np
 from jax import lax
 
 from ..errors import OpError
+from ..kernels import hybrid_lstm
 from ..kernels import lstm as il
+from ..ops.quantized_kernels import _hybrid_cell, _hybrid_input, _hybrid_states, _operand
 from ..ops.record import with_state
-from ..schema import DType
-from ..schema import UNIDIRECTIONAL_LSTM
+from ..schema import (BIDIRECTIONAL_LSTM_AUX_INPUT, BIDIRECTIONAL_LSTM_BW, BIDIRECTIONAL_LSTM_FW, UNIDIRECTIONAL_LSTM,
+                      DType)
+from .lower_hybrid import FLOAT32, _dot, quantize_rows_asymmetric, quantize_rows_symmetric
 from .lower_rnn import uni_lstm_check
 from .table import all_of, register_lowering
 
@@ -66,3 +74,78 @@ def _check(op, opts):
 
 register_lowering(il.NAME, _uni_lstm_int8, types=("int8",), static=tuple(UNIDIRECTIONAL_LSTM.weights),
                   check=all_of(uni_lstm_check, _check))
+
+
+# -- hybrid (dynamic-range) sequence LSTMs -------------------------------------------------------
+
+def _hybrid_rows(rows, asymmetric: bool):
+    if asymmetric:
+        return quantize_rows_asymmetric(rows)
+    q, scale = quantize_rows_symmetric(rows)
+    return q, scale, jnp.zeros(rows.shape[0], jnp.int32)
+
+
+#: kiln.kernels.hybrid_lstm's backend under XLA.
+HYBRID_LSTM = hybrid_lstm.Backend(FLOAT32, _hybrid_rows, lambda q, w: _dot(q, np.asarray(w, np.int32)))
+
+
+def _hybrid_direction(call, inputs, lay, src, aux, n_aux, reverse: bool):
+    """One direction over time-major ``src`` [T, B, I] from its state operands: (outputs in the
+    node's layout, h and c in their operands' shapes)."""
+    time_major = bool(call.opts.time_major)
+    cell = _hybrid_cell(call, inputs, lay, src.shape[2], n_aux)
+    h0, c0 = _hybrid_states(call, inputs, lay, src.shape[1], cell)
+    masks = hybrid_lstm.scalar_masks(cell.gates, src.shape[1], cell.n_cell, time_major)
+    pre_x = hybrid_lstm.input_part(HYBRID_LSTM, cell, src, aux)
+
+    def body(carry, pre_t):
+        h, c = hybrid_lstm.step(HYBRID_LSTM, cell, masks, pre_t, *carry)
+        return (h, c), h
+
+    (h, c), out = lax.scan(body, (h0, c0), pre_x, reverse=reverse)
+    return (out if time_major else jnp.swapaxes(out, 0, 1),
+            h.reshape(np.shape(inputs[lay.output_state])), c.reshape(np.shape(inputs[lay.cell_state])))
+
+
+def _uni_lstm_hybrid(call, *inputs):
+    out, h, c = _hybrid_direction(call, inputs, UNIDIRECTIONAL_LSTM, _hybrid_input(call, inputs[0]), None, None,
+                                  reverse=False)
+    return with_state(call, [out], (h, c))
+
+
+def _bidi_lstm_hybrid(call, *inputs):
+    """As the reference kernel: the aux input feeds both directions when aux weights are given,
+    else it is the backward direction's input."""
+    xt = _hybrid_input(call, inputs[0])
+    aux_in = _operand(inputs, BIDIRECTIONAL_LSTM_AUX_INPUT)
+    aux_t = None if aux_in is None else _hybrid_input(call, aux_in)
+    if aux_t is not None and aux_t.shape[:2] != xt.shape[:2]:
+        raise OpError(f"{call.op.name}: aux input shape {list(aux_in.shape)} does not match the input's time and "
+                      f"batch dims {list(inputs[0].shape)}")
+    has_aux_weights = _operand(inputs, BIDIRECTIONAL_LSTM_FW.aux_weights[1]) is not None
+    if has_aux_weights and aux_t is None:
+        raise OpError(f"{call.op.name}: aux weights given but no aux input (operand {BIDIRECTIONAL_LSTM_AUX_INPUT})")
+    cross_linked = aux_t is None or has_aux_weights
+    n_aux = aux_t.shape[2] if cross_linked and aux_t is not None else None
+    fw_out, *fw_states = _hybrid_direction(call, inputs, BIDIRECTIONAL_LSTM_FW, xt, aux_t if cross_linked else None,
+                                           n_aux, reverse=False)
+    bw_out, *bw_states = _hybrid_direction(call, inputs, BIDIRECTIONAL_LSTM_BW, xt if cross_linked else aux_t,
+                                           aux_t if cross_linked else None, n_aux, reverse=True)
+    outs = [jnp.concatenate([fw_out, bw_out], axis=-1)] if call.opts.merge_outputs else [fw_out, bw_out]
+    return with_state(call, outs, (*fw_states, *bw_states))
+
+
+def _hybrid_check(op, opts):
+    """None for a hybrid LSTM node this lowers, else why not."""
+    x = op.inputs[0] if op.inputs else None
+    if x is None or x.dtype != DType.FLOAT32 or any(t is not None and t.dtype != DType.FLOAT32 for t in op.outputs):
+        return f"{op.name}: the hybrid LSTM takes float32 input and outputs"
+    if getattr(opts, "diagonal_recurrent_tensors", False):
+        return f"{op.name}: diagonal recurrent weights have no hybrid kernel"
+    return None
+
+
+register_lowering(il.NAME, _uni_lstm_hybrid, types=("hybrid",), static=tuple(UNIDIRECTIONAL_LSTM.weights),
+                  check=_hybrid_check)
+register_lowering("BIDIRECTIONAL_SEQUENCE_LSTM", _bidi_lstm_hybrid, types=("hybrid",),
+                  static=tuple(BIDIRECTIONAL_LSTM_FW.weights + BIDIRECTIONAL_LSTM_BW.weights), check=_hybrid_check)

@@ -12,7 +12,12 @@ Three kinds:
   LiteRT's Prepare does for its LUT kernels). Exact by construction, one gather in XLA.
 * Integer arithmetic mirroring kiln.kernels.nn: MAX / AVERAGE_POOL_2D, MEAN, SOFTMAX
   (int8's float-table kernel), BATCH_MATMUL, SQUARED_DIFFERENCE, TRANSPOSE_CONV (and its hybrid
-  form, kiln/xla/lower_hybrid.py's float steps).
+  form, kiln/xla/lower_hybrid.py's float steps), and RESIZE_BILINEAR (int8, int16:
+  `kiln.kernels.image.xp_resize_bilinear`, its source rows / columns and fractions computed
+  while tracing from the static sizes).
+
+The other quantized activations (PRELU, L2_NORMALIZATION, LOG_SOFTMAX) are in
+lower_quant_activations.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from ..kernels.softmax import (
 )
 from ..kernels.elementwise import xp_squared_difference
 from ..kernels.fixedpoint import quantize_multiplier
+from ..kernels.image import xp_resize_bilinear
 from ..kernels.nn import reduced_axes, xp_average_pool2d, xp_max_pool2d, xp_mean, xp_quantized_sum
 from ..ops.backends import FLOAT
 from ..ops.record import HYBRID, KernelCall, operand_types
@@ -458,6 +464,39 @@ def _batch_matmul_check(op, opts):
     return _per_tensor(op)
 
 
+def kernel_check(op) -> str | None:
+    """Why not, when kiln has no reference kernel for the node's operand types."""
+    key = operand_types(op)
+    if key not in ops.require(op.op_type).quantized:
+        return f"{op.name}: kiln has no {key} {op.op_type} kernel"
+    return None
+
+
+# -- RESIZE_BILINEAR ------------------------------------------------------------------------------
+
+def _resize_bilinear(call, x, size):
+    """Integer RESIZE_BILINEAR: `kiln.kernels.image.xp_resize_bilinear` on jax.numpy."""
+    size = np.asarray(size).reshape(-1)
+    out = xp_resize_bilinear(jnp, jnp.asarray(x).astype(_I64), (int(size[0]), int(size[1])),
+                             bool(call.opts.align_corners), bool(call.opts.half_pixel_centers))
+    return out.astype(call.out_dtypes[0])
+
+
+def _resize_check(op, opts):
+    x_t, size_t, y_t = op.inputs[0], op.inputs[1], op.outputs[0]
+    if x_t.dtype not in (DType.INT8, DType.INT16) or y_t.dtype != x_t.dtype:
+        return f"{op.name}: only int8 and int16 RESIZE_BILINEAR (output of the input's type) are lowered"
+    if len(x_t.shape) != 4:
+        return f"{op.name}: input must be 4-D NHWC"
+    if opts.align_corners and opts.half_pixel_centers:
+        return f"{op.name}: align_corners with half_pixel_centers (the reference kernel refuses it)"
+    if size_t.is_constant:
+        size = np.asarray(size_t.data).reshape(-1)
+        if size.size != 2 or np.any(size <= 0):
+            return f"{op.name}: size {size.tolist()} is not a positive [new_height, new_width]"
+    return kernel_check(op)
+
+
 def register() -> None:
     """Add the quantized lowerings (once, after the float ones are registered)."""
     for name in _UNARY:
@@ -470,6 +509,7 @@ def register() -> None:
     add("BATCH_MATMUL", _batch_matmul, _batch_matmul_check, ("int8", "int16"))
     add("SQUARED_DIFFERENCE", _squared_difference, _int8_check, ("int8",))
     add("TRANSPOSE_CONV", _transpose_conv, _transpose_conv_check, ("int8", "int16", HYBRID))
+    add("RESIZE_BILINEAR", _resize_bilinear, _resize_check, ("int8", "int16"))
     for name in ("CONCATENATION", "PACK"):   # their float lowering, run on the codes
         add(name, LOWERINGS[name, FLOAT].fn, _same_params_check, CODES)
     _add_binary_tables()

@@ -20,6 +20,7 @@ from .. import ops
 from ..errors import OpError
 from ..ops.lstm import _check_clips, _check_lstm_sizes, _get, _state, bidi_aux_routing
 from ..ops.record import with_state
+from ..ops.rnn import bidi_rnn_routing
 from ..schema import (BIDIRECTIONAL_LSTM_AUX_INPUT, BIDIRECTIONAL_LSTM_BW, BIDIRECTIONAL_LSTM_FW, UNIDIRECTIONAL_LSTM,
                       Activation)
 from .lower_rnn import _activation, lstm_scan, read_lstm
@@ -185,16 +186,8 @@ def _bidi_rnn(call, *inputs):
     time_major = bool(opts.time_major)
     xt = _time_major(_f32(x), time_major)
     batch = xt.shape[1]
-    aux_in, fw_aux_w, bw_aux_w = (_get(inputs, i) for i in (9, 10, 11))
-    if (fw_aux_w is None) != (bw_aux_w is None):
-        raise OpError(f"{name}: aux weights (operands 10, 11) must be given for both directions or for neither")
-    if fw_aux_w is not None and aux_in is None:
-        raise OpError(f"{name}: aux weights given but no aux input (operand 9)")
-    aux_t = None if aux_in is None else _time_major(_f32(aux_in), time_major)
-    cross_linked = aux_t is None or fw_aux_w is not None
-    # As the reference kernel: batch-major, an aux input without aux weights is not used.
-    bw_x = xt if (cross_linked or not time_major) else aux_t
-    real_aux = aux_t if cross_linked else None
+    bw_x, real_aux, fw_aux_w, bw_aux_w = bidi_rnn_routing(name, inputs, xt, time_major,
+                                                          lambda a: _time_major(_f32(a), time_major))
     fw_w, fw_r, fw_b, fw_h0 = _rnn_cell(name, x, *inputs[1:5], batch)
     bw_w, bw_r, bw_b, bw_h0 = _rnn_cell(name, bw_x, *inputs[5:9], batch)
     act = opts.fused_activation_function

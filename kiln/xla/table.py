@@ -24,6 +24,7 @@ import numpy as np
 from .. import ops
 from ..errors import KilnError
 from ..ops.backends import FLOAT, BackendTable, BackendTableError, Entry, key_name
+from ..ops.record import KernelCall
 
 #: ``static`` value meaning "every operand": the op's output shape depends on its values
 #: (WHERE, UNIQUE, ...), so it is only computed while tracing, from static inputs.
@@ -60,21 +61,11 @@ class Lowering:
 
 
 @dataclass
-class LoweringCall:
-    """What a lowering is handed about its node (the KernelCall of the reference kernels)."""
+class LoweringCall(KernelCall):
+    """What a lowering is handed about its node: the reference kernels' KernelCall (options,
+    node, output types, operands' quantization), with the partition's label for messages."""
 
-    opts: SimpleNamespace
-    op: object
-    out_dtypes: list
-    label: str
-
-    def in_quant(self, i: int):
-        t = self.op.inputs[i]
-        return None if t is None else t.quantization
-
-    def out_quant(self, i: int = 0):
-        t = self.op.outputs[i]
-        return None if t is None else t.quantization
+    label: str = ""
 
 
 #: What XLA lowers, per (op, operand types).
@@ -140,8 +131,8 @@ def _load_builtins() -> None:
             lower_math,
             lower_nn,
             lower_quant,
+            lower_quant_activations,
             lower_quant_lstm,  # noqa: F401 - after lower_rnn: adds to its LSTM lowering
-            lower_quant_more,
             lower_quant_ops,
             lower_rnn,
             lower_seq,
@@ -149,7 +140,7 @@ def _load_builtins() -> None:
             lower_vars,
         )
 
-        lower_quant_more.register()  # these add quantized lowerings to the modules' above,
+        lower_quant_activations.register()  # these add quantized lowerings to the modules' above,
         lower_quant_ops.register()   # derived ones last: to (op, types) given none before
         _BUILTINS_LOADED = True
 
@@ -179,7 +170,7 @@ def node_options(op) -> SimpleNamespace:
 
 def make_call(op, label: str) -> LoweringCall:
     out_dtypes = [None if t is None else np.dtype(t.dtype.numpy) for t in op.outputs]
-    return LoweringCall(node_options(op), op, out_dtypes, label)
+    return LoweringCall(node_options(op), op, out_dtypes, label=label)
 
 
 def is_float(dtype) -> bool:

@@ -136,7 +136,7 @@ def test_log_softmax_row_sums_add_in_numpys_order():
     where a plain left-to-right or tree sum differs."""
     import jax
 
-    from kiln.xla.lower_quant_more import _numpy_sum
+    from kiln.xla.lower_quant_activations import _numpy_sum
 
     rng = np.random.default_rng(0)
     for n in (*range(1, 20), 31, 64, 127, 128, 129, 200, 257, 300, 1000):

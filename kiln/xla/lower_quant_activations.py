@@ -1,10 +1,8 @@
-"""Quantized PRELU, RESIZE_BILINEAR, L2_NORMALIZATION (kiln.kernels) and LOG_SOFTMAX
-(kiln.kernels.activations), bit-exact with those kernels.
+"""Quantized activations — PRELU, L2_NORMALIZATION and LOG_SOFTMAX — bit-exact with their
+kernels in kiln.kernels.activations (the 8-bit unary ones are lookups: lower_quant_ops).
 
-* PRELU (int8, uint8 and 16x8) and RESIZE_BILINEAR (int8, int16): the kernels' own
-  arithmetic, written once over an array namespace (`kiln.kernels.activations.xp_prelu`,
-  `kiln.kernels.image.xp_resize_bilinear`) and run here on jax.numpy int64; the resize's
-  source rows / columns and fractions are computed while tracing from the static sizes.
+* PRELU (int8, uint8 and 16x8): the kernel's own arithmetic, written once over an array
+  namespace (`kiln.kernels.activations.xp_prelu`) and run here on jax.numpy int64.
 * L2_NORMALIZATION (int8): the inverse-square-root Newton steps are
   `kiln.kernels.activations.l2_normalize_centered`, written once over an array namespace and run here
   on jax.numpy int64.
@@ -17,12 +15,10 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from .. import ops
 from ..kernels.activations import l2_normalize_centered, xp_prelu
-from ..kernels.image import xp_resize_bilinear
-from ..ops.record import operand_types
 from ..schema import Activation, DType
 from .lower_quant import _limits
+from .lower_quant_ops import kernel_check
 
 _I64 = jnp.int64
 F32 = np.float32
@@ -43,13 +39,6 @@ def _one_scale(op) -> str | None:
         q = t.quantization
         if q is None or q.scale.size != 1:
             return f"{op.name}: tensor {t.name!r} is not quantized with one scale"
-    return None
-
-
-def _kernel_check(op) -> str | None:
-    key = operand_types(op)
-    if key not in ops.require(op.op_type).quantized:
-        return f"{op.name}: kiln has no {key} {op.op_type} kernel"
     return None
 
 
@@ -74,32 +63,7 @@ def _prelu_check(op, opts):
             raise ValueError
     except ValueError:
         return f"{op.name}: alpha {list(a_t.shape)} does not broadcast into the input {list(x_t.shape)}"
-    return _kernel_check(op) or _one_scale(op)
-
-
-# -- RESIZE_BILINEAR ------------------------------------------------------------------------------
-
-def _resize_bilinear(call, x, size):
-    """Integer RESIZE_BILINEAR: `kiln.kernels.image.xp_resize_bilinear` on jax.numpy."""
-    size = np.asarray(size).reshape(-1)
-    out = xp_resize_bilinear(jnp, jnp.asarray(x).astype(_I64), (int(size[0]), int(size[1])),
-                             bool(call.opts.align_corners), bool(call.opts.half_pixel_centers))
-    return out.astype(call.out_dtypes[0])
-
-
-def _resize_check(op, opts):
-    x_t, size_t, y_t = op.inputs[0], op.inputs[1], op.outputs[0]
-    if x_t.dtype not in (DType.INT8, DType.INT16) or y_t.dtype != x_t.dtype:
-        return f"{op.name}: only int8 and int16 RESIZE_BILINEAR (output of the input's type) are lowered"
-    if len(x_t.shape) != 4:
-        return f"{op.name}: input must be 4-D NHWC"
-    if opts.align_corners and opts.half_pixel_centers:
-        return f"{op.name}: align_corners with half_pixel_centers (the reference kernel refuses it)"
-    if size_t.is_constant:
-        size = np.asarray(size_t.data).reshape(-1)
-        if size.size != 2 or np.any(size <= 0):
-            return f"{op.name}: size {size.tolist()} is not a positive [new_height, new_width]"
-    return _kernel_check(op)
+    return kernel_check(op) or _one_scale(op)
 
 
 # -- L2_NORMALIZATION -----------------------------------------------------------------------------
@@ -182,7 +146,7 @@ def _log_softmax_check(op, opts):
     x_t, y_t = op.inputs[0], op.outputs[0]
     if (x_t.dtype, y_t.dtype) != (DType.INT8, DType.INT8) or len(x_t.shape) == 0:
         return f"{op.name}: only int8 LOG_SOFTMAX (at least 1-D) is lowered"
-    return _kernel_check(op) or _one_scale(op)
+    return kernel_check(op) or _one_scale(op)
 
 
 def register() -> None:
@@ -190,6 +154,5 @@ def register() -> None:
     from .lower_quant_ops import add
 
     add("PRELU", _prelu, _prelu_check, ("int8", "uint8", "int16"))
-    add("RESIZE_BILINEAR", _resize_bilinear, _resize_check, ("int8", "int16"))
     add("L2_NORMALIZATION", _l2_normalization, _l2_check, ("int8",))
     add("LOG_SOFTMAX", _log_softmax, _log_softmax_check, ("int8",))
