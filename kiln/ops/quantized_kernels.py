@@ -505,7 +505,7 @@ def _float_operand(call: KernelCall, inputs, i: int, what: str, size: int) -> np
     return a.reshape(-1)
 
 
-def _hybrid_cell(call: KernelCall, inputs, lay: LstmLayout, n_input: int, n_aux: int | None) -> hybrid_lstm.Cell:
+def hybrid_lstm_cell(call: KernelCall, inputs, lay: LstmLayout, n_input: int, n_aux: int | None) -> hybrid_lstm.Cell:
     """One direction's operands, checked as LiteRT's Prepare checks them (sizes, types)."""
     name, opts = call.op.name, call.opts
     forget = _operand(inputs, lay.input_weights[1])
@@ -570,7 +570,7 @@ def _hybrid_cell(call: KernelCall, inputs, lay: LstmLayout, n_input: int, n_aux:
         asymmetric=bool(opts.asymmetric_quantize_inputs))
 
 
-def _hybrid_states(call: KernelCall, inputs, lay: LstmLayout, batch: int, cell: hybrid_lstm.Cell):
+def hybrid_lstm_states(call: KernelCall, inputs, lay: LstmLayout, batch: int, cell: hybrid_lstm.Cell):
     h, c = _operand(inputs, lay.output_state), _operand(inputs, lay.cell_state)
     n_output = cell.recurrent.q.shape[1]
     for a, what, size in ((h, "output state", n_output), (c, "cell state", cell.n_cell)):
@@ -582,20 +582,39 @@ def _hybrid_states(call: KernelCall, inputs, lay: LstmLayout, batch: int, cell: 
     return h.reshape(batch, -1), c.reshape(batch, -1)
 
 
-def _hybrid_input(call: KernelCall, x) -> np.ndarray:
+def hybrid_lstm_input(call: KernelCall, x) -> np.ndarray:
     if x is None or x.dtype != np.float32 or x.ndim != 3:
         raise OpError(f"{call.op.name}: the hybrid LSTM takes a 3-D float32 input, got "
                       f"{None if x is None else (x.dtype, list(x.shape))}")
     return x if call.opts.time_major else x.transpose(1, 0, 2)
 
 
+def hybrid_bidi_lstm_sources(call: KernelCall, inputs):
+    """What feeds each direction of a hybrid BIDIRECTIONAL_SEQUENCE_LSTM: (the input
+    time-major, the aux input time-major or None, whether it is cross-linked — the aux input
+    feeding both directions through aux weights, or absent — and the aux width the cells take).
+    Not cross-linked, the aux input is the backward direction's input. Over any array type."""
+    xt = hybrid_lstm_input(call, inputs[0])
+    aux_in = _operand(inputs, BIDIRECTIONAL_LSTM_AUX_INPUT)
+    aux_t = None if aux_in is None else hybrid_lstm_input(call, aux_in)
+    if aux_t is not None and aux_t.shape[:2] != xt.shape[:2]:
+        raise OpError(f"{call.op.name}: aux input shape {list(aux_in.shape)} does not match the input's time and "
+                      f"batch dims {list(inputs[0].shape)}")
+    has_aux_weights = _operand(inputs, BIDIRECTIONAL_LSTM_FW.aux_weights[1]) is not None
+    if has_aux_weights and aux_t is None:
+        raise OpError(f"{call.op.name}: aux weights given but no aux input (operand {BIDIRECTIONAL_LSTM_AUX_INPUT})")
+    cross_linked = aux_t is None or has_aux_weights
+    n_aux = aux_t.shape[2] if cross_linked and aux_t is not None else None
+    return xt, aux_t, cross_linked, n_aux
+
+
 def _uni_lstm_hybrid(call: KernelCall, *inputs):
     """UNIDIRECTIONAL_SEQUENCE_LSTM v2 / v3: float input, int8 weights (lstm_eval.cc EvalHybrid)."""
     if call.opts.diagonal_recurrent_tensors:
         raise OpError(f"{call.op.name}: diagonal recurrent weights have no hybrid kernel")
-    xt = _hybrid_input(call, inputs[0])
-    cell = _hybrid_cell(call, inputs, UNIDIRECTIONAL_LSTM, xt.shape[2], None)
-    h0, c0 = _hybrid_states(call, inputs, UNIDIRECTIONAL_LSTM, xt.shape[1], cell)
+    xt = hybrid_lstm_input(call, inputs[0])
+    cell = hybrid_lstm_cell(call, inputs, UNIDIRECTIONAL_LSTM, xt.shape[2], None)
+    h0, c0 = hybrid_lstm_states(call, inputs, UNIDIRECTIONAL_LSTM, xt.shape[1], cell)
     out, h, c = hybrid_lstm.run(cell, xt, h0, c0, time_major=bool(call.opts.time_major))
     out = out if call.opts.time_major else out.transpose(1, 0, 2)
     lay = UNIDIRECTIONAL_LSTM
@@ -606,22 +625,12 @@ def _bidi_lstm_hybrid(call: KernelCall, *inputs):
     """BIDIRECTIONAL_SEQUENCE_LSTM v2 / v3 (bidirectional_sequence_lstm.cc's hybrid path): the
     aux input feeds both directions when aux weights are given, else it is the backward
     direction's input (stacked layers without cross links)."""
-    xt = _hybrid_input(call, inputs[0])
-    aux_in = _operand(inputs, BIDIRECTIONAL_LSTM_AUX_INPUT)
-    aux_t = None if aux_in is None else _hybrid_input(call, aux_in)
-    if aux_t is not None and aux_t.shape[:2] != xt.shape[:2]:
-        raise OpError(f"{call.op.name}: aux input shape {list(aux_in.shape)} does not match the input's time and "
-                      f"batch dims {list(inputs[0].shape)}")
-    has_aux_weights = _operand(inputs, BIDIRECTIONAL_LSTM_FW.aux_weights[1]) is not None
-    if has_aux_weights and aux_t is None:
-        raise OpError(f"{call.op.name}: aux weights given but no aux input (operand {BIDIRECTIONAL_LSTM_AUX_INPUT})")
-    cross_linked = aux_t is None or has_aux_weights
-    n_aux = aux_t.shape[2] if cross_linked and aux_t is not None else None
+    xt, aux_t, cross_linked, n_aux = hybrid_bidi_lstm_sources(call, inputs)
     outs, states = [], []
     for lay, reverse in ((BIDIRECTIONAL_LSTM_FW, False), (BIDIRECTIONAL_LSTM_BW, True)):
         src = xt if (cross_linked or not reverse) else aux_t
-        cell = _hybrid_cell(call, inputs, lay, src.shape[2], n_aux)
-        h0, c0 = _hybrid_states(call, inputs, lay, xt.shape[1], cell)
+        cell = hybrid_lstm_cell(call, inputs, lay, src.shape[2], n_aux)
+        h0, c0 = hybrid_lstm_states(call, inputs, lay, xt.shape[1], cell)
         out, h, c = hybrid_lstm.run(cell, src, h0, c0, aux=aux_t if cross_linked else None, reverse=reverse,
                                     time_major=bool(call.opts.time_major))
         outs.append(out if call.opts.time_major else out.transpose(1, 0, 2))

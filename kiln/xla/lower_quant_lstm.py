@@ -22,9 +22,9 @@ from jax import lax
 from ..errors import OpError
 from ..kernels import hybrid_lstm
 from ..kernels import lstm as il
-from ..ops.quantized_kernels import _hybrid_cell, _hybrid_input, _hybrid_states, _operand
+from ..ops.quantized_kernels import hybrid_bidi_lstm_sources, hybrid_lstm_cell, hybrid_lstm_input, hybrid_lstm_states
 from ..ops.record import with_state
-from ..schema import (BIDIRECTIONAL_LSTM_AUX_INPUT, BIDIRECTIONAL_LSTM_BW, BIDIRECTIONAL_LSTM_FW, UNIDIRECTIONAL_LSTM,
+from ..schema import (BIDIRECTIONAL_LSTM_BW, BIDIRECTIONAL_LSTM_FW, UNIDIRECTIONAL_LSTM,
                       DType)
 from .lower_hybrid import FLOAT32, _dot, quantize_rows_asymmetric, quantize_rows_symmetric
 from .lower_rnn import uni_lstm_check
@@ -93,8 +93,8 @@ def _hybrid_direction(call, inputs, lay, src, aux, n_aux, reverse: bool):
     """One direction over time-major ``src`` [T, B, I] from its state operands: (outputs in the
     node's layout, h and c in their operands' shapes)."""
     time_major = bool(call.opts.time_major)
-    cell = _hybrid_cell(call, inputs, lay, src.shape[2], n_aux)
-    h0, c0 = _hybrid_states(call, inputs, lay, src.shape[1], cell)
+    cell = hybrid_lstm_cell(call, inputs, lay, src.shape[2], n_aux)
+    h0, c0 = hybrid_lstm_states(call, inputs, lay, src.shape[1], cell)
     masks = hybrid_lstm.scalar_masks(cell.gates, src.shape[1], cell.n_cell, time_major)
     pre_x = hybrid_lstm.input_part(HYBRID_LSTM, cell, src, aux)
 
@@ -108,7 +108,7 @@ def _hybrid_direction(call, inputs, lay, src, aux, n_aux, reverse: bool):
 
 
 def _uni_lstm_hybrid(call, *inputs):
-    out, h, c = _hybrid_direction(call, inputs, UNIDIRECTIONAL_LSTM, _hybrid_input(call, inputs[0]), None, None,
+    out, h, c = _hybrid_direction(call, inputs, UNIDIRECTIONAL_LSTM, hybrid_lstm_input(call, inputs[0]), None, None,
                                   reverse=False)
     return with_state(call, [out], (h, c))
 
@@ -116,17 +116,7 @@ def _uni_lstm_hybrid(call, *inputs):
 def _bidi_lstm_hybrid(call, *inputs):
     """As the reference kernel: the aux input feeds both directions when aux weights are given,
     else it is the backward direction's input."""
-    xt = _hybrid_input(call, inputs[0])
-    aux_in = _operand(inputs, BIDIRECTIONAL_LSTM_AUX_INPUT)
-    aux_t = None if aux_in is None else _hybrid_input(call, aux_in)
-    if aux_t is not None and aux_t.shape[:2] != xt.shape[:2]:
-        raise OpError(f"{call.op.name}: aux input shape {list(aux_in.shape)} does not match the input's time and "
-                      f"batch dims {list(inputs[0].shape)}")
-    has_aux_weights = _operand(inputs, BIDIRECTIONAL_LSTM_FW.aux_weights[1]) is not None
-    if has_aux_weights and aux_t is None:
-        raise OpError(f"{call.op.name}: aux weights given but no aux input (operand {BIDIRECTIONAL_LSTM_AUX_INPUT})")
-    cross_linked = aux_t is None or has_aux_weights
-    n_aux = aux_t.shape[2] if cross_linked and aux_t is not None else None
+    xt, aux_t, cross_linked, n_aux = hybrid_bidi_lstm_sources(call, inputs)
     fw_out, *fw_states = _hybrid_direction(call, inputs, BIDIRECTIONAL_LSTM_FW, xt, aux_t if cross_linked else None,
                                            n_aux, reverse=False)
     bw_out, *bw_states = _hybrid_direction(call, inputs, BIDIRECTIONAL_LSTM_BW, xt if cross_linked else aux_t,
