@@ -92,6 +92,19 @@ def _uses_resources(op: Operator) -> bool:
         t is not None and t.dtype == DType.RESOURCE for t in (*op.inputs, *op.outputs))
 
 
+def _known_wrong(op: Operator) -> str | None:
+    """Why LiteRT's kernel gives wrong results for ``op`` (None: no known fault). kiln's kernels
+    run such nodes with the semantics LiteRT's kernel means."""
+    if op.op_type == "BIDIRECTIONAL_SEQUENCE_LSTM" and op.options.get("merge_outputs") \
+            and not op.options.get("time_major") and op.inputs and op.inputs[0] is not None \
+            and tuple(op.inputs[0].signature[:1]) != (1,):
+        # lstm_eval.cc steps batch entry b's states at b * (the output's last dim), which is both
+        # directions' width when merged: every entry after the first reads and writes the wrong state.
+        return ("LiteRT's kernel mixes up the states of batch entries after the first when it merges "
+                "batch-major outputs")
+    return None
+
+
 class LiteRtDelegate(ReportingDelegate):
     """Runs builtin partitions on LiteRT's interpreter (see the module doc).
 
@@ -119,7 +132,7 @@ class LiteRtDelegate(ReportingDelegate):
             return f"custom op {node.name!r} runs in kiln"
         if not _is_builtin_registration(node.registration):
             return f"{node.name} is overridden by a Python registration"
-        return None
+        return _known_wrong(op)
 
     def review(self, partitions: Sequence[Partition]) -> set[int]:
         """Give back what only kiln can run, then what LiteRT refuses when it builds a partition."""

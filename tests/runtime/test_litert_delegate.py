@@ -454,3 +454,37 @@ def test_quantized_models_give_litert_s_bits(mode):
     for x in inputs:
         assert same_bits(zoo_models.invoke(ours, x), zoo_models.invoke(ref, x))
     assert {d for _, d in steps_of(ours)} == {"litert"}
+
+
+@pytest.mark.parametrize("case", ["plain", "aux_cross_linked"])
+def test_batch_major_merged_bidirectional_lstm_is_left_to_kiln(case):
+    """LiteRT's BIDIRECTIONAL_SEQUENCE_LSTM steps batch entry b's states by the merged output's
+    width when it merges batch-major outputs, so every entry after the first is wrong. The
+    delegate leaves such a node to kiln's kernel, whose answer equals LiteRT's on the same
+    model written time-major (where LiteRT is right), transposed."""
+    from kiln.schema import BIDIRECTIONAL_LSTM_AUX_INPUT, Activation
+    from tests.harness import _kernel_outputs
+    from tests.ops import test_lstm as lstm_cases
+    from tests.quant.test_hybrid_lstm import _run as run_stateful
+
+    def model_of(operands, time_major):
+        options = {"fused_activation_function": Activation.TANH, "time_major": time_major, "merge_outputs": True}
+        probe = _kernel_outputs("BIDIRECTIONAL_SEQUENCE_LSTM", operands, options, None)
+        model = single_op_model("BIDIRECTIONAL_SEQUENCE_LSTM", operands, options=options,
+                                out_dtypes=[p.dtype for p in probe], out_shapes=[p.shape for p in probe])
+        return model, [np.asarray(x) for x in operands if isinstance(x, np.ndarray)]
+
+    operands, states = lstm_cases._bidi_lstm(np.random.default_rng(3), time_major=False, n_input=5, n_cell=4,
+                                             batch=3, time=4, **lstm_cases.BIDI_CASES[case])
+    swapped = list(operands)
+    for i in (0, BIDIRECTIONAL_LSTM_AUX_INPUT):
+        if isinstance(swapped[i], np.ndarray):
+            swapped[i] = np.ascontiguousarray(swapped[i].transpose(1, 0, 2))
+    delegate = LiteRtDelegate()
+    ours = run_stateful(*model_of(operands, False), states,
+                        lambda m: kiln.Interpreter(model_content=m, experimental_delegates=[delegate], **REF))
+    want = run_stateful(*model_of(swapped, True), states, litert_as_installed)
+    for got, exp in zip(ours[:-1], want[:-1]):       # the merged output of each invoke
+        assert_close(got[0], exp[0].transpose(1, 0, 2), atol=1e-5)
+    assert_close(np.concatenate(ours[-1]), np.concatenate(want[-1]), atol=1e-5)   # the states after
+    assert "mixes up the states of batch entries" in delegate.rejected[(0, "BIDIRECTIONAL_SEQUENCE_LSTM", 1)]
