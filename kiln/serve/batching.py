@@ -503,15 +503,19 @@ class InlineExecutor:
         start = time.monotonic()
         if deadline <= start:
             return Finished(None, DeadlineExceeded("Deadline exceeded before the request could run"), deadline)
-        first = next(iter(inputs.values()), None)
-        rows = first.shape[0] if first is not None and first.ndim else 1
+        for first in inputs.values():
+            rows = first.shape[0] if first.ndim else 1
+            break
+        else:
+            rows = 1
         if rows > self.max_rows and self.larger is not None:
             return self.larger.submit(key, inputs, deadline)
+        runner = getattr(self._local, "runner", None) or self._runner()
         try:
-            outputs = self._runner()(key, inputs)
-            seconds = time.monotonic() - start
+            outputs = runner(key, inputs)
         except Exception as exc:
             return Finished(None, request_error(exc, inputs), deadline)
+        seconds = time.monotonic() - start
         self.calls += 1
         if self.hooks.observe is not None:
             self.hooks.observe(rows, rows, seconds)

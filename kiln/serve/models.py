@@ -36,7 +36,8 @@ INLINE_CALL_SECONDS = 0.0005
 
 @dataclass
 class ServedVersion:
-    """One loaded version with its executor; ``users`` counts requests holding it."""
+    """One loaded version with its executor; ``users`` counts requests holding it.
+    ``predict_labels``: the metric labels of its predict requests, made once."""
 
     model: str
     version: int
@@ -44,6 +45,10 @@ class ServedVersion:
     executor: object
     batching: bool
     users: int = 0
+    predict_labels: tuple = field(init=False, repr=False)
+
+    def __post_init__(self):
+        self.predict_labels = (self.model, str(self.version), "predict")
 
 
 @dataclass
