@@ -84,8 +84,7 @@ def check_feeds(signature: Signature, feeds: dict) -> None:
         if spec is None:
             continue
         check_shape(array, spec)
-        bad = spec.out_of_range(array)
-        if bad is not None:
+        if spec.index_range is not None and (bad := spec.out_of_range(array)) is not None:
             low, high = spec.index_range
             raise InvalidArgument(f"input '{name}': index {bad} is outside [{low}, {high}), the rows of the table "
                                   "the model looks it up in")

@@ -162,7 +162,23 @@ def _pad_to(arr: np.ndarray, inner: tuple) -> np.ndarray:
     return np.pad(arr, widths, mode="constant", constant_values=fill)
 
 
-class BatchScheduler:
+class _Queue:
+    """What an executor keeps waiting (requests or request pieces), mirrored into its hooks' gauge."""
+
+    hooks: Hooks
+    _queued = 0
+
+    @property
+    def queued(self) -> int:
+        return self._queued
+
+    def _add_queued(self, delta: int) -> None:
+        self._queued += delta
+        if self.hooks.queue is not None:
+            self.hooks.queue.set(self._queued)
+
+
+class BatchScheduler(_Queue):
     """Batches concurrent requests of one model version (one queue per signature)."""
 
     def __init__(self, options: BatchingOptions, new_runner: Callable, observe: Observer | None = None,
@@ -174,7 +190,6 @@ class BatchScheduler:
         self.hooks = hooks or Hooks(observe)
         self._cond = threading.Condition()
         self._queues: dict[str, deque] = {}
-        self._queued_pieces = 0
         self._closing = False
         self.calls = 0
         self._limit = options.execution_limit
@@ -191,15 +206,6 @@ class BatchScheduler:
         if errors:
             self.close(drain=False)
             raise errors[0]
-
-    @property
-    def queued(self) -> int:
-        return self._queued_pieces
-
-    def _set_queued(self, delta: int) -> None:
-        self._queued_pieces += delta
-        if self.hooks.queue is not None:
-            self.hooks.queue.set(self._queued_pieces)
 
     # -- submitting ----------------------------------------------------------------------------
 
@@ -243,7 +249,7 @@ class BatchScheduler:
                     queue.append(batch)
                 batch.pieces.append(_Piece(request, index, part, size))
                 batch.rows += size
-            self._set_queued(len(sizes))
+            self._add_queued(len(sizes))
             # Workers sleep until the oldest batch is due; they need waking only when a batch is new
             # (its due time) or full, not for every request that joins an open batch.
             if new or (open_batch is not None and open_batch.rows >= self._limit):
@@ -290,7 +296,7 @@ class BatchScheduler:
                     if best is not None:
                         queue, batch = best
                         queue.popleft()
-                        self._set_queued(-len(batch.pieces))
+                        self._add_queued(-len(batch.pieces))
                         break
                     if self._closing and not any(self._queues.values()):
                         return
@@ -396,10 +402,10 @@ class BatchScheduler:
                 for piece in batch.pieces:
                     piece.request.fail(Unavailable(message))
             queue.clear()
-        self._set_queued(-self._queued_pieces)
+        self._add_queued(-self._queued)
 
 
-class DirectExecutor:
+class DirectExecutor(_Queue):
     """Runs every request on its own (no batching): a thread pool, one runner per thread, behind
     a queue of at most ``max_queued`` requests (more: 503 at once)."""
 
@@ -414,19 +420,9 @@ class DirectExecutor:
         self.max_queued = max_queued
         self.name = name
         self._lock = threading.Lock()
-        self._pending = 0
         self._waiting: set[Request] = set()
         self._closing = False
         self.calls = 0
-
-    @property
-    def queued(self) -> int:
-        return self._pending
-
-    def _set_pending(self, delta: int) -> None:
-        self._pending += delta
-        if self.hooks.queue is not None:
-            self.hooks.queue.set(self._pending)
 
     def submit(self, key: str, inputs: dict, deadline: float) -> Request:
         first = next(iter(inputs.values()), None)
@@ -435,10 +431,10 @@ class DirectExecutor:
         with self._lock:
             if self._closing:
                 raise Unavailable("the server is shutting down; the request was not accepted")
-            if self._pending >= self.max_queued:
+            if self._queued >= self.max_queued:
                 raise Unavailable(f"the queue of model {self.name} is full ({self.max_queued} requests wait for a "
                                   "worker thread); retry later")
-            self._set_pending(1)
+            self._add_queued(1)
             self._waiting.add(request)
         self._pool.submit(self._run, request, inputs)
         return request
@@ -453,7 +449,7 @@ class DirectExecutor:
 
     def _run(self, request: Request, inputs: dict) -> None:
         with self._lock:
-            self._set_pending(-1)
+            self._add_queued(-1)
             self._waiting.discard(request)
         run_request(request, inputs, self._runner, self.hooks, self)
 
@@ -463,7 +459,7 @@ class DirectExecutor:
             self._closing = True
         if drain:
             deadline = None if timeout is None else time.monotonic() + timeout
-            while self._pending and (deadline is None or time.monotonic() < deadline):
+            while self._queued and (deadline is None or time.monotonic() < deadline):
                 time.sleep(0.005)
         self._pool.shutdown(wait=False, cancel_futures=True)
         with self._lock:
@@ -503,15 +499,19 @@ class InlineExecutor:
         start = time.monotonic()
         if deadline <= start:
             return Finished(None, DeadlineExceeded("Deadline exceeded before the request could run"), deadline)
-        first = next(iter(inputs.values()), None)
-        rows = first.shape[0] if first is not None and first.ndim else 1
+        for first in inputs.values():
+            rows = first.shape[0] if first.ndim else 1
+            break
+        else:
+            rows = 1
         if rows > self.max_rows and self.larger is not None:
             return self.larger.submit(key, inputs, deadline)
+        runner = getattr(self._local, "runner", None) or self._runner()
         try:
-            outputs = self._runner()(key, inputs)
-            seconds = time.monotonic() - start
+            outputs = runner(key, inputs)
         except Exception as exc:
             return Finished(None, request_error(exc, inputs), deadline)
+        seconds = time.monotonic() - start
         self.calls += 1
         if self.hooks.observe is not None:
             self.hooks.observe(rows, rows, seconds)

@@ -60,7 +60,7 @@ class Request:
         self.method = ""
         self.target = b""
         self.raw_headers: list[tuple[bytes, bytes]] = []  # as they came; decoded only when asked
-        self.body = bytearray()
+        self.body = b""  # one chunk as it came; several gathered in a bytearray
         self.arrived = arrived
         self.keep_alive = True
         self.client = client
@@ -174,8 +174,10 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self.stopped = False  # the parser gave up on this connection: read nothing more
         self.paused = False   # reading paused: _PIPELINE requests wait
+        self.writable = True  # the transport takes more (the flag, and an event to wait on)
         self.can_write = asyncio.Event()
         self.can_write.set()
+        self.max_header_bytes = self.limits.max_header_bytes
 
     # -- lifecycle -----------------------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -242,9 +244,11 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
     def pause_writing(self) -> None:
+        self.writable = False
         self.can_write.clear()
 
     def resume_writing(self) -> None:
+        self.writable = True
         self.can_write.set()
 
     # -- reading -------------------------------------------------------------------------------
@@ -291,28 +295,29 @@ class _Connection(asyncio.Protocol):
         self.deadline = now + self.limits.read_timeout  # _arm, with the clock already read
 
     def on_url(self, url: bytes) -> None:
-        self._count_header(len(url))
+        self.header_bytes += len(url)
+        if self.header_bytes > self.max_header_bytes:
+            raise _TooLarge()
         self.current.target += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._count_header(len(name) + len(value) + 4)
+        self.header_bytes += len(name) + len(value) + 4
+        if self.header_bytes > self.max_header_bytes:
+            raise _TooLarge()
         self.current.raw_headers.append((name, value))
 
-    def _count_header(self, size: int) -> None:
-        self.header_bytes += size
-        if self.header_bytes > self.limits.max_header_bytes:
-            raise _TooLarge()
-
     def on_headers_complete(self) -> None:
-        request, limits = self.current, self.limits
-        method = self.parser.get_method()
+        request, limits, parser = self.current, self.limits, self.parser
+        method = parser.get_method()
         request.method = _METHODS.get(method) or method.decode("latin-1")
-        request.keep_alive = self.parser.should_keep_alive()
+        request.keep_alive = parser.should_keep_alive()
         declared = expect = None  # repeated ones joined with ", " (a joined length is not a number)
         for name, value in request.raw_headers:
-            if len(name) == 14 and name.lower() == b"content-length":
-                declared = value if declared is None else declared + b", " + value
-            elif len(name) == 6 and name.lower() == b"expect":
+            size = len(name)
+            if size == 14:
+                if name.lower() == b"content-length":
+                    declared = value if declared is None else declared + b", " + value
+            elif size == 6 and name.lower() == b"expect":
                 expect = value if expect is None else expect + b", " + value
         refusal = None
         if self.over_limit:
@@ -327,7 +332,8 @@ class _Connection(asyncio.Protocol):
                                               f"{limits.max_body_bytes} bytes")
             elif not self.server.reserve(request, size):
                 refusal = _budget_refusal(self.server)
-        request.refusal = refusal
+        if refusal is not None:
+            request.refusal = refusal
         if expect is not None and expect.lower() == b"100-continue" and not self.closed:
             if refusal is None:
                 self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -341,19 +347,25 @@ class _Connection(asyncio.Protocol):
         request = self.current
         if request.refusal is not None:
             return  # read and dropped: the answer is already decided
-        size = len(request.body) + len(body)
+        held = request.body
+        size = len(held) + len(body)
         if size > self.limits.max_body_bytes:
             request.refusal = Response.error(400, f"request body is larger than the limit of "
                                                   f"{self.limits.max_body_bytes} bytes")
             self.server.release(request)
-            request.body = bytearray()
+            request.body = b""
             return
         if size > request._reserved and not self.server.reserve(request, size - request._reserved):
             request.refusal = _budget_refusal(self.server)
             self.server.release(request)
-            request.body = bytearray()
+            request.body = b""
             return
-        request.body += body
+        if not held:
+            request.body = body  # most bodies come in one piece: kept as they are
+        elif held.__class__ is bytes:
+            request.body = bytearray(held) + body
+        else:
+            held += body
 
     def on_message_complete(self) -> None:
         request, self.current = self.current, None
@@ -381,7 +393,7 @@ class _Connection(asyncio.Protocol):
                 result = self.server.handler(request)
             except Exception as exc:  # a bug in a handler: answered, never a traceback to the client
                 result = Response.error(500, f"Internal: {type(exc).__name__}: {exc}")
-            if isinstance(result, Response) and self.can_write.is_set():
+            if result.__class__ is Response and self.writable:
                 self._answered(request, result)
             else:
                 self.task = self.loop.create_task(self._await(request, result))
@@ -400,7 +412,7 @@ class _Connection(asyncio.Protocol):
                 raise
             except Exception as exc:
                 result = Response.error(500, f"Internal: {type(exc).__name__}: {exc}")
-        if not self.can_write.is_set() and not self.closed:
+        if not self.writable and not self.closed:
             await self.can_write.wait()
         self.task = None
         self._answered(request, result)

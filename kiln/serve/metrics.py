@@ -5,9 +5,10 @@ to label, and anything else is counted under ``model="(other)"``, ``version=""``
 ``method="other"``; status codes are the few the server answers. A scrape renders a text
 whose size depends on the served models only, off the event loop.
 
-A request must cost little next to a model call of a few microseconds, so answers and backend
-calls are counted in plain tallies under one lock and flushed into the Prometheus metrics
-every `FLUSH_SECONDS` by a background thread, and before every scrape. A scrape sees every
+A request must cost little next to a model call of a few microseconds, so an answer or a
+backend call only appends its latency to a list under one lock; a background thread flushes the
+lists into the Prometheus metrics every `FLUSH_SECONDS` (and before every scrape), binning each
+histogram's observations in one NumPy pass. A scrape sees every
 answer given before it began: its own worker's at once, the other workers' after their next
 flush (in multiprocess mode the scrape waits two flush periods, off the event loop).
 
@@ -19,13 +20,13 @@ worker answers a scrape sums them all. ``process_*`` metrics cover the server's 
 
 from __future__ import annotations
 
-import bisect
 import logging
 import os
 import threading
 import time
 import weakref
 
+import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 from prometheus_client import values as _values
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -43,6 +44,19 @@ PIDS_FILE = "pids"
 FLUSH_SECONDS = 0.05
 _LATENCY_BOUNDS = (*_LATENCY, float("inf"))
 _SIZE_BOUNDS = (*_SIZES, float("inf"))
+
+
+def _observe_many(child, bounds: tuple, values: np.ndarray) -> None:
+    """Many observations of one histogram child at once (as many ``observe`` calls would add)."""
+    # prometheus_client has no call to add many observations; its histogram child keeps one value
+    # per bucket (non-cumulative; an observation goes to the first bound >= it) and one for the sum
+    # (private names, stable since 0.1; pyproject caps prometheus-client below 1.0, tests/serve
+    # pin the page)
+    child._sum.inc(float(values.sum()))
+    per_bucket = np.bincount(np.searchsorted(bounds, values, side="left"), minlength=len(bounds))
+    for bucket, amount in zip(child._buckets, per_bucket.tolist()):
+        if amount:
+            bucket.inc(amount)
 
 
 def use_multiprocess_dir(path: str) -> None:
@@ -80,10 +94,10 @@ class Metrics:
                                 "connection limit, shutting down).", labels, registry=r)
         self.loaded = Gauge("kiln_serve_model_version_available", "1 while the version is served.",
                             labels, registry=r, multiprocess_mode="livemax")
-        self._children: dict = {}
+        self._children: dict = {}  # answer labels -> (requests child, latency child, rejected child or None)
         self._lock = threading.Lock()
-        self._counts: dict = {}   # a counter's child -> what to add at the next flush
-        self._spreads: dict = {}  # a histogram's child -> [sum, count per bucket] to add
+        self._answers: dict = {}  # answer labels -> latencies (seconds) since the last flush
+        self._calls: dict = {}    # (calls, latency, sizes, padding children) -> [(padded rows, rows, seconds)]
         _flusher.watch(self)
 
     # -- labels --------------------------------------------------------------------------------
@@ -97,62 +111,58 @@ class Metrics:
     def request(self, model: str, version: str, method: str, code: int, seconds: float) -> None:
         """Count one answer; ``model`` and ``version`` must already be labels (see `model_label`)."""
         key = (model, version, method, code)
-        children = self._children.get(key)
-        if children is None:
-            children = self._children[key] = (self.requests.labels(model, version, method, str(code)),
-                                              self.latency.labels(model, version, method),
-                                              self.rejected.labels(model, version) if code == 503 else None)
         with self._lock:
-            counts = self._counts
-            counts[children[0]] = counts.get(children[0], 0) + 1
-            self._spread(children[1], _LATENCY_BOUNDS, seconds)
-            if children[2] is not None:
-                counts[children[2]] = counts.get(children[2], 0) + 1
-
-    def _spread(self, child, bounds: tuple, value: float) -> None:
-        """One observation of a histogram, tallied (the caller holds the lock)."""
-        spread = self._spreads.get(child)
-        if spread is None:
-            spread = self._spreads[child] = [0.0] + [0] * len(bounds)
-        spread[0] += value
-        spread[1 + bisect.bisect_left(bounds, value)] += 1
+            pending = self._answers.get(key)
+            if pending is None:
+                pending = self._answers[key] = []
+            pending.append(seconds)
 
     def observer(self, model: str, version: int):
         """observe(padded rows, rows, seconds) for one version's executor."""
-        calls = self.backend_calls.labels(model, str(version))
-        latency = self.backend_latency.labels(model, str(version))
-        sizes = self.batch_size.labels(model, str(version))
-        padding = self.padding_rows.labels(model, str(version))
-        lock, spread = self._lock, self._spread
+        children = (self.backend_calls.labels(model, str(version)), self.backend_latency.labels(model, str(version)),
+                    self.batch_size.labels(model, str(version)), self.padding_rows.labels(model, str(version)))
+        lock = self._lock
 
         def observe(padded: int, rows: int, seconds: float) -> None:
             with lock:
-                counts = self._counts
-                counts[calls] = counts.get(calls, 0) + 1
-                spread(latency, _LATENCY_BOUNDS, seconds)
-                spread(sizes, _SIZE_BOUNDS, padded)
-                if padded > rows:
-                    counts[padding] = counts.get(padding, 0) + padded - rows
+                pending = self._calls.get(children)
+                if pending is None:
+                    pending = self._calls[children] = []
+                pending.append((padded, rows, seconds))
 
         return observe
 
+    def _answer_children(self, key: tuple) -> tuple:
+        children = self._children.get(key)
+        if children is None:
+            model, version, method, code = key
+            children = self._children[key] = (self.requests.labels(model, version, method, str(code)),
+                                              self.latency.labels(model, version, method),
+                                              self.rejected.labels(model, version) if code == 503 else None)
+        return children
+
     def flush(self) -> None:
-        """Add the tallies to the Prometheus metrics (any thread)."""
+        """Add the tallies to the Prometheus metrics (any thread), each histogram binned in one
+        NumPy pass over what it observed since the last flush."""
         with self._lock:
-            if not self._counts and not self._spreads:
+            if not self._answers and not self._calls:
                 return
-            counts, self._counts = self._counts, {}
-            spreads, self._spreads = self._spreads, {}
-        for child, amount in counts.items():
-            child.inc(amount)
-        for child, (total, *per_bucket) in spreads.items():
-            # prometheus_client has no call to add many observations; its histogram child keeps
-            # one value per bucket (non-cumulative) and one for the sum (private names, stable
-            # since 0.1; pyproject caps prometheus-client below 1.0, tests/serve pin the page)
-            child._sum.inc(total)
-            for bucket, amount in zip(child._buckets, per_bucket):
-                if amount:
-                    bucket.inc(amount)
+            answers, self._answers = self._answers, {}
+            calls, self._calls = self._calls, {}
+        for key, latencies in answers.items():
+            requests, latency, rejected = self._answer_children(key)
+            requests.inc(len(latencies))
+            if rejected is not None:
+                rejected.inc(len(latencies))
+            _observe_many(latency, _LATENCY_BOUNDS, np.asarray(latencies, np.float64))
+        for (count, latency, sizes, padding), observed in calls.items():
+            padded, rows, seconds = np.asarray(observed, np.float64).T
+            count.inc(len(observed))
+            _observe_many(latency, _LATENCY_BOUNDS, seconds)
+            _observe_many(sizes, _SIZE_BOUNDS, padded)
+            added = int((padded - rows).sum())
+            if added:
+                padding.inc(added)
 
     def queue(self, model: str, version: int):
         """The queue-depth gauge of one version (its executor sets it)."""

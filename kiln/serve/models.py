@@ -36,7 +36,8 @@ INLINE_CALL_SECONDS = 0.0005
 
 @dataclass
 class ServedVersion:
-    """One loaded version with its executor; ``users`` counts requests holding it."""
+    """One loaded version with its executor; ``users`` counts requests holding it.
+    ``predict_labels``: the metric labels of its predict requests, made once."""
 
     model: str
     version: int
@@ -44,6 +45,10 @@ class ServedVersion:
     executor: object
     batching: bool
     users: int = 0
+    predict_labels: tuple = field(init=False, repr=False)
+
+    def __post_init__(self):
+        self.predict_labels = (self.model, str(self.version), "predict")
 
 
 @dataclass
@@ -80,7 +85,8 @@ class ModelManager:
         self.workers = workers or os.cpu_count() or 1
         self.metrics = metrics or Metrics(s.name for s in specs)
         self._models = {s.name: _Model(s) for s in specs}
-        self._lock = threading.Condition()
+        self._mutex = threading.Lock()  # taken alone where no one waits (a C call, unlike the condition's)
+        self._lock = threading.Condition(self._mutex)
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
         for spec in specs:
@@ -251,7 +257,7 @@ class ModelManager:
         """The version a request runs on (newest by default); release it with `release`."""
         version = self._resolve(name, version, label)
         model = self._model(name)
-        with self._lock:
+        with self._mutex:
             if version is None:
                 if not model.served:
                     raise NotFound(f"Servable not found for request: Latest({name})")
@@ -264,7 +270,7 @@ class ModelManager:
             return served
 
     def release(self, served: ServedVersion) -> None:
-        with self._lock:
+        with self._mutex:
             served.users -= 1
             if not served.users:  # a retiring version waits for its last user
                 self._lock.notify_all()

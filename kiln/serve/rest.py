@@ -20,7 +20,6 @@ from urllib.parse import unquote
 from . import backends
 from .http import HttpServer, Limits, Request, Response
 from .jsonbody import parse_body
-from .metrics import OTHER_MODEL
 from .service import Service
 from .status import InvalidArgument, ServeError, Unimplemented
 from .tensors import format_response, parse_request
@@ -64,7 +63,7 @@ def _decode(body, held):
     if isinstance(held, ServeError):
         raise held
     signature = backends.signature(held.loaded, signature_name)
-    may_hold_bools = body.find(b"true") >= 0 or body.find(b"false") >= 0
+    may_hold_bools = b"true" in body or b"false" in body
     feeds, fmt = parse_request(doc, signature.inputs, may_hold_bools)
     return signature, feeds, fmt
 
@@ -142,24 +141,24 @@ class RestApi:
 
     def _predict(self, request: Request, route: tuple):
         name, version, label, model = route
-        request.labels = (model, "", "predict")
         try:
             held = self.manager.acquire(name, version, label)
-            request.labels = (model, str(held.version) if model != OTHER_MODEL else "", "predict")
+            request.labels = held.predict_labels  # (a served version's model is a configured name)
         except ServeError as exc:
+            request.labels = (model, "", "predict")
             held = exc  # raised once the body has been read as JSON (TF Serving's order)
         if len(request.body) > INLINE_BODY_BYTES:
             return self._predict_later(request, held, None)
         try:
             signature, feeds, fmt = _decode(request.body, held)
-            request.body = bytearray()
+            request.body = b""  # the arrays hold what is needed now
             job = self.service.submit(held, signature, feeds, request.arrived)
         except BaseException:
             self._release(held)
             raise
         if not job.done:
             return self._predict_later(request, held, (job, fmt))
-        self._release(held)
+        self.manager.release(held)
         return self._respond(job.future.result(), fmt)
 
     async def _predict_later(self, request: Request, held, started) -> Response:

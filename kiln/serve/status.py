@@ -10,59 +10,46 @@ from ..errors import KilnError
 
 
 class ServeError(KilnError):
-    """A request the server answers with an error instead of outputs."""
+    """A request the server answers with an error instead of outputs.
+
+    A subclass names its canonical code and HTTP status in its class line.
+    """
 
     code = "INTERNAL"
     http_status = 500
 
+    def __init_subclass__(cls, code: str | None = None, http_status: int | None = None, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if code is not None:
+            cls.code, cls.http_status = code, http_status
 
-class InvalidArgument(ServeError, ValueError):
+
+class InvalidArgument(ServeError, ValueError, code="INVALID_ARGUMENT", http_status=400):
     """Bad input: malformed JSON, wrong dtype, shape or name (HTTP 400)."""
 
-    code = "INVALID_ARGUMENT"
-    http_status = 400
 
-
-class FailedPrecondition(ServeError):
+class FailedPrecondition(ServeError, code="FAILED_PRECONDITION", http_status=400):
     """The request cannot run in the server's present state (HTTP 400)."""
 
-    code = "FAILED_PRECONDITION"
-    http_status = 400
 
-
-class NotFound(ServeError, LookupError):
+class NotFound(ServeError, LookupError, code="NOT_FOUND", http_status=404):
     """Unknown model, version or signature (HTTP 404)."""
 
-    code = "NOT_FOUND"
-    http_status = 404
 
-
-class ResourceExhausted(ServeError):
+class ResourceExhausted(ServeError, code="RESOURCE_EXHAUSTED", http_status=429):
     """A request larger than the server accepts (HTTP 429)."""
 
-    code = "RESOURCE_EXHAUSTED"
-    http_status = 429
 
-
-class Unavailable(ServeError):
+class Unavailable(ServeError, code="UNAVAILABLE", http_status=503):
     """Overloaded (a full batch queue) or shutting down (HTTP 503)."""
 
-    code = "UNAVAILABLE"
-    http_status = 503
 
-
-class DeadlineExceeded(ServeError, TimeoutError):
+class DeadlineExceeded(ServeError, TimeoutError, code="DEADLINE_EXCEEDED", http_status=504):
     """The request's deadline passed before its outputs were ready (HTTP 504)."""
 
-    code = "DEADLINE_EXCEEDED"
-    http_status = 504
 
-
-class Unimplemented(ServeError, NotImplementedError):
+class Unimplemented(ServeError, NotImplementedError, code="UNIMPLEMENTED", http_status=501):
     """A TF Serving method kiln does not serve (HTTP 501)."""
-
-    code = "UNIMPLEMENTED"
-    http_status = 501
 
 
 class Internal(ServeError, RuntimeError):

@@ -15,6 +15,7 @@ import binascii
 import json
 import math
 import struct
+from operator import eq
 
 import numpy as np
 
@@ -286,13 +287,18 @@ def _stacked(items: list, spec: TensorSpec):
 
 def check_shape(arr: np.ndarray, spec: TensorSpec, what: str = "") -> None:
     """Rank and known dimensions must match the signature."""
-    if spec.shape is None:
-        return
     want = spec.shape
-    if arr.ndim != len(want) or any(w >= 0 and w != g for w, g in zip(want, arr.shape)):
-        got = "[" + ",".join(str(d) for d in arr.shape) + "]"
-        raise InvalidArgument(f"input '{spec.name}'{what}: expected shape {shape_text(spec)} "
-                              f"({dtype_name(spec.dtype)}), got {got}")
+    if want is None:
+        return
+    if arr.ndim == len(want):
+        for w, g in zip(want, arr.shape):
+            if w != g and w >= 0:
+                break
+        else:
+            return
+    got = "[" + ",".join(str(d) for d in arr.shape) + "]"
+    raise InvalidArgument(f"input '{spec.name}'{what}: expected shape {shape_text(spec)} "
+                          f"({dtype_name(spec.dtype)}), got {got}")
 
 
 def parse_request(body: dict, specs: dict[str, TensorSpec],
@@ -425,28 +431,28 @@ _F32 = struct.Struct("<f")
 
 def _float_texts(flat: np.ndarray) -> list[str]:
     """TF Serving's WriteDecimal: "%g" if it reads back exactly, else max_digits10 digits; '.0' on whole numbers;
-    NaN and (-)Infinity as bare words."""
+    NaN and (-)Infinity as bare words. All values at once: one `%` operation per precision, one read-back
+    (rounded to float32 as the value was, in one `struct` pack), C-level comparisons to pick the texts."""
     single = flat.dtype == np.float32
-    values = flat.tolist()
-    if not values:
+    every = tuple(flat.tolist())
+    count = len(every)
+    if not count:
         return []
-    every = tuple(values)
-    short = (("%g," * len(every)) % every).split(",")
+    short = (("%g," * count) % every).split(",")
     short.pop()
-    back = [float(t) for t in short]
-    if single:  # rounded to float32 as the value was, all in one pack
-        try:
-            back = struct.unpack(f"<{len(back)}f", struct.pack(f"<{len(back)}f", *back))
-        except OverflowError:
-            return [_float_text(v, single) for v in values]
-    exact = [r == v for r, v in zip(back, values)]
-    if all(exact):
+    try:
+        back = (struct.unpack(f"={count}f", struct.pack(f"={count}f", *map(float, short))) if single
+                else tuple(map(float, short)))
+    except OverflowError:  # a short text past float32's range: the one-value rule decides
+        return [_float_text(v, single) for v in every]
+    if back == every:  # (a NaN never compares equal: it takes the longer text, the same word)
         texts = short
     else:
-        longer = ((("%.9g," if single else "%.17g,") * len(every)) % every).split(",")
-        texts = longer if not any(exact) else [t if e else u for t, u, e in zip(short, longer, exact)]
+        longer = ((("%.9g," if single else "%.17g,") * count) % every).split(",")
+        texts = [t if b == v else u for t, u, b, v in zip(short, longer, back, every)] \
+            if any(map(eq, back, every)) else longer
     return [t if "." in t or "e" in t else (t + ".0" if "n" not in t else _float_text(float(t), single))
-            for t in texts[:len(values)]]
+            for t in texts[:count]]
 
 
 def _float_text(value: float, single: bool) -> str:
@@ -532,9 +538,12 @@ def format_response(outputs: dict[str, np.ndarray], fmt: str) -> bytes:
         if isinstance(a, np.ndarray) and a.ndim == 2 and a.dtype.kind == "f" and a.size <= _ROWS_PER_PIECE * 16:
             texts = _float_texts(a.reshape(-1) if a.dtype != np.float16 else a.reshape(-1).astype(np.float32))
             width = a.shape[1]
-            rows = ", ".join(["[" + ", ".join(texts[i:i + width]) + "]" for i in range(0, width * a.shape[0], width)]
-                             if width else ["[]"] * a.shape[0])
-            return ('{"predictions": [' if fmt != COLUMNAR else '{"outputs": [').encode() + rows.encode() + b"]}"
+            if a.shape[0] == 1:
+                rows = "[" + ", ".join(texts) + "]"
+            else:
+                rows = ", ".join(["[" + ", ".join(texts[i:i + width]) + "]" for i in range(0, width * a.shape[0], width)]
+                                 if width else ["[]"] * a.shape[0])
+            return (('{"predictions": [' if fmt != COLUMNAR else '{"outputs": [') + rows + "]}").encode()
     names = sorted(outputs)
     arrays = {n: np.asarray(outputs[n]) for n in names}
     out: list[bytes] = []
