@@ -85,7 +85,9 @@ def test_uni_lstm_equals_litert(features, time_major, asymmetric):
     same_as_litert("UNIDIRECTIONAL_SEQUENCE_LSTM", operands, options, states, UNI_MATRICES)
 
 
-@pytest.mark.parametrize("n_cell,batch,time_major,activation,features", [
+#: (n_cell, batch, time_major, activation, features) of the odd-sized cases, shared with the
+#: XLA lowering's tests (tests/xla/test_hybrid_lstm.py).
+ODD_CASES = [
     (5, 3, False, Activation.TANH, "plain"),          # rows at every alignment of LiteRT's buffers
     (7, 3, True, Activation.TANH, "peephole"),
     (6, 3, False, Activation.RELU, "layer_norm"),
@@ -93,14 +95,24 @@ def test_uni_lstm_equals_litert(features, time_major, asymmetric):
     (6, 2, True, Activation.NONE, "plain"),           # LiteRT's NONE quirk: m = o · g
     (6, 2, False, Activation.NONE, "cifg_peephole"),
     (9, 3, False, Activation.RELU_N1_TO_1, "layer_norm_cifg_peephole_projection"),
-])
-def test_uni_lstm_odd_sizes_and_activations(n_cell, batch, time_major, activation, features):
+    (6, 2, True, Activation.SIGN_BIT, "projection_bias"),
+]
+
+
+def odd_case(n_cell, batch, time_major, activation, features):
+    """An ODD_CASES model's operands, states and options; one input row is all zeros (LiteRT
+    skips its product)."""
     rng = np.random.default_rng(n_cell * 10 + batch)
     operands, states = lstm_cases._uni_lstm(rng, time_major=time_major, n_input=11, n_cell=n_cell, batch=batch,
                                             time=4, **lstm_cases.UNI_FEATURES[features])
-    x = operands[0]
-    x[(0, 1) if time_major else (1, 0)] = 0            # an all-zero row: LiteRT skips its product
+    operands[0][(0, 1) if time_major else (1, 0)] = 0
     options = {"fused_activation_function": activation, "time_major": time_major, "asymmetric_quantize_inputs": True}
+    return operands, states, options
+
+
+@pytest.mark.parametrize("case", ODD_CASES)
+def test_uni_lstm_odd_sizes_and_activations(case):
+    operands, states, options = odd_case(*case)
     same_as_litert("UNIDIRECTIONAL_SEQUENCE_LSTM", operands, options, states, UNI_MATRICES)
 
 

@@ -18,7 +18,7 @@ from kiln.schema import Activation  # noqa: E402
 from kiln.xla import XlaDelegate  # noqa: E402
 from tests.harness import Const, Var, _kernel_outputs, single_op_model  # noqa: E402
 from tests.ops import test_lstm as lstm_cases  # noqa: E402
-from tests.quant.test_hybrid_lstm import BIDI_MATRICES, UNI_MATRICES, _hybrid, _run  # noqa: E402
+from tests.quant.test_hybrid_lstm import BIDI_MATRICES, ODD_CASES, UNI_MATRICES, _hybrid, _run, odd_case  # noqa: E402
 
 UNI = "UNIDIRECTIONAL_SEQUENCE_LSTM"
 BIDI = "BIDIRECTIONAL_SEQUENCE_LSTM"
@@ -62,21 +62,9 @@ def test_uni_lstm_features(features, time_major, asymmetric):
     same_as_kernel(UNI, operands, options, states, UNI_MATRICES)
 
 
-@pytest.mark.parametrize("n_cell,batch,time_major,activation,features", [
-    (5, 3, False, Activation.TANH, "plain"),          # rows at every alignment of LiteRT's buffers
-    (7, 3, True, Activation.TANH, "peephole"),
-    (6, 3, False, Activation.RELU, "layer_norm"),
-    (5, 2, False, Activation.RELU6, "cifg"),
-    (6, 2, True, Activation.NONE, "plain"),           # LiteRT's NONE quirk: m = o · g
-    (9, 3, False, Activation.RELU_N1_TO_1, "layer_norm_cifg_peephole_projection"),
-    (6, 2, True, Activation.SIGN_BIT, "projection_bias"),
-])
-def test_uni_lstm_odd_sizes_and_activations(n_cell, batch, time_major, activation, features):
-    rng = np.random.default_rng(n_cell * 10 + batch)
-    operands, states = lstm_cases._uni_lstm(rng, time_major=time_major, n_input=11, n_cell=n_cell, batch=batch,
-                                            time=4, **lstm_cases.UNI_FEATURES[features])
-    operands[0][(0, 1) if time_major else (1, 0)] = 0      # an all-zero row: LiteRT skips its product
-    options = {"fused_activation_function": activation, "time_major": time_major, "asymmetric_quantize_inputs": True}
+@pytest.mark.parametrize("case", ODD_CASES)
+def test_uni_lstm_odd_sizes_and_activations(case):
+    operands, states, options = odd_case(*case)
     same_as_kernel(UNI, operands, options, states, UNI_MATRICES)
 
 
