@@ -14,6 +14,7 @@ import base64
 import binascii
 import json
 import math
+import re
 import struct
 from operator import eq
 
@@ -323,21 +324,26 @@ def parse_request(body: dict, specs: dict[str, TensorSpec],
 
 
 def _plain_floats(body: dict, specs: dict[str, TensorSpec]):
-    """The common request in one NumPy call: nested lists of numbers, at least one written as a
-    float, for a single float input. None when the request is anything else or would fail; the
-    full path then decides (and words the error). Gives what the full path gives: a list that
-    NumPy reads as float64 is rectangular and holds only numbers (no bools: the caller saw no
-    ``true``/``false``), and the full path only casts it, refusing what overflows."""
+    """The common request in one NumPy call (see `plain_float_feed`), for a single float input."""
+    (name, spec), = specs.items()
+    if spec.dtype.kind != "f":
+        return None
+    return plain_float_feed(body, name, spec.dtype)
+
+
+def plain_float_feed(body: dict, name: str, dtype: np.dtype):
+    """({name: array}, format) for nested lists of numbers, at least one written as a float, for a
+    float input of ``dtype``; None when the request is anything else or would fail, and the full
+    path then decides (and words the error). Gives what the full path gives: a list that NumPy
+    reads as float64 is rectangular and holds only numbers (no bools: the caller saw no
+    ``true``/``false`` in the text), and the full path only casts it, refusing what overflows."""
     value = body.get("instances")
     fmt = ROW
     if value is None or "inputs" in body:
         value, fmt = body.get("inputs"), COLUMNAR
         if value is None or "instances" in body:
             return None
-    if type(value) is not list or not value or type(value[0]) is not list:
-        return None
-    (name, spec), = specs.items()
-    if spec.dtype.kind != "f":
+    if value.__class__ is not list or not value or value[0].__class__ is not list:
         return None
     try:
         arr = np.array(value)
@@ -345,11 +351,11 @@ def _plain_floats(body: dict, specs: dict[str, TensorSpec]):
         return None
     if arr.dtype != np.float64 or not arr.size:
         return None
-    largest = _LARGEST.get(spec.dtype)
+    largest = _LARGEST.get(dtype)
     if largest is None or not (np.maximum.reduce(arr, None) <= largest and np.minimum.reduce(arr, None) >= -largest):
         # (NaN fails both)
         return None
-    return {name: arr.astype(spec.dtype)}, fmt
+    return {name: arr.astype(dtype)}, fmt
 
 
 #: The largest finite value of each float dtype: a float64 array within it casts without overflow.
@@ -431,28 +437,43 @@ _F32 = struct.Struct("<f")
 
 def _float_texts(flat: np.ndarray) -> list[str]:
     """TF Serving's WriteDecimal: "%g" if it reads back exactly, else max_digits10 digits; '.0' on whole numbers;
-    NaN and (-)Infinity as bare words. All values at once: one `%` operation per precision, one read-back
-    (rounded to float32 as the value was, in one `struct` pack), C-level comparisons to pick the texts."""
+    NaN and (-)Infinity as bare words. All values at once, without a Python step per value: one `%` operation
+    per precision, one read-back (rounded to float32 as the value was, in one `struct` pack), the texts picked
+    by C-level comparisons, '.0' added by one regular-expression pass over the joined texts."""
     single = flat.dtype == np.float32
     every = tuple(flat.tolist())
     count = len(every)
     if not count:
         return []
-    short = (("%g," * count) % every).split(",")
+    joined = ("%g," * count) % every
+    short = joined.split(",")
     short.pop()
     try:
         back = (struct.unpack(f"={count}f", struct.pack(f"={count}f", *map(float, short))) if single
                 else tuple(map(float, short)))
     except OverflowError:  # a short text past float32's range: the one-value rule decides
         return [_float_text(v, single) for v in every]
-    if back == every:  # (a NaN never compares equal: it takes the longer text, the same word)
-        texts = short
-    else:
+    if back != every:  # (a NaN never compares equal: it takes the longer text, the same word)
         longer = ((("%.9g," if single else "%.17g,") * count) % every).split(",")
-        texts = [t if b == v else u for t, u, b, v in zip(short, longer, back, every)] \
-            if any(map(eq, back, every)) else longer
-    return [t if "." in t or "e" in t else (t + ".0" if "n" not in t else _float_text(float(t), single))
-            for t in texts[:count]]
+        longer.pop()
+        # (longer, short)[read back exactly]: the short text where it reads back, else the longer one
+        joined = ",".join(map(tuple.__getitem__, zip(longer, short), map(eq, back, every))) + ","
+    if "n" in joined:  # nan or inf: the words, one value at a time
+        texts = joined.split(",")
+        return [t if "." in t or "e" in t else (t + ".0" if "n" not in t else _float_text(float(t), single))
+                for t in texts[:count]]
+    texts = _WHOLE.sub(_point_zero, joined).split(",")
+    texts.pop()
+    return texts
+
+
+#: A text of `_float_texts` that is a whole number (no '.', no exponent).
+_WHOLE = re.compile(r"(?<![^,])-?[0-9]+(?=,)")
+
+
+def _point_zero(match: re.Match) -> str:
+    """(A function, not a template: ``re.sub`` with a template runs Python code on every call.)"""
+    return match[0] + ".0"
 
 
 def _float_text(value: float, single: bool) -> str:
