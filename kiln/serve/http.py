@@ -24,6 +24,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
+_monotonic = time.monotonic
 import httptools
 
 _REASONS = {200: "OK", 100: "Continue", 400: "Bad Request", 404: "Not Found", 408: "Request Timeout",
@@ -51,33 +52,26 @@ class Limits:
 class Request:
     """One parsed request. ``arrived`` is the monotonic time of its first byte; when the client
     hangs up before its answer, ``disconnected`` is set and ``on_gone`` (a handler's) is called.
-    ``labels`` is what the handler says the request was about (for metrics and logs)."""
+    ``labels`` is what the handler says the request was about (for metrics and logs).
 
-    __slots__ = ("method", "target", "raw_headers", "body", "arrived", "keep_alive", "client", "on_gone",
-                 "disconnected", "refusal", "labels", "_reserved")
+    Only the headers the server acts on are kept (``Content-Length`` and ``Expect``, repeated
+    ones joined with ", "). The defaults are class attributes, so a request costs two stores."""
+
+    method = ""
+    target = b""
+    body = b""  # one chunk as it came; several gathered in a bytearray
+    keep_alive = True
+    on_gone: Callable[[], None] | None = None
+    disconnected = False
+    refusal: "Response | None" = None  # set while reading: answer this, ignore the body
+    labels: tuple = ()
+    declared: bytes | None = None  # Content-Length
+    expect: bytes | None = None
+    _reserved = 0
 
     def __init__(self, arrived: float, client: str):
-        self.method = ""
-        self.target = b""
-        self.raw_headers: list[tuple[bytes, bytes]] = []  # as they came; decoded only when asked
-        self.body = b""  # one chunk as it came; several gathered in a bytearray
         self.arrived = arrived
-        self.keep_alive = True
         self.client = client
-        self.on_gone: Callable[[], None] | None = None
-        self.disconnected = False
-        self.refusal: Response | None = None  # set while reading: answer this, ignore the body
-        self.labels: tuple = ()
-        self._reserved = 0
-
-    @property
-    def headers(self) -> dict[str, str]:
-        """The headers by lower-case name (repeated ones joined with ", ")."""
-        out: dict[str, str] = {}
-        for name, value in self.raw_headers:
-            key, text = name.decode("latin-1").lower(), value.decode("latin-1")
-            out[key] = out[key] + ", " + text if key in out else text
-        return out
 
     @property
     def path(self) -> bytes:
@@ -168,7 +162,6 @@ class _Connection(asyncio.Protocol):
         self.ready: deque[Request] = deque()    # read whole, waiting their turn
         self.task: asyncio.Task | None = None   # handling ready[0]
         self.header_bytes = 0
-        self.header_name = b""
         self.deadline: float | None = None  # of the idle or read timeout now running
         self.over_limit = False
         self.closed = False
@@ -177,7 +170,12 @@ class _Connection(asyncio.Protocol):
         self.writable = True  # the transport takes more (the flag, and an event to wait on)
         self.can_write = asyncio.Event()
         self.can_write.set()
+        self.handler = server.handler
         self.max_header_bytes = self.limits.max_header_bytes
+        self.max_body_bytes = self.limits.max_body_bytes
+        self.body_budget = self.limits.body_budget_bytes
+        self.read_timeout = self.limits.read_timeout
+        self.idle_timeout = self.limits.idle_timeout
 
     # -- lifecycle -----------------------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -289,10 +287,10 @@ class _Connection(asyncio.Protocol):
         self.transport.close()
 
     def on_message_begin(self) -> None:
-        now = time.monotonic()
+        now = _monotonic()
         self.current = Request(now, self.client)
         self.header_bytes = 0
-        self.deadline = now + self.limits.read_timeout  # _arm, with the clock already read
+        self.deadline = now + self.read_timeout  # _arm, with the clock already read
 
     def on_url(self, url: bytes) -> None:
         self.header_bytes += len(url)
@@ -304,21 +302,37 @@ class _Connection(asyncio.Protocol):
         self.header_bytes += len(name) + len(value) + 4
         if self.header_bytes > self.max_header_bytes:
             raise _TooLarge()
-        self.current.raw_headers.append((name, value))
+        if len(name) == 14 or len(name) == 6:  # the lengths of Content-Length and Expect
+            self._keep_header(name.lower(), value)
+
+    def _keep_header(self, name: bytes, value: bytes) -> None:
+        request = self.current
+        if name == b"content-length":
+            request.declared = value if request.declared is None else request.declared + b", " + value
+        elif name == b"expect":
+            request.expect = value if request.expect is None else request.expect + b", " + value
 
     def on_headers_complete(self) -> None:
-        request, limits, parser = self.current, self.limits, self.parser
+        request, parser = self.current, self.parser
         method = parser.get_method()
         request.method = _METHODS.get(method) or method.decode("latin-1")
-        request.keep_alive = parser.should_keep_alive()
-        declared = expect = None  # repeated ones joined with ", " (a joined length is not a number)
-        for name, value in request.raw_headers:
-            size = len(name)
-            if size == 14:
-                if name.lower() == b"content-length":
-                    declared = value if declared is None else declared + b", " + value
-            elif size == 6 and name.lower() == b"expect":
-                expect = value if expect is None else expect + b", " + value
+        if not parser.should_keep_alive():
+            request.keep_alive = False
+        declared, server = request.declared, self.server
+        if declared is not None and request.expect is None and not self.over_limit and not server.draining \
+                and declared.isdigit():  # the common request: its body reserved at once, or _admit decides
+            size = int(declared)
+            if size <= self.max_body_bytes and server.body_bytes + size <= self.body_budget:
+                server.body_bytes += size
+                request._reserved = size
+                return
+        self._admit(request)
+
+    def _admit(self, request: Request) -> None:
+        """Refuse what the server will not read (over the connection limit, draining, a declared
+        body over its limit or the budget) and answer ``Expect: 100-continue``."""
+        limits, declared, expect = self.limits, request.declared, request.expect
+        # (repeated headers arrive joined with ", ": a joined length is not a number)
         refusal = None
         if self.over_limit:
             refusal = Response.error(503, f"the server holds its limit of {limits.max_connections} connections; "
@@ -345,6 +359,12 @@ class _Connection(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         request = self.current
+        if not request.body and request.refusal is None and len(body) <= request._reserved:
+            request.body = body  # most bodies come in one piece, within their reservation: kept as they are
+            return
+        self._more_body(request, body)
+
+    def _more_body(self, request: Request, body: bytes) -> None:
         if request.refusal is not None:
             return  # read and dropped: the answer is already decided
         held = request.body
@@ -369,12 +389,13 @@ class _Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         request, self.current = self.current, None
-        self._disarm()
+        self.deadline = None  # _disarm
         self._queue(request)
 
     def _queue(self, request: Request) -> None:
-        self.ready.append(request)
-        if len(self.ready) >= _PIPELINE:
+        ready = self.ready
+        ready.append(request)
+        if len(ready) >= _PIPELINE:
             self.paused = True
             self.transport.pause_reading()
         if self.task is None:
@@ -384,13 +405,14 @@ class _Connection(asyncio.Protocol):
     def _answer_ready(self) -> None:
         """Answer the requests read whole, in order: at once while the handler answers at once,
         else in a task that awaits the answer and then goes on."""
-        while self.ready and not self.closed and self.task is None:
-            request = self.ready[0]
+        ready, handler = self.ready, self.handler
+        while ready and not self.closed and self.task is None:
+            request = ready[0]
             if request.refusal is not None:
                 self._answered(request, request.refusal)
                 continue
             try:
-                result = self.server.handler(request)
+                result = handler(request)
             except Exception as exc:  # a bug in a handler: answered, never a traceback to the client
                 result = Response.error(500, f"Internal: {type(exc).__name__}: {exc}")
             if result.__class__ is Response and self.writable:
@@ -398,11 +420,11 @@ class _Connection(asyncio.Protocol):
             else:
                 self.task = self.loop.create_task(self._await(request, result))
                 return
-        if not self.closed and self.task is None and not self.ready:
-            if self.server.draining and self.current is None:
+        if not ready and self.current is None and self.task is None and not self.closed:
+            if self.server.draining:
                 self.transport.close()
-            elif self.current is None:
-                self._arm(self.limits.idle_timeout)
+            else:
+                self.deadline = _monotonic() + self.idle_timeout  # _arm
 
     async def _await(self, request: Request, result) -> None:
         if not isinstance(result, Response):
@@ -419,17 +441,24 @@ class _Connection(asyncio.Protocol):
         self._answer_ready()
 
     def _answered(self, request: Request, response: Response) -> None:
+        server = self.server
         if request._reserved:
-            self.server.release(request)
+            server.body_bytes -= request._reserved  # release
+            request._reserved = 0
         request.body = b""
         if self.closed:
             response = Response.error(499, "the client closed the connection before the answer")
+        elif request.keep_alive and not server.draining and request.refusal is None \
+                and request.method != "HEAD" and len(response.body) < 65536:  # the common answer, in one write
+            body = response.body
+            head = _HEADS.get((response.status, response.content_type)) or _head(response)
+            self.transport.write(b"%s%d\r\n\r\n%s" % (head, len(body), body))
         else:
-            close = not request.keep_alive or self.server.draining or request.refusal is not None \
+            close = not request.keep_alive or server.draining or request.refusal is not None \
                 and request.refusal.status == 503
             self._write(request, response, close)
-        if self.server.on_response is not None:
-            self.server.on_response(request, response, 0.0)
+        if server.on_response is not None:
+            server.on_response(request, response, 0.0)
         self.ready.popleft()
         if self.paused and len(self.ready) < _PIPELINE and not self.closed:
             self.paused = False
@@ -437,11 +466,7 @@ class _Connection(asyncio.Protocol):
 
     def _write(self, request: Request, response: Response, close: bool) -> None:
         body = b"" if request.method == "HEAD" else response.body
-        start = _HEADS.get((response.status, response.content_type))
-        if start is None:
-            start = _HEADS[response.status, response.content_type] = (
-                f"HTTP/1.1 {response.status} {_REASONS.get(response.status, 'Unknown')}\r\n"
-                f"Content-Type: {response.content_type}\r\nContent-Length: ").encode("latin-1")
+        start = _HEADS.get((response.status, response.content_type)) or _head(response)
         end = b"\r\nConnection: close\r\n\r\n" if close else b"\r\n\r\n"
         if len(body) < 65536:
             self.transport.write(b"%s%d%s%s" % (start, len(response.body), end, body))
@@ -458,6 +483,14 @@ class _TooLarge(Exception):
 
 class _Stop(Exception):
     """Raised inside a parser callback: stop reading this connection (its answer is queued)."""
+
+
+def _head(response: Response) -> bytes:
+    """The status line and headers of ``response`` up to the length's value (made once per status and type)."""
+    start = _HEADS[response.status, response.content_type] = (
+        f"HTTP/1.1 {response.status} {_REASONS.get(response.status, 'Unknown')}\r\n"
+        f"Content-Type: {response.content_type}\r\nContent-Length: ").encode("latin-1")
+    return start
 
 
 def _budget_refusal(server: HttpServer) -> Response:
