@@ -18,11 +18,13 @@ import time
 from urllib.parse import unquote
 
 from . import backends
+from .batching import InlineExecutor
 from .http import HttpServer, Limits, Request, Response
-from .jsonbody import parse_body
+from .jsonbody import parse_body, parse_text
+from .models import ServedVersion
 from .service import Service
 from .status import InvalidArgument, ServeError, Unimplemented
-from .tensors import format_response, parse_request
+from .tensors import format_response, parse_request, plain_float_feed
 
 PREDICT_PATH = re.compile(r"/v1/models/([^/:]+)(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?:(classify|regress|predict)",
                           re.IGNORECASE)
@@ -68,10 +70,63 @@ def _decode(body, held):
     return signature, feeds, fmt
 
 
-class RestApi:
-    """The REST routes of one worker over a shared `Service`."""
+class Plan:
+    """A served version's default signature prepared once for the common predict request: one
+    float input whose dimensions past the batch are fixed, run on the request's thread. What
+    such a request still costs: one JSON read, one `np.array`, a shape compare, the call.
+    Whatever does not fit the plan takes the full path, which gives the same answers (pinned by
+    tests/serve/test_plan.py)."""
 
-    def __init__(self, service: Service, metrics_path: str | None = "/monitoring/prometheus/metrics"):
+    __slots__ = ("key", "name", "dtype", "rank", "inner", "executor")
+
+    def __init__(self, key: str, name: str, dtype, shape: tuple, executor):
+        self.key, self.name, self.dtype, self.executor = key, name, dtype, executor
+        self.rank, self.inner = len(shape), tuple(shape[1:])
+
+    @classmethod
+    def of(cls, held) -> "Plan | None":
+        """The plan of a served version, None when its default signature is not of that kind."""
+        if not isinstance(held.executor, InlineExecutor):
+            return None
+        try:
+            signature = held.loaded.signature(None)
+        except Exception:  # no default signature: the full path words the error
+            return None
+        if len(signature.inputs) != 1 or not signature.batched:
+            return None
+        (name, spec), = signature.inputs.items()
+        shape = spec.shape
+        if spec.dtype.kind != "f" or spec.index_range is not None or not shape or shape[0] >= 0 \
+                or min(shape[1:], default=0) < 0:
+            return None
+        return cls(signature.key, name, spec.dtype, shape, held.executor)
+
+    def decode(self, body) -> tuple | None:
+        """(feeds, format) of a request body this plan takes; None for any other (or a bad one)."""
+        if b"true" in body or b"false" in body:  # bools read as numbers by NumPy: the full path decides
+            return None
+        try:
+            doc = parse_text(body)
+        except InvalidArgument:
+            return None
+        if doc.__class__ is not dict or doc.get("signature_name", "") != "":
+            return None
+        decoded = plain_float_feed(doc, self.name, self.dtype)
+        if decoded is None:
+            return None
+        array = decoded[0][self.name]
+        if array.ndim != self.rank or array.shape[1:] != self.inner:
+            return None
+        return decoded
+
+
+class RestApi:
+    """The REST routes of one worker over a shared `Service`. ``plans``: answer the common predict
+    request by a served version's `Plan` (False: always by the full path, for tests)."""
+
+    def __init__(self, service: Service, metrics_path: str | None = "/monitoring/prometheus/metrics",
+                 plans: bool = True):
+        self.plans = plans
         self.service = service
         self.manager = service.manager
         self.metrics = service.metrics
@@ -147,12 +202,20 @@ class RestApi:
         except ServeError as exc:
             request.labels = (model, "", "predict")
             held = exc  # raised once the body has been read as JSON (TF Serving's order)
-        if len(request.body) > INLINE_BODY_BYTES:
+        body = request.body
+        if len(body) > INLINE_BODY_BYTES:
             return self._predict_later(request, held, None)
         try:
-            signature, feeds, fmt = _decode(request.body, held)
-            request.body = b""  # the arrays hold what is needed now
-            job = self.service.submit(held, signature, feeds, request.arrived)
+            plan = self._plan(held)
+            decoded = plan.decode(body) if plan is not None and not self.service.draining else None
+            if decoded is not None:  # the common request: checked as Service.submit checks it
+                feeds, fmt = decoded
+                request.body = b""
+                job = plan.executor.submit(plan.key, feeds, request.arrived + self.service.timeout)
+            else:
+                signature, feeds, fmt = _decode(body, held)
+                request.body = b""  # the arrays hold what is needed now
+                job = self.service.submit(held, signature, feeds, request.arrived)
         except BaseException:
             self._release(held)
             raise
@@ -160,6 +223,15 @@ class RestApi:
             return self._predict_later(request, held, (job, fmt))
         self.manager.release(held)
         return self._respond(job.future.result(), fmt)
+
+    def _plan(self, held) -> Plan | None:
+        """The version's plan (made on its first request), None for an unknown version or a model without one."""
+        if held.__class__ is not ServedVersion or not self.plans:
+            return None
+        plan = held.plans.get("rest", False)
+        if plan is False:
+            plan = held.plans["rest"] = Plan.of(held)
+        return plan
 
     async def _predict_later(self, request: Request, held, started) -> Response:
         try:
