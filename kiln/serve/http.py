@@ -34,6 +34,7 @@ JSON = "application/json"
 #: Requests parsed ahead of the one being handled on a connection before reading pauses.
 _PIPELINE = 4
 _METHODS = {m.encode(): m for m in ("GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS", "PATCH")}
+_KEPT_LENGTHS = frozenset((len(b"content-length"), len(b"expect")))  # names of the headers a request keeps
 _HEADS: dict = {}  # (status, content type) -> the status line and headers up to the length's value
 
 
@@ -300,13 +301,14 @@ class _Connection(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self.header_bytes += len(name) + len(value) + 4
-        if self.header_bytes > self.max_header_bytes:
-            raise _TooLarge()
-        if len(name) == 14 or len(name) == 6:  # the lengths of Content-Length and Expect
-            self._keep_header(name.lower(), value)
+        if self.header_bytes > self.max_header_bytes or len(name) in _KEPT_LENGTHS:
+            self._keep_header(name, value)
 
     def _keep_header(self, name: bytes, value: bytes) -> None:
-        request = self.current
+        """Keep a header the server acts on; raise past the header limit."""
+        if self.header_bytes > self.max_header_bytes:
+            raise _TooLarge()
+        request, name = self.current, name.lower()
         if name == b"content-length":
             request.declared = value if request.declared is None else request.declared + b", " + value
         elif name == b"expect":
@@ -390,7 +392,21 @@ class _Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         request, self.current = self.current, None
         self.deadline = None  # _disarm
-        self._queue(request)
+        if self.ready or self.task is not None or request.refusal is not None or not self.writable or self.closed:
+            self._queue(request)
+            return
+        # the common request: nothing before it on the connection, answered now unless its handler awaits
+        result = self._handle(request)
+        if result.__class__ is not Response:
+            self.ready.append(request)
+            self.task = self.loop.create_task(self._await(request, result))
+            return
+        self._reply(request, result)
+        if not self.closed:
+            if self.server.draining:
+                self.transport.close()
+            else:
+                self.deadline = _monotonic() + self.idle_timeout  # _arm
 
     def _queue(self, request: Request) -> None:
         ready = self.ready
@@ -402,19 +418,22 @@ class _Connection(asyncio.Protocol):
             self._answer_ready()
 
     # -- answering -----------------------------------------------------------------------------
+    def _handle(self, request: Request):
+        try:
+            return self.handler(request)
+        except Exception as exc:  # a bug in a handler: answered, never a traceback to the client
+            return Response.error(500, f"Internal: {type(exc).__name__}: {exc}")
+
     def _answer_ready(self) -> None:
         """Answer the requests read whole, in order: at once while the handler answers at once,
         else in a task that awaits the answer and then goes on."""
-        ready, handler = self.ready, self.handler
+        ready = self.ready
         while ready and not self.closed and self.task is None:
             request = ready[0]
             if request.refusal is not None:
                 self._answered(request, request.refusal)
                 continue
-            try:
-                result = handler(request)
-            except Exception as exc:  # a bug in a handler: answered, never a traceback to the client
-                result = Response.error(500, f"Internal: {type(exc).__name__}: {exc}")
+            result = self._handle(request)
             if result.__class__ is Response and self.writable:
                 self._answered(request, result)
             else:
@@ -441,11 +460,20 @@ class _Connection(asyncio.Protocol):
         self._answer_ready()
 
     def _answered(self, request: Request, response: Response) -> None:
+        """Answer ``ready[0]`` and take it off the queue."""
+        self._reply(request, response)
+        self.ready.popleft()
+        if self.paused and len(self.ready) < _PIPELINE and not self.closed:
+            self.paused = False
+            self.transport.resume_reading()
+
+    def _reply(self, request: Request, response: Response) -> None:
+        """Write ``response`` (499 in the metrics when the client is gone), release the body's bytes."""
         server = self.server
         if request._reserved:
             server.body_bytes -= request._reserved  # release
             request._reserved = 0
-        request.body = b""
+            request.body = b""
         if self.closed:
             response = Response.error(499, "the client closed the connection before the answer")
         elif request.keep_alive and not server.draining and request.refusal is None \
@@ -459,10 +487,6 @@ class _Connection(asyncio.Protocol):
             self._write(request, response, close)
         if server.on_response is not None:
             server.on_response(request, response, 0.0)
-        self.ready.popleft()
-        if self.paused and len(self.ready) < _PIPELINE and not self.closed:
-            self.paused = False
-            self.transport.resume_reading()
 
     def _write(self, request: Request, response: Response, close: bool) -> None:
         body = b"" if request.method == "HEAD" else response.body

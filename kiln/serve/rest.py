@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import re
 import time
 from urllib.parse import unquote
@@ -77,11 +78,17 @@ class Plan:
     Whatever does not fit the plan takes the full path, which gives the same answers (pinned by
     tests/serve/test_plan.py)."""
 
-    __slots__ = ("key", "name", "dtype", "rank", "inner", "executor")
+    __slots__ = ("key", "name", "dtype", "rank", "inner", "executor", "max_rows", "inline_rows")
 
-    def __init__(self, key: str, name: str, dtype, shape: tuple, executor):
+    def __init__(self, key: str, name: str, dtype, shape: tuple, executor: InlineExecutor, outputs: dict):
         self.key, self.name, self.dtype, self.executor = key, name, dtype, executor
+        # requests of more rows go to the executor's worker threads (InlineExecutor.submit)
+        self.max_rows = executor.max_rows if executor.larger is not None else math.inf
         self.rank, self.inner = len(shape), tuple(shape[1:])
+        # answers of up to this many rows are written on the event loop (0: their size is not known ahead)
+        per_row = sum(math.prod(o.shape[1:]) for o in outputs.values()) \
+            if all(o.shape and min(o.shape[1:], default=0) >= 0 for o in outputs.values()) else 0
+        self.inline_rows = INLINE_OUTPUT_ELEMENTS // max(per_row, 1) if per_row else 0
 
     @classmethod
     def of(cls, held) -> "Plan | None":
@@ -99,10 +106,10 @@ class Plan:
         if spec.dtype.kind != "f" or spec.index_range is not None or not shape or shape[0] >= 0 \
                 or min(shape[1:], default=0) < 0:
             return None
-        return cls(signature.key, name, spec.dtype, shape, held.executor)
+        return cls(signature.key, name, spec.dtype, shape, held.executor, signature.outputs)
 
     def decode(self, body) -> tuple | None:
-        """(feeds, format) of a request body this plan takes; None for any other (or a bad one)."""
+        """(feeds, format, rows) of a request body this plan takes; None for any other (or a bad one)."""
         if b"true" in body or b"false" in body:  # bools read as numbers by NumPy: the full path decides
             return None
         try:
@@ -114,10 +121,11 @@ class Plan:
         decoded = plain_float_feed(doc, self.name, self.dtype)
         if decoded is None:
             return None
-        array = decoded[0][self.name]
-        if array.ndim != self.rank or array.shape[1:] != self.inner:
+        feeds, fmt = decoded
+        shape = feeds[self.name].shape
+        if len(shape) != self.rank or shape[1:] != self.inner:
             return None
-        return decoded
+        return feeds, fmt, shape[0]
 
 
 class RestApi:
@@ -196,22 +204,31 @@ class RestApi:
 
     def _predict(self, request: Request, route: tuple):
         name, version, label, model = route
+        plan = None
         try:
             held = self.manager.acquire(name, version, label)
-            request.labels = held.predict_labels  # (a served version's model is a configured name)
         except ServeError as exc:
             request.labels = (model, "", "predict")
             held = exc  # raised once the body has been read as JSON (TF Serving's order)
+        else:
+            request.labels = held.predict_labels  # (a served version's model is a configured name)
+            if self.plans:
+                plan = held.plans.get("rest", False)
+                if plan is False:
+                    plan = held.plans["rest"] = Plan.of(held)
         body = request.body
         if len(body) > INLINE_BODY_BYTES:
             return self._predict_later(request, held, None)
         try:
-            plan = self._plan(held)
             decoded = plan.decode(body) if plan is not None and not self.service.draining else None
-            if decoded is not None:  # the common request: checked as Service.submit checks it
-                feeds, fmt = decoded
+            if decoded is not None:  # the common request, checked by its plan as Service.submit checks it
+                feeds, fmt, rows = decoded
                 request.body = b""
-                job = plan.executor.submit(plan.key, feeds, request.arrived + self.service.timeout)
+                deadline = request.arrived + self.service.timeout
+                if rows <= plan.max_rows:
+                    outputs, job = plan.executor.run(plan.key, feeds, rows, deadline), None
+                else:
+                    job = plan.executor.submit(plan.key, feeds, deadline)
             else:
                 signature, feeds, fmt = _decode(body, held)
                 request.body = b""  # the arrays hold what is needed now
@@ -219,19 +236,14 @@ class RestApi:
         except BaseException:
             self._release(held)
             raise
+        if job is None:
+            self.manager.release(held)
+            return Response(200, format_response(outputs, fmt)) if rows <= plan.inline_rows \
+                else self._respond(outputs, fmt)
         if not job.done:
             return self._predict_later(request, held, (job, fmt))
         self.manager.release(held)
         return self._respond(job.future.result(), fmt)
-
-    def _plan(self, held) -> Plan | None:
-        """The version's plan (made on its first request), None for an unknown version or a model without one."""
-        if held.__class__ is not ServedVersion or not self.plans:
-            return None
-        plan = held.plans.get("rest", False)
-        if plan is False:
-            plan = held.plans["rest"] = Plan.of(held)
-        return plan
 
     async def _predict_later(self, request: Request, held, started) -> Response:
         try:

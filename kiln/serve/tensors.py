@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import math
 import re
@@ -338,26 +339,29 @@ def plain_float_feed(body: dict, name: str, dtype: np.dtype):
     reads as float64 is rectangular and holds only numbers (no bools: the caller saw no
     ``true``/``false`` in the text), and the full path only casts it, refusing what overflows."""
     value = body.get("instances")
-    fmt = ROW
     if value is None or "inputs" in body:
-        value, fmt = body.get("inputs"), COLUMNAR
+        value = body.get("inputs")
         if value is None or "instances" in body:
             return None
+        fmt = COLUMNAR
+    else:
+        fmt = ROW
     if value.__class__ is not list or not value or value[0].__class__ is not list:
         return None
     try:
-        arr = np.array(value)
+        arr = _as_array(value)
     except (ValueError, TypeError, OverflowError):
         return None
-    if arr.dtype != np.float64 or not arr.size:
+    if arr.dtype != _FLOAT64 or not arr.size:
         return None
     largest = _LARGEST.get(dtype)
-    if largest is None or not (np.maximum.reduce(arr, None) <= largest and np.minimum.reduce(arr, None) >= -largest):
+    if largest is None or not (_largest_of(arr, None) <= largest and _smallest_of(arr, None) >= -largest):
         # (NaN fails both)
         return None
     return {name: arr.astype(dtype)}, fmt
 
 
+_as_array, _largest_of, _smallest_of, _FLOAT64 = np.array, np.maximum.reduce, np.minimum.reduce, np.dtype(np.float64)
 #: The largest finite value of each float dtype: a float64 array within it casts without overflow.
 _LARGEST = {np.dtype(t): float(np.finfo(t).max) for t in (np.float16, np.float32, np.float64)}
 
@@ -437,34 +441,46 @@ _F32 = struct.Struct("<f")
 
 def _float_texts(flat: np.ndarray) -> list[str]:
     """TF Serving's WriteDecimal: "%g" if it reads back exactly, else max_digits10 digits; '.0' on whole numbers;
-    NaN and (-)Infinity as bare words. All values at once, without a Python step per value: one `%` operation
-    per precision, one read-back (rounded to float32 as the value was, in one `struct` pack), the texts picked
-    by C-level comparisons, '.0' added by one regular-expression pass over the joined texts."""
+    NaN and (-)Infinity as bare words (see `_float_joined`)."""
+    texts = _float_joined(flat).split(",")
+    texts.pop()
+    return texts
+
+
+def _float_joined(flat: np.ndarray) -> str:
+    """The texts of `_float_texts`, each followed by a comma. All values at once, without a Python step per
+    value: one `%` operation per precision, one read-back (rounded to float32 as the value was, in one
+    `struct` pack), the texts picked by C-level comparisons, '.0' added by one regular-expression pass."""
     single = flat.dtype == np.float32
     every = tuple(flat.tolist())
     count = len(every)
     if not count:
-        return []
+        return ""
     joined = ("%g," * count) % every
-    short = joined.split(",")
-    short.pop()
+    short = joined[:-1].split(",")
     try:
-        back = (struct.unpack(f"={count}f", struct.pack(f"={count}f", *map(float, short))) if single
-                else tuple(map(float, short)))
+        if single:
+            packing = _f32s(count)
+            back = packing.unpack(packing.pack(*map(float, short)))
+        else:
+            back = tuple(map(float, short))
     except OverflowError:  # a short text past float32's range: the one-value rule decides
-        return [_float_text(v, single) for v in every]
+        return ",".join([_float_text(v, single) for v in every]) + ","
     if back != every:  # (a NaN never compares equal: it takes the longer text, the same word)
-        longer = ((("%.9g," if single else "%.17g,") * count) % every).split(",")
-        longer.pop()
+        longer = ((("%.9g," if single else "%.17g,") * count) % every)[:-1].split(",")
         # (longer, short)[read back exactly]: the short text where it reads back, else the longer one
         joined = ",".join(map(tuple.__getitem__, zip(longer, short), map(eq, back, every))) + ","
     if "n" in joined:  # nan or inf: the words, one value at a time
         texts = joined.split(",")
-        return [t if "." in t or "e" in t else (t + ".0" if "n" not in t else _float_text(float(t), single))
-                for t in texts[:count]]
-    texts = _WHOLE.sub(_point_zero, joined).split(",")
-    texts.pop()
-    return texts
+        return ",".join([t if "." in t or "e" in t else (t + ".0" if "n" not in t else _float_text(float(t), single))
+                         for t in texts[:count]]) + ","
+    return _WHOLE.sub(_point_zero, joined)
+
+
+@functools.lru_cache(maxsize=64)
+def _f32s(count: int) -> struct.Struct:
+    """The packing of ``count`` float32s (made once per count: most answers have the same few lengths)."""
+    return struct.Struct(f"={count}f")
 
 
 #: A text of `_float_texts` that is a whole number (no '.', no exponent).
@@ -557,11 +573,12 @@ def format_response(outputs: dict[str, np.ndarray], fmt: str) -> bytes:
     if len(outputs) == 1:  # the common answer, one 2-D float output: the texts joined directly
         a = next(iter(outputs.values()))
         if isinstance(a, np.ndarray) and a.ndim == 2 and a.dtype.kind == "f" and a.size <= _ROWS_PER_PIECE * 16:
-            texts = _float_texts(a.reshape(-1) if a.dtype != np.float16 else a.reshape(-1).astype(np.float32))
+            flat = a.reshape(-1) if a.dtype != np.float16 else a.reshape(-1).astype(np.float32)
             width = a.shape[1]
-            if a.shape[0] == 1:
-                rows = "[" + ", ".join(texts) + "]"
+            if a.shape[0] == 1:  # (texts hold no commas)
+                rows = "[" + _float_joined(flat)[:-1].replace(",", ", ") + "]"
             else:
+                texts = _float_texts(flat)
                 rows = ", ".join(["[" + ", ".join(texts[i:i + width]) + "]" for i in range(0, width * a.shape[0], width)]
                                  if width else ["[]"] * a.shape[0])
             return (('{"predictions": [' if fmt != COLUMNAR else '{"outputs": [') + rows + "]}").encode()
