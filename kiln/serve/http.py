@@ -17,7 +17,9 @@ a time per connection (pipelined requests wait their turn).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import operator
 import socket
 import time
 from collections import deque
@@ -34,7 +36,6 @@ JSON = "application/json"
 #: Requests parsed ahead of the one being handled on a connection before reading pauses.
 _PIPELINE = 4
 _METHODS = {m.encode(): m for m in ("GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS", "PATCH")}
-_KEPT_LENGTHS = frozenset((len(b"content-length"), len(b"expect")))  # names of the headers a request keeps
 _HEADS: dict = {}  # (status, content type) -> the status line and headers up to the length's value
 
 
@@ -162,7 +163,8 @@ class _Connection(asyncio.Protocol):
         self.current: Request | None = None    # being read
         self.ready: deque[Request] = deque()    # read whole, waiting their turn
         self.task: asyncio.Task | None = None   # handling ready[0]
-        self.header_bytes = 0
+        self.header_bytes = 0  # of the request line so far
+        self.heads: list | tuple = ()  # (name, value) of the request being read, until its headers are in
         self.deadline: float | None = None  # of the idle or read timeout now running
         self.over_limit = False
         self.closed = False
@@ -256,6 +258,11 @@ class _Connection(asyncio.Protocol):
             return
         try:
             self.parser.feed_data(data)
+            if self.heads and self.header_bytes + _head_size(self.heads) > self.max_header_bytes:
+                raise _TooLarge()  # headers still arriving, already past the limit
+        except _TooLarge:
+            self._fail(431, f"the request line and headers are larger than the limit of "
+                            f"{self.limits.max_header_bytes} bytes")
         except httptools.HttpParserUpgrade:  # answered as a plain request (no upgrade), then closed
             self.stopped = True
             self.transport.pause_reading()
@@ -290,6 +297,7 @@ class _Connection(asyncio.Protocol):
     def on_message_begin(self) -> None:
         now = _monotonic()
         self.current = Request(now, self.client)
+        self.heads = []
         self.header_bytes = 0
         self.deadline = now + self.read_timeout  # _arm, with the clock already read
 
@@ -300,22 +308,21 @@ class _Connection(asyncio.Protocol):
         self.current.target += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.header_bytes += len(name) + len(value) + 4
-        if self.header_bytes > self.max_header_bytes or len(name) in _KEPT_LENGTHS:
-            self._keep_header(name, value)
-
-    def _keep_header(self, name: bytes, value: bytes) -> None:
-        """Keep a header the server acts on; raise past the header limit."""
-        if self.header_bytes > self.max_header_bytes:
-            raise _TooLarge()
-        request, name = self.current, name.lower()
-        if name == b"content-length":
-            request.declared = value if request.declared is None else request.declared + b", " + value
-        elif name == b"expect":
-            request.expect = value if request.expect is None else request.expect + b", " + value
+        self.heads.append((name, value))  # measured and read once they are all in (or per read, see data_received)
 
     def on_headers_complete(self) -> None:
-        request, parser = self.current, self.parser
+        request, parser, heads = self.current, self.parser, self.heads
+        self.heads = ()
+        if heads:
+            if self.header_bytes + sum(map(len, _chain(heads))) + 4 * len(heads) > self.max_header_bytes:
+                raise _TooLarge()  # (as _head_size counts)
+            names = b"\n%b\n" % b"\n".join(map(_name, heads)).lower()
+            at = names.find(b"\ncontent-length\n")
+            if at >= 0:
+                request.declared = heads[names.count(b"\n", 0, at)][1] \
+                    if names.find(b"\ncontent-length\n", at + 1) < 0 else _header(heads, names, b"\ncontent-length\n")
+            if b"\nexpect\n" in names:
+                request.expect = _header(heads, names, b"\nexpect\n")
         method = parser.get_method()
         request.method = _METHODS.get(method) or method.decode("latin-1")
         if not parser.should_keep_alive():
@@ -507,6 +514,24 @@ class _TooLarge(Exception):
 
 class _Stop(Exception):
     """Raised inside a parser callback: stop reading this connection (its answer is queued)."""
+
+
+_name = operator.itemgetter(0)
+_chain = itertools.chain.from_iterable
+
+
+def _head_size(heads: list) -> int:
+    """The bytes of the headers ``heads`` (as ``name: value\\r\\n``), counted without a Python step per header."""
+    return sum(map(len, _chain(heads))) + 4 * len(heads)
+
+
+def _header(heads: list, names: bytes, key: bytes) -> bytes:
+    """The value of the header ``key`` (``\\nname\\n``, lower case) that ``names`` (the names joined with and
+    between newlines, lower case) holds; repeated headers joined with ", "."""
+    at = names.find(key)
+    if names.find(key, at + 1) < 0:
+        return heads[names.count(b"\n", 0, at)][1]
+    return b", ".join([value for name, value in heads if name.lower() == key[1:-1]])
 
 
 def _head(response: Response) -> bytes:
