@@ -40,6 +40,7 @@ INLINE_OUTPUT_ELEMENTS = 16384
 #: Predict URLs of served models whose parse is kept (a client sends the same few again and again).
 ROUTE_CACHE_SIZE = 256
 access_log = logging.getLogger("kiln.serve.access")
+_INFO, _monotonic = logging.INFO, time.monotonic
 log = logging.getLogger("kiln.serve")
 
 
@@ -303,10 +304,10 @@ class RestApi:
             labels = (self.metrics.model_label(m.group(1) if m else ""), "",
                       "predict" if request.method == "POST" else "other")
         status = 499 if request.disconnected else response.status
-        seconds = time.monotonic() - request.arrived
+        seconds = _monotonic() - request.arrived
         if labels:
             self.metrics.request(*labels, status, seconds)
-        if access_log.isEnabledFor(logging.INFO):
+        if access_log.isEnabledFor(_INFO):
             access_log.info(json.dumps({
                 "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()), "client": request.client,
                 "method": request.method, "path": request.path.decode("latin-1")[:200], "status": status,

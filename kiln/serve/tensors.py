@@ -450,7 +450,8 @@ def _float_texts(flat: np.ndarray) -> list[str]:
 def _float_joined(flat: np.ndarray) -> str:
     """The texts of `_float_texts`, each followed by a comma. All values at once, without a Python step per
     value: one `%` operation per precision, one read-back (rounded to float32 as the value was, in one
-    `struct` pack), the texts picked by C-level comparisons, '.0' added by one regular-expression pass."""
+    `struct` pack), the texts picked by C-level comparisons, '.0' added by one regular-expression pass where
+    some text is a whole number (found by deleting digits and signs: its text becomes empty)."""
     single = flat.dtype == np.float32
     every = tuple(flat.tolist())
     count = len(every)
@@ -467,14 +468,20 @@ def _float_joined(flat: np.ndarray) -> str:
     except OverflowError:  # a short text past float32's range: the one-value rule decides
         return ",".join([_float_text(v, single) for v in every]) + ","
     if back != every:  # (a NaN never compares equal: it takes the longer text, the same word)
-        longer = ((("%.9g," if single else "%.17g,") * count) % every)[:-1].split(",")
-        # (longer, short)[read back exactly]: the short text where it reads back, else the longer one
-        joined = ",".join(map(tuple.__getitem__, zip(longer, short), map(eq, back, every))) + ","
+        longer = (("%.9g," if single else "%.17g,") * count) % every
+        if any(map(eq, back, every)):
+            # (longer, short)[read back exactly]: the short text where it reads back, else the longer one
+            joined = ",".join(map(tuple.__getitem__, zip(longer[:-1].split(","), short), map(eq, back, every))) + ","
+        else:
+            joined = longer
     if "n" in joined:  # nan or inf: the words, one value at a time
         texts = joined.split(",")
         return ",".join([t if "." in t or "e" in t else (t + ".0" if "n" not in t else _float_text(float(t), single))
                          for t in texts[:count]]) + ","
-    return _WHOLE.sub(_point_zero, joined)
+    stripped = joined.encode().translate(None, b"0123456789-")
+    if stripped[:1] == b"," or b",," in stripped:
+        return _WHOLE.sub(_point_zero, joined)
+    return joined
 
 
 @functools.lru_cache(maxsize=64)
@@ -571,13 +578,14 @@ def format_response(outputs: dict[str, np.ndarray], fmt: str) -> bytes:
     if not outputs:
         raise InvalidArgument("Cannot convert empty tensor map to JSON")
     if len(outputs) == 1:  # the common answer, one 2-D float output: the texts joined directly
-        a = next(iter(outputs.values()))
-        if isinstance(a, np.ndarray) and a.ndim == 2 and a.dtype.kind == "f" and a.size <= _ROWS_PER_PIECE * 16:
+        for a in outputs.values():
+            break
+        if a.__class__ is np.ndarray and a.ndim == 2 and a.dtype.kind == "f" and a.size <= _ROWS_PER_PIECE * 16:
             flat = a.reshape(-1) if a.dtype != np.float16 else a.reshape(-1).astype(np.float32)
-            width = a.shape[1]
             if a.shape[0] == 1:  # (texts hold no commas)
                 rows = "[" + _float_joined(flat)[:-1].replace(",", ", ") + "]"
             else:
+                width = a.shape[1]
                 texts = _float_texts(flat)
                 rows = ", ".join(["[" + ", ".join(texts[i:i + width]) + "]" for i in range(0, width * a.shape[0], width)]
                                  if width else ["[]"] * a.shape[0])
