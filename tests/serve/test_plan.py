@@ -17,7 +17,7 @@ from kiln.serve.config import ModelSpec
 from kiln.serve.http import Limits
 from kiln.serve.metrics import Metrics
 from kiln.serve.models import ModelManager
-from kiln.serve.rest import Plan, RestApi
+from kiln.serve.rest import INLINE_BODY_BYTES, Plan, RestApi
 from kiln.serve.service import Service
 
 
@@ -46,6 +46,8 @@ def _bodies(rng) -> list[bytes]:
         texts = [[str(int(v)) if rng.random() < 0.2 else repr(float(v)) for v in row] for row in values]
         key = "instances" if rng.random() < 0.7 else "inputs"
         out.append(('{"%s": [%s]}' % (key, ", ".join("[" + ", ".join(r) + "]" for r in texts))).encode())
+    for rows, digits in ((2000, 2), (5000, 5)):  # past the rows run on the event loop; past the body read there
+        out.append(json.dumps({"instances": rng.standard_normal((rows, 4)).round(digits).tolist()}).encode())
     return out
 
 
@@ -101,9 +103,11 @@ def test_plan_answers_every_request_as_the_full_path(two_front_ends):
     (planned, full), manager = two_front_ends
     held = manager.acquire("one")
     try:
-        assert Plan.of(held) is not None  # the model is of the kind a plan takes, so both paths are compared
+        plan = Plan.of(held)  # the model is of the kind a plan takes, so both paths are compared
+        assert plan is not None and 1 <= plan.max_rows < 2000
     finally:
         manager.release(held)
+    assert len(_bodies(np.random.default_rng(0))[-2]) <= INLINE_BODY_BYTES < len(_bodies(np.random.default_rng(0))[-1])
     statuses = set()
     for path in (b"/v1/models/one:predict", b"/v1/models/one/versions/1:predict", b"/v1/models/one/versions/7:predict",
                  b"/v1/models/nope:predict", b"/v1/models/one/labels/stable:predict"):
