@@ -26,9 +26,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
-_monotonic = time.monotonic
 import httptools
 
+_monotonic = time.monotonic
 _REASONS = {200: "OK", 100: "Continue", 400: "Bad Request", 404: "Not Found", 408: "Request Timeout",
             429: "Too Many Requests", 431: "Request Header Fields Too Large", 499: "Client Closed Request",
             500: "Internal Server Error", 501: "Not Implemented", 503: "Service Unavailable", 504: "Gateway Timeout"}

@@ -22,7 +22,6 @@ from . import backends
 from .batching import InlineExecutor
 from .http import HttpServer, Limits, Request, Response
 from .jsonbody import parse_body, parse_text
-from .models import ServedVersion
 from .service import Service
 from .status import InvalidArgument, ServeError, Unimplemented
 from .tensors import format_response, parse_request, plain_float_feed
