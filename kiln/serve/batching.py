@@ -36,6 +36,7 @@ from ..errors import KilnError
 from .config import BatchingOptions
 from .status import DeadlineExceeded, Internal, InvalidArgument, ResourceExhausted, ServeError, Unavailable
 
+_monotonic = time.monotonic
 #: observe(rows with padding, rows without, seconds): called after every backend call.
 Observer = Callable[[int, int, float], None]
 #: Characters of a backend's error message passed on to the client.
@@ -487,18 +488,15 @@ class InlineExecutor:
         self._lock = threading.Lock()
         self.calls = 0
 
-    def _runner(self):
-        runner = getattr(self._local, "runner", None)
-        if runner is None:
-            runner = self._local.runner = self._new_runner()
-        return runner
+    def _call(self):
+        """This thread's runner, as its ``run`` method (a runner's ``__call__`` only forwards to it)."""
+        runner = self._new_runner()
+        self._local.call = getattr(runner, "run", runner)
+        return self._local.call
 
     def submit(self, key: str, inputs: dict, deadline: float) -> "Request | Finished":
         if self._closing:
             raise Unavailable("the server is shutting down; the request was not accepted")
-        start = time.monotonic()
-        if deadline <= start:
-            return Finished(None, DeadlineExceeded("Deadline exceeded before the request could run"), deadline)
         for first in inputs.values():
             rows = first.shape[0] if first.ndim else 1
             break
@@ -506,16 +504,28 @@ class InlineExecutor:
             rows = 1
         if rows > self.max_rows and self.larger is not None:
             return self.larger.submit(key, inputs, deadline)
-        runner = getattr(self._local, "runner", None) or self._runner()
         try:
-            outputs = runner(key, inputs)
+            return Finished(self.run(key, inputs, rows, deadline), None, deadline)
+        except ServeError as exc:
+            return Finished(None, exc, deadline)
+
+    def run(self, key: str, inputs: dict, rows: int, deadline: float) -> dict:
+        """The outputs of a request of ``rows`` rows (at most ``max_rows``: the caller checked), run at
+        once on this thread; raises the request's `ServeError`. `submit` without the `Finished`."""
+        if self._closing:
+            raise Unavailable("the server is shutting down; the request was not accepted")
+        start = _monotonic()
+        if deadline <= start:
+            raise DeadlineExceeded("Deadline exceeded before the request could run")
+        call = getattr(self._local, "call", None) or self._call()
+        try:
+            outputs = call(key, inputs)
         except Exception as exc:
-            return Finished(None, request_error(exc, inputs), deadline)
-        seconds = time.monotonic() - start
+            raise request_error(exc, inputs) from None
         self.calls += 1
         if self.hooks.observe is not None:
-            self.hooks.observe(rows, rows, seconds)
-        return Finished(outputs, None, deadline)
+            self.hooks.observe(rows, rows, _monotonic() - start)
+        return outputs
 
     @property
     def queued(self) -> int:

@@ -17,7 +17,9 @@ a time per connection (pipelined requests wait their turn).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import operator
 import socket
 import time
 from collections import deque
@@ -26,6 +28,7 @@ from typing import Awaitable, Callable
 
 import httptools
 
+_monotonic = time.monotonic
 _REASONS = {200: "OK", 100: "Continue", 400: "Bad Request", 404: "Not Found", 408: "Request Timeout",
             429: "Too Many Requests", 431: "Request Header Fields Too Large", 499: "Client Closed Request",
             500: "Internal Server Error", 501: "Not Implemented", 503: "Service Unavailable", 504: "Gateway Timeout"}
@@ -51,33 +54,26 @@ class Limits:
 class Request:
     """One parsed request. ``arrived`` is the monotonic time of its first byte; when the client
     hangs up before its answer, ``disconnected`` is set and ``on_gone`` (a handler's) is called.
-    ``labels`` is what the handler says the request was about (for metrics and logs)."""
+    ``labels`` is what the handler says the request was about (for metrics and logs).
 
-    __slots__ = ("method", "target", "raw_headers", "body", "arrived", "keep_alive", "client", "on_gone",
-                 "disconnected", "refusal", "labels", "_reserved")
+    Only the headers the server acts on are kept (``Content-Length`` and ``Expect``, repeated
+    ones joined with ", "). The defaults are class attributes, so a request costs two stores."""
+
+    method = ""
+    target = b""
+    body = b""  # one chunk as it came; several gathered in a bytearray
+    keep_alive = True
+    on_gone: Callable[[], None] | None = None
+    disconnected = False
+    refusal: "Response | None" = None  # set while reading: answer this, ignore the body
+    labels: tuple = ()
+    declared: bytes | None = None  # Content-Length
+    expect: bytes | None = None
+    _reserved = 0
 
     def __init__(self, arrived: float, client: str):
-        self.method = ""
-        self.target = b""
-        self.raw_headers: list[tuple[bytes, bytes]] = []  # as they came; decoded only when asked
-        self.body = b""  # one chunk as it came; several gathered in a bytearray
         self.arrived = arrived
-        self.keep_alive = True
         self.client = client
-        self.on_gone: Callable[[], None] | None = None
-        self.disconnected = False
-        self.refusal: Response | None = None  # set while reading: answer this, ignore the body
-        self.labels: tuple = ()
-        self._reserved = 0
-
-    @property
-    def headers(self) -> dict[str, str]:
-        """The headers by lower-case name (repeated ones joined with ", ")."""
-        out: dict[str, str] = {}
-        for name, value in self.raw_headers:
-            key, text = name.decode("latin-1").lower(), value.decode("latin-1")
-            out[key] = out[key] + ", " + text if key in out else text
-        return out
 
     @property
     def path(self) -> bytes:
@@ -167,8 +163,8 @@ class _Connection(asyncio.Protocol):
         self.current: Request | None = None    # being read
         self.ready: deque[Request] = deque()    # read whole, waiting their turn
         self.task: asyncio.Task | None = None   # handling ready[0]
-        self.header_bytes = 0
-        self.header_name = b""
+        self.header_bytes = 0  # of the request line so far
+        self.heads: list | tuple = ()  # (name, value) of the request being read, until its headers are in
         self.deadline: float | None = None  # of the idle or read timeout now running
         self.over_limit = False
         self.closed = False
@@ -177,7 +173,12 @@ class _Connection(asyncio.Protocol):
         self.writable = True  # the transport takes more (the flag, and an event to wait on)
         self.can_write = asyncio.Event()
         self.can_write.set()
+        self.handler = server.handler
         self.max_header_bytes = self.limits.max_header_bytes
+        self.max_body_bytes = self.limits.max_body_bytes
+        self.body_budget = self.limits.body_budget_bytes
+        self.read_timeout = self.limits.read_timeout
+        self.idle_timeout = self.limits.idle_timeout
 
     # -- lifecycle -----------------------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -257,6 +258,11 @@ class _Connection(asyncio.Protocol):
             return
         try:
             self.parser.feed_data(data)
+            if self.heads and self.header_bytes + _head_size(self.heads) > self.max_header_bytes:
+                raise _TooLarge()  # headers still arriving, already past the limit
+        except _TooLarge:
+            self._fail(431, f"the request line and headers are larger than the limit of "
+                            f"{self.limits.max_header_bytes} bytes")
         except httptools.HttpParserUpgrade:  # answered as a plain request (no upgrade), then closed
             self.stopped = True
             self.transport.pause_reading()
@@ -289,10 +295,11 @@ class _Connection(asyncio.Protocol):
         self.transport.close()
 
     def on_message_begin(self) -> None:
-        now = time.monotonic()
+        now = _monotonic()
         self.current = Request(now, self.client)
+        self.heads = []
         self.header_bytes = 0
-        self.deadline = now + self.limits.read_timeout  # _arm, with the clock already read
+        self.deadline = now + self.read_timeout  # _arm, with the clock already read
 
     def on_url(self, url: bytes) -> None:
         self.header_bytes += len(url)
@@ -301,24 +308,40 @@ class _Connection(asyncio.Protocol):
         self.current.target += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.header_bytes += len(name) + len(value) + 4
-        if self.header_bytes > self.max_header_bytes:
-            raise _TooLarge()
-        self.current.raw_headers.append((name, value))
+        self.heads.append((name, value))  # measured and read once they are all in (or per read, see data_received)
 
     def on_headers_complete(self) -> None:
-        request, limits, parser = self.current, self.limits, self.parser
+        request, parser, heads = self.current, self.parser, self.heads
+        self.heads = ()
+        if heads:
+            if self.header_bytes + sum(map(len, _chain(heads))) + 4 * len(heads) > self.max_header_bytes:
+                raise _TooLarge()  # (as _head_size counts)
+            names = b"\n%b\n" % b"\n".join(map(_name, heads)).lower()
+            at = names.find(b"\ncontent-length\n")
+            if at >= 0:
+                request.declared = heads[names.count(b"\n", 0, at)][1] \
+                    if names.find(b"\ncontent-length\n", at + 1) < 0 else _header(heads, names, b"\ncontent-length\n")
+            if b"\nexpect\n" in names:
+                request.expect = _header(heads, names, b"\nexpect\n")
         method = parser.get_method()
         request.method = _METHODS.get(method) or method.decode("latin-1")
-        request.keep_alive = parser.should_keep_alive()
-        declared = expect = None  # repeated ones joined with ", " (a joined length is not a number)
-        for name, value in request.raw_headers:
-            size = len(name)
-            if size == 14:
-                if name.lower() == b"content-length":
-                    declared = value if declared is None else declared + b", " + value
-            elif size == 6 and name.lower() == b"expect":
-                expect = value if expect is None else expect + b", " + value
+        if not parser.should_keep_alive():
+            request.keep_alive = False
+        declared, server = request.declared, self.server
+        if declared is not None and request.expect is None and not self.over_limit and not server.draining \
+                and declared.isdigit():  # the common request: its body reserved at once, or _admit decides
+            size = int(declared)
+            if size <= self.max_body_bytes and server.body_bytes + size <= self.body_budget:
+                server.body_bytes += size
+                request._reserved = size
+                return
+        self._admit(request)
+
+    def _admit(self, request: Request) -> None:
+        """Refuse what the server will not read (over the connection limit, draining, a declared
+        body over its limit or the budget) and answer ``Expect: 100-continue``."""
+        limits, declared, expect = self.limits, request.declared, request.expect
+        # (repeated headers arrive joined with ", ": a joined length is not a number)
         refusal = None
         if self.over_limit:
             refusal = Response.error(503, f"the server holds its limit of {limits.max_connections} connections; "
@@ -345,6 +368,12 @@ class _Connection(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         request = self.current
+        if not request.body and request.refusal is None and len(body) <= request._reserved:
+            request.body = body  # most bodies come in one piece, within their reservation: kept as they are
+            return
+        self._more_body(request, body)
+
+    def _more_body(self, request: Request, body: bytes) -> None:
         if request.refusal is not None:
             return  # read and dropped: the answer is already decided
         held = request.body
@@ -369,40 +398,59 @@ class _Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         request, self.current = self.current, None
-        self._disarm()
-        self._queue(request)
+        self.deadline = None  # _disarm
+        if self.ready or self.task is not None or request.refusal is not None or not self.writable or self.closed:
+            self._queue(request)
+            return
+        # the common request: nothing before it on the connection, answered now unless its handler awaits
+        result = self._handle(request)
+        if result.__class__ is not Response:
+            self.ready.append(request)
+            self.task = self.loop.create_task(self._await(request, result))
+            return
+        self._reply(request, result)
+        if not self.closed:
+            if self.server.draining:
+                self.transport.close()
+            else:
+                self.deadline = _monotonic() + self.idle_timeout  # _arm
 
     def _queue(self, request: Request) -> None:
-        self.ready.append(request)
-        if len(self.ready) >= _PIPELINE:
+        ready = self.ready
+        ready.append(request)
+        if len(ready) >= _PIPELINE:
             self.paused = True
             self.transport.pause_reading()
         if self.task is None:
             self._answer_ready()
 
     # -- answering -----------------------------------------------------------------------------
+    def _handle(self, request: Request):
+        try:
+            return self.handler(request)
+        except Exception as exc:  # a bug in a handler: answered, never a traceback to the client
+            return Response.error(500, f"Internal: {type(exc).__name__}: {exc}")
+
     def _answer_ready(self) -> None:
         """Answer the requests read whole, in order: at once while the handler answers at once,
         else in a task that awaits the answer and then goes on."""
-        while self.ready and not self.closed and self.task is None:
-            request = self.ready[0]
+        ready = self.ready
+        while ready and not self.closed and self.task is None:
+            request = ready[0]
             if request.refusal is not None:
                 self._answered(request, request.refusal)
                 continue
-            try:
-                result = self.server.handler(request)
-            except Exception as exc:  # a bug in a handler: answered, never a traceback to the client
-                result = Response.error(500, f"Internal: {type(exc).__name__}: {exc}")
+            result = self._handle(request)
             if result.__class__ is Response and self.writable:
                 self._answered(request, result)
             else:
                 self.task = self.loop.create_task(self._await(request, result))
                 return
-        if not self.closed and self.task is None and not self.ready:
-            if self.server.draining and self.current is None:
+        if not ready and self.current is None and self.task is None and not self.closed:
+            if self.server.draining:
                 self.transport.close()
-            elif self.current is None:
-                self._arm(self.limits.idle_timeout)
+            else:
+                self.deadline = _monotonic() + self.idle_timeout  # _arm
 
     async def _await(self, request: Request, result) -> None:
         if not isinstance(result, Response):
@@ -419,29 +467,37 @@ class _Connection(asyncio.Protocol):
         self._answer_ready()
 
     def _answered(self, request: Request, response: Response) -> None:
-        if request._reserved:
-            self.server.release(request)
-        request.body = b""
-        if self.closed:
-            response = Response.error(499, "the client closed the connection before the answer")
-        else:
-            close = not request.keep_alive or self.server.draining or request.refusal is not None \
-                and request.refusal.status == 503
-            self._write(request, response, close)
-        if self.server.on_response is not None:
-            self.server.on_response(request, response, 0.0)
+        """Answer ``ready[0]`` and take it off the queue."""
+        self._reply(request, response)
         self.ready.popleft()
         if self.paused and len(self.ready) < _PIPELINE and not self.closed:
             self.paused = False
             self.transport.resume_reading()
 
+    def _reply(self, request: Request, response: Response) -> None:
+        """Write ``response`` (499 in the metrics when the client is gone), release the body's bytes."""
+        server = self.server
+        if request._reserved:
+            server.body_bytes -= request._reserved  # release
+            request._reserved = 0
+            request.body = b""
+        if self.closed:
+            response = Response.error(499, "the client closed the connection before the answer")
+        elif request.keep_alive and not server.draining and request.refusal is None \
+                and request.method != "HEAD" and len(response.body) < 65536:  # the common answer, in one write
+            body = response.body
+            head = _HEADS.get((response.status, response.content_type)) or _head(response)
+            self.transport.write(b"%s%d\r\n\r\n%s" % (head, len(body), body))
+        else:
+            close = not request.keep_alive or server.draining or request.refusal is not None \
+                and request.refusal.status == 503
+            self._write(request, response, close)
+        if server.on_response is not None:
+            server.on_response(request, response, 0.0)
+
     def _write(self, request: Request, response: Response, close: bool) -> None:
         body = b"" if request.method == "HEAD" else response.body
-        start = _HEADS.get((response.status, response.content_type))
-        if start is None:
-            start = _HEADS[response.status, response.content_type] = (
-                f"HTTP/1.1 {response.status} {_REASONS.get(response.status, 'Unknown')}\r\n"
-                f"Content-Type: {response.content_type}\r\nContent-Length: ").encode("latin-1")
+        start = _HEADS.get((response.status, response.content_type)) or _head(response)
         end = b"\r\nConnection: close\r\n\r\n" if close else b"\r\n\r\n"
         if len(body) < 65536:
             self.transport.write(b"%s%d%s%s" % (start, len(response.body), end, body))
@@ -458,6 +514,32 @@ class _TooLarge(Exception):
 
 class _Stop(Exception):
     """Raised inside a parser callback: stop reading this connection (its answer is queued)."""
+
+
+_name = operator.itemgetter(0)
+_chain = itertools.chain.from_iterable
+
+
+def _head_size(heads: list) -> int:
+    """The bytes of the headers ``heads`` (as ``name: value\\r\\n``), counted without a Python step per header."""
+    return sum(map(len, _chain(heads))) + 4 * len(heads)
+
+
+def _header(heads: list, names: bytes, key: bytes) -> bytes:
+    """The value of the header ``key`` (``\\nname\\n``, lower case) that ``names`` (the names joined with and
+    between newlines, lower case) holds; repeated headers joined with ", "."""
+    at = names.find(key)
+    if names.find(key, at + 1) < 0:
+        return heads[names.count(b"\n", 0, at)][1]
+    return b", ".join([value for name, value in heads if name.lower() == key[1:-1]])
+
+
+def _head(response: Response) -> bytes:
+    """The status line and headers of ``response`` up to the length's value (made once per status and type)."""
+    start = _HEADS[response.status, response.content_type] = (
+        f"HTTP/1.1 {response.status} {_REASONS.get(response.status, 'Unknown')}\r\n"
+        f"Content-Type: {response.content_type}\r\nContent-Length: ").encode("latin-1")
+    return start
 
 
 def _budget_refusal(server: HttpServer) -> Response:

@@ -100,7 +100,7 @@ def parse_body(body) -> dict:
     else:
         text = bytes(body)
         try:
-            doc = _parse_text(text)
+            doc = parse_text(text)
         except InvalidArgument:
             if not text.strip():
                 raise InvalidArgument("JSON Parse error: The document is empty") from None
@@ -127,7 +127,7 @@ def _checked_float(text: str) -> float:
     return value
 
 
-def _parse_text(text: bytes):
+def parse_text(text: bytes):
     """orjson's reading where it equals json's, else json's (with the number limits)."""
     if orjson is not None and b"0" * 19 not in text.translate(_DIGITS_ONLY):
         # orjson refuses NaN, Infinity, out-of-range exponents, lone surrogates and non-UTF-8 text
@@ -189,7 +189,7 @@ def _parse_read_limited(text: bytes):
                 f"the request body holds about {values} JSON values besides plain numeric arrays; a body over "
                 f"{READER_FREE_BYTES >> 20} MiB may hold at most one per {BYTES_PER_VALUE} bytes (send numbers "
                 "as nested arrays of numbers, or fewer, longer strings)")
-    return _parse_text(text)
+    return parse_text(text)
 
 
 def _put_back(value, marker: str, arrays: list, depth: int):

@@ -36,8 +36,9 @@ INLINE_CALL_SECONDS = 0.0005
 
 @dataclass
 class ServedVersion:
-    """One loaded version with its executor; ``users`` counts requests holding it.
-    ``predict_labels``: the metric labels of its predict requests, made once."""
+    """One loaded version with its executor; ``users`` counts requests holding it, ``retiring`` says
+    that the manager waits for the last of them. ``predict_labels``: the metric labels of its predict
+    requests, made once; ``plans``: what a front end prepared once for this version (by its own key)."""
 
     model: str
     version: int
@@ -45,7 +46,9 @@ class ServedVersion:
     executor: object
     batching: bool
     users: int = 0
+    retiring: bool = False
     predict_labels: tuple = field(init=False, repr=False)
+    plans: dict = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self):
         self.predict_labels = (self.model, str(self.version), "predict")
@@ -175,6 +178,7 @@ class ModelManager:
     def _retire(self, model: _Model, version: int) -> None:
         with self._lock:
             served = model.served.pop(version)
+            served.retiring = True
             model.states[version] = ("UNLOADING", "OK", "")
         threading.Thread(target=self._finish_retire, args=(model, served), daemon=True,
                          name=f"kiln-retire-{served.model}-{version}").start()
@@ -255,8 +259,11 @@ class ModelManager:
 
     def acquire(self, name: str, version: int | None = None, label: str | None = None) -> ServedVersion:
         """The version a request runs on (newest by default); release it with `release`."""
-        version = self._resolve(name, version, label)
-        model = self._model(name)
+        if label is not None:
+            version = self._resolve(name, version, label)
+        model = self._models.get(name)
+        if model is None:
+            raise NotFound(f"Servable not found for request: Latest({name})")
         with self._mutex:
             if version is None:
                 if not model.served:
@@ -272,7 +279,7 @@ class ModelManager:
     def release(self, served: ServedVersion) -> None:
         with self._mutex:
             served.users -= 1
-            if not served.users:  # a retiring version waits for its last user
+            if not served.users and served.retiring:  # a retiring version waits for its last user
                 self._lock.notify_all()
 
     def status(self, name: str, version: int | None = None, label: str | None = None) -> dict:

@@ -13,16 +13,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import re
 import time
 from urllib.parse import unquote
 
 from . import backends
+from .batching import InlineExecutor
 from .http import HttpServer, Limits, Request, Response
-from .jsonbody import parse_body
+from .jsonbody import parse_body, parse_text
 from .service import Service
 from .status import InvalidArgument, ServeError, Unimplemented
-from .tensors import format_response, parse_request
+from .tensors import format_response, parse_request, plain_float_feed
 
 PREDICT_PATH = re.compile(r"/v1/models/([^/:]+)(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?:(classify|regress|predict)",
                           re.IGNORECASE)
@@ -37,6 +39,7 @@ INLINE_OUTPUT_ELEMENTS = 16384
 #: Predict URLs of served models whose parse is kept (a client sends the same few again and again).
 ROUTE_CACHE_SIZE = 256
 access_log = logging.getLogger("kiln.serve.access")
+_INFO, _monotonic = logging.INFO, time.monotonic
 log = logging.getLogger("kiln.serve")
 
 
@@ -68,10 +71,70 @@ def _decode(body, held):
     return signature, feeds, fmt
 
 
-class RestApi:
-    """The REST routes of one worker over a shared `Service`."""
+class Plan:
+    """A served version's default signature prepared once for the common predict request: one
+    float input whose dimensions past the batch are fixed, run on the request's thread. What
+    such a request still costs: one JSON read, one `np.array`, a shape compare, the call.
+    Whatever does not fit the plan takes the full path, which gives the same answers (pinned by
+    tests/serve/test_plan.py)."""
 
-    def __init__(self, service: Service, metrics_path: str | None = "/monitoring/prometheus/metrics"):
+    __slots__ = ("key", "name", "dtype", "rank", "inner", "executor", "max_rows", "inline_rows")
+
+    def __init__(self, key: str, name: str, dtype, shape: tuple, executor: InlineExecutor, outputs: dict):
+        self.key, self.name, self.dtype, self.executor = key, name, dtype, executor
+        # requests of more rows go to the executor's worker threads (InlineExecutor.submit)
+        self.max_rows = executor.max_rows if executor.larger is not None else math.inf
+        self.rank, self.inner = len(shape), tuple(shape[1:])
+        # answers of up to this many rows are written on the event loop (0: their size is not known ahead)
+        per_row = sum(math.prod(o.shape[1:]) for o in outputs.values()) \
+            if all(o.shape and min(o.shape[1:], default=0) >= 0 for o in outputs.values()) else 0
+        self.inline_rows = INLINE_OUTPUT_ELEMENTS // max(per_row, 1) if per_row else 0
+
+    @classmethod
+    def of(cls, held) -> "Plan | None":
+        """The plan of a served version, None when its default signature is not of that kind."""
+        if not isinstance(held.executor, InlineExecutor):
+            return None
+        try:
+            signature = held.loaded.signature(None)
+        except Exception:  # no default signature: the full path words the error
+            return None
+        if len(signature.inputs) != 1 or not signature.batched:
+            return None
+        (name, spec), = signature.inputs.items()
+        shape = spec.shape
+        if spec.dtype.kind != "f" or spec.index_range is not None or not shape or shape[0] >= 0 \
+                or min(shape[1:], default=0) < 0:
+            return None
+        return cls(signature.key, name, spec.dtype, shape, held.executor, signature.outputs)
+
+    def decode(self, body) -> tuple | None:
+        """(feeds, format, rows) of a request body this plan takes; None for any other (or a bad one)."""
+        if b"true" in body or b"false" in body:  # bools read as numbers by NumPy: the full path decides
+            return None
+        try:
+            doc = parse_text(body)
+        except InvalidArgument:
+            return None
+        if doc.__class__ is not dict or doc.get("signature_name", "") != "":
+            return None
+        decoded = plain_float_feed(doc, self.name, self.dtype)
+        if decoded is None:
+            return None
+        feeds, fmt = decoded
+        shape = feeds[self.name].shape
+        if len(shape) != self.rank or shape[1:] != self.inner:
+            return None
+        return feeds, fmt, shape[0]
+
+
+class RestApi:
+    """The REST routes of one worker over a shared `Service`. ``plans``: answer the common predict
+    request by a served version's `Plan` (False: always by the full path, for tests)."""
+
+    def __init__(self, service: Service, metrics_path: str | None = "/monitoring/prometheus/metrics",
+                 plans: bool = True):
+        self.plans = plans
         self.service = service
         self.manager = service.manager
         self.metrics = service.metrics
@@ -141,21 +204,42 @@ class RestApi:
 
     def _predict(self, request: Request, route: tuple):
         name, version, label, model = route
+        plan = None
         try:
             held = self.manager.acquire(name, version, label)
-            request.labels = held.predict_labels  # (a served version's model is a configured name)
         except ServeError as exc:
             request.labels = (model, "", "predict")
             held = exc  # raised once the body has been read as JSON (TF Serving's order)
-        if len(request.body) > INLINE_BODY_BYTES:
+        else:
+            request.labels = held.predict_labels  # (a served version's model is a configured name)
+            if self.plans:
+                plan = held.plans.get("rest", False)
+                if plan is False:
+                    plan = held.plans["rest"] = Plan.of(held)
+        body = request.body
+        if len(body) > INLINE_BODY_BYTES:
             return self._predict_later(request, held, None)
         try:
-            signature, feeds, fmt = _decode(request.body, held)
-            request.body = b""  # the arrays hold what is needed now
-            job = self.service.submit(held, signature, feeds, request.arrived)
+            decoded = plan.decode(body) if plan is not None and not self.service.draining else None
+            if decoded is not None:  # the common request, checked by its plan as Service.submit checks it
+                feeds, fmt, rows = decoded
+                request.body = b""
+                deadline = request.arrived + self.service.timeout
+                if rows <= plan.max_rows:
+                    outputs, job = plan.executor.run(plan.key, feeds, rows, deadline), None
+                else:
+                    job = plan.executor.submit(plan.key, feeds, deadline)
+            else:
+                signature, feeds, fmt = _decode(body, held)
+                request.body = b""  # the arrays hold what is needed now
+                job = self.service.submit(held, signature, feeds, request.arrived)
         except BaseException:
             self._release(held)
             raise
+        if job is None:
+            self.manager.release(held)
+            return Response(200, format_response(outputs, fmt)) if rows <= plan.inline_rows \
+                else self._respond(outputs, fmt)
         if not job.done:
             return self._predict_later(request, held, (job, fmt))
         self.manager.release(held)
@@ -219,10 +303,10 @@ class RestApi:
             labels = (self.metrics.model_label(m.group(1) if m else ""), "",
                       "predict" if request.method == "POST" else "other")
         status = 499 if request.disconnected else response.status
-        seconds = time.monotonic() - request.arrived
+        seconds = _monotonic() - request.arrived
         if labels:
             self.metrics.request(*labels, status, seconds)
-        if access_log.isEnabledFor(logging.INFO):
+        if access_log.isEnabledFor(_INFO):
             access_log.info(json.dumps({
                 "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()), "client": request.client,
                 "method": request.method, "path": request.path.decode("latin-1")[:200], "status": status,

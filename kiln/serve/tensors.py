@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import math
+import re
 import struct
 from operator import eq
 
@@ -323,35 +325,43 @@ def parse_request(body: dict, specs: dict[str, TensorSpec],
 
 
 def _plain_floats(body: dict, specs: dict[str, TensorSpec]):
-    """The common request in one NumPy call: nested lists of numbers, at least one written as a
-    float, for a single float input. None when the request is anything else or would fail; the
-    full path then decides (and words the error). Gives what the full path gives: a list that
-    NumPy reads as float64 is rectangular and holds only numbers (no bools: the caller saw no
-    ``true``/``false``), and the full path only casts it, refusing what overflows."""
-    value = body.get("instances")
-    fmt = ROW
-    if value is None or "inputs" in body:
-        value, fmt = body.get("inputs"), COLUMNAR
-        if value is None or "instances" in body:
-            return None
-    if type(value) is not list or not value or type(value[0]) is not list:
-        return None
+    """The common request in one NumPy call (see `plain_float_feed`), for a single float input."""
     (name, spec), = specs.items()
     if spec.dtype.kind != "f":
         return None
+    return plain_float_feed(body, name, spec.dtype)
+
+
+def plain_float_feed(body: dict, name: str, dtype: np.dtype):
+    """({name: array}, format) for nested lists of numbers, at least one written as a float, for a
+    float input of ``dtype``; None when the request is anything else or would fail, and the full
+    path then decides (and words the error). Gives what the full path gives: a list that NumPy
+    reads as float64 is rectangular and holds only numbers (no bools: the caller saw no
+    ``true``/``false`` in the text), and the full path only casts it, refusing what overflows."""
+    value = body.get("instances")
+    if value is None or "inputs" in body:
+        value = body.get("inputs")
+        if value is None or "instances" in body:
+            return None
+        fmt = COLUMNAR
+    else:
+        fmt = ROW
+    if value.__class__ is not list or not value or value[0].__class__ is not list:
+        return None
     try:
-        arr = np.array(value)
+        arr = _as_array(value)
     except (ValueError, TypeError, OverflowError):
         return None
-    if arr.dtype != np.float64 or not arr.size:
+    if arr.dtype != _FLOAT64 or not arr.size:
         return None
-    largest = _LARGEST.get(spec.dtype)
-    if largest is None or not (np.maximum.reduce(arr, None) <= largest and np.minimum.reduce(arr, None) >= -largest):
+    largest = _LARGEST.get(dtype)
+    if largest is None or not (_largest_of(arr, None) <= largest and _smallest_of(arr, None) >= -largest):
         # (NaN fails both)
         return None
-    return {name: arr.astype(spec.dtype)}, fmt
+    return {name: arr.astype(dtype)}, fmt
 
 
+_as_array, _largest_of, _smallest_of, _FLOAT64 = np.array, np.maximum.reduce, np.minimum.reduce, np.dtype(np.float64)
 #: The largest finite value of each float dtype: a float64 array within it casts without overflow.
 _LARGEST = {np.dtype(t): float(np.finfo(t).max) for t in (np.float16, np.float32, np.float64)}
 
@@ -431,28 +441,62 @@ _F32 = struct.Struct("<f")
 
 def _float_texts(flat: np.ndarray) -> list[str]:
     """TF Serving's WriteDecimal: "%g" if it reads back exactly, else max_digits10 digits; '.0' on whole numbers;
-    NaN and (-)Infinity as bare words. All values at once: one `%` operation per precision, one read-back
-    (rounded to float32 as the value was, in one `struct` pack), C-level comparisons to pick the texts."""
+    NaN and (-)Infinity as bare words (see `_float_joined`)."""
+    texts = _float_joined(flat).split(",")
+    texts.pop()
+    return texts
+
+
+def _float_joined(flat: np.ndarray) -> str:
+    """The texts of `_float_texts`, each followed by a comma. All values at once, without a Python step per
+    value: one `%` operation per precision, one read-back (rounded to float32 as the value was, in one
+    `struct` pack), the texts picked by C-level comparisons, '.0' added by one regular-expression pass where
+    some text is a whole number (found by deleting digits and signs: its text becomes empty)."""
     single = flat.dtype == np.float32
     every = tuple(flat.tolist())
     count = len(every)
     if not count:
-        return []
-    short = (("%g," * count) % every).split(",")
-    short.pop()
+        return ""
+    joined = ("%g," * count) % every
+    short = joined[:-1].split(",")
     try:
-        back = (struct.unpack(f"={count}f", struct.pack(f"={count}f", *map(float, short))) if single
-                else tuple(map(float, short)))
+        if single:
+            packing = _f32s(count)
+            back = packing.unpack(packing.pack(*map(float, short)))
+        else:
+            back = tuple(map(float, short))
     except OverflowError:  # a short text past float32's range: the one-value rule decides
-        return [_float_text(v, single) for v in every]
-    if back == every:  # (a NaN never compares equal: it takes the longer text, the same word)
-        texts = short
-    else:
-        longer = ((("%.9g," if single else "%.17g,") * count) % every).split(",")
-        texts = [t if b == v else u for t, u, b, v in zip(short, longer, back, every)] \
-            if any(map(eq, back, every)) else longer
-    return [t if "." in t or "e" in t else (t + ".0" if "n" not in t else _float_text(float(t), single))
-            for t in texts[:count]]
+        return ",".join([_float_text(v, single) for v in every]) + ","
+    if back != every:  # (a NaN never compares equal: it takes the longer text, the same word)
+        longer = (("%.9g," if single else "%.17g,") * count) % every
+        if any(map(eq, back, every)):
+            # (longer, short)[read back exactly]: the short text where it reads back, else the longer one
+            joined = ",".join(map(tuple.__getitem__, zip(longer[:-1].split(","), short), map(eq, back, every))) + ","
+        else:
+            joined = longer
+    if "n" in joined:  # nan or inf: the words, one value at a time
+        texts = joined.split(",")
+        return ",".join([t if "." in t or "e" in t else (t + ".0" if "n" not in t else _float_text(float(t), single))
+                         for t in texts[:count]]) + ","
+    stripped = joined.encode().translate(None, b"0123456789-")
+    if stripped[:1] == b"," or b",," in stripped:
+        return _WHOLE.sub(_point_zero, joined)
+    return joined
+
+
+@functools.lru_cache(maxsize=64)
+def _f32s(count: int) -> struct.Struct:
+    """The packing of ``count`` float32s (made once per count: most answers have the same few lengths)."""
+    return struct.Struct(f"={count}f")
+
+
+#: A text of `_float_texts` that is a whole number (no '.', no exponent).
+_WHOLE = re.compile(r"(?<![^,])-?[0-9]+(?=,)")
+
+
+def _point_zero(match: re.Match) -> str:
+    """(A function, not a template: ``re.sub`` with a template runs Python code on every call.)"""
+    return match[0] + ".0"
 
 
 def _float_text(value: float, single: bool) -> str:
@@ -534,13 +578,15 @@ def format_response(outputs: dict[str, np.ndarray], fmt: str) -> bytes:
     if not outputs:
         raise InvalidArgument("Cannot convert empty tensor map to JSON")
     if len(outputs) == 1:  # the common answer, one 2-D float output: the texts joined directly
-        a = next(iter(outputs.values()))
-        if isinstance(a, np.ndarray) and a.ndim == 2 and a.dtype.kind == "f" and a.size <= _ROWS_PER_PIECE * 16:
-            texts = _float_texts(a.reshape(-1) if a.dtype != np.float16 else a.reshape(-1).astype(np.float32))
-            width = a.shape[1]
-            if a.shape[0] == 1:
-                rows = "[" + ", ".join(texts) + "]"
+        for a in outputs.values():
+            break
+        if a.__class__ is np.ndarray and a.ndim == 2 and a.dtype.kind == "f" and a.size <= _ROWS_PER_PIECE * 16:
+            flat = a.reshape(-1) if a.dtype != np.float16 else a.reshape(-1).astype(np.float32)
+            if a.shape[0] == 1:  # (texts hold no commas)
+                rows = "[" + _float_joined(flat)[:-1].replace(",", ", ") + "]"
             else:
+                width = a.shape[1]
+                texts = _float_texts(flat)
                 rows = ", ".join(["[" + ", ".join(texts[i:i + width]) + "]" for i in range(0, width * a.shape[0], width)]
                                  if width else ["[]"] * a.shape[0])
             return (('{"predictions": [' if fmt != COLUMNAR else '{"outputs": [') + rows + "]}").encode()
