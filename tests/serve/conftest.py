@@ -156,6 +156,28 @@ def one_model_dir(tmp_path: Path, tflite: Path, version: int = 1) -> Path:
     return base
 
 
+def exchange(port: int, pieces: list[bytes], pause: float = 0.0, timeout: float = 10.0) -> bytes:
+    """Send ``pieces`` on a new connection (``pause`` seconds after each) and read one answer:
+    its head, then as many body bytes as its Content-Length says. What came before the server
+    closed, when it closes first."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as conn:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for piece in pieces:
+            conn.sendall(piece)
+            time.sleep(pause)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return data
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        while len(body) < length:
+            body += conn.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -14,6 +14,8 @@ import pytest
 
 from kiln.serve.http import HttpServer, Limits, Response
 
+from .conftest import exchange
+
 LIMIT = 2048
 
 
@@ -43,25 +45,6 @@ def port():
     thread.join(10)
 
 
-def _send(port: int, pieces: list[bytes], pause: float = 0.0) -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        for piece in pieces:
-            conn.sendall(piece)
-            time.sleep(pause)
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = conn.recv(65536)
-            if not chunk:
-                return data
-            data += chunk
-        head, _, body = data.partition(b"\r\n\r\n")
-        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
-        while len(body) < length:
-            body += conn.recv(65536)
-    return head + b"\r\n\r\n" + body
-
-
 def _status(answer: bytes) -> int:
     return int(answer[9:12])
 
@@ -71,12 +54,12 @@ def _status(answer: bytes) -> int:
 def test_content_length_in_any_case_among_any_number_of_headers(port, name, extra):
     others = b"".join(b"X-H%d: v%d\r\n" % (i, i) for i in range(extra))
     request = b"POST /p HTTP/1.1\r\n%sHost: x\r\n%s: 5\r\n%s\r\nhello" % (others, name, others)
-    answer = _send(port, [request])
+    answer = exchange(port, [request])
     assert _status(answer) == 200 and json.loads(answer.split(b"\r\n\r\n", 1)[1])["body"] == "hello"
 
 
 def test_a_declared_body_over_the_limit_is_refused_by_its_header(port):
-    answer = _send(port, [b"POST /p HTTP/1.1\r\ncontent-LENGTH: 5000\r\n\r\n" + b"x" * 5000])
+    answer = exchange(port, [b"POST /p HTTP/1.1\r\ncontent-LENGTH: 5000\r\n\r\n" + b"x" * 5000])
     assert _status(answer) == 400 and b"request body of 5000 bytes is larger than the limit of 1000" in answer
 
 
@@ -92,7 +75,7 @@ def test_expect_continue_in_any_case(port, expect):
 def test_repeated_content_length_never_reads_a_wrong_body(port):
     for values in ((b"5", b"5"), (b"5", b"6")):
         request = b"POST /p HTTP/1.1\r\nContent-Length: %s\r\nContent-Length: %s\r\n\r\nhello!" % values
-        answer = _send(port, [request])
+        answer = exchange(port, [request])
         assert _status(answer) in (200, 400), answer  # llhttp refuses the pair; never a 500
         if _status(answer) == 200:
             assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["body"] == "hello"
@@ -111,7 +94,7 @@ def test_the_header_limit_to_the_byte_in_one_read_or_many(port, split):
     for total, status in ((LIMIT, 200), (LIMIT + 1, 431)):
         request = _head(total)
         pieces = [request] if split is None else [request[i:i + split] for i in range(0, len(request), split)]
-        answer = _send(port, pieces, 0.0 if split is None else 0.001)
+        answer = exchange(port, pieces, 0.0 if split is None else 0.001)
         assert _status(answer) == status, (total, split, answer[:100])
         if status == 431:
             assert b"larger than the limit of 2048 bytes" in answer

@@ -20,6 +20,8 @@ from kiln.serve.models import ModelManager
 from kiln.serve.rest import INLINE_BODY_BYTES, Plan, RestApi
 from kiln.serve.service import Service
 
+from .conftest import exchange
+
 
 def _bodies(rng) -> list[bytes]:
     fixed = [
@@ -52,18 +54,9 @@ def _bodies(rng) -> list[bytes]:
 
 
 def _exchange(port: int, request: bytes) -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
-        conn.sendall(request)
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = conn.recv(65536)
-            assert chunk, data
-            data += chunk
-        head, _, body = data.partition(b"\r\n\r\n")
-        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
-        while len(body) < length:
-            body += conn.recv(65536)
-    return head + b"\r\n\r\n" + body
+    answer = exchange(port, [request], timeout=30)
+    assert b"\r\n\r\n" in answer, answer   # a whole answer, never a closed connection
+    return answer
 
 
 @pytest.fixture
