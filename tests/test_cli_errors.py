@@ -143,7 +143,8 @@ def _path_cases(f) -> list[tuple[str, list, str]]:
         ("run", ["run", m, "--input", f"x={miss}"], "--input x: cannot load"),
         ("benchmark", ["benchmark", miss], "no such file"),
         ("benchmark", ["benchmark", d], "is a directory"),
-        ("run", ["run", fl], f"{fl}: The model is not a valid Flatbuffer"),       # a file that is no model:
+        ("inspect", ["inspect", fl], f"{fl}: The model is not a valid Flatbuffer"),   # a file that is no model:
+        ("run", ["run", fl], f"{fl}: The model is not a valid Flatbuffer"),
         ("benchmark", ["benchmark", fl], f"{fl}: The model is not a valid Flatbuffer"),  # named in the error
         ("quantize", ["quantize", miss], "no such file"),
         ("quantize", ["quantize", d], "is a directory"),

@@ -356,12 +356,15 @@ def check_subgraph_calls(model: Model) -> None:
                 stack.append((nxt, iter(calls[nxt])))
 
 
-def read_model(source) -> Model:
+def read_model(source, name: str | None = None) -> Model:
     """Read a .tflite model from a path, bytes-like object or open binary file.
 
     A path is memory-mapped; constant tensors are read-only views into it (zero copy).
-    Raises ModelError for anything malformed.
+    Raises ModelError for anything malformed, prefixed with ``name`` (default: the path, when
+    given one), so the error says which file.
     """
+    if name is None and isinstance(source, (str, os.PathLike)):
+        name = os.fspath(source)
     if isinstance(source, (str, os.PathLike)):
         try:
             with open(source, "rb") as f:
@@ -375,7 +378,12 @@ def read_model(source) -> Model:
         buf = source.read()
     else:
         raise ModelError(f"cannot read a model from {type(source).__name__}; give a path or bytes")
-    model = _Reader(buf).read()
+    try:
+        model = _Reader(buf).read()
+    except ModelError as exc:
+        if name is None:
+            raise
+        raise ModelError(f"{name}: {exc}") from None
     model.backing = buf
     return model
 

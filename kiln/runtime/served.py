@@ -252,12 +252,7 @@ def open(model, backend: str | None = None, *, num_threads: int | None = None,  
 def _open_tflite(content: bytes, path, backend, num_threads, resolver_type, preserve) -> ServedModel:
     from ..format import read_model
 
-    try:
-        ir = read_model(content)  # validated; kiln's interpreters share it (and its weights)
-    except ModelError as exc:
-        if path is None:
-            raise
-        raise ModelError(f"{path}: {exc}") from None
+    ir = read_model(content, name=path)  # validated; kiln's interpreters share it (and its weights)
     make = _interpreter_factory(ir, content, backend, num_threads, resolver_type, preserve)
     signatures = model_signatures(ir)
     has_defs = bool(ir.signatures)
