@@ -384,6 +384,8 @@ def emit_roll(ctx: EmitContext):
     an axis of unknown length, which TF's converter refuses, is a GATHER of (i - shift) mod n."""
     y, axes = ctx.input(0), ctx.require_const(2, "the roll axis")
     axes = [normalize_axis(int(a), y.rank) for a in np.reshape(axes, -1)]
+    if any(not 0 <= a < y.rank for a in axes):
+        raise ctx.fail(f"axis {np.reshape(ctx.const(2), -1).tolist()} is out of range for a rank-{y.rank} input")
     shifts = ctx.const(1)
     if shifts is None:
         shift = as_int32(ctx, 1, "shift")
