@@ -381,7 +381,8 @@ def emit_bitcast(ctx: EmitContext):
 def emit_roll(ctx: EmitContext):
     """tf.roll. A known shift along an axis of known length is SLICE + SLICE + CONCATENATION,
     as TF's converter writes it (other dims may be unknown); a shift computed at run time, or
-    an axis of unknown length, which TF's converter refuses, is a GATHER of (i - shift) mod n."""
+    an axis of unknown length, which TF's converter refuses, is a GATHER of (i - shift) mod n
+    (an int64 shift computed at run time is narrowed to int32 first)."""
     y, axes = ctx.input(0), ctx.require_const(2, "the roll axis")
     axes = [normalize_axis(int(a), y.rank) for a in np.reshape(axes, -1)]
     if any(not 0 <= a < y.rank for a in axes):

@@ -184,7 +184,7 @@ def emit_sparse_softmax_cross_entropy(ctx: EmitContext):
     to 13). A label outside [0, classes) gives NaN, as TF's converted file does (TensorFlow's
     CPU kernel raises). backprop = softmax - one_hot."""
     logits, labels = ctx.input(0), ctx.input(1)
-    classes = logits.signature[-1]
+    classes = ctx.in_signature(0)[-1]
     if classes < 0 or logits.dtype != DType.FLOAT32:
         raise ctx.fail("the logits must be float32 with a known number of classes")
     hot_sig, last = (*labels.signature, classes), ctx.constant(np.int32([-1]))
