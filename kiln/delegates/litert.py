@@ -42,6 +42,7 @@ import numpy as np
 from ..errors import KilnError, OpError, UnsupportedError
 from ..format import write_model
 from ..ir import Operator, Subgraph
+from ..ops import states
 from ..runtime.delegate import DelegateKernel, NodeInfo, Partition, ReportingDelegate
 from ..schema import DType
 from .litert_model import PartitionModel, partition_model, reachable_subgraphs
@@ -383,8 +384,10 @@ class LiteRtKernel(DelegateKernel):
         # Other variables: LiteRT keeps them; written in only when kiln holds another array.
         self._variables = [(k, i) for k, i in variable_at.items() if k not in set(partition.state_inputs)]
         self._synced: dict[int, object] = {}                   # input position -> array LiteRT holds
-        self.hidden_state = any(_uses_resources(node.op) for node in partition.nodes) or any(
-            _uses_resources(op) for sg in reachable_subgraphs([n.op for n in partition.nodes]) for op in sg.operators)
+        # Resource variables and random generators (stateful records) live inside LiteRT.
+        ops = [n.op for n in partition.nodes]
+        ops += [op for sg in reachable_subgraphs(ops) for op in sg.operators]
+        self.hidden_state = any(_uses_resources(op) or states(op.op_type, "stateful") for op in ops)
 
     def invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         wrapper = self._wrapper

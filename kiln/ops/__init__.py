@@ -24,6 +24,7 @@ from . import (
     nn,
     pool,
     quantize,
+    random,
     reduce,
     rnn,
     segment,
@@ -35,7 +36,7 @@ from .record import KernelCall, OpDef, OptionsSpec, apply_activation
 
 _FAMILIES = (
     elementwise, activations, reduce, nn, pool, image, shape, indexing, control_flow, variables, lstm, rnn,
-    conv3d, segment, misc, quantize,
+    conv3d, segment, misc, quantize, random,
 )
 
 

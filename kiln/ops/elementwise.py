@@ -246,9 +246,12 @@ def _div(call, a, b):
     if not _is_int(a):
         return a / b
     _check_nonzero(call, b)
-    q = np.floor_divide(a, b)
+    wide = a.astype(np.int64), b.astype(np.int64)  # INT_MIN / -1 saturates, as in LiteRT
+    q = np.floor_divide(*wide)
     # floor -> truncation toward zero: bump quotients of inexact negative divisions.
-    return q + ((q < 0) & (q * b != a)).astype(q.dtype)
+    q += (q < 0) & (q * wide[1] != wide[0])
+    info = np.iinfo(a.dtype)
+    return np.clip(q, info.min, info.max).astype(a.dtype)
 
 
 def _floor_div(call, a, b):

@@ -59,6 +59,7 @@ class Runtime(Protocol):
 
     variables: dict  # resource id -> current value (a mapping: kiln/runtime/variables.py)
     call_once_done: set  # init subgraphs CALL_ONCE has run
+    random_streams: dict  # a random op's generator position, by node (kiln/ops/random.py)
 
     def resource_id(self, container: str, shared_name: str) -> int: ...
 

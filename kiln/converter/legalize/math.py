@@ -6,7 +6,7 @@ import numpy as np
 
 from ...schema import DType
 from ..context import EmitContext
-from .common import as_int32, cast, emitter_table
+from .common import as_int32, cast, emitter_table, f32, like
 
 EMITTERS, emits = emitter_table()
 
@@ -23,7 +23,7 @@ _UNARY = {
     "Neg": "NEG", "Rsqrt": "RSQRT", "Sin": "SIN", "Sqrt": "SQRT", "Square": "SQUARE", "Tanh": "TANH",
     "Sigmoid": "LOGISTIC", "Relu": "RELU", "Relu6": "RELU6", "Elu": "ELU", "Round": "ROUND",
     "Rint": "ROUND", "Sign": "SIGN", "LogicalNot": "LOGICAL_NOT", "ZerosLike": "ZEROS_LIKE",
-    "OnesLike": "ONES_LIKE", "IsFinite": None, "Softmax": "SOFTMAX", "LogSoftmax": "LOG_SOFTMAX",
+    "OnesLike": "ONES_LIKE", "Softmax": "SOFTMAX", "LogSoftmax": "LOG_SOFTMAX",
 }
 _REDUCE = {
     "Mean": "MEAN", "Sum": "SUM", "Max": "REDUCE_MAX", "Min": "REDUCE_MIN", "Prod": "REDUCE_PROD",
@@ -146,6 +146,90 @@ def emit_div_no_nan(ctx: EmitContext):
     q = ctx.emit1("DIV", [x, y], ctx.temp("div", x.dtype, sig))
     zeros = ctx.emit1("ZEROS_LIKE", [q], ctx.temp("zeros", x.dtype, sig))
     return ctx.emit1("SELECT_V2", [is_zero, zeros, q])
+
+
+def _float32_input(ctx: EmitContext):
+    x = ctx.input(0)
+    if x.dtype != DType.FLOAT32:
+        raise ctx.fail(f"{x.dtype.name.lower()} is not supported (float32 only, as TF's converter)")
+    return x
+
+
+@emits("IsNan")
+def emit_is_nan(ctx: EmitContext):
+    """x != x: true only for NaN (TF's converter writes the same)."""
+    x = _float32_input(ctx)
+    return ctx.emit1("NOT_EQUAL", [x, x])
+
+
+@emits("IsFinite")
+def emit_is_finite(ctx: EmitContext):
+    """x - x == 0: NaN for NaN and for +-inf (inf - inf), 0 for every finite x."""
+    x = _float32_input(ctx)
+    return ctx.emit1("EQUAL", [like(ctx, "SUB", x, x), f32(ctx, 0)])
+
+
+@emits("IsInf")
+def emit_is_inf(ctx: EmitContext):
+    x = _float32_input(ctx)
+    return ctx.emit1("EQUAL", [like(ctx, "ABS", x), f32(ctx, np.inf)])
+
+
+@emits("TruncateDiv")
+def emit_truncate_div(ctx: EmitContext):
+    """LiteRT's int32 DIV truncates toward zero; a float quotient is rounded toward zero."""
+    a, b = ctx.input(0), ctx.input(1)
+    if a.dtype == DType.INT32:
+        return ctx.emit1("DIV", [a, b])
+    if a.dtype != DType.FLOAT32:
+        raise ctx.fail(f"{a.dtype.name.lower()} has no builtin (LiteRT's DIV takes float32 and int32)")
+    sig = ctx.out_signature(0)
+    q = like(ctx, "DIV", a, b, sig=sig)
+    negative = like(ctx, "LESS", q, f32(ctx, 0), dtype=DType.BOOL)
+    return ctx.emit1("SELECT_V2", [negative, like(ctx, "CEIL", q), like(ctx, "FLOOR", q)])
+
+
+#: Lanczos approximation (g = 7, 8 terms) of TF's converter's lgamma, in float32.
+_LANCZOS_G = 7.0
+_LANCZOS = (676.5203681218851, -1259.1392167224028, 771.32342877765313, -176.61502916214059,
+            12.507343278686905, -0.13857109526572012, 9.9843695780195716e-6, 1.5056327351493116e-7)
+
+
+@emits("Lgamma")
+def emit_lgamma(ctx: EmitContext):
+    """lgamma as TF's converter lowers it — a Lanczos series, the reflection formula for
+    x < 1/2, +inf at the poles and at +-inf — with the series' eight terms summed by one
+    vector DIV and SUM instead of 24 scalar ops. float16 runs in float32, as in TF."""
+    x = ctx.input(0)
+    if x.dtype not in (DType.FLOAT32, DType.FLOAT16):
+        raise ctx.fail(f"{x.dtype.name.lower()} is not supported (float32 and float16, as TF's converter)")
+    x = cast(ctx, x, DType.FLOAT32, "to_float32")
+    reflect = like(ctx, "LESS", x, f32(ctx, 0.5), dtype=DType.BOOL)
+    z = like(ctx, "SELECT_V2", reflect, like(ctx, "NEG", x), like(ctx, "SUB", x, f32(ctx, 1)), sig=x.signature)
+    column = like(ctx, "EXPAND_DIMS", z, ctx.constant(np.int32(-1)), sig=(*z.signature, 1))
+    shifted = like(ctx, "ADD", column, f32(ctx, np.arange(1, 9)), sig=(*z.signature, 8))
+    terms = like(ctx, "DIV", f32(ctx, _LANCZOS), shifted)
+    series = like(ctx, "SUM", terms, ctx.constant(np.int32([-1])), sig=z.signature, keep_dims=False)
+    accum = like(ctx, "ADD", series, f32(ctx, 1))
+    t = like(ctx, "ADD", z, f32(ctx, _LANCZOS_G + 0.5))
+    scaled = like(ctx, "ADD", like(ctx, "MUL", z, f32(ctx, 1 / (_LANCZOS_G + 0.5))), f32(ctx, 1))
+    log_t = like(ctx, "ADD", like(ctx, "LOG", scaled), f32(ctx, np.log(_LANCZOS_G + 0.5)))
+    power = like(ctx, "ADD", z, like(ctx, "SUB", f32(ctx, 0.5), like(ctx, "DIV", t, log_t)))
+    log_y = like(ctx, "ADD", like(ctx, "ADD", like(ctx, "MUL", power, log_t), like(ctx, "LOG", accum)),
+                f32(ctx, 0.5 * np.log(2 * np.pi)))
+    size = like(ctx, "ABS", x)
+    frac = like(ctx, "SUB", size, like(ctx, "FLOOR", size))
+    upper = like(ctx, "GREATER", frac, f32(ctx, 0.5), dtype=DType.BOOL)
+    reduced = like(ctx, "SELECT_V2", upper, like(ctx, "SUB", f32(ctx, 1), frac), frac)
+    log_sin = like(ctx, "LOG", like(ctx, "SIN", like(ctx, "MUL", reduced, f32(ctx, np.pi))))
+    finite = like(ctx, "EQUAL", like(ctx, "SUB", log_sin, log_sin), f32(ctx, 0), dtype=DType.BOOL)
+    reflected = like(ctx, "SUB", like(ctx, "SUB", f32(ctx, np.log(np.pi)), log_sin), log_y)
+    reflection = like(ctx, "SELECT_V2", finite, reflected, like(ctx, "NEG", log_sin))
+    result = like(ctx, "SELECT_V2", reflect, reflection, log_y)
+    infinite = like(ctx, "EQUAL", size, f32(ctx, np.inf), dtype=DType.BOOL)
+    if ctx.out_dtype(0) == DType.FLOAT32:
+        return ctx.emit1("SELECT_V2", [infinite, f32(ctx, np.inf), result])
+    return ctx.emit1("CAST", [like(ctx, "SELECT_V2", infinite, f32(ctx, np.inf), result)])
 
 
 @emits("ClipByValue")
