@@ -38,8 +38,8 @@ def _constant_scalar(ctx: EmitContext, i: int) -> float | None:
 def _check_range(ctx: EmitContext, value: float | None, what: str, lo: float, hi: float = np.inf) -> None:
     """TensorFlow refuses these values on every run; a constant one is refused here, at once."""
     if value is not None and not lo <= value <= hi:
-        bounds = f"[{lo:g}, {hi:g}]" if np.isfinite(hi) else f">= {lo:g}"
-        raise ConversionError(f"{ctx.type} {ctx.op.name!r}: {what} {value:g} is outside {bounds} "
+        bounds = f"in [{lo:g}, {hi:g}]" if np.isfinite(hi) else f">= {lo:g}"
+        raise ConversionError(f"{ctx.type} {ctx.op.name!r}: {what} is {value:g}, it must be {bounds} "
                               "(TensorFlow refuses it when the model runs)")
 
 
