@@ -306,3 +306,108 @@ def test_tf_writes_these_ops(name):
     with zoo._silent_fd2():
         data = tf.lite.TFLiteConverter.from_concrete_functions([cf], f).convert()
     assert collections.Counter(_ops(data)) == collections.Counter(TF_OPS[name])
+
+
+def _keras_front_end(tf, keras, frame_length=400, frame_step=160, fft_length=512, bins=40):
+    """waveform [batch, samples] -> |stft| -> mel -> log -> a small conv head (4 logits)."""
+
+    class LogMel(keras.layers.Layer):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.mel = tf.signal.linear_to_mel_weight_matrix(bins, fft_length // 2 + 1, 16000, 20.0, 4000.0)
+
+        def call(self, wave):
+            spectrum = tf.abs(tf.signal.stft(wave, frame_length, frame_step, fft_length))
+            return tf.math.log(tf.matmul(spectrum, self.mel) + 1e-6)
+
+    x = keras.Input((16000,))
+    y = keras.layers.Reshape((-1, bins, 1))(LogMel()(x))
+    y = keras.layers.Conv2D(8, 3, activation="relu")(y)
+    y = keras.layers.Dense(4)(keras.layers.GlobalAveragePooling2D()(y))
+    return keras.Model(x, y)
+
+
+def _keras_detector(tf, keras, size=32, classes=3, per_cell=2, max_out=20, score_threshold=0.55, sigma=0.5):
+    """An SSD-style head: per-anchor box offsets and class logits from a conv net, boxes decoded
+    against fixed anchors, then soft-NMS picks boxes; returns boxes, scores and their count."""
+    grid = size // 4
+    cy, cx = np.meshgrid((np.arange(grid) + 0.5) / grid, (np.arange(grid) + 0.5) / grid, indexing="ij")
+    anchors = np.stack([np.repeat(cy.ravel(), per_cell), np.repeat(cx.ravel(), per_cell),
+                        np.tile([0.2, 0.4], grid * grid), np.tile([0.2, 0.3], grid * grid)], -1).astype(np.float32)
+
+    class SelectBoxes(keras.layers.Layer):
+        def call(self, offsets, logits):
+            a, r = tf.constant(anchors), offsets[0]
+            cy, cx = a[:, 0] + r[:, 0] * 0.1 * a[:, 2], a[:, 1] + r[:, 1] * 0.1 * a[:, 3]
+            h, w = a[:, 2] * tf.exp(r[:, 2] * 0.2), a[:, 3] * tf.exp(r[:, 3] * 0.2)
+            boxes = tf.stack([cy - h / 2, cx - w / 2, cy + h / 2, cx + w / 2], axis=-1)
+            scores = tf.reduce_max(tf.sigmoid(logits[0]), axis=-1)
+            picked, picked_scores = tf.image.non_max_suppression_with_scores(
+                boxes, scores, max_out, 0.5, score_threshold, soft_nms_sigma=sigma)
+            return tf.gather(boxes, picked), picked_scores, tf.size(picked)
+
+    x = keras.Input((size, size, 3), batch_size=1)
+    y = keras.layers.Conv2D(16, 3, strides=2, padding="same", activation="relu")(x)
+    y = keras.layers.Conv2D(16, 3, strides=2, padding="same", activation="relu")(y)
+    offsets = keras.layers.Reshape((-1, 4))(keras.layers.Conv2D(per_cell * 4, 3, padding="same")(y))
+    logits = keras.layers.Reshape((-1, classes))(keras.layers.Conv2D(per_cell * classes, 3, padding="same")(y))
+    return keras.Model(x, SelectBoxes()(offsets, logits))
+
+
+def _randomized(model, scale: float):
+    rng = np.random.default_rng(7)
+    for w in model.weights:
+        w.assign(rng.uniform(-scale, scale, tuple(w.shape)).astype(np.float32))
+    return model
+
+
+@functools.lru_cache(maxsize=None)
+def _whole_model(which: str):
+    """(keras model, saved model path, feed) for "front_end" or "detector"."""
+    tf = zoo._tf()
+    import keras
+
+    rng = np.random.default_rng(3)
+    path = tempfile.mkdtemp(prefix=f"kiln_{which}_")
+    if which == "front_end":
+        model = _randomized(_keras_front_end(tf, keras), 0.3)
+        with zoo._silent_fd2():
+            model.export(path, verbose=False)  # Keras 3's SavedModel export
+        return model, path, rng.standard_normal((2, 16000)).astype(np.float32)
+    # Small weights keep the class logits moderate: sigmoid saturates at exactly 1.0 for large
+    # ones, and LiteRT's NMS orders tied scores differently from TF's (QUIRKS).
+    model = _randomized(_keras_detector(tf, keras), 0.2)
+    module = tf.Module()
+    module.model = model
+    module.detect = tf.function(lambda image: dict(zip(("boxes", "scores", "count"), model(image))),
+                                input_signature=[tf.TensorSpec([1, 32, 32, 3], tf.float32, name="image")])
+    tf.saved_model.save(module, path, signatures={"serving_default": module.detect})
+    return model, path, rng.uniform(0, 1, (1, 32, 32, 3)).astype(np.float32)
+
+
+def _check_model(data: bytes, feed: np.ndarray, want: list, what: str) -> None:
+    for label, interp in _interpreters(data):
+        runner = interp.get_signature_runner()
+        (name,) = runner.get_input_details()
+        out = runner(**{name: feed})
+        got = [out[k] for k in sorted(out)]
+        _assert_same(got, want, f"{what} in {label}", tol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", ["keras", "saved_model"])
+@pytest.mark.parametrize("which", ["front_end", "detector"])
+def test_whole_model_matches_tf(which, source):
+    model, path, feed = _whole_model(which)
+    outs = model(feed)
+    outs = [np.asarray(v) for v in (outs if isinstance(outs, (tuple, list)) else [outs])]
+    if which == "detector":
+        # signature outputs sort as boxes, count, scores (SavedModel) / output_0..2 (Keras)
+        outs = [outs[0], outs[2], outs[1]] if source == "saved_model" else outs
+        assert 0 < int(outs[-1 if source == "keras" else 1]) < 20, "the feed should select some boxes, not all"
+    conv = (kiln.TFLiteConverter.from_keras_model(model) if source == "keras"
+            else kiln.TFLiteConverter.from_saved_model(path))
+    data = conv.convert()
+    ops = collections.Counter(op for op, _ in _ops(data))
+    assert ops[{"front_end": "RFFT2D", "detector": "NON_MAX_SUPPRESSION_V5"}[which]] == 1
+    _check_model(data, feed, outs, f"{which} from {source}")
