@@ -25,6 +25,23 @@ if TYPE_CHECKING:  # pragma: no cover
 
 _MISSING = object()
 
+#: The builtins LiteRT runs on complex64 tensors, as TF's converter legalises complex values
+#: (RFFT2D's spectrum, ``tf.cast`` to complex64): an Add, a slice or a transpose of complex64
+#: stays a TF op, and no builtin takes complex128.
+COMPLEX_BUILTINS = frozenset({"RFFT2D", "COMPLEX_ABS", "REAL", "IMAG", "MUL", "CAST", "RESHAPE", "SQUEEZE",
+                              "EXPAND_DIMS", "IF", "WHILE", "CUSTOM"})
+_COMPLEX = (DType.COMPLEX64, DType.COMPLEX128)
+
+
+def _complex_refusal(op_type: str, tensors) -> str | None:
+    """Why LiteRT cannot run ``op_type`` on these tensors' complex types (None: it can)."""
+    types = {t.dtype for t in tensors if t is not None and t.dtype in _COMPLEX}
+    if DType.COMPLEX128 in types:
+        return f"{op_type} on complex128: LiteRT's builtins take complex64 only"
+    if types and op_type not in COMPLEX_BUILTINS:
+        return f"LiteRT's {op_type} takes no complex64 tensors"
+    return None
+
 
 class Unsupported(ConversionError):
     """Raised by an emitter for a variant of its op it cannot express with builtins; the
@@ -165,6 +182,11 @@ class EmitContext:
                         t.data = v
                         t.shape = tuple(v.shape)
                         t.shape_signature = None
+                return list(outputs)
+        refusal = _complex_refusal(op_type, [*inputs, *outputs])
+        if refusal is not None:
+            self.sg.remove_operator(op)
+            raise self.fail(refusal)
         return list(outputs)
 
     def emit1(self, op_type: str, inputs: Sequence[Tensor | None], output: Tensor | None = None,

@@ -26,6 +26,8 @@ from .scope import Legalization, Pending, Scope, distinct_outputs
 from .tfutil import shape_signature, static_shape, to_dtype
 from .values import ResourceRef, TensorListValue, VarInfo
 
+_NO_LEGALISATION = "no legalisation"
+
 @dataclass
 class ImportStats:
     """What the importer saw: for the conversion report."""
@@ -162,7 +164,7 @@ class Importer:
                 emitter = self.legalization.function_call
         ctx = EmitContext(scope, op)
         if emitter is None:
-            self._unsupported(ctx, "no legalisation")
+            self._unsupported(ctx, _NO_LEGALISATION)
             return
         try:
             result = emitter(ctx)
@@ -194,7 +196,8 @@ class Importer:
             self.stats.custom[op.type] = self.stats.custom.get(op.type, 0) + 1
             self._bind_outputs(ctx.scope, op, outputs)
             return
-        self.unsupported.setdefault(op.type, []).append(f"{ctx.name}: {reason}")
+        self.unsupported.setdefault(op.type, []).append(
+            reason if reason != _NO_LEGALISATION else f"{ctx.name}: {reason}")
         # Keep importing so that every unsupported op is reported at once.
         self._bind_outputs(ctx.scope, op, [ctx.out(i) for i in range(len(op.outputs))])
 
@@ -252,6 +255,16 @@ class Importer:
         return value
 
     # -- errors -----------------------------------------------------------------------------
+    def _reasons(self, most: int = 5) -> str:
+        """Why ops with an emitter still could not be converted (an op with no emitter at all
+        needs no explanation), the first few of them."""
+        reasons = list(dict.fromkeys(why for whys in self.unsupported.values() for why in whys
+                                     if not why.endswith(_NO_LEGALISATION)))
+        if not reasons:
+            return ""
+        more = f" (and {len(reasons) - most} more)" if len(reasons) > most else ""
+        return f" Why: {'; '.join(reasons[:most])}{more}."
+
     def check_supported(self) -> None:
         """Raise the error users know from TF's converter when some ops had no legalisation."""
         if not self.unsupported:
@@ -262,9 +275,9 @@ class Importer:
             "Some of the operators in the model are not supported by the standard TensorFlow Lite "
             "runtime and are not recognized by TensorFlow. If you have a custom implementation for "
             "them you can disable this error with --allow_custom_ops, or by setting "
-            "allow_custom_ops=True when calling tf.lite.TFLiteConverter(). Here is a list of builtin "
-            f"operators you are using: {', '.join(builtin)}. Here is a list of operators for which you "
-            f"will need custom implementations: {', '.join(custom)}.")
+            f"allow_custom_ops=True when calling tf.lite.TFLiteConverter().{self._reasons()} Here is a list "
+            f"of builtin operators you are using: {', '.join(builtin)}. Here is a list of operators for "
+            f"which you will need custom implementations: {', '.join(custom)}.")
         error.details = [d for ops in self.unsupported.values() for d in ops]
         raise error
 

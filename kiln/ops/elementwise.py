@@ -388,6 +388,8 @@ def _cast(call: KernelCall, x: np.ndarray) -> np.ndarray:
     dst = np.dtype(call.out_dtypes[0])
     if x.dtype == dst:
         return x.copy()
+    if x.dtype.kind == "c" and dst.kind != "c":
+        x = x.real  # LiteRT casts a complex value's real part
     with np.errstate(all="ignore"):
         if dst == np.bool_:
             return x != 0

@@ -392,8 +392,8 @@ def clamp_activation(x: np.ndarray, act: int, *, in_place: bool = False) -> np.n
         return x.clip(lo, hi, out=x if in_place else None)  # np.clip, without its wrappers
     if kind in "iu" and act == Activation.NONE:
         return x
-    if x.dtype == np.bool_ or not np.issubdtype(x.dtype, np.number):
-        return x
+    if x.dtype == np.bool_ or kind == "c" or not np.issubdtype(x.dtype, np.number):
+        return x  # LiteRT's complex64 MUL applies no activation
     if np.issubdtype(x.dtype, np.integer) and act == Activation.NONE:
         return x
     lo, hi = activation_range(act, x.dtype)

@@ -158,11 +158,34 @@ def emit_strided_slice(ctx: EmitContext):
     begin, end, strides = (as_int32(ctx, i, n) for i, n in ((1, "begin"), (2, "end"), (3, "strides")))
     masks = {k: int(ctx.attr(k)) for k in ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask",
                                             "shrink_axis_mask")}
+    if _is_identity_slice(ctx, begin, end, strides, masks):
+        return x
     if (masks["ellipsis_mask"] or masks["new_axis_mask"]) and all(t.is_constant for t in (begin, end, strides)):
         dense = _dense_slice(ctx, x.rank, begin.data, end.data, strides.data, masks)
         if dense is not None:
             return dense
     return ctx.emit1("STRIDED_SLICE", [x, begin, end, strides], offset=False, **masks)
+
+
+def _is_identity_slice(ctx: EmitContext, begin, end, strides, masks) -> bool:
+    """A slice that keeps every element in place (``tf.signal.frame`` slices a signal to the
+    length its frames use, often all of it): TF's converter folds it away, and so does kiln."""
+    if masks["ellipsis_mask"] or masks["new_axis_mask"] or masks["shrink_axis_mask"]:
+        return False
+    if not all(t.is_constant for t in (begin, end, strides)):
+        return False
+    in_sig, out_sig = ctx.in_signature(0), ctx.out_signature(0)
+    if out_sig is None or len(in_sig) != len(out_sig) or len(begin.data) != len(in_sig):
+        return False
+    bm, em = _bits(masks["begin_mask"], len(in_sig)), _bits(masks["end_mask"], len(in_sig))
+    for d, (b, s, size, out) in enumerate(zip(begin.data, strides.data, in_sig, out_sig)):
+        if s != 1:
+            return False
+        if size >= 0 and out == size:
+            continue  # a stride-1 slice as long as its axis covers all of it
+        if not ((bm[d] or b == 0) and em[d]):
+            return False
+    return True
 
 
 def _dense_slice(ctx: EmitContext, rank: int, begin, end, strides, masks):

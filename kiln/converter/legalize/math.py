@@ -37,9 +37,15 @@ _NO_BUILTIN_TYPES = {DType.FLOAT64, DType.COMPLEX64, DType.COMPLEX128, DType.STR
                      DType.UINT32, DType.UINT16}
 
 
+#: The math ops LiteRT also runs on complex64 (MUL; TF's converter writes Square as x * x).
+_COMPLEX64_OPS = {"Mul", "Square"}
+
+
 def check_types(ctx: EmitContext) -> None:
     for i in range(ctx.num_inputs):
         t = ctx.input(i)
+        if t.dtype == DType.COMPLEX64 and ctx.type in _COMPLEX64_OPS:
+            continue
         if t.dtype in _NO_BUILTIN_TYPES:
             raise ctx.fail(f"{t.dtype.name.lower()} has no builtin kernel")
 
@@ -75,6 +81,8 @@ def emit_add_n(ctx: EmitContext):
 def emit_unary(ctx: EmitContext):
     check_types(ctx)
     op_type = _UNARY[ctx.type]
+    if op_type == "SQUARE" and ctx.input(0).dtype == DType.COMPLEX64:
+        return ctx.emit1("MUL", [ctx.input(0), ctx.input(0)])
     options = {"beta": 1.0} if op_type == "SOFTMAX" else {}
     return ctx.emit1(op_type, [ctx.input(0)], **options)
 
