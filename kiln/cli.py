@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import cli_checks
+from . import cli_checks, extras
 from .errors import KilnError
 
 DELEGATES = ("default", "reference", "xla")
@@ -401,8 +401,6 @@ def _converter_cli():
     except ModuleNotFoundError as exc:
         if exc.name in ("kiln.converter.cli",):
             return None
-        if exc.name and exc.name.split(".")[0] in ("tensorflow", "tf_keras", "keras"):
-            raise KilnError("kiln convert needs TensorFlow: pip install 'kiln[tf]'") from None
         raise
 
 
@@ -480,7 +478,13 @@ def main(argv=None) -> int:
         return int(args.func(args) or 0)
     except KilnError as exc:
         print(f"{prefix}: error: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, cli_checks.UsageError) else 1
+        return 2 if isinstance(exc, (cli_checks.UsageError, extras.MissingExtraError)) else 1
+    except ImportError as exc:  # an extra's module no check foresaw: still one line naming the pip command
+        missing = extras.from_import_error(exc, "")
+        if missing is None:
+            raise
+        print(f"{prefix}: error: {missing}", file=sys.stderr)
+        return 2
     except BrokenPipeError:  # `kiln inspect big.tflite | head`
         return 0
     except OSError as exc:  # a file-system error no check foresaw: the OS's words and the path
