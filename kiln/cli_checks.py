@@ -141,6 +141,34 @@ def check_port_free(host: str, port: int) -> None:
         raise KilnError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
 
+def check_combinations(command: str, args) -> None:
+    """Options the rest of the command line would silently ignore: refused, naming them."""
+    if command == "quantize":
+        from .quant.cli import CALIBRATED
+
+        idle = [] if args.mode in CALIBRATED else (
+            [f"--{flag}-type {value}" for flag, value in (("input", args.input_type), ("output", args.output_type))
+             if value != "float32"] + ["--integer-only"] * args.integer_only + ["--data"] * bool(args.data and not args.debug))
+        if idle:
+            raise UsageError(f"{', '.join(idle)}: only the calibrated modes ({', '.join(CALIBRATED)}) take "
+                             f"{'it' if len(idle) == 1 else 'them'}; --mode {args.mode} keeps float inputs and outputs")
+        if args.mode in CALIBRATED and not args.data:
+            raise UsageError(f"--mode {args.mode} needs --data (the representative dataset: FILE.npz, FILE.npy or "
+                             "FILE.tfrecord)")
+        for flag, given in (("--allow-integer-samples", args.allow_integer_samples and not args.data),
+                            ("--debug", args.debug and not args.data)):
+            if given:
+                raise UsageError(f"{flag} needs --data (the samples it reads)")
+        for flag, given in (("--debug-target", args.debug_target is not None), ("--debug-runner", args.debug_runner != "kiln")):
+            if given and not args.debug:
+                raise UsageError(f"{flag} needs --debug REPORT.html")
+    if command == "convert" and os.path.isfile(args.source):
+        idle = [flag for flag, value in (("--signature-keys", args.signature_keys), ("--tags", args.tags)) if value]
+        if idle:
+            raise UsageError(f"{' and '.join(idle)} pick from a SavedModel directory; {args.source!r} is a Keras file "
+                             "(one model, no signatures or tags)")
+
+
 def check_extras(command: str, args) -> None:
     """The optional extras (kiln.extras) this command line needs, before anything imports them."""
     if command in ("convert", "infer-convert"):
@@ -183,6 +211,7 @@ def check(command: str, args) -> None:
     check_numbers(command, args)
     if command == "serve":
         check_serve_port_flags(args)
+    check_combinations(command, args)
     check_paths(command, args)
     check_extras(command, args)
     if command == "serve" and (getattr(args, "model_base_path", None) or getattr(args, "model_config_file", None)):

@@ -140,7 +140,7 @@ def _path_cases(f) -> list[tuple[str, list, str]]:
         ("run", ["run", d], "is a directory"),
         ("run", ["run", m, "--output-dir", fl], "is a file, not a directory"),
         ("run", ["run", m, "--output-dir", f"{un}/outputs"], "cannot create files in '/sys'"),
-        ("run", ["run", m, "--input", f"x={miss}"], "--input x: cannot load"),
+        ("run", ["run", m, "--input", f"x={miss}"], "--input x: cannot read"),
         ("benchmark", ["benchmark", miss], "no such file"),
         ("benchmark", ["benchmark", d], "is a directory"),
         ("inspect", ["inspect", fl], f"{fl}: The model is not a valid Flatbuffer"),   # a file that is no model:
