@@ -20,7 +20,7 @@ import pytest
 import kiln
 from kiln.format import write_model
 from kiln.ir import Model, Signature
-from kiln.quant.api import MODES
+from kiln.quant import MODES
 from tests.test_cli_errors import REPO, _env, _fc_model, assert_one_line_error, kiln_cmd
 
 

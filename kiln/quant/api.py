@@ -12,6 +12,7 @@ from ..errors import KilnError
 from ..format import read_model, write_model
 from ..ir import Model
 from ..schema import BUILTIN_CODES
+from . import MODES
 from .int16 import quantize_int16x8
 from .static import quantize_int4_weights, quantize_int8
 from .weights import (
@@ -20,8 +21,6 @@ from .weights import (
     quantize_float16,
     quantize_weight_only,
 )
-
-MODES = ("dynamic", "float16", "int8", "int16x8", "int4", "weight_only")
 
 
 @dataclass

@@ -18,8 +18,8 @@ CALIBRATED = ("int8", "int16x8", "int4")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    """Register the ``quantize`` subcommand (its modes are `kiln.quant.api.MODES`)."""
-    from .api import MODES
+    """Register the ``quantize`` subcommand (its modes are `kiln.quant.MODES`)."""
+    from . import MODES
 
     p = subparsers.add_parser(
         "quantize", help=f"post-training quantization of a float .tflite ({', '.join(MODES)})",
