@@ -128,11 +128,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--backend", default="kiln", choices=["kiln", "litert", "xla"])
     parser.add_argument("--signature_key", default=None)
     args, beam_args = parser.parse_known_args(argv)
-    if args.model is None:
-        try:
+    try:
+        if args.model is None:
             extras.require("tf", "converting the example model (no --model given)")
-        except extras.MissingExtraError as exc:
-            _missing_extra(exc)
+        if args.backend == "xla":
+            extras.require("xla", "--backend xla")
+    except extras.MissingExtraError as exc:
+        _missing_extra(exc)
     with tempfile.TemporaryDirectory() as scratch:
         handler = KilnModelHandler(args.model or example_model(scratch), backend=args.backend,
                                    signature_key=args.signature_key)

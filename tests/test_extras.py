@@ -98,6 +98,8 @@ CASES = {
     "beam example": ("apache_beam", [EXAMPLE, "--output", "D/pred"], "examples/beam_pipeline.py: error: ", "beam"),
     "beam example converting": ("tensorflow", [EXAMPLE, "--output", "D/pred"], "examples/beam_pipeline.py: error: ",
                                 "tf"),
+    "beam example on xla": ("jax", [EXAMPLE, "--model", "D/m.tflite", "--backend", "xla", "--output", "D/pred"],
+                            "examples/beam_pipeline.py: error: --backend xla ", "xla"),
 }
 
 
@@ -132,6 +134,21 @@ def test_the_converter_api_without_tensorflow():
     result = run_without("tensorflow", "-c", code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().endswith("needs the 'tf' extra (no module named 'tensorflow'): pip install 'kiln[tf]'")
+
+
+def test_the_inference_converter_api_without_tensorflow(files):
+    code = textwrap.dedent(f"""
+        import kiln, kiln.inference
+        try:
+            kiln.inference.convert({str(files / "sm")!r}, {str(files / "ic_api")!r})
+        except ImportError as exc:
+            assert isinstance(exc, kiln.KilnError), type(exc).__mro__
+            print(exc)
+    """)
+    result = run_without("tensorflow", "-c", code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == ("kiln.inference.convert needs the 'tf' extra (no module named 'tensorflow'): "
+                             "pip install 'kiln[tf]'\n")
 
 
 def test_require_and_from_import_error():
