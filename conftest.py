@@ -81,11 +81,15 @@ TF_SERVING_PORTS = (8500, 8501)
 
 @pytest.fixture(scope="session", autouse=True)
 def tf_serving_ports_held():
-    """Listen on 127.0.0.1:8500 and 8501 for the whole session (a port another process or
-    xdist worker holds already is as good). Tests take ephemeral ports."""
+    """Listen on 127.0.0.1:8500 and 8501 for the whole session (a port another process holds
+    already is as good). Tests take ephemeral ports. Each xdist worker holds them with
+    SO_REUSEPORT, which every socket sharing a port must set, so they stay held until the last
+    worker ends and nobody else (kiln serve's check included) can bind them meanwhile."""
     held = []
     for port in TF_SERVING_PORTS:
-        sock = socket.socket()   # no SO_REUSEADDR: nobody else binds it while this is open
+        sock = socket.socket()
+        if hasattr(socket, "SO_REUSEPORT"):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         try:
             sock.bind(("127.0.0.1", port))
             sock.listen(1)

@@ -141,27 +141,35 @@ def check_port_free(host: str, port: int) -> None:
         raise KilnError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
 
-def check_combinations(command: str, args) -> None:
-    """Options the rest of the command line would silently ignore: refused, naming them."""
-    if command == "quantize":
-        from .quant.cli import CALIBRATED
+def _quantize_combinations(args) -> None:
+    from .quant.cli import CALIBRATED
 
-        idle = [] if args.mode in CALIBRATED else (
-            [f"--{flag}-type {value}" for flag, value in (("input", args.input_type), ("output", args.output_type))
-             if value != "float32"] + ["--integer-only"] * args.integer_only + ["--data"] * bool(args.data and not args.debug))
+    if args.mode not in CALIBRATED:   # the options only calibration reads
+        idle = [f"--{kind}-type {value}" for kind, value in (("input", args.input_type), ("output", args.output_type))
+                if value != "float32"]
+        if args.integer_only:
+            idle.append("--integer-only")
+        if args.data and not args.debug:
+            idle.append("--data")
         if idle:
             raise UsageError(f"{', '.join(idle)}: only the calibrated modes ({', '.join(CALIBRATED)}) take "
                              f"{'it' if len(idle) == 1 else 'them'}; --mode {args.mode} keeps float inputs and outputs")
-        if args.mode in CALIBRATED and not args.data:
-            raise UsageError(f"--mode {args.mode} needs --data (the representative dataset: FILE.npz, FILE.npy or "
-                             "FILE.tfrecord)")
-        for flag, given in (("--allow-integer-samples", args.allow_integer_samples and not args.data),
-                            ("--debug", args.debug and not args.data)):
-            if given:
-                raise UsageError(f"{flag} needs --data (the samples it reads)")
-        for flag, given in (("--debug-target", args.debug_target is not None), ("--debug-runner", args.debug_runner != "kiln")):
-            if given and not args.debug:
-                raise UsageError(f"{flag} needs --debug REPORT.html")
+    elif not args.data:
+        raise UsageError(f"--mode {args.mode} needs --data (the representative dataset: FILE.npz, FILE.npy or "
+                         "FILE.tfrecord)")
+    needs = {"--allow-integer-samples": ("--data", args.allow_integer_samples and not args.data),
+             "--debug": ("--data", args.debug and not args.data),
+             "--debug-target": ("--debug REPORT.html", args.debug_target is not None and not args.debug),
+             "--debug-runner": ("--debug REPORT.html", args.debug_runner != "kiln" and not args.debug)}
+    for flag, (other, missing) in needs.items():
+        if missing:
+            raise UsageError(f"{flag} needs {other}")
+
+
+def check_combinations(command: str, args) -> None:
+    """Options the rest of the command line would silently ignore: refused, naming them."""
+    if command == "quantize":
+        _quantize_combinations(args)
     if command == "convert" and os.path.isfile(args.source):
         idle = [flag for flag, value in (("--signature-keys", args.signature_keys), ("--tags", args.tags)) if value]
         if idle:

@@ -145,7 +145,8 @@ def test_convert_refuses_savedmodel_options_for_a_keras_file(files, flags):
 
 def test_requantizing_is_refused_and_quantizing_nothing_warns(files):
     q = files["root"] / "q8.tflite"
-    assert kiln_cmd("quantize", files["fc"], "-o", q, "--mode", "int8", "--data", files["npz"], "--quiet").returncode == 0
+    made = kiln_cmd("quantize", files["fc"], "-o", q, "--mode", "int8", "--data", files["npz"], "--quiet")
+    assert made.returncode == 0, made.stderr
     assert_one_line_error(kiln_cmd("quantize", q, "-o", files["root"] / "qq.tflite"), "quantize",
                           f"{q} is quantized already (", code=1)
     result = kiln_cmd("quantize", files["small"], "-o", files["root"] / "small_q.tflite")

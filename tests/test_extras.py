@@ -80,12 +80,14 @@ SERVE = ["-m", "kiln", "serve", "--model_base_path", "D/versions"]
 REST_ONLY, GRPC_ONLY = ["--port", "0", "--rest_api_port", "REST"], ["--rest_api_port", "0", "--port", "GRPC"]
 #: (blocked modules, argv (D: the files' directory; REST / GRPC: free ports), the error line's start, the extra)
 CASES = {
-    "convert keras": ("tensorflow", ["-m", "kiln", "convert", "D/m.keras", "-o", "D/o.tflite"], "kiln convert: error: ", "tf"),
-    "convert saved model": ("tensorflow", ["-m", "kiln", "convert", "D/sm", "-o", "D/o.tflite"], "kiln convert: error: ",
-                            "tf"),
+    "convert keras": ("tensorflow", ["-m", "kiln", "convert", "D/m.keras", "-o", "D/o.tflite"],
+                      "kiln convert: error: ", "tf"),
+    "convert saved model": ("tensorflow", ["-m", "kiln", "convert", "D/sm", "-o", "D/o.tflite"],
+                            "kiln convert: error: ", "tf"),
     "infer-convert": ("tensorflow", ["-m", "kiln", "infer-convert", "--input_model_dir", "D/sm", "--output_model_dir",
                                      "D/ic"], "kiln infer-convert: error: ", "tf"),
-    "run xla": ("jax", ["-m", "kiln", "run", "D/m.tflite", "--delegate", "xla"], "kiln run: error: --delegate xla ", "xla"),
+    "run xla": ("jax", ["-m", "kiln", "run", "D/m.tflite", "--delegate", "xla"], "kiln run: error: --delegate xla ",
+                "xla"),
     "benchmark xla": ("jax", ["-m", "kiln", "benchmark", "D/m.tflite", "--delegate", "xla"],
                       "kiln benchmark: error: --delegate xla ", "xla"),
     "serve httptools": ("httptools", [*SERVE, *REST_ONLY], "kiln serve: error: ", "serve"),

@@ -33,7 +33,7 @@ QUICK_START = "import numpy as np, keras, kiln\n"
 CUSTOM_OP = "import numpy as np, tensorflow as tf, kiln\n"
 CONVERTING = "import kiln\n\nconverter = kiln.TFLiteConverter.from_saved_model"
 QUANTIZING = "import numpy as np                                          # `converter` as above\n"
-XLA = "import kiln\n\ninterp = kiln.Interpreter(model_path=\"model.tflite\", experimental_delegates=[kiln.XlaDelegate()])"
+XLA = 'import kiln\n\ninterp = kiln.Interpreter(model_path="model.tflite", experimental_delegates=[kiln.XlaDelegate()])'
 INFER_CONVERT = "kiln infer-convert --input_model_dir model --output_model_dir model_xla"
 BEAM = "import apache_beam as beam\n"
 SERVE = "mkdir -p models/cnn/1 && kiln convert saved_model_dir -o models/cnn/1/model.tflite\n"

@@ -69,7 +69,8 @@ def _load_keras(path: Path):
                 errors["tf_keras"] = str(exc)
     if len(set(errors.values())) == 1:   # both readers say the same (a truncated HDF5 file): once
         raise ConversionError(f"cannot load Keras model {str(path)!r}: {next(iter(errors.values()))}")
-    raise ConversionError(f"cannot load Keras model {str(path)!r}: " + "; ".join(f"{k}: {v}" for k, v in errors.items()))
+    raise ConversionError(f"cannot load Keras model {str(path)!r}: "
+                          + "; ".join(f"{reader}: {why}" for reader, why in errors.items()))
 
 
 def _check_keras_file(source: Path) -> None:

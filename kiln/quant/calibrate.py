@@ -89,7 +89,8 @@ def _feeds(sample: Any, inputs: list[Tensor], index: int, *, allow_integer_sampl
     else:
         values = list(sample) if isinstance(sample, (list, tuple)) else [sample]
         if len(values) != len(inputs):
-            one = "; a .npy file holds one input's samples: give an .npz keyed by input name" if len(values) == 1 else ""
+            one = ("; a .npy file holds one input's samples: give an .npz keyed by input name" if len(values) == 1
+                   else "")
             raise DatasetError(f"representative dataset, sample {index}: {len(values)} arrays for "
                                f"{len(inputs)} model inputs {labels}{one}")
     out = []
