@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[1] / "kiln"
 #: facades ``kiln`` and ``kiln.converter`` stand for their ``__init__`` only.
 LAYERS: list[set[str]] = [
     {"kiln.errors", "kiln.schema", "kiln.protos"},     # shared types; protobuf descriptors
-    {"kiln.ir", "kiln.rules", "kiln.paths"},           # the model representation; the Rule / Decision shape; file checks
+    {"kiln.ir", "kiln.rules", "kiln.paths",            # the model representation; the Rule / Decision shape; file checks;
+     "kiln.extras"},                                   # the optional extras and the error naming a missing one
     {"kiln.kernels"},                                  # LiteRT's integer and hybrid arithmetic, pure functions
     {"kiln.ops"},                                      # op records: options, shapes, versions, kernels
     {"kiln.format", "kiln.passes", "kiln.fusion"},     # .tflite <-> IR; IR rewrites; composite fusion
