@@ -15,6 +15,7 @@ import numpy as np
 
 from ..errors import ConversionError
 from ..ir import Operator, Subgraph, Tensor
+from ..ops import unquantized_codes
 from ..passes.fold import evaluate
 from ..schema import DType
 from .tfutil import shape_signature, static_shape, to_dtype
@@ -165,6 +166,13 @@ class EmitContext:
                         t.data = v
                         t.shape = tuple(v.shape)
                         t.shape_signature = None
+                return list(outputs)
+        codes = unquantized_codes(op)
+        if codes is not None:
+            self.sg.remove_operator(op)
+            raise self.fail(f"LiteRT's {op_type} takes {codes.dtype.name.lower()} operands as quantized values, and "
+                            f"{codes.name!r} has no quantization parameters (LiteRT would compute with a zero scale "
+                            "or abort); cast it to int32 first, or quantize the model")
         return list(outputs)
 
     def emit1(self, op_type: str, inputs: Sequence[Tensor | None], output: Tensor | None = None,

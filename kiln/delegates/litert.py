@@ -42,6 +42,7 @@ import numpy as np
 from ..errors import KilnError, OpError, UnsupportedError
 from ..format import write_model
 from ..ir import Operator, Subgraph
+from ..ops import unquantized_codes
 from ..runtime.delegate import DelegateKernel, NodeInfo, Partition, ReportingDelegate
 from ..schema import DType
 from .litert_model import PartitionModel, partition_model, reachable_subgraphs
@@ -95,6 +96,10 @@ def _uses_resources(op: Operator) -> bool:
 def _known_wrong(op: Operator) -> str | None:
     """Why LiteRT's kernel gives wrong results for ``op`` (None: no known fault). kiln's kernels
     run such nodes with the semantics LiteRT's kernel means."""
+    codes = unquantized_codes(op)
+    if codes is not None:  # LiteRT computes with a zero scale, or aborts the process (ADD, SUB, LESS ...)
+        return (f"LiteRT's {op.op_type} reads {codes.dtype.name} operands as quantized, and {codes.name!r} "
+                "has no quantization parameters")
     if op.op_type == "BIDIRECTIONAL_SEQUENCE_LSTM" and op.options.get("merge_outputs") \
             and not op.options.get("time_major") and op.inputs and op.inputs[0] is not None \
             and tuple(op.inputs[0].signature[:1]) != (1,):
@@ -306,10 +311,13 @@ def _callee_refusal(callees: Sequence[Subgraph], runtime) -> str | None:
     for sg in callees:
         for oi, op in enumerate(sg.operators):
             reg = runtime.registration(op)
+            where = model.subgraph_index(sg) if model is not None else "?"
             if op.op_type == "CUSTOM" or not _is_builtin_registration(reg):
-                where = model.subgraph_index(sg) if model is not None else "?"
                 what = "a custom op" if op.op_type == "CUSTOM" else "a Python registration"
                 return f"subgraph {where}, whose node {oi} ({op.name}) runs {what} in kiln"
+            wrong = _known_wrong(op)
+            if wrong is not None:
+                return f"subgraph {where}, whose node {oi} ({op.name}) runs in kiln: {wrong}"
     return None
 
 

@@ -450,10 +450,10 @@ def _compare(fn: Callable) -> Callable:
 
 
 def _comparison(name, fn, table, rule, top, runtime) -> OpDef:
-    """int8 rescales both sides (LiteRT's comparisons); int16 and uint8 compare codes of
+    """int8 and uint8 rescale both sides (LiteRT's comparisons); int16 compares codes of
     shared parameters."""
-    kernel = _compare(fn)
-    quantized = {**on_codes(kernel), "int8": quantized_kernels.comparison(fn)}
+    kernel, rescaled = _compare(fn), quantized_kernels.comparison(fn)
+    quantized = {**on_codes(kernel), "int8": rescaled, "uint8": rescaled}
     return OpDef(name, kernel, _table(table), rule, top, runtime_versions=runtime, quantized=quantized)
 
 

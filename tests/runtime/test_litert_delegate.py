@@ -488,3 +488,25 @@ def test_batch_major_merged_bidirectional_lstm_is_left_to_kiln(case):
         assert_close(got[0], exp[0].transpose(1, 0, 2), atol=1e-5)
     assert_close(np.concatenate(ours[-1]), np.concatenate(want[-1]), atol=1e-5)   # the states after
     assert "mixes up the states of batch entries" in delegate.rejected[(0, "BIDIRECTIONAL_SEQUENCE_LSTM", 1)]
+
+
+@pytest.mark.parametrize("op_type,dtype", [("ADD", np.int8), ("SUB", np.uint8), ("LESS", np.int8),
+                                           ("EQUAL", np.uint8), ("MUL", np.int8)])
+def test_integers_litert_would_read_as_quantized_run_in_kiln(op_type, dtype):
+    """A third-party file with int8 / uint8 operands and no quantization parameters: LiteRT's
+    kernels take them as quantized (ADD, SUB and the comparisons abort the process, MUL computes
+    with a zero scale), so the delegate leaves the node to kiln's kernel, which computes on the
+    integers (wrapping, as TensorFlow does)."""
+    a = np.array([1, 2, 100, 7, 120], dtype)
+    b = np.array([1, 3, 100, 2, 120], dtype)
+    model = single_op_model(op_type, [a, b])
+    ours = kiln.Interpreter(model_content=model)
+    (got,) = run(ours, [a, b])
+    (want,) = run(kiln.Interpreter(model_content=model, **REF), [a, b])
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+    if op_type in ("ADD", "SUB", "MUL"):
+        np.testing.assert_array_equal(got, {"ADD": np.add, "SUB": np.subtract, "MUL": np.multiply}[op_type](a, b))
+    (delegate,) = [d for d in ours._delegates if isinstance(d, LiteRtDelegate)]
+    (why,) = [r for (_, name, _), r in delegate.rejected.items() if name == op_type]
+    assert "no quantization parameters" in why
+
