@@ -404,12 +404,28 @@ class LiteRtKernel(DelegateKernel):
             if self._state or self._variables:
                 self._write_state(inputs)
             wrapper.Invoke()
+        except (RuntimeError, ValueError) as exc:
+            return self._failed(inputs, str(exc).strip())
+        try:
             results = [wrapper.GetTensor(index, 0) for index in self._outputs]
             if self._state:
                 results += [None if index is None else wrapper.GetTensor(index, 0) for _, index in self._state]
-        except (RuntimeError, ValueError) as exc:
-            return self._failed(inputs, str(exc).strip())
+        except ValueError:  # an output a node sized to nothing (WHERE of no true element, ...)
+            return self._results_with_empty()
         return results
+
+    def _results_with_empty(self) -> list:
+        """The outputs when one is empty: LiteRT's GetTensor refuses a tensor of no elements
+        ("Invalid tensor size"), so those are made here, of the size LiteRT gave them."""
+        wrapper = self._wrapper
+
+        def read(index: int, dtype):
+            shape = tuple(int(d) for d in wrapper.TensorSize(index, 0))
+            return np.empty(shape, dtype.numpy) if 0 in shape else wrapper.GetTensor(index, 0)
+
+        results = [read(index, t.dtype) for index, t in zip(self._outputs, self.partition.outputs)]
+        state = [self.partition.inputs[k] for k, _ in self._state]
+        return results + [None if index is None else read(index, t.dtype) for (_, index), t in zip(self._state, state)]
 
     def _write_state(self, inputs: Sequence[np.ndarray]) -> None:
         wrapper = self._wrapper

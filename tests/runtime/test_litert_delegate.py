@@ -510,3 +510,36 @@ def test_integers_litert_would_read_as_quantized_run_in_kiln(op_type, dtype):
     (why,) = [r for (_, name, _), r in delegate.rejected.items() if name == op_type]
     assert "no quantization parameters" in why
 
+
+def _where_then(op_type: str) -> bytes:
+    """x > 100 -> WHERE -> (CAST to int32 | GATHER_ND of x): empty when no element passes."""
+    model = Model()
+    sg = model.add_subgraph("main")
+    x = sg.add_tensor("x", DType.FLOAT32, (2, 4))
+    hundred = sg.add_constant("hundred", np.array(100.0, np.float32))
+    mask = sg.add_tensor("mask", DType.BOOL, (2, 4))
+    where = sg.add_tensor("where", DType.INT64, (1, 2), shape_signature=(-1, 2))
+    sg.add_operator("GREATER", [x, hundred], [mask])
+    sg.add_operator("WHERE", [mask], [where])
+    if op_type == "CAST":
+        y = sg.add_tensor("y", DType.INT32, (1, 2), shape_signature=(-1, 2))
+        sg.add_operator("CAST", [where], [y])
+    else:
+        y = sg.add_tensor("y", DType.FLOAT32, (1,), shape_signature=(-1,))
+        sg.add_operator("GATHER_ND", [x, where], [y])
+    sg.inputs, sg.outputs = [x], [where, y]
+    return write_model(model)
+
+
+@pytest.mark.parametrize("op_type", ["CAST", "GATHER_ND"])
+@pytest.mark.parametrize("top", [0.0, 150.0])
+def test_outputs_sized_to_nothing_are_empty_arrays(op_type, top):
+    """WHERE of no true element gives [0, 2] (LiteRT's GetTensor refuses an empty tensor: the
+    delegate makes the empty array), and the ops after it see the empty tensor too."""
+    x = np.array([[1.0, top, 3.0, -4.0], [5.0, 6.0, top, 8.0]], np.float32)
+    model = _where_then(op_type)
+    got = run(kiln.Interpreter(model_content=model), [x])
+    want = run(kiln.Interpreter(model_content=model, **REF), [x])
+    assert [g.shape for g in got] == [w.shape for w in want] == ([(0, 2), (0, 2) if op_type == "CAST" else (0,)]
+                                                                   if top == 0.0 else [(2, 2), (2, 2) if op_type == "CAST" else (2,)])
+    assert all(g.dtype == w.dtype and np.array_equal(g, w) for g, w in zip(got, want))
