@@ -227,7 +227,7 @@ class Importer:
         self.bind_captures(scope, graph)
         values = scope.run(fn.outputs)
         outputs = [self.as_output(scope, v, f"{key}: output {name!r}") for v, name in zip(values, output_names)]
-        outputs = distinct_outputs(sg, outputs, output_names)
+        outputs = distinct_outputs(sg, outputs, output_names, constants=True)
         sg.outputs = outputs
         signature = Signature(key, sg, sig_inputs, dict(zip(output_names, outputs)))
         self.model.signatures.append(signature)
