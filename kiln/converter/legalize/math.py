@@ -21,7 +21,7 @@ _BINARY = {
 _UNARY = {
     "Abs": "ABS", "Ceil": "CEIL", "Cos": "COS", "Exp": "EXP", "Floor": "FLOOR", "Log": "LOG",
     "Neg": "NEG", "Rsqrt": "RSQRT", "Sin": "SIN", "Sqrt": "SQRT", "Square": "SQUARE", "Tanh": "TANH",
-    "Sigmoid": "LOGISTIC", "Relu": "RELU", "Relu6": "RELU6", "Elu": "ELU", "Round": "ROUND",
+    "Sigmoid": "LOGISTIC", "Relu6": "RELU6", "Elu": "ELU", "Round": "ROUND",
     "Rint": "ROUND", "Sign": "SIGN", "LogicalNot": "LOGICAL_NOT", "ZerosLike": "ZEROS_LIKE",
     "Softmax": "SOFTMAX", "LogSoftmax": "LOG_SOFTMAX",
 }
@@ -75,12 +75,19 @@ def emit_add_n(ctx: EmitContext):
 def emit_unary(ctx: EmitContext):
     check_types(ctx)
     op_type = _UNARY[ctx.type]
-    if op_type == "RELU" and np.dtype(ctx.input(0).dtype.numpy).kind in "iu":
-        # LiteRT's RELU takes integers as quantized values (int32 / int64 it refuses): max(x, 0), as TF writes
-        x = ctx.input(0)
-        return ctx.emit1("MAXIMUM", [x, ctx.constant(np.zeros((), x.dtype.numpy), x.dtype)])
     options = {"beta": 1.0} if op_type == "SOFTMAX" else {}
     return ctx.emit1(op_type, [ctx.input(0)], **options)
+
+
+@emits("Relu")
+def emit_relu(ctx: EmitContext):
+    """RELU; on integers MAXIMUM(x, 0), as TF writes it (LiteRT's RELU refuses int32 / int64 and
+    reads int8 as quantized values)."""
+    check_types(ctx)
+    x = ctx.input(0)
+    if np.dtype(x.dtype.numpy).kind in "iu":
+        return ctx.emit1("MAXIMUM", [x, ctx.constant(np.zeros((), x.dtype.numpy), x.dtype)])
+    return ctx.emit1("RELU", [x])
 
 
 @emits("LeakyRelu")
