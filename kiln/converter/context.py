@@ -35,9 +35,11 @@ class Unsupported(ConversionError):
 class EmitContext:
     """One TF operation being legalised into ``scope``'s subgraph."""
 
-    def __init__(self, scope: "Scope", op):
+    def __init__(self, scope: "Scope", op, source: str | None = None):
         self.scope = scope
         self.op = op
+        #: What the report files the ops emitted here under: the TF op type, or the pattern's name.
+        self.source = source or op.type
 
     # -- the TF op ----------------------------------------------------------------------------
     @property
@@ -157,6 +159,8 @@ class EmitContext:
             outputs = [self.out(0)]
         op = Operator(op_type, options=options, custom_code=custom_code, custom_options=custom_options)
         self.sg.add_operator(op, list(inputs), list(outputs))
+        if op_type != "CUSTOM":
+            self.scope.importer.stats.lowered.setdefault(self.source, set()).add(op_type)
         if fold and self.scope.importer.fold_at_import:
             values = evaluate(op)
             if values is not None:
