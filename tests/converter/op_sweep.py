@@ -847,11 +847,16 @@ def check(case: Case) -> list[str]:
     if op_count(model) > op_count(tf_model):
         problems.append(f"kiln writes {op_count(model)} ops, TF {op_count(tf_model)}: "
                         f"{sorted(op_versions(model))} vs {sorted(op_versions(tf_model))}")
+    from tests.converter.zoo import run_macs
+
+    values = feeds(case)
+    macs = [run_macs(m, "", dict(enumerate(values))) for m in (model, tf_model)]  # "": inputs in order
+    if macs[0] > macs[1]:
+        problems.append(f"kiln's file does {macs[0]} multiply-accumulates, TF's {macs[1]}")
     ours, theirs = op_versions(model), op_versions(tf_model)
     for name in sorted(set(ours) & set(theirs)):
         if ours[name] != theirs[name]:
             problems.append(f"{name} versions {sorted(ours[name])} != TF's {sorted(theirs[name])}")
-    values = feeds(case)
     want = eager(case, values)
     tf_out: dict[str, list] = {}
     for runtime in ("litert", "kiln", "kiln_ref"):
