@@ -19,7 +19,8 @@ pytest.importorskip("ai_edge_litert")
 #: A handful covering the issue's findings (fused forms, folded shapes, empty outputs,
 #: integers LiteRT reads as quantized) and the common kinds of op.
 FAST = ("add_broadcast", "reduce_variance", "l2_normalize", "rgb_to_grayscale", "shape", "where_empty",
-        "conv2d", "select_rows", "relu_int", "div_no_nan", "gather_nd", "while", "ones_like_dynamic", "top_k")
+        "conv2d", "select_rows", "relu_int", "div_no_nan", "gather_nd", "while", "ones_like_dynamic", "top_k",
+        "unique_of_nothing")
 
 
 @pytest.fixture(scope="module")
