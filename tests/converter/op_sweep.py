@@ -93,9 +93,9 @@ EXCLUDED: dict[str, str] = {
     **dict.fromkeys(("VarHandleOp", "ReadVariableOp", "AssignVariableOp"),
                     "needs a resource variable (a tf.Module's state): covered against TF's file by "
                     "tests/converter/test_zoo.py (sm_variables)"),
-    **dict.fromkeys(("HashTableV2", "LookupTableFindV2", "LookupTableImportV2", "LookupTableSizeV2"),
-                    "needs a hash-table resource, which a one-op function of tensors cannot hold; kiln converts no "
-                    "hash table (the converter refuses them as unsupported ops)"),
+    **dict.fromkeys(("HashTableV2", "LookupTableImportV2", "LookupTableSizeV2"),
+                    "a hash table's: TF 2.21's converter refuses hash tables with builtins only (the "
+                    "hash_table_lookup case shows it; its legalization runs only with Select TF ops)"),
     "StatefulPartitionedCall": "a call of a stateful function: inlined like PartitionedCall (case partitioned_call); "
                                "the stateful calls are the variable models of tests/converter/test_zoo.py",
     "XlaSharding": "not in tf.raw_ops of TF 2.21 (an XLA-internal annotation a tf.function cannot build)",
@@ -504,6 +504,8 @@ def _cases(tf) -> list[Case]:
           tf_refuses="'tf.Complex' op is neither a custom op nor a flex op"),
         C("tensor_list_gather", ("TensorListGather",), lambda x: _tensor_list_gather(tf, x), (f32(3, 4),),
           tf_refuses="failed to legalize operation 'tf.TensorListGather' (lowering tensor list ops failed)"),
+        C("hash_table_lookup", ("LookupTableFindV2",), lambda k: _table(tf).lookup(k),
+          (i32(4, v="index:4", fuzz=False),), tf_refuses="'tf.LookupTableFindV2' op is neither a custom op nor a flex op"),
         # -- random -----------------------------------------------------------------------------------
         C("random_uniform", ("RandomUniform",), lambda x: x + tf.random.uniform([4000], seed=3), (f32(4000, v="zeros"),),
           random="uniform"),
@@ -572,6 +574,11 @@ def _batch_norm(tf, x, op_type):
         mean=tf.constant(np.linspace(0.1, 0.3, c), tf.float32), variance=tf.constant(np.linspace(1, 2, c), tf.float32),
         epsilon=1e-3, is_training=False)
     return y[0]
+
+
+@functools.lru_cache(maxsize=None)
+def _table(tf):
+    return tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer([1, 2, 3], [10.0, 20.0, 30.0]), -1.0)
 
 
 @functools.lru_cache(maxsize=None)

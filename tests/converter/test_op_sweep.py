@@ -135,3 +135,31 @@ def test_the_converter_coverage_is_what_the_emitters_write():
     assert drift.startswith("AddV2 lowered to ['MUL']")
     covered, passed = support_matrix.converter_coverage()
     assert "*l2_normalization*" in covered["L2_NORMALIZATION"] and "Identity" in passed
+
+
+@pytest.mark.slow
+def test_the_exclusions_reasons_hold():
+    """Each kind of exclusion, checked by running TensorFlow: the quantization-only ops become
+    QUANTIZE / DEQUANTIZE in TF's file while kiln refuses them; XlaSharding is no raw op and
+    BatchNormWithGlobalNormalization cannot be traced; the variable ops are the zoo's; the hash
+    tables TF refuses (case hash_table_lookup) kiln refuses too."""
+    import tensorflow as tf
+
+    import kiln
+    from tests.converter import zoo
+
+    fake_quant = tf.function(lambda x: tf.quantization.fake_quant_with_min_max_args(x, -1.0, 1.0),
+                             input_signature=[tf.TensorSpec([2, 4])]).get_concrete_function()
+    tf_model, error = op_sweep.convert_tf(fake_quant)
+    assert tf_model is not None, error
+    assert set(op_sweep.op_versions(tf_model)) == {"QUANTIZE", "DEQUANTIZE"}
+    with pytest.raises(kiln.ConversionError, match="FakeQuantWithMinMaxArgs"):
+        op_sweep.convert_kiln(fake_quant)
+    assert not hasattr(tf.raw_ops, "XlaSharding")
+    with pytest.raises(Exception, match="GraphDef version"):
+        op_sweep.concrete(op_sweep.Case("bn", (), lambda x: tf.raw_ops.BatchNormWithGlobalNormalization(
+            t=x, m=[0.0], v=[1.0], beta=[0.0], gamma=[1.0], variance_epsilon=1e-3, scale_after_normalization=True),
+            (op_sweep.f32(1, 2, 2, 1),)))
+    assert "sm_variables" in zoo.BUILDERS
+    with pytest.raises(kiln.ConversionError, match="LookupTableFindV2"):  # kiln converts no hash table either
+        op_sweep.convert_kiln(op_sweep.concrete(op_sweep.cases()["hash_table_lookup"]))
