@@ -35,7 +35,7 @@ class Fuzz:
     jobs: list = field(default_factory=list)          # [model path, feeds path, runtime]
     labels: list = field(default_factory=list)        # "case[dtype]" per job
     converted: list = field(default_factory=list)     # "case[dtype]" kiln converted
-    refused: dict = field(default_factory=dict)       # "case[dtype]" -> kiln's error
+    refused: dict = field(default_factory=dict)       # "case[dtype]" -> kiln's reasons (KilnError)
     crashes: list = field(default_factory=list)       # kiln's converter raised a non-KilnError, or its
                                                       # report names a lowering the coverage misses
     deaths: list = field(default_factory=list)        # (label, runtime, how the child died)
@@ -67,8 +67,8 @@ def convert_all(cases, workdir: Path, dtypes=DTYPES) -> Fuzz:
             label = f"{case.name}[{dtype or 'own'}]"
             try:
                 model, report = op_sweep.convert_kiln(fn)
-            except kiln.KilnError as exc:
-                fuzz.refused[label] = str(exc)
+            except kiln.KilnError as exc:  # the reasons: per unsupported op, else the message
+                fuzz.refused[label] = getattr(exc, "details", None) or [str(exc)]
                 continue
             except Exception as exc:  # noqa: BLE001 - a crash of kiln's converter is the finding
                 fuzz.crashes.append(f"{label}: {type(exc).__name__}: {exc}")

@@ -31,7 +31,8 @@ def _fuzz(names, tmp_path, dtypes=op_fuzz.DTYPES) -> op_fuzz.Fuzz:
 def _problems(fuzz: op_fuzz.Fuzz) -> list[str]:
     problems = [f"{label} in {runtime}: {how}" for label, runtime, how in fuzz.deaths]
     problems += [f"kiln's converter crashed: {c}" for c in fuzz.crashes]
-    problems += [f"{label}: kiln refused it without saying why" for label, text in fuzz.refused.items() if len(text) < 40]
+    problems += [f"{label}: kiln refused it without saying why: {reasons}" for label, reasons in fuzz.refused.items()
+                 if not reasons or any(len(r.partition(": ")[2]) < 10 for r in reasons)]
     for index, outcome in sorted(fuzz.outcomes.items()):
         runtime = fuzz.jobs[index][2]
         if runtime.startswith("kiln") and "error" in outcome and not outcome["kiln_error"]:
@@ -48,6 +49,7 @@ def test_integer_kernels_litert_reads_as_quantized(tmp_path):
     assert _problems(fuzz) == []
     # kiln refuses int8 ADD (as TF does), and converts what LiteRT runs on the codes (int8 Relu)
     assert "add[int8]" in fuzz.refused and "relu_int[int8]" in fuzz.converted
+    assert any("no quantization parameters" in r for r in fuzz.refused["add[int8]"])
 
 
 @pytest.mark.slow
