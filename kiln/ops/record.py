@@ -224,6 +224,9 @@ class OpDef:
     quantization: Quantization | None = None
     #: Multiply-accumulates of one execution (kiln.ops.traits.MacRule); None: it carries none.
     macs: MacRule | None = None
+    #: Integer types LiteRT's kernel also takes as plain integers when they carry no quantization
+    #: parameters, though its kernel for quantized ones rescales (int16 ADD, MUL, ABS).
+    takes_raw: frozenset[str] = frozenset()
 
     # -- what it does to its data, for passes and backends that move ops around --------------
     #: Its output is input 0's data in another shape, in the same order (RESHAPE, SQUEEZE,
@@ -269,7 +272,10 @@ class OpDef:
         """Whether LiteRT's kernels take ``key`` (int8 / uint8 / int16) operands of this op as
         quantized values, reading their scales: the record's kernel for them is a rescaling one,
         not its float kernel on the codes — or it has none for ``key`` but a rescaling one for
-        another integer type (LiteRT's uint8 kernels are its legacy quantized ones)."""
+        another integer type (LiteRT's uint8 kernels are its legacy quantized ones) — unless
+        `takes_raw` names ``key`` or the op only requantizes between differing parameters."""
+        if key in self.takes_raw or (self.quantization is not None and self.quantization.output.value == "requantize"):
+            return False  # CONCATENATION / PACK rescale nothing where every operand shares (no) parameters
         kernel = self.quantized.get(key)
         if kernel is not None:
             return kernel is not self.kernel

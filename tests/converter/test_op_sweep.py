@@ -79,11 +79,18 @@ def test_integers_litert_reads_as_quantized_are_refused_with_the_reason():
         op_sweep.convert_kiln(op_sweep.concrete(case, "int8"))
     assert "AddV2" in str(info.value)
     assert any("quantization parameters" in d for d in info.value.details), info.value.details
-    # where LiteRT takes the integers as they are, kiln converts them: an int8 Relu is MAXIMUM(x, 0)
-    relu = op_sweep.cases()["relu_int"]
-    model, _ = op_sweep.convert_kiln(op_sweep.concrete(relu, "int8"))
-    values = op_sweep.feeds(relu, "int8")
-    want = op_sweep.eager(relu, values)[0]
+
+
+@pytest.mark.parametrize("name,dtype", [("relu_int", "int8"), ("add", "int16"), ("mul", "int16"), ("abs", "int16"),
+                                        ("concat", "int8"), ("pack", "uint8")])
+def test_integers_litert_takes_as_they_are_convert(name, dtype):
+    """Where LiteRT's kernel takes the integers as they are (an int8 Relu is MAXIMUM(x, 0); int16
+    ADD / MUL / ABS, the records' `takes_raw`; CONCATENATION / PACK, which requantize nothing
+    when every operand shares its parameters), kiln converts them and LiteRT computes TF's values."""
+    case = op_sweep.cases()[name]
+    model, _ = op_sweep.convert_kiln(op_sweep.concrete(case, dtype))
+    values = op_sweep.feeds(case, dtype)
+    want = op_sweep.eager(case, values)[0]
     for runtime in ("litert", "kiln", "kiln_ref"):
         assert op_sweep.mismatch(op_sweep.run(model, values, runtime)[0], want, 0) is None, runtime
 
