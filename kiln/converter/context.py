@@ -159,24 +159,21 @@ class EmitContext:
             outputs = [self.out(0)]
         op = Operator(op_type, options=options, custom_code=custom_code, custom_options=custom_options)
         self.sg.add_operator(op, list(inputs), list(outputs))
-        if op_type != "CUSTOM":
-            self.scope.importer.stats.lowered.setdefault(self.source, set()).add(op_type)
-        if fold and self.scope.importer.fold_at_import:
-            values = evaluate(op)
-            if values is not None:
-                self.sg.remove_operator(op)
-                for t, v in zip(outputs, values):
-                    if t is not None and v is not None:
-                        t.data = v
-                        t.shape = tuple(v.shape)
-                        t.shape_signature = None
-                return list(outputs)
-        codes = unquantized_codes(op)
-        if codes is not None:
+        values = evaluate(op) if fold and self.scope.importer.fold_at_import else None
+        if values is not None:
+            self.sg.remove_operator(op)
+            for t, v in zip(outputs, values):
+                if t is not None and v is not None:
+                    t.data = v
+                    t.shape = tuple(v.shape)
+                    t.shape_signature = None
+        elif (codes := unquantized_codes(op)) is not None:
             self.sg.remove_operator(op)
             raise self.fail(f"LiteRT's {op_type} takes {codes.dtype.name.lower()} operands as quantized values, and "
                             f"{codes.name!r} has no quantization parameters (LiteRT would compute with a zero scale "
                             "or abort); cast it to int32 first, or quantize the model")
+        if op_type != "CUSTOM":
+            self.scope.importer.stats.lowered.setdefault(self.source, set()).add(op_type)
         return list(outputs)
 
     def emit1(self, op_type: str, inputs: Sequence[Tensor | None], output: Tensor | None = None,
