@@ -28,12 +28,13 @@ LAYERS: list[set[str]] = [
     {"kiln.runtime"},                                  # the interpreter
     {"kiln.delegates", "kiln.quant", "kiln.xla"},      # delegates; post-training quantization (calibrates
                                                        # with the interpreter); the XLA backend
-    {"kiln.support_matrix"},                           # the per-op support matrix, from every backend's table
     # the converter, bottom up
     {"kiln.converter.tfutil", "kiln.converter.runtime_version", "kiln.converter.attributes"},
     {"kiln.converter.values", "kiln.converter.custom", "kiln.converter.metadata", "kiln.converter.report"},
     {"kiln.converter.options", "kiln.converter.context", "kiln.converter.scope"},
     {"kiln.converter.legalize", "kiln.converter.keras"},   # emitters and recognisers
+    {"kiln.support_matrix"},                           # the per-op support matrix, from every backend's table
+                                                       # and the emitters (converter coverage)
     {"kiln.converter.importer", "kiln.converter.variables"},
     {"kiln.converter.pipeline"},                       # assembles the tables and the stages
     {"kiln.converter.api"},

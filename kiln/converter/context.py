@@ -15,6 +15,7 @@ import numpy as np
 
 from ..errors import ConversionError
 from ..ir import Operator, Subgraph, Tensor
+from ..ops import unquantized_codes
 from ..passes.fold import evaluate
 from ..schema import DType
 from .tfutil import shape_signature, static_shape, to_dtype
@@ -51,9 +52,11 @@ class Unsupported(ConversionError):
 class EmitContext:
     """One TF operation being legalised into ``scope``'s subgraph."""
 
-    def __init__(self, scope: "Scope", op):
+    def __init__(self, scope: "Scope", op, source: str | None = None):
         self.scope = scope
         self.op = op
+        #: What the report files the ops emitted here under: the TF op type, or the pattern's name.
+        self.source = source or op.type
 
     # -- the TF op ----------------------------------------------------------------------------
     @property
@@ -173,20 +176,24 @@ class EmitContext:
             outputs = [self.out(0)]
         op = Operator(op_type, options=options, custom_code=custom_code, custom_options=custom_options)
         self.sg.add_operator(op, list(inputs), list(outputs))
-        if fold and self.scope.importer.fold_at_import:
-            values = evaluate(op)
-            if values is not None:
-                self.sg.remove_operator(op)
-                for t, v in zip(outputs, values):
-                    if t is not None and v is not None:
-                        t.data = v
-                        t.shape = tuple(v.shape)
-                        t.shape_signature = None
-                return list(outputs)
-        refusal = _complex_refusal(op_type, [*inputs, *outputs])
-        if refusal is not None:
+        values = evaluate(op) if fold and self.scope.importer.fold_at_import else None
+        if values is not None:
+            self.sg.remove_operator(op)
+            for t, v in zip(outputs, values):
+                if t is not None and v is not None:
+                    t.data = v
+                    t.shape = tuple(v.shape)
+                    t.shape_signature = None
+        elif (codes := unquantized_codes(op)) is not None:
+            self.sg.remove_operator(op)
+            raise self.fail(f"LiteRT's {op_type} takes {codes.dtype.name.lower()} operands as quantized values, and "
+                            f"{codes.name!r} has no quantization parameters (LiteRT would compute with a zero scale "
+                            "or abort); cast it to int32 first, or quantize the model")
+        elif (refusal := _complex_refusal(op_type, [*inputs, *outputs])) is not None:
             self.sg.remove_operator(op)
             raise self.fail(refusal)
+        if op_type != "CUSTOM":
+            self.scope.importer.stats.lowered.setdefault(self.source, set()).add(op_type)
         return list(outputs)
 
     def emit1(self, op_type: str, inputs: Sequence[Tensor | None], output: Tensor | None = None,

@@ -33,6 +33,7 @@ class ImportStats:
     """What the importer saw: for the conversion report."""
 
     tf_ops: dict[str, int] = field(default_factory=dict)
+    lowered: dict[str, set] = field(default_factory=dict)  # TF op type / pattern -> builtins emitted
     tracer: Tracer = field(default_factory=Tracer)   # fusion and pattern decisions (kiln.rules)
     inlined: list[str] = field(default_factory=list)
     custom: dict[str, int] = field(default_factory=dict)
@@ -162,7 +163,7 @@ class Importer:
             emitter = self.legalization.emitters.get(op.type)
             if emitter is None and _is_function_call(scope.graph, op):
                 emitter = self.legalization.function_call
-        ctx = EmitContext(scope, op)
+        ctx = EmitContext(scope, op, source=None if pending is None else pending.label)
         if emitter is None:
             self._unsupported(ctx, _NO_LEGALISATION)
             return
@@ -230,7 +231,7 @@ class Importer:
         self.bind_captures(scope, graph)
         values = scope.run(fn.outputs)
         outputs = [self.as_output(scope, v, f"{key}: output {name!r}") for v, name in zip(values, output_names)]
-        outputs = distinct_outputs(sg, outputs, output_names)
+        outputs = distinct_outputs(sg, outputs, output_names, constants=True)
         sg.outputs = outputs
         signature = Signature(key, sg, sig_inputs, dict(zip(output_names, outputs)))
         self.model.signatures.append(signature)

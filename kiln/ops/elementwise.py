@@ -38,7 +38,7 @@ from .record import (
     output_dtype,
     reject_quantized,
 )
-from .traits import INT8_ONLY, own, requantize
+from .traits import INT8_ONLY, INT16, own, requantize
 
 
 def _same_type(x, like: np.ndarray) -> np.ndarray:
@@ -455,10 +455,10 @@ def _compare(fn: Callable) -> Callable:
 
 
 def _comparison(name, fn, table, rule, top, runtime) -> OpDef:
-    """int8 rescales both sides (LiteRT's comparisons); int16 and uint8 compare codes of
+    """int8 and uint8 rescale both sides (LiteRT's comparisons); int16 compares codes of
     shared parameters."""
-    kernel = _compare(fn)
-    quantized = {**on_codes(kernel), "int8": quantized_kernels.comparison(fn)}
+    kernel, rescaled = _compare(fn), quantized_kernels.comparison(fn)
+    quantized = {**on_codes(kernel), "int8": rescaled, "uint8": rescaled}
     return OpDef(name, kernel, _table(table), rule, top, runtime_versions=runtime, quantized=quantized)
 
 
@@ -471,7 +471,7 @@ OPS: tuple[OpDef, ...] = (
           _add_version, 6,
           runtime_versions=("1.5.0", "1.14.0", "2.4.0", "2.6.0", "2.13.0", "2.23.0"),
           fused_activation_host=True, quantized=quantized_kernels.ADD,
-          quantization=own(0, 1)),
+          quantization=own(0, 1), takes_raw=frozenset({INT16})),
     OpDef("SUB", _binary(_sub, act=True, fresh=True, quiet_ints=True), _table("SubOptions", **_ADD_OPTS),
           _sub_version, 5,
           runtime_versions=("1.6.0", "1.14.0", "2.3.0", "2.4.0", "2.4.0"), fused_activation_host=True,
@@ -481,7 +481,7 @@ OPS: tuple[OpDef, ...] = (
           _mul_version, 8,
           runtime_versions=("1.5.0", "1.14.0", "1.15.0", "2.3.0", "2.6.0", "2.11.0", "2.13.0", "2.23.0"),
           fused_activation_host=True, quantized=quantized_kernels.MUL,
-          quantization=own(0, 1)),
+          quantization=own(0, 1), takes_raw=frozenset({INT16})),
     OpDef("DIV", _binary(_div, act=True, fresh=True), _table("DivOptions", **_ACT_OPTS),
           _div_version, 2,
           runtime_versions=("1.6.0", "2.3.0"), fused_activation_host=True, quantized=quantized_kernels.DIV),
@@ -535,7 +535,7 @@ OPS: tuple[OpDef, ...] = (
           runtime_versions=("1.9.0",)),
     OpDef("ABS", _unary(np.abs), _table("AbsOptions"), _abs_version, 5,
           runtime_versions=("1.13.0", "2.4.0", "2.5.0", "2.6.0", "2.12.0"), quantized=quantized_kernels.ABS,
-          quantization=own()),
+          quantization=own(), takes_raw=frozenset({INT16})),
     OpDef("SIGN", _unary(_sign), _table("SignOptions"), _by_type({_I32: 2}), 2,
           runtime_versions=("2.11.0", "2.12.0")),
     # comparisons

@@ -6,7 +6,7 @@ import numpy as np
 
 from ...schema import DType
 from ..context import EmitContext
-from .common import as_int32, cast, emitter_table, f32, like
+from .common import as_int32, cast, emitter_table, f32, int32_const, like
 
 EMITTERS, emits = emitter_table()
 
@@ -21,9 +21,9 @@ _BINARY = {
 _UNARY = {
     "Abs": "ABS", "Ceil": "CEIL", "Cos": "COS", "Exp": "EXP", "Floor": "FLOOR", "Log": "LOG",
     "Neg": "NEG", "Rsqrt": "RSQRT", "Sin": "SIN", "Sqrt": "SQRT", "Square": "SQUARE", "Tanh": "TANH",
-    "Sigmoid": "LOGISTIC", "Relu": "RELU", "Relu6": "RELU6", "Elu": "ELU", "Round": "ROUND",
+    "Sigmoid": "LOGISTIC", "Relu6": "RELU6", "Elu": "ELU", "Round": "ROUND",
     "Rint": "ROUND", "Sign": "SIGN", "LogicalNot": "LOGICAL_NOT", "ZerosLike": "ZEROS_LIKE",
-    "OnesLike": "ONES_LIKE", "Softmax": "SOFTMAX", "LogSoftmax": "LOG_SOFTMAX",
+    "Softmax": "SOFTMAX", "LogSoftmax": "LOG_SOFTMAX",
 }
 _REDUCE = {
     "Mean": "MEAN", "Sum": "SUM", "Max": "REDUCE_MAX", "Min": "REDUCE_MIN", "Prod": "REDUCE_PROD",
@@ -77,7 +77,7 @@ def emit_add_n(ctx: EmitContext):
     return ctx.emit1("ADD_N", ins)
 
 
-@emits(*[k for k, v in _UNARY.items() if v])
+@emits(*_UNARY)
 def emit_unary(ctx: EmitContext):
     check_types(ctx)
     op_type = _UNARY[ctx.type]
@@ -85,6 +85,17 @@ def emit_unary(ctx: EmitContext):
         return ctx.emit1("MUL", [ctx.input(0), ctx.input(0)])
     options = {"beta": 1.0} if op_type == "SOFTMAX" else {}
     return ctx.emit1(op_type, [ctx.input(0)], **options)
+
+
+@emits("Relu")
+def emit_relu(ctx: EmitContext):
+    """RELU; on integers MAXIMUM(x, 0), as TF writes it (LiteRT's RELU refuses int32 / int64 and
+    reads int8 as quantized values)."""
+    check_types(ctx)
+    x = ctx.input(0)
+    if np.dtype(x.dtype.numpy).kind in "iu":
+        return ctx.emit1("MAXIMUM", [x, ctx.constant(np.zeros((), x.dtype.numpy), x.dtype)])
+    return ctx.emit1("RELU", [x])
 
 
 @emits("LeakyRelu")
@@ -147,13 +158,22 @@ def emit_log1p(ctx: EmitContext):
 
 @emits("DivNoNan")
 def emit_div_no_nan(ctx: EmitContext):
+    """y == 0 ? 0 : x / y, with a scalar zero SELECT_V2 broadcasts (as TF writes it)."""
     x, y = ctx.input(0), ctx.input(1)
     zero = ctx.constant(np.zeros((), y.dtype.numpy), y.dtype)
-    sig = ctx.out_signature(0)
     is_zero = ctx.emit1("EQUAL", [y, zero], ctx.temp("is_zero", DType.BOOL, y.signature))
-    q = ctx.emit1("DIV", [x, y], ctx.temp("div", x.dtype, sig))
-    zeros = ctx.emit1("ZEROS_LIKE", [q], ctx.temp("zeros", x.dtype, sig))
-    return ctx.emit1("SELECT_V2", [is_zero, zeros, q])
+    q = ctx.emit1("DIV", [x, y], ctx.temp("div", x.dtype, ctx.out_signature(0)))
+    return ctx.emit1("SELECT_V2", [is_zero, zero, q])
+
+
+@emits("OnesLike")
+def emit_ones_like(ctx: EmitContext):
+    """BROADCAST_TO of a one (LiteRT has no ONES_LIKE), to the static shape or SHAPE's, as TF writes."""
+    x = ctx.input(0)
+    sig = x.signature
+    shape = int32_const(ctx, sig, "shape") if all(d >= 0 for d in sig) else \
+        ctx.emit1("SHAPE", [x], ctx.temp("shape", DType.INT32, (len(sig),)), out_type=int(DType.INT32))
+    return ctx.emit1("BROADCAST_TO", [ctx.constant(np.ones((), x.dtype.numpy), x.dtype), shape])
 
 
 def _float32_input(ctx: EmitContext):
@@ -249,14 +269,8 @@ def emit_clip(ctx: EmitContext):
 
 @emits("Select")
 def emit_select(ctx: EmitContext):
-    cond, a, b = ctx.inputs()
-    if cond.rank == 1 and a.rank > 1:
-        # TF1 Select picks whole rows with a vector condition: broadcast it explicitly.
-        cond_sig = (cond.signature[0],) + (1,) * (a.rank - 1)
-        shape = ctx.constant(np.asarray([-1] + [1] * (a.rank - 1), np.int32), DType.INT32)
-        cond = ctx.emit1("RESHAPE", [cond, shape], ctx.temp("cond", DType.BOOL, cond_sig))
-        return ctx.emit1("SELECT_V2", [cond, a, b])
-    return ctx.emit1("SELECT", [cond, a, b])
+    """SELECT, whose kernels take TF1's rank-1 condition (whole rows) too."""
+    return ctx.emit1("SELECT", ctx.inputs())
 
 
 @emits("SelectV2")

@@ -204,11 +204,18 @@ def emit_sparse_softmax_cross_entropy(ctx: EmitContext):
 @emits("SoftmaxCrossEntropyWithLogits")
 def emit_softmax_cross_entropy(ctx: EmitContext):
     """loss = sum(labels * -log_softmax(logits)), a zero label weighing nothing even against a
-    -inf logit (TF's converter's 6 ops); backprop = softmax - labels."""
+    -inf logit (TF's converter's 6 ops; 3 with constant labels, the sign folded into them and
+    the select left out when no label is zero); backprop = softmax - labels."""
     logits, labels = ctx.input(0), ctx.input(1)
     sig = ctx.out_signature(1)
-    weighted = like(ctx, "MUL", labels, like(ctx, "NEG", like(ctx, "LOG_SOFTMAX", logits)), sig=sig)
-    unlabelled = like(ctx, "EQUAL", labels, f32(ctx, 0), dtype=DType.BOOL)
-    terms = like(ctx, "SELECT_V2", unlabelled, f32(ctx, 0), weighted, sig=sig)
+    log_p = like(ctx, "LOG_SOFTMAX", logits)
+    if labels.is_constant:
+        weighted = like(ctx, "MUL", ctx.constant(-np.asarray(labels.data), labels.dtype), log_p, sig=sig)
+    else:
+        weighted = like(ctx, "MUL", labels, like(ctx, "NEG", log_p), sig=sig)
+    terms = weighted
+    if not (labels.is_constant and np.all(np.asarray(labels.data) != 0)):
+        unlabelled = like(ctx, "EQUAL", labels, f32(ctx, 0), dtype=DType.BOOL)
+        terms = like(ctx, "SELECT_V2", unlabelled, f32(ctx, 0), weighted, sig=sig)
     loss = like(ctx, "SUM", terms, ctx.constant(np.int32([-1])), sig=ctx.out_signature(0), keep_dims=False)
     return [loss, like(ctx, "SUB", like(ctx, "SOFTMAX", logits, beta=1.0), labels, sig=sig)]
