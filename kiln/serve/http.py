@@ -37,6 +37,8 @@ JSON = "application/json"
 _PIPELINE = 4
 _METHODS = {m.encode(): m for m in ("GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS", "PATCH")}
 _HEADS: dict = {}  # (status, content type) -> the status line and headers up to the length's value
+#: Seconds a connection idle when the drain starts stays open for a request already on its way.
+DRAIN_IDLE_GRACE = 1.0
 
 
 @dataclass
@@ -134,19 +136,22 @@ class HttpServer:
         self.body_bytes -= request._reserved
         request._reserved = 0
 
-    def begin_drain(self) -> None:
-        """Stop accepting; close idle connections; later answers close their connections."""
+    async def drain(self, timeout: float, message: str) -> None:
+        """Answer 503 to every request that arrives, on any connection, old or new, for
+        `DRAIN_IDLE_GRACE` s (at most ``timeout``): a keep-alive client may already be sending its
+        next request, and a connection in the accept queue would be reset if the port closed at
+        once. Then stop accepting and close the connections with nothing in progress; in-flight
+        requests are answered and their connections closed after the answer; after ``timeout`` s,
+        whatever is left is answered 503 ``message``."""
         self.draining = True
+        deadline = time.monotonic() + timeout
+        await asyncio.sleep(min(timeout, DRAIN_IDLE_GRACE))
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):
-            conn.close_if_idle()
-
-    async def drain(self, timeout: float, message: str) -> None:
-        """Wait up to ``timeout`` s for in-flight requests, then answer the rest 503 ``message``."""
-        self.begin_drain()
-        deadline = time.monotonic() + timeout
-        while any(c.busy for c in self.connections) and time.monotonic() < deadline:
+            if not conn.busy:
+                conn.transport.close()
+        while self.connections and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         for conn in list(self.connections):
             conn.cut_off(Response.error(503, message))
@@ -211,10 +216,6 @@ class _Connection(asyncio.Protocol):
     @property
     def busy(self) -> bool:
         return self.task is not None or self.current is not None or bool(self.ready)
-
-    def close_if_idle(self) -> None:
-        if not self.busy and self.transport is not None:
-            self.transport.close()
 
     def cut_off(self, response: Response) -> None:
         """Drain ran out: answer the request being handled with ``response`` and close."""

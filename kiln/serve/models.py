@@ -21,7 +21,7 @@ from .backends import LoadError, ServedModel, find_model_file, load, signature_d
 from .batching import BatchScheduler, DirectExecutor, Hooks, InlineExecutor
 from .config import BatchingOptions, ConfigError, ModelSpec, read_batching_parameters
 from .metrics import Metrics
-from .status import InvalidArgument, NotFound
+from .status import InvalidArgument, NotFound, Unavailable
 
 log = logging.getLogger("kiln.serve")
 
@@ -264,6 +264,8 @@ class ModelManager:
         model = self._models.get(name)
         if model is None:
             raise NotFound(f"Servable not found for request: Latest({name})")
+        if self._stop.is_set():  # closing: its versions are being retired, none is missing
+            raise Unavailable("the server is shutting down; the request was not accepted")
         with self._mutex:
             if version is None:
                 if not model.served:
