@@ -22,7 +22,7 @@ from operator import eq
 import numpy as np
 
 from ..runtime.served import TensorSpec
-from .jsonbody import MAX_DEPTH, NumericArray
+from .jsonbody import MAX_DEPTH, Span, quoted
 from .status import InvalidArgument
 
 ROW, COLUMNAR = "row", "columnar"
@@ -58,15 +58,6 @@ def _json_type(value) -> str:
     return {dict: "Object", list: "Array", str: "String"}.get(type(value), type(value).__name__)
 
 
-def _short(value, limit: int = 120) -> str:
-    text = json.dumps(value, allow_nan=True, default=_numeric_text)
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-def _numeric_text(value) -> str:
-    return f"[{value.first_token}, ...]" if isinstance(value, NumericArray) else type(value).__name__
-
-
 def _is_b64(value) -> bool:
     return isinstance(value, dict) and len(value) == 1 and isinstance(value.get("b64"), str)
 
@@ -79,14 +70,12 @@ def _shape_of(value) -> list[int]:
         if not value:
             break
         value = value[0]
-    if isinstance(value, NumericArray):
-        shape += value.shape
     if len(shape) > MAX_DEPTH:
         raise InvalidArgument(f"the request nests lists {len(shape)} deep; tensors have at most {MAX_DEPTH} dimensions")
     return shape
 
 
-def _strings(value, name: str):
+def _strings(value, name: str, offset: int = 0):
     """A nested list of str / {"b64"} leaves as a numpy object array of bytes."""
     def leaf(v):
         if isinstance(v, str):
@@ -95,10 +84,10 @@ def _strings(value, name: str):
             try:
                 return base64.b64decode(v["b64"], validate=True)
             except (binascii.Error, ValueError):
-                raise InvalidArgument(f"input '{name}': Unable to base64 decode {_short(v)}") from None
+                raise InvalidArgument(f"input '{name}': Unable to base64 decode {quoted(v)}") from None
         if isinstance(v, dict):
-            raise InvalidArgument(f"input '{name}': JSON Value: {_short(v)} not formatted correctly for base64 data")
-        raise InvalidArgument(f"input '{name}': JSON Value: {_short(v)} Type: {_json_type(v)} is not of "
+            raise InvalidArgument(f"input '{name}': JSON Value: {quoted(v)} not formatted correctly for base64 data")
+        raise InvalidArgument(f"input '{name}': JSON Value: {quoted(v)} Type: {_json_type(v)} is not of "
                               f"expected type: DT_STRING")
 
     shape = _shape_of(value)
@@ -107,11 +96,11 @@ def _strings(value, name: str):
     def walk(v, level):
         if level == len(shape):
             if isinstance(v, list):
-                raise InvalidArgument(f"input '{name}': the list is ragged: {_ragged_detail(value)}")
+                raise InvalidArgument(f"input '{name}': the list is ragged: {_ragged_detail(value, offset)}")
             flat.append(leaf(v))
             return
         if not isinstance(v, list) or len(v) != shape[level]:
-            raise InvalidArgument(f"input '{name}': the list is ragged: {_ragged_detail(value)}")
+            raise InvalidArgument(f"input '{name}': the list is ragged: {_ragged_detail(value, offset)}")
         for x in v:
             walk(x, level + 1)
 
@@ -133,8 +122,9 @@ def _first_bad_leaf(value, accept, depth: int = 0):
     return None if accept(value) else (value,)
 
 
-def _ragged_detail(value) -> str | None:
-    """Where a nested list stops being rectangular (for the error message); None if it is rectangular."""
+def _ragged_detail(value, offset: int = 0) -> str | None:
+    """Where a nested list stops being rectangular (for the error message); None if it is rectangular.
+    ``offset``: the index of its first element in the whole list (of which it is a run)."""
     expected = _shape_of(value)
 
     def walk(v, level, path):
@@ -147,7 +137,7 @@ def _ragged_detail(value) -> str | None:
         if len(v) != expected[level]:
             return f"a list of size {len(v)} at {path or 'the top'}, expected size {expected[level]}"
         for i, x in enumerate(v):
-            found = walk(x, level + 1, f"{path}[{i}]")
+            found = walk(x, level + 1, f"{path}[{i + (offset if not level else 0)}]")
             if found:
                 return found
         return None
@@ -155,30 +145,32 @@ def _ragged_detail(value) -> str | None:
     return walk(value, 0, "")
 
 
-def to_array(value, spec: TensorSpec, may_hold_bools: bool = True) -> np.ndarray:
+def to_array(value, spec: TensorSpec, may_hold_bools: bool = True, offset: int = 0) -> np.ndarray:
     """One JSON value as a numpy array of ``spec``'s dtype, with TF Serving's type rules.
 
     numpy reads ``[1, true]`` as numbers; when the request text may hold booleans
     (``may_hold_bools``), numeric inputs are scanned for them.
     """
     name, dtype = spec.name, spec.dtype
-    if isinstance(value, NumericArray):
-        return _numeric(value, spec)
-    if isinstance(value, list) and value and isinstance(value[0], NumericArray):
-        value = _stacked(value, spec)
-        if isinstance(value, np.ndarray):
-            return value
+    if isinstance(value, Span):
+        def run(items, at):
+            plain = None if may_hold_bools else _plain_floats({"inputs": items}, {name: spec})
+            return plain[0] if plain is not None else {name: to_array(items, spec, may_hold_bools, at)}
+
+        return _chunked(value, run, None)[name]
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], (Span, dict)) and not _is_b64(value[0]):
+        return to_array(value[0], spec, may_hold_bools)[None]  # one large row of a large body
     if dtype.kind in "OSU":
-        return _strings(value, name)
+        return _strings(value, name, offset)
     if len(_shape_of(value)) > MAX_DEPTH:  # refused before NumPy walks it
         raise InvalidArgument(f"input '{name}': lists nested deeper than {MAX_DEPTH}")
     try:
         arr = np.array(value)
     except (ValueError, TypeError):
-        raise InvalidArgument(f"input '{name}': the list is ragged: {_ragged_detail(value) or 'mixed nesting'}") from None
+        raise InvalidArgument(f"input '{name}': the list is ragged: {_ragged_detail(value, offset) or 'mixed nesting'}") from None
     kind = dtype.kind
     if arr.dtype == object:
-        ragged = _ragged_detail(value)
+        ragged = _ragged_detail(value, offset)
         if ragged:
             raise InvalidArgument(f"input '{name}': the list is ragged: {ragged}")
         bad = _first_bad_leaf(value, lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -187,13 +179,13 @@ def to_array(value, spec: TensorSpec, may_hold_bools: bool = True) -> np.ndarray
         if isinstance(shown, int) and not isinstance(shown, bool):
             raise InvalidArgument(f"input '{name}': Cannot convert JSON value: {shown} to {dtype_name(spec.dtype)} without "
                                   f"loss of precision.")
-        raise InvalidArgument(f"input '{name}': JSON Value: {_short(shown)} Type: {_json_type(shown)} is not of "
+        raise InvalidArgument(f"input '{name}': JSON Value: {quoted(shown)} Type: {_json_type(shown)} is not of "
                               f"expected type: {dtype_name(spec.dtype)}")
 
     def fail(accept):
         bad = _first_bad_leaf(value, accept)
         shown = bad[0] if bad else value
-        raise InvalidArgument(f"input '{name}': JSON Value: {_short(shown)} Type: {_json_type(shown)} is not "
+        raise InvalidArgument(f"input '{name}': JSON Value: {quoted(shown)} Type: {_json_type(shown)} is not "
                               f"of expected type: {dtype_name(spec.dtype)}")
 
     if kind in "iuf" and may_hold_bools and arr.dtype.kind != "b":
@@ -235,56 +227,25 @@ def to_array(value, spec: TensorSpec, may_hold_bools: bool = True) -> np.ndarray
     raise InvalidArgument(f"input '{name}': inputs of type {dtype_name(spec.dtype)} cannot be given in JSON")
 
 
-def _numeric(value: NumericArray, spec: TensorSpec) -> np.ndarray:
-    """A `NumericArray` as ``spec``'s dtype, with the rules `to_array` applies to JSON numbers."""
-    name, dtype, v = spec.name, spec.dtype, value.values
-    if v.size == 0:
-        return to_array(value.tolist(), spec)
-    if dtype.kind not in "iuf":
-        raise InvalidArgument(f"input '{name}': JSON Value: {value.first_token} Type: Number is not of expected "
-                              f"type: {dtype_name(dtype)}")
-    flat = v.reshape(-1)
-    if dtype.kind == "f":
-        limit = (1 << np.finfo(dtype).nmant + 1) - 1  # integers written as such must be exact (IsLosslessDecimal)
-        written_int = value.written_as_int()
-        if written_int is not False:
-            big = np.abs(flat) > limit
-            big &= np.isfinite(flat)
-            if written_int is not True:
-                big &= written_int
-            if big.any():
-                shown = flat[np.flatnonzero(big)[0]]
-                text = str(int(shown)) if abs(shown) <= 2 ** 53 else repr(float(shown))
-                raise InvalidArgument(f"input '{name}': Cannot convert JSON value: {text} to {dtype.name} without "
-                                      f"loss of precision.")
-        with np.errstate(over="ignore"):
-            out = v.astype(dtype)
-        if not np.isfinite(out).all():
-            lost = ~np.isfinite(out.reshape(-1)) & np.isfinite(flat)
-            if lost.any():
-                raise InvalidArgument(f"input '{name}': Cannot convert JSON value: {float(flat[lost][0])!r} to "
-                                      f"{dtype.name} without loss of precision.")
-        return out
-    if value.float_syntax:
-        raise InvalidArgument(f"input '{name}': JSON Value: {value.first_float_token} Type: Number is not of "
-                              f"expected type: {dtype_name(dtype)}")
-    info = np.iinfo(dtype)
-    low, high = flat.min(), flat.max()
-    if low < info.min or high > info.max:
-        raise InvalidArgument(f"input '{name}': a value is out of the range of {dtype_name(dtype)} "
-                              f"[{info.min}, {info.max}]")
-    if max(-low, high) > 2 ** 53:
-        raise InvalidArgument(f"input '{name}': integers beyond 2**53 in a request body of "
-                              f"{256} KiB or more are not read exactly; send them in smaller requests")
-    return v.astype(dtype)
-
-
-def _stacked(items: list, spec: TensorSpec):
-    """Rows that are all `NumericArray`s of one shape as one array; else the rows as lists."""
-    if all(isinstance(i, NumericArray) for i in items) and len({i.shape for i in items}) == 1:
-        parts = [_numeric(i, spec) for i in items]
-        return np.stack(parts) if parts else np.zeros((0,), spec.dtype)
-    return [i.tolist() if isinstance(i, NumericArray) else i for i in items]
+def _chunked(span: Span, convert, key: str | None) -> dict[str, np.ndarray]:
+    """A large array value read a run of elements at a time (`Span.chunks`): ``convert(elements,
+    offset)`` gives the run's arrays by input name, written at once into arrays of the whole
+    length (allocated by the first run), so the elements' Python objects never outlive their run."""
+    runs = list(span.chunks())
+    total = sum(count for _, _, count in runs)
+    out, at = {}, 0
+    for start, end, count in runs:
+        for name, part in convert(span.read(start, end, count), at).items():
+            whole = out.get(name)
+            if whole is None:
+                whole = out[name] = np.empty((total, *part.shape[1:]), part.dtype)
+            elif part.shape[1:] != whole.shape[1:]:
+                detail = f"Expecting shape {_fmt(whole.shape[1:])} but got: {_fmt(part.shape[1:])}"
+                raise InvalidArgument(f"input '{name}': Failed to process element: {at} of '{key}' list. Error: {detail}"
+                                      if key else f"input '{name}': the list is ragged: element {at}: {detail}")
+            whole[at:at + count] = part
+        at += count
+    return out
 
 
 def check_shape(arr: np.ndarray, spec: TensorSpec, what: str = "") -> None:
@@ -366,15 +327,21 @@ _as_array, _largest_of, _smallest_of, _FLOAT64 = np.array, np.maximum.reduce, np
 _LARGEST = {np.dtype(t): float(np.finfo(t).max) for t in (np.float16, np.float32, np.float64)}
 
 
-def _rows(instances, specs, may_hold_bools) -> dict[str, np.ndarray]:
-    if isinstance(instances, NumericArray):  # a large body's rows of numbers, read as one array
-        if not instances.shape[0]:
-            raise InvalidArgument("No values in 'instances' array")
-        names = sorted(specs)
-        if len(specs) > 1:
-            raise InvalidArgument("instances is a plain list, but expecting list of objects as multiple input "
-                                  f"tensors required as per tensorinfo_map (inputs: {', '.join(names)})")
-        return {names[0]: to_array(instances, specs[names[0]], may_hold_bools)}
+def _rows(instances, specs, may_hold_bools, offset: int = 0) -> dict[str, np.ndarray]:
+    if isinstance(instances, Span):  # a large body's rows, read a run at a time
+        kinds = []
+
+        def run(rows, at):
+            plain = None if may_hold_bools or len(specs) > 1 else _plain_floats({"instances": rows}, specs)
+            if plain is not None:  # (as parse_request: a run of plain float rows in one NumPy call)
+                rows = [rows[0]]
+            kinds.append(isinstance(rows[0], dict) and not _is_b64(rows[0]))
+            if kinds[-1] != kinds[0]:
+                got, want = ("object", "value/list") if kinds[-1] else ("list", "object")
+                raise InvalidArgument(f"Expecting {want} but got {got} at item {at} of input list")
+            return plain[0] if plain is not None else _rows(rows, specs, may_hold_bools, at)
+
+        return _chunked(instances, run, "instances")
     if not isinstance(instances, list):
         raise InvalidArgument("Excepting 'instances' to be an list/array")
     if not instances:
@@ -389,13 +356,14 @@ def _rows(instances, specs, may_hold_bools) -> dict[str, np.ndarray]:
         is_object = isinstance(item, dict) and not _is_b64(item)
         if objects != is_object:
             got, want = ("object", "value/list") if is_object else ("list", "object")
-            raise InvalidArgument(f"Expecting {want} but got {got} at item {i} of input list")
+            raise InvalidArgument(f"Expecting {want} but got {got} at item {i + offset} of input list")
         if objects:
             if set(item) != set(names):
                 unknown = sorted(set(item) - set(names))
                 detail = (f"does not have named input: {unknown[0]}" if unknown
                           else f"keys must be equal to: {','.join(names)}")
-                raise InvalidArgument(f"Failed to process element: {i} of 'instances' list. JSON object: {detail}")
+                raise InvalidArgument(f"Failed to process element: {i + offset} of 'instances' list. JSON object: "
+                                      f"{detail}")
             for n in names:
                 per_input[n].append(item[n])
         else:
@@ -406,7 +374,7 @@ def _rows(instances, specs, may_hold_bools) -> dict[str, np.ndarray]:
         first = _shape_of(items[0])
         for i, item in enumerate(items):
             if _shape_of(item) != first:
-                raise InvalidArgument(f"input '{n}': Failed to process element: {i} of 'instances' list. Error: "
+                raise InvalidArgument(f"input '{n}': Failed to process element: {i + offset} of 'instances' list. Error: "
                                       f"Expecting shape {_fmt(first)} but got: {_fmt(_shape_of(item))}")
         out[n] = to_array(items, spec, may_hold_bools)
     return out
@@ -418,7 +386,7 @@ def _fmt(shape) -> str:
 
 def _columns(inputs, specs, may_hold_bools) -> dict[str, np.ndarray]:
     names = sorted(specs)
-    if isinstance(inputs, NumericArray) or not isinstance(inputs, dict) or _is_b64(inputs):
+    if isinstance(inputs, Span) or not isinstance(inputs, dict) or _is_b64(inputs):
         if len(specs) > 1:
             raise InvalidArgument("inputs is a plain value/list, but expecting an object as multiple input tensors "
                                   f"required as per tensorinfo_map (inputs: {', '.join(names)})")
