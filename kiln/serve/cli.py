@@ -81,8 +81,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="a request must arrive whole within this from its first byte, else 408 (default 30)")
     p.add_argument("--drain_timeout_seconds", type=float, default=30.0,
                    help="on SIGTERM, how long in-flight requests may take to finish; the rest get 503 (default 30)")
-    p.add_argument("--access_log", type=_bool, nargs="?", const=True, default=True,
-                   help="JSON access log lines on stderr (default true)")
+    p.add_argument("--access_log", type=_bool, nargs="?", const=True, default=False,
+                   help="one JSON line per request on stderr (default false, as TF Serving, which has none)")
     p.set_defaults(func=run)
     return p
 

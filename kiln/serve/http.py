@@ -5,7 +5,7 @@ itself, and a general-purpose stack does neither cheaply. Here every connection 
 timeout (before its first request and between requests) and a read timeout (a request must
 arrive whole within it: a half-sent request cannot hold a connection); headers, bodies,
 connections and the bytes of all bodies held at once are bounded, and a request over a bound
-is answered (400, 408, 413-as-400, 431 or 503) instead of being dropped; the clock of every
+is answered (400, 408, 413, 431 or 503) instead of being dropped; the clock of every
 request starts when its first byte arrives. Draining stops accepting, lets in-flight requests
 finish within a timeout, then answers what is left with a JSON 503.
 
@@ -30,6 +30,7 @@ import httptools
 
 _monotonic = time.monotonic
 _REASONS = {200: "OK", 100: "Continue", 400: "Bad Request", 404: "Not Found", 408: "Request Timeout",
+            413: "Payload Too Large",
             429: "Too Many Requests", 431: "Request Header Fields Too Large", 499: "Client Closed Request",
             500: "Internal Server Error", 501: "Not Implemented", 503: "Service Unavailable", 504: "Gateway Timeout"}
 JSON = "application/json"
@@ -174,6 +175,7 @@ class _Connection(asyncio.Protocol):
         self.over_limit = False
         self.closed = False
         self.stopped = False  # the parser gave up on this connection: read nothing more
+        self.lingering = False  # answered and closing: what still comes is read and dropped
         self.paused = False   # reading paused: _PIPELINE requests wait
         self.writable = True  # the transport takes more (the flag, and an event to wait on)
         self.can_write = asyncio.Event()
@@ -278,7 +280,8 @@ class _Connection(asyncio.Protocol):
                                 f"{self.limits.max_header_bytes} bytes")
             elif isinstance(cause, _Stop):
                 self.stopped = True
-                self.transport.pause_reading()
+                if not self.lingering:
+                    self.transport.pause_reading()
             else:  # a bug in a callback: answered, never a traceback to the client
                 self._fail(500, f"Internal: {type(cause).__name__}: {cause}")
         except httptools.HttpParserError as exc:
@@ -352,12 +355,13 @@ class _Connection(asyncio.Protocol):
         elif declared is not None and declared.isdigit():
             size = int(declared)
             if size > limits.max_body_bytes:
-                refusal = Response.error(400, f"request body of {size} bytes is larger than the limit of "
+                refusal = Response.error(413, f"request body of {size} bytes is larger than the limit of "
                                               f"{limits.max_body_bytes} bytes")
             elif not self.server.reserve(request, size):
                 refusal = _budget_refusal(self.server)
         if refusal is not None:
             request.refusal = refusal
+            self._refuse_now(request)
         if expect is not None and expect.lower() == b"100-continue" and not self.closed:
             if refusal is None:
                 self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -366,6 +370,23 @@ class _Connection(asyncio.Protocol):
                 self.current = None
                 self._queue(request)
                 raise _Stop()
+
+    def _refuse_now(self, request: Request) -> None:
+        """Answer a refusal decided while the request is read (from its headers, or as its body grows)
+        at once when nothing waits before it on the connection, with ``Connection: close``: a client
+        that sent ``Expect: 100-continue`` never uploads the body; one that sends it all before it
+        reads still sees the answer, since what comes is read and dropped (a lingering close) until
+        it hangs up or the read timeout passes. Else it is answered in turn, after the body."""
+        if self.ready or self.task is not None or self.closed:
+            return
+        self.server.release(request)
+        self.current = None
+        self.lingering = True
+        self._write(request, request.refusal, close=False, linger=True)
+        if self.server.on_response is not None:
+            self.server.on_response(request, request.refusal, 0.0)
+        self.deadline = _monotonic() + self.read_timeout  # then the sweep closes it
+        raise _Stop()
 
     def on_body(self, body: bytes) -> None:
         request = self.current
@@ -379,16 +400,13 @@ class _Connection(asyncio.Protocol):
             return  # read and dropped: the answer is already decided
         held = request.body
         size = len(held) + len(body)
-        if size > self.limits.max_body_bytes:
-            request.refusal = Response.error(400, f"request body is larger than the limit of "
-                                                  f"{self.limits.max_body_bytes} bytes")
+        if size > self.limits.max_body_bytes or size > request._reserved and \
+                not self.server.reserve(request, size - request._reserved):
+            request.refusal = _budget_refusal(self.server) if size <= self.limits.max_body_bytes else Response.error(
+                413, f"request body is larger than the limit of {self.limits.max_body_bytes} bytes")
             self.server.release(request)
             request.body = b""
-            return
-        if size > request._reserved and not self.server.reserve(request, size - request._reserved):
-            request.refusal = _budget_refusal(self.server)
-            self.server.release(request)
-            request.body = b""
+            self._refuse_now(request)
             return
         if not held:
             request.body = body  # most bodies come in one piece: kept as they are
@@ -496,10 +514,10 @@ class _Connection(asyncio.Protocol):
         if server.on_response is not None:
             server.on_response(request, response, 0.0)
 
-    def _write(self, request: Request, response: Response, close: bool) -> None:
+    def _write(self, request: Request, response: Response, close: bool, linger: bool = False) -> None:
         body = b"" if request.method == "HEAD" else response.body
         start = _HEADS.get((response.status, response.content_type)) or _head(response)
-        end = b"\r\nConnection: close\r\n\r\n" if close else b"\r\n\r\n"
+        end = b"\r\nConnection: close\r\n\r\n" if close or linger else b"\r\n\r\n"
         if len(body) < 65536:
             self.transport.write(b"%s%d%s%s" % (start, len(response.body), end, body))
         else:

@@ -105,6 +105,10 @@ class ModelManager:
 
     def _poll_model(self, model: _Model) -> None:
         on_disk = versions_on_disk(Path(model.spec.base_path))
+        for version in [v for v in model.failed if v not in on_disk]:  # a failed version deleted: forgotten
+            del model.failed[version]
+            with self._lock:
+                model.states.pop(version, None)
         wanted = model.spec.policy.choose(list(on_disk))
         for version in sorted(set(wanted) - set(model.served), reverse=True):
             self._try_load(model, version, on_disk[version])

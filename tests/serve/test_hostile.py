@@ -177,3 +177,54 @@ def test_grpc_calls_past_the_limit_are_refused_unavailable_and_counted(serve, mo
             with pytest.raises(grpc.RpcError) as info:
                 call(b"", timeout=10)
             assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED and f"{method} is not served" in info.value.details()
+
+
+def test_small_items_body_refused_at_its_header_deleted_failed_version_no_access_log(serve, models, tmp_path):
+    """Issue #31 (7): a body over --max_request_bytes is refused 413 from its Content-Length, before
+    it is sent (``Expect: 100-continue``: 413 instead of 100); a version that failed to load and is
+    then deleted leaves the model status (REST and gRPC); the access log is off unless asked for."""
+    import shutil
+    import socket
+
+    from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
+
+    base = one_model_dir(tmp_path, models["one_v1"])
+    grpc_port = free_port()
+    server = serve("--model_base_path", str(base), "--model_name", "one", "--file_system_poll_wait_seconds", "0.2",
+                   "--max_request_bytes", "4096", "--port", str(grpc_port))
+    (tmp_path / "v2").mkdir()
+    (tmp_path / "v2" / "model.tflite").write_bytes(b"not a model")
+    (tmp_path / "v2").rename(base / "2")
+
+    def states():
+        rest = {s["version"]: (s["state"], s["status"]["error_message"])
+                for s in server.get("/v1/models/one").json()["model_version_status"]}
+        with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+            status = model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(
+                get_model_status_pb2.GetModelStatusRequest(model_spec={"name": "one"}), timeout=10)
+        assert sorted(rest) == sorted(str(s.version) for s in status.model_version_status)
+        return rest
+
+    for _ in range(100):
+        if "2" in states():
+            break
+        time.sleep(0.05)
+    assert states()["2"][0] == "END" and "cannot load" in states()["2"][1] and states()["1"][0] == "AVAILABLE"
+    shutil.rmtree(base / "2")
+    for _ in range(100):
+        if "2" not in states():
+            break
+        time.sleep(0.05)
+    assert set(states()) == {"1"}
+    for expect in (b"Expect: 100-continue\r\n", b""):
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as conn:
+            conn.sendall(b"POST /v1/models/one:predict HTTP/1.1\r\nHost: x\r\n%bContent-Length: 60000000\r\n\r\n" % expect)
+            start = time.monotonic()
+            answer = conn.recv(1000)
+            assert answer.startswith(b"HTTP/1.1 413") and b"request body of 60000000 bytes is larger than the limit of " \
+                b"4096 bytes" in answer and time.monotonic() - start < 1.0, answer
+    r = requests.post(server.url + "/v1/models/one:predict", data=b"[" * 300_000, timeout=30)  # sent whole: no reset
+    assert r.status_code == 413 and "limit of 4096 bytes" in r.json()["error"]
+    assert server.predict("one", {"instances": rows(1).tolist()}).status_code == 200
+    code, log = server.stop()
+    assert code == 0 and not [line for line in log.splitlines() if line.startswith("{")], log[-2000:]
