@@ -22,7 +22,6 @@ import json
 import operator
 import socket
 import time
-from collections import deque
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
@@ -50,6 +49,7 @@ class Limits:
     body_budget_bytes: int = 256 << 20   # bodies held at once, all connections together
     max_header_bytes: int = 64 << 10     # request line and headers
     max_connections: int = 1024
+    max_connections_per_client: int = 256   # from one peer address
     idle_timeout: float = 60.0           # no request in progress
     read_timeout: float = 30.0           # from a request's first byte to its last
 
@@ -106,24 +106,55 @@ class HttpServer:
         self.limits = limits or Limits()
         self.on_response = on_response
         self.connections: set[_Connection] = set()
+        self.peers: dict[str, set[_Connection]] = {}  # peer address -> its connections
         self.body_bytes = 0
         self.draining = False
         self._server: asyncio.base_events.Server | None = None
         self._sweeper: asyncio.Task | None = None
 
     async def start(self, sock: socket.socket) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self.loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: _Connection(self), sock=sock, backlog=2048)
         self._sweeper = loop.create_task(self._sweep())
 
     async def _sweep(self) -> None:
-        """Close connections past their idle or read timeout (one timer for all, not two per request)."""
-        step = min(0.25, self.limits.idle_timeout / 4, self.limits.read_timeout / 4)
+        """Close connections past their idle or read timeout (one timer for all, not two per request).
+        Past half the connection limit the idle timeout shrinks, down to a second at the limit."""
+        limits = self.limits
+        step = min(0.25, limits.idle_timeout / 4, limits.read_timeout / 4)
         while True:
             await asyncio.sleep(step)
             now = time.monotonic()
-            for conn in [c for c in self.connections if c.deadline is not None and c.deadline <= now]:
+            half, idle = limits.max_connections / 2, limits.idle_timeout
+            pressure = min(1.0, max(0.0, len(self.connections) - half) / half)
+            cut = now + (idle - min(1.0, idle)) * pressure  # an idle deadline before it: idle long enough
+            for conn in [c for c in self.connections if c.deadline is not None and
+                         (c.deadline <= now or c.deadline <= cut and not c.busy)]:
                 conn._timed_out()
+
+    def admit(self, conn: "_Connection") -> str:
+        """Make room for a new connection: a peer past its cap, or the worker past its limit, gives up
+        its connection idle the longest (none: the new one is refused, the reason returned)."""
+        limits = self.limits
+        mine = self.peers.setdefault(conn.client, set())
+        refusal = ""
+        if len(mine) >= limits.max_connections_per_client:
+            if not _close_longest_idle(mine):
+                refusal = (f"this client holds its limit of {limits.max_connections_per_client} connections to "
+                           "the server; retry later")
+        elif len(self.connections) >= limits.max_connections and not _close_longest_idle(self.connections):
+            refusal = f"the server holds its limit of {limits.max_connections} connections; retry later"
+        mine.add(conn)
+        self.connections.add(conn)
+        return refusal
+
+    def forget(self, conn: "_Connection") -> None:
+        self.connections.discard(conn)
+        mine = self.peers.get(conn.client)
+        if mine is not None:
+            mine.discard(conn)
+            if not mine:
+                del self.peers[conn.client]
 
     def reserve(self, request: Request, size: int) -> bool:
         """Count ``size`` more body bytes for ``request``; False when that would pass the budget."""
@@ -159,27 +190,34 @@ class HttpServer:
 
 
 class _Connection(asyncio.Protocol):
+    """One connection. An idle one costs its socket and a few hundred bytes: slots, and a parser
+    made when its first byte arrives (an event to wait on only once its transport is full)."""
+
+    __slots__ = ("server", "limits", "loop", "transport", "parser", "client", "current", "ready", "task",
+                 "header_bytes", "heads", "deadline", "over_limit", "closed", "stopped", "lingering", "paused",
+                 "writable", "can_write", "handler", "max_header_bytes", "max_body_bytes", "body_budget",
+                 "read_timeout", "idle_timeout")
+
     def __init__(self, server: HttpServer):
         self.server = server
         self.limits = server.limits
-        self.loop = asyncio.get_event_loop()
+        self.loop = server.loop
         self.transport: asyncio.Transport | None = None
-        self.parser = httptools.HttpRequestParser(self)
+        self.parser = None
         self.client = ""
         self.current: Request | None = None    # being read
-        self.ready: deque[Request] = deque()    # read whole, waiting their turn
+        self.ready: list[Request] = []    # read whole, waiting their turn (at most _PIPELINE)
         self.task: asyncio.Task | None = None   # handling ready[0]
         self.header_bytes = 0  # of the request line so far
         self.heads: list | tuple = ()  # (name, value) of the request being read, until its headers are in
         self.deadline: float | None = None  # of the idle or read timeout now running
-        self.over_limit = False
+        self.over_limit = ""
         self.closed = False
         self.stopped = False  # the parser gave up on this connection: read nothing more
         self.lingering = False  # answered and closing: what still comes is read and dropped
         self.paused = False   # reading paused: _PIPELINE requests wait
         self.writable = True  # the transport takes more (the flag, and an event to wait on)
-        self.can_write = asyncio.Event()
-        self.can_write.set()
+        self.can_write: asyncio.Event | None = None
         self.handler = server.handler
         self.max_header_bytes = self.limits.max_header_bytes
         self.max_body_bytes = self.limits.max_body_bytes
@@ -199,13 +237,12 @@ class _Connection(asyncio.Protocol):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
                 pass
-        self.over_limit = len(self.server.connections) >= self.limits.max_connections
-        self.server.connections.add(self)
-        self._arm(self.limits.idle_timeout)
+        self.over_limit = self.server.admit(self)  # a refusal's reason, answered to its first request
+        self._arm(min(self.limits.idle_timeout, 1.0) if self.over_limit else self.limits.idle_timeout)
 
     def connection_lost(self, exc) -> None:
         self.closed = True
-        self.server.connections.discard(self)
+        self.server.forget(self)
         self._disarm()
         for request in [self.current, *self.ready]:
             if request is not None:
@@ -249,16 +286,21 @@ class _Connection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.writable = False
+        if self.can_write is None:
+            self.can_write = asyncio.Event()
         self.can_write.clear()
 
     def resume_writing(self) -> None:
         self.writable = True
-        self.can_write.set()
+        if self.can_write is not None:
+            self.can_write.set()
 
     # -- reading -------------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
         if self.stopped:
             return
+        if self.parser is None:
+            self.parser = httptools.HttpRequestParser(self)
         try:
             self.parser.feed_data(data)
             if self.heads and self.header_bytes + _head_size(self.heads) > self.max_header_bytes:
@@ -348,8 +390,7 @@ class _Connection(asyncio.Protocol):
         # (repeated headers arrive joined with ", ": a joined length is not a number)
         refusal = None
         if self.over_limit:
-            refusal = Response.error(503, f"the server holds its limit of {limits.max_connections} connections; "
-                                          "retry later")
+            refusal = Response.error(503, self.over_limit)
         elif self.server.draining:
             refusal = Response.error(503, "the server is shutting down; the request was not accepted")
         elif declared is not None and declared.isdigit():
@@ -488,7 +529,7 @@ class _Connection(asyncio.Protocol):
     def _answered(self, request: Request, response: Response) -> None:
         """Answer ``ready[0]`` and take it off the queue."""
         self._reply(request, response)
-        self.ready.popleft()
+        self.ready.pop(0)
         if self.paused and len(self.ready) < _PIPELINE and not self.closed:
             self.paused = False
             self.transport.resume_reading()
@@ -559,6 +600,22 @@ def _head(response: Response) -> bytes:
         f"HTTP/1.1 {response.status} {_REASONS.get(response.status, 'Unknown')}\r\n"
         f"Content-Type: {response.content_type}\r\nContent-Length: ").encode("latin-1")
     return start
+
+
+def _close_longest_idle(connections) -> bool:
+    """Close the connection of ``connections`` idle the longest (the earliest idle deadline); False
+    when all are busy."""
+    idle = [c for c in connections if not c.busy and c.deadline is not None and not c.closed]
+    if not idle:
+        return False
+    oldest = min(idle, key=_deadline)
+    oldest.server.forget(oldest)
+    oldest.closed = True
+    oldest.transport.close()
+    return True
+
+
+_deadline = operator.attrgetter("deadline")
 
 
 def _budget_refusal(server: HttpServer) -> Response:

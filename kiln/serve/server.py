@@ -90,6 +90,7 @@ class Worker:
 
         o = self.options
         self._blas = _cap_blas_threads(o.num_threads or 1)
+        _raise_fd_limit(o.limits)
         manager = ModelManager(o.specs, o.backend, o.batching, o.num_threads, o.rest_threads,
                                Metrics(s.name for s in o.specs), o.per_model_batching, o.max_queued, o.inline)
         manager.poll_once()
@@ -157,6 +158,24 @@ def _cap_blas_threads(n: int):
     except ImportError:  # pragma: no cover - threadpoolctl is in the serve extra
         return None
     return threadpool_limits(limits=n, user_api="blas")
+
+
+def _raise_fd_limit(limits) -> None:
+    """Raise this worker's open-file limit to its hard limit (a soft limit of 1024 would refuse
+    connections before --max_connections); where even that is short, hold fewer connections."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on Windows
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        soft = hard
+    spare = 256  # models, gRPC, metrics files, the event loop
+    if soft != resource.RLIM_INFINITY and limits.max_connections > soft - spare:
+        log.warning(f"kiln serve: {soft} open files allowed per process (ulimit -n): holding at most "
+                    f"{max(soft - spare, 16)} HTTP connections, not --max_connections {limits.max_connections}")
+        limits.max_connections = max(soft - spare, 16)
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:

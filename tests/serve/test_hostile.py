@@ -196,14 +196,19 @@ def test_small_items_body_refused_at_its_header_deleted_failed_version_no_access
     (tmp_path / "v2" / "model.tflite").write_bytes(b"not a model")
     (tmp_path / "v2").rename(base / "2")
 
-    def states():
-        rest = {s["version"]: (s["state"], s["status"]["error_message"])
+    def rest():
+        return {s["version"]: (s["state"], s["status"]["error_message"])
                 for s in server.get("/v1/models/one").json()["model_version_status"]}
-        with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
-            status = model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(
-                get_model_status_pb2.GetModelStatusRequest(model_spec={"name": "one"}), timeout=10)
-        assert sorted(rest) == sorted(str(s.version) for s in status.model_version_status)
-        return rest
+
+    def states():  # REST's, which gRPC's equal (read between two equal REST readings: a poll may come between)
+        while True:
+            before = rest()
+            with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+                status = model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(
+                    get_model_status_pb2.GetModelStatusRequest(model_spec={"name": "one"}), timeout=10)
+            if rest() == before:
+                assert sorted(before) == sorted(str(s.version) for s in status.model_version_status)
+                return before
 
     for _ in range(100):
         if "2" in states():
@@ -228,3 +233,87 @@ def test_small_items_body_refused_at_its_header_deleted_failed_version_no_access
     assert server.predict("one", {"instances": rows(1).tolist()}).status_code == 200
     code, log = server.stop()
     assert code == 0 and not [line for line in log.splitlines() if line.startswith("{")], log[-2000:]
+
+
+def _closed_by_server(sockets) -> int:
+    closed = 0
+    for s in sockets:
+        s.setblocking(False)
+        try:
+            closed += s.recv(1) == b""
+        except BlockingIOError:
+            pass
+        except OSError:
+            closed += 1
+    return closed
+
+
+def _raise_fd_limit(need: int) -> None:
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < need:
+        if hard != resource.RLIM_INFINITY and hard < need:
+            pytest.skip(f"needs {need} open files, the hard limit is {hard} (ulimit -Hn)")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need if hard == resource.RLIM_INFINITY else hard, hard))
+
+
+@pytest.mark.parametrize("workers, flags", [(1, ()), (2, ()), (1, ("--max_connections_per_client", "4096"))],
+                         ids=["1-worker", "2-workers", "no-per-client-cap"])
+def test_a_client_holding_1100_sockets_does_not_shut_out_the_others(serve, models, tmp_path, workers, flags):
+    """Issue #31 (1): one client (127.0.0.2) holds 1,100 sockets, 200 of them with half-sent headers
+    and keeps opening more; another (127.0.0.1) is answered at once, on new and keep-alive
+    connections, with 1 and 2 workers; with the per-client cap lifted, idle sockets are closed
+    to make room (longest idle first) and idle timeouts shrink."""
+    import socket
+
+    _raise_fd_limit(4000)
+    server = serve("--model_base_path", str(one_model_dir(tmp_path, models["one_v1"])), "--model_name", "one",
+                   "--num_workers", str(workers), *flags)
+    held, stop = [], threading.Event()
+
+    def attack(count):
+        for i in range(count):
+            if stop.is_set():
+                return
+            s = socket.socket()
+            s.bind(("127.0.0.2", 0))
+            try:
+                s.connect(("127.0.0.1", server.port))
+                if len(held) < 200:  # a request that never completes: not idle, never evicted
+                    s.sendall(b"POST /v1/models/one:predict HTTP/1.1\r\nHost: x\r\n")
+            except OSError:
+                s.close()
+                continue
+            held.append(s)
+
+    attack(1100)
+    churn = threading.Thread(target=lambda: [attack(10) or time.sleep(0.01) for _ in range(200) if not stop.is_set()])
+    churn.start()
+    body = json.dumps({"instances": rows(1).tolist()}).encode()
+    latencies, codes = [], []
+    try:
+        with requests.Session() as kept:
+            for i in range(200):
+                start = time.monotonic()
+                r = (kept.post if i % 2 else requests.post)(server.url + "/v1/models/one:predict", data=body, timeout=10)
+                latencies.append(time.monotonic() - start)
+                codes.append(r.status_code)
+    finally:
+        stop.set()
+        churn.join()
+    closed = _closed_by_server(held)
+    if flags:  # at the limit the idle timeout is a second: the first 900 (idle) go, the 200 half-sent ones stay
+        time.sleep(1.6)
+        later = _closed_by_server(held)
+        print(f"after 1.6 s more: {later} closed")
+        assert later >= 900 and _closed_by_server(held[:200]) == 0
+    for s in held:
+        s.close()
+    latencies.sort()
+    print(f"{workers} worker(s) {flags}: {len(held)} hostile sockets ({closed} closed by the server); other client: "
+          f"{codes.count(200)}/200 x 200, p50 {latencies[100] * 1e3:.1f} ms, p99 {latencies[197] * 1e3:.1f} ms, "
+          f"max {latencies[-1] * 1e3:.1f} ms")
+    assert codes == [200] * 200
+    assert latencies[197] < 0.25
+    assert closed >= len(held) - 1024 * workers

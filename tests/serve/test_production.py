@@ -258,13 +258,28 @@ def test_connection_limits_and_small_items(serve, models, tmp_path):
         assert s.recv(100).startswith(b"HTTP/1.1 100 Continue")
         s.sendall(body)
         assert s.recv(1000).startswith(b"HTTP/1.1 200")
-    # past the connection limit, requests are answered 503 (not reset)
-    held = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(3)]
+    # past the connection limit, when none is idle, requests on a new connection are answered 503 (not reset);
+    # else the connection idle the longest is closed to make room
+    busy = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(3)]
+    for s in busy:
+        s.sendall(b"GET /healthz HTTP/1.1\r\n")  # a request in progress: never closed for room
+    time.sleep(0.05)
     try:
-        answer = raw(server.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert answer.startswith(b"HTTP/1.1 503") and b"connections" in answer
+        answer = raw(server.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", timeout=0.3)
+        assert answer.startswith(b"HTTP/1.1 503") and b"limit of 3 connections" in answer, answer
     finally:
-        for s in held:
+        for s in busy:
+            s.close()
+    time.sleep(0.05)
+    idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(3)]
+    try:
+        time.sleep(0.05)
+        answer = raw(server.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", timeout=0.3)
+        assert answer.startswith(b"HTTP/1.1 200")
+        idle[0].settimeout(0.1)
+        assert idle[0].recv(10) == b""  # the one idle the longest made room
+    finally:
+        for s in idle:
             s.close()
     time.sleep(0.2)
     page = server.get("/monitoring/prometheus/metrics").text
