@@ -20,6 +20,7 @@ import time
 import grpc
 
 from . import backends, grpc_api
+from .budget import CLAIM
 from .service import Service
 from .status import InvalidArgument, ServeError, Unimplemented
 
@@ -116,20 +117,21 @@ class GrpcApi:
         def handle(data: bytes, context) -> bytes:
             arrived = _ARRIVED.get() or time.monotonic()
             labels = [self.metrics.model_label(""), "", label]
-            status = 200
+            status, error = 200, None
             try:
                 return method(data, context, arrived, labels).SerializeToString()
             except ServeError as exc:
-                status = exc.http_status
-                context.abort(getattr(grpc.StatusCode, exc.code, grpc.StatusCode.INTERNAL), str(exc))
+                status, error = exc.http_status, (getattr(grpc.StatusCode, exc.code, grpc.StatusCode.INTERNAL), str(exc))
             except Exception as exc:  # a bug: answered as INTERNAL, logged, never a traceback to the client
-                status = 500
+                status, error = 500, (grpc.StatusCode.INTERNAL, f"Internal: {type(exc).__name__}: {exc}")
                 log.exception(f"gRPC {label} failed")
-                context.abort(grpc.StatusCode.INTERNAL, f"Internal: {type(exc).__name__}: {exc}")
             finally:
                 if not context.is_active() and status == 200:
                     status = 499
                 self.metrics.request(*labels, status, time.monotonic() - arrived)
+            # aborted out here, not in the except clause: an exception raised there would tie the error's
+            # frames (the request's message and tensors) in a cycle that only the garbage collector frees
+            context.abort(*error)
         return handle
 
     def _parse(self, name: str, data: bytes):
@@ -151,6 +153,17 @@ class GrpcApi:
 
     # -- methods -------------------------------------------------------------------------------
     def predict(self, data: bytes, context, arrived: float, labels: list):
+        ticket = self.service.budget.ticket()
+        token = CLAIM.set(ticket.claim)
+        try:  # the message and its parsed copy, then each tensor before it is allocated (grpc_api.to_array)
+            labels[0] = self.metrics.model_label(_model_name(self.m, data))
+            ticket.claim(2 * len(data), "the PredictRequest")
+            return self._predict(data, context, arrived, labels)
+        finally:
+            CLAIM.reset(token)
+            ticket.close()
+
+    def _predict(self, data: bytes, context, arrived: float, labels: list):
         request = self._parse("PredictRequest", data)
         served = self._acquire(request.model_spec, labels)
         try:

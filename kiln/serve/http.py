@@ -27,6 +27,8 @@ from typing import Awaitable, Callable
 
 import httptools
 
+from .budget import MemoryBudget
+
 _monotonic = time.monotonic
 _REASONS = {200: "OK", 100: "Continue", 400: "Bad Request", 404: "Not Found", 408: "Request Timeout",
             413: "Payload Too Large",
@@ -100,14 +102,16 @@ Handler = Callable[[Request], "Response | Awaitable[Response]"]
 class HttpServer:
     """Serves ``handler`` on a listening socket; see the module docstring."""
 
-    def __init__(self, handler: Handler, limits: Limits | None = None, on_response=None):
-        """``on_response(request, response, seconds)`` runs after every answer (metrics, access log)."""
+    def __init__(self, handler: Handler, limits: Limits | None = None, on_response=None,
+                 budget: MemoryBudget | None = None):
+        """``on_response(request, response, seconds)`` runs after every answer (metrics, access log);
+        ``budget``: the worker's, which bodies share with what requests decode."""
         self.handler = handler
         self.limits = limits or Limits()
+        self.budget = budget or MemoryBudget(self.limits.body_budget_bytes)
         self.on_response = on_response
         self.connections: set[_Connection] = set()
         self.peers: dict[str, set[_Connection]] = {}  # peer address -> its connections
-        self.body_bytes = 0
         self.draining = False
         self._server: asyncio.base_events.Server | None = None
         self._sweeper: asyncio.Task | None = None
@@ -158,14 +162,17 @@ class HttpServer:
 
     def reserve(self, request: Request, size: int) -> bool:
         """Count ``size`` more body bytes for ``request``; False when that would pass the budget."""
-        if self.body_bytes + size > self.limits.body_budget_bytes:
+        budget = self.budget
+        if budget.bodies + budget.held + size > budget.limit:
             return False
-        self.body_bytes += size
+        budget.bodies += size
         request._reserved += size
         return True
 
     def release(self, request: Request) -> None:
-        self.body_bytes -= request._reserved
+        self.budget.bodies -= request._reserved
+        if request._reserved >= 1 << 20:  # a large body: counted toward giving memory back
+            self.budget.give(request._reserved, claimed=False)
         request._reserved = 0
 
     async def drain(self, timeout: float, message: str) -> None:
@@ -377,8 +384,9 @@ class _Connection(asyncio.Protocol):
         if declared is not None and request.expect is None and not self.over_limit and not server.draining \
                 and declared.isdigit():  # the common request: its body reserved at once, or _admit decides
             size = int(declared)
-            if size <= self.max_body_bytes and server.body_bytes + size <= self.body_budget:
-                server.body_bytes += size
+            budget = server.budget
+            if size <= self.max_body_bytes and budget.bodies + budget.held + size <= self.body_budget:
+                budget.bodies += size
                 request._reserved = size
                 return
         self._admit(request)
@@ -538,8 +546,11 @@ class _Connection(asyncio.Protocol):
         """Write ``response`` (499 in the metrics when the client is gone), release the body's bytes."""
         server = self.server
         if request._reserved:
-            server.body_bytes -= request._reserved  # release
-            request._reserved = 0
+            if request._reserved >= 1 << 20:
+                server.release(request)
+            else:
+                server.budget.bodies -= request._reserved  # release
+                request._reserved = 0
             request.body = b""
         if self.closed:
             response = Response.error(499, "the client closed the connection before the answer")
@@ -619,5 +630,6 @@ _deadline = operator.attrgetter("deadline")
 
 
 def _budget_refusal(server: HttpServer) -> Response:
-    return Response.error(503, f"the server holds {server.body_bytes} bytes of request bodies, its budget is "
-                               f"{server.limits.body_budget_bytes}; retry later")
+    budget = server.budget
+    return Response.error(503, f"the server holds {budget.bodies + budget.held} bytes of requests, its budget is "
+                               f"{budget.limit}; retry later")

@@ -84,6 +84,7 @@ class Worker:
         self.stopping: asyncio.Event | None = None
 
     def run(self) -> int:
+        from .budget import MemoryBudget, return_large_allocations
         from .metrics import Metrics
         from .models import ModelManager
         from .service import Service
@@ -97,7 +98,8 @@ class Worker:
         for name, why in manager.not_served().items():
             log.warning(f"model {name}: nothing served yet ({why}); still looking")
         manager.start_polling(o.poll_seconds)
-        service = Service(manager, o.timeout_seconds)
+        service = Service(manager, o.timeout_seconds, MemoryBudget(o.limits.body_budget_bytes))
+        return_large_allocations()
         if o.rest_port:  # each worker its own socket: closed on drain, it takes no more connections
             self.rest_sock = listen(o.host, o.rest_port, shared=o.num_workers > 1)
         grpc_server = None

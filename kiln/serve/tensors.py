@@ -22,6 +22,7 @@ from operator import eq
 import numpy as np
 
 from ..runtime.served import TensorSpec
+from .budget import CLAIM
 from .jsonbody import MAX_DEPTH, Span, quoted
 from .status import InvalidArgument
 
@@ -153,11 +154,7 @@ def to_array(value, spec: TensorSpec, may_hold_bools: bool = True, offset: int =
     """
     name, dtype = spec.name, spec.dtype
     if isinstance(value, Span):
-        def run(items, at):
-            plain = None if may_hold_bools else _plain_floats({"inputs": items}, {name: spec})
-            return plain[0] if plain is not None else {name: to_array(items, spec, may_hold_bools, at)}
-
-        return _chunked(value, run, None)[name]
+        return _chunked(value, lambda items, at: {name: to_array(items, spec, may_hold_bools, at)}, None)[name]
     if isinstance(value, list) and len(value) == 1 and isinstance(value[0], (Span, dict)) and not _is_b64(value[0]):
         return to_array(value[0], spec, may_hold_bools)[None]  # one large row of a large body
     if dtype.kind in "OSU":
@@ -238,7 +235,12 @@ def _chunked(span: Span, convert, key: str | None) -> dict[str, np.ndarray]:
         for name, part in convert(span.read(start, end, count), at).items():
             whole = out.get(name)
             if whole is None:
-                whole = out[name] = np.empty((total, *part.shape[1:]), part.dtype)
+                shape = (total, *part.shape[1:])
+                claim = CLAIM.get()
+                if claim is not None:  # the worker's memory budget, before the allocation
+                    claim(math.prod(shape) * (part.dtype.itemsize if part.dtype.kind != "O" else 64),
+                          f"tensor with shape{list(shape)} and type {dtype_name(part.dtype)} for input '{name}'")
+                whole = out[name] = np.empty(shape, part.dtype)
             elif part.shape[1:] != whole.shape[1:]:
                 detail = f"Expecting shape {_fmt(whole.shape[1:])} but got: {_fmt(part.shape[1:])}"
                 raise InvalidArgument(f"input '{name}': Failed to process element: {at} of '{key}' list. Error: {detail}"
@@ -332,14 +334,11 @@ def _rows(instances, specs, may_hold_bools, offset: int = 0) -> dict[str, np.nda
         kinds = []
 
         def run(rows, at):
-            plain = None if may_hold_bools or len(specs) > 1 else _plain_floats({"instances": rows}, specs)
-            if plain is not None:  # (as parse_request: a run of plain float rows in one NumPy call)
-                rows = [rows[0]]
             kinds.append(isinstance(rows[0], dict) and not _is_b64(rows[0]))
             if kinds[-1] != kinds[0]:
                 got, want = ("object", "value/list") if kinds[-1] else ("list", "object")
                 raise InvalidArgument(f"Expecting {want} but got {got} at item {at} of input list")
-            return plain[0] if plain is not None else _rows(rows, specs, may_hold_bools, at)
+            return _rows(rows, specs, may_hold_bools, at)
 
         return _chunked(instances, run, "instances")
     if not isinstance(instances, list):
@@ -351,6 +350,11 @@ def _rows(instances, specs, may_hold_bools, offset: int = 0) -> dict[str, np.nda
     if not objects and len(specs) > 1:
         raise InvalidArgument("instances is a plain list, but expecting list of objects as multiple input "
                               f"tensors required as per tensorinfo_map (inputs: {', '.join(names)})")
+    if not objects:
+        try:  # rows of one input: read at once when they are well formed (the loop below words the errors)
+            return {names[0]: to_array(instances, specs[names[0]], may_hold_bools, offset)}
+        except InvalidArgument:
+            pass
     per_input: dict[str, list] = {n: [] for n in (names if objects else names[:1])}
     for i, item in enumerate(instances):
         is_object = isinstance(item, dict) and not _is_b64(item)
@@ -540,9 +544,9 @@ def _pieces(a: np.ndarray, as_bytes: bool, rows: int):
         yield _row_texts(a, as_bytes, start, start + rows)
 
 
-def format_response(outputs: dict[str, np.ndarray], fmt: str) -> bytes:
+def format_response(outputs: dict[str, np.ndarray], fmt: str) -> bytes | bytearray:
     """The JSON text TF Serving answers for these outputs in the request's format, written a few
-    thousand rows at a time."""
+    thousand rows at a time (a large one into a bytearray, sent as it is)."""
     if not outputs:
         raise InvalidArgument("Cannot convert empty tensor map to JSON")
     if len(outputs) == 1:  # the common answer, one 2-D float output: the texts joined directly
@@ -560,23 +564,23 @@ def format_response(outputs: dict[str, np.ndarray], fmt: str) -> bytes:
             return (('{"predictions": [' if fmt != COLUMNAR else '{"outputs": [') + rows + "]}").encode()
     names = sorted(outputs)
     arrays = {n: np.asarray(outputs[n]) for n in names}
-    out: list[bytes] = []
+    out = bytearray()  # pieces appended as they are written: the answer exists once, not as pieces and a join
     if fmt == COLUMNAR:
-        out.append(b'{"outputs": ' if len(names) == 1 else b'{"outputs": {')
+        out += b'{"outputs": ' if len(names) == 1 else b'{"outputs": {'
         for k, n in enumerate(names):
             a = arrays[n]
             if len(names) > 1:
-                out.append((", " if k else "").encode() + json.dumps(n).encode() + b": ")
+                out += (", " if k else "").encode() + json.dumps(n).encode() + b": "
             if a.ndim == 0:
-                out.append(_leaf_texts(a, _is_bytes_output(n, a))[0].encode())
+                out += _leaf_texts(a, _is_bytes_output(n, a))[0].encode()
                 continue
             rows = max(1, _ROWS_PER_PIECE * 16 // max(int(np.prod(a.shape[1:], dtype=np.int64)), 1))
-            out.append(b"[")
+            out += b"["
             for i, piece in enumerate(_pieces(a, _is_bytes_output(n, a), rows)):
-                out.append(((", " if i else "") + ", ".join(piece)).encode())
-            out.append(b"]")
-        out.append(b"}" if len(names) == 1 else b"}}")
-        return b"".join(out)
+                out += ((", " if i else "") + ", ".join(piece)).encode()
+            out += b"]"
+        out += b"}" if len(names) == 1 else b"}}"
+        return out
     batch = None
     for n, a in arrays.items():
         if a.ndim == 0:
@@ -584,7 +588,7 @@ def format_response(outputs: dict[str, np.ndarray], fmt: str) -> bytes:
         if batch is not None and a.shape[0] != batch:
             raise InvalidArgument(f"Tensor name: {n} has inconsistent batch size: {a.shape[0]} expecting: {batch}")
         batch = a.shape[0]
-    out.append(b'{"predictions": [')
+    out += (b'{"predictions": [')
     width = max(sum(int(np.prod(a.shape[1:], dtype=np.int64)) for a in arrays.values()), 1)
     rows = max(1, _ROWS_PER_PIECE * 16 // width)
     keys = {n: json.dumps(n) + ": " for n in names}
@@ -594,6 +598,6 @@ def format_response(outputs: dict[str, np.ndarray], fmt: str) -> bytes:
             items = texts[names[0]]
         else:
             items = ["{" + ", ".join(keys[n] + texts[n][i] for n in names) + "}" for i in range(len(texts[names[0]]))]
-        out.append(((", " if start else "") + ", ".join(items)).encode())
-    out.append(b"]}")
-    return b"".join(out)
+        out += (((", " if start else "") + ", ".join(items)).encode())
+    out += (b"]}")
+    return out

@@ -303,11 +303,14 @@ def test_a_client_holding_1100_sockets_does_not_shut_out_the_others(serve, model
         stop.set()
         churn.join()
     closed = _closed_by_server(held)
-    if flags:  # at the limit the idle timeout is a second: the first 900 (idle) go, the 200 half-sent ones stay
-        time.sleep(1.6)
+    if flags:  # near the limit idle timeouts shrink to a second, until under half the limit (512) are open;
+        for _ in range(40):  # the 200 half-sent requests stay (their read timeout is 30 s)
+            time.sleep(0.1)
+            if len(held) - _closed_by_server(held) < 600:
+                break
         later = _closed_by_server(held)
-        print(f"after 1.6 s more: {later} closed")
-        assert later >= 900 and _closed_by_server(held[:200]) == 0
+        print(f"soon after: {later} closed")
+        assert len(held) - later < 600 and _closed_by_server(held[:200]) == 0
     for s in held:
         s.close()
     latencies.sort()
