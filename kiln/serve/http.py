@@ -75,6 +75,7 @@ class Request:
     declared: bytes | None = None  # Content-Length
     expect: bytes | None = None
     _reserved = 0
+    _filled = 0  # bytes of a body gathered in a bytearray
 
     def __init__(self, arrived: float, client: str):
         self.arrived = arrived
@@ -88,8 +89,12 @@ class Request:
 @dataclass
 class Response:
     status: int
-    body: bytes = b""
+    body: bytes | list = b""  # or a large one's pieces, written in turn
     content_type: str = JSON
+
+    @property
+    def size(self) -> int:
+        return len(self.body) if self.body.__class__ is not list else sum(map(len, self.body))
 
     @classmethod
     def error(cls, status: int, message: str) -> "Response":
@@ -448,7 +453,7 @@ class _Connection(asyncio.Protocol):
         if request.refusal is not None:
             return  # read and dropped: the answer is already decided
         held = request.body
-        size = len(held) + len(body)
+        size = (request._filled if held.__class__ is bytearray else len(held)) + len(body)
         if size > self.limits.max_body_bytes or size > request._reserved and \
                 not self.server.reserve(request, size - request._reserved):
             request.refusal = _budget_refusal(self.server) if size <= self.limits.max_body_bytes else Response.error(
@@ -459,13 +464,21 @@ class _Connection(asyncio.Protocol):
             return
         if not held:
             request.body = body  # most bodies come in one piece: kept as they are
-        elif held.__class__ is bytes:
-            request.body = bytearray(held) + body
-        else:
+        elif held.__class__ is bytes:  # room for the whole declared body, each piece copied once into place
+            held, request.body = request.body, bytearray(max(request._reserved, size))
+            request.body[:len(held)] = held
+            request.body[len(held):size] = body
+        elif size <= len(held):
+            held[request._filled:size] = body
+        else:  # (a chunked body past its room)
+            del held[request._filled:]
             held += body
+        request._filled = size
 
     def on_message_complete(self) -> None:
         request, self.current = self.current, None
+        if request.body.__class__ is bytearray and request._filled < len(request.body):
+            del request.body[request._filled:]
         self.deadline = None  # _disarm
         if self.ready or self.task is not None or request.refusal is not None or not self.writable or self.closed:
             self._queue(request)
@@ -555,7 +568,7 @@ class _Connection(asyncio.Protocol):
         if self.closed:
             response = Response.error(499, "the client closed the connection before the answer")
         elif request.keep_alive and not server.draining and request.refusal is None \
-                and request.method != "HEAD" and len(response.body) < 65536:  # the common answer, in one write
+                and request.method != "HEAD" and response.body.__class__ is bytes and len(response.body) < 65536:
             body = response.body
             head = _HEADS.get((response.status, response.content_type)) or _head(response)
             self.transport.write(b"%s%d\r\n\r\n%s" % (head, len(body), body))
@@ -570,7 +583,10 @@ class _Connection(asyncio.Protocol):
         body = b"" if request.method == "HEAD" else response.body
         start = _HEADS.get((response.status, response.content_type)) or _head(response)
         end = b"\r\nConnection: close\r\n\r\n" if close or linger else b"\r\n\r\n"
-        if len(body) < 65536:
+        if body.__class__ is list:
+            self.transport.write(b"%s%d%s" % (start, response.size, end))
+            self.transport.writelines(body)
+        elif len(body) < 65536:
             self.transport.write(b"%s%d%s%s" % (start, len(response.body), end, body))
         else:
             self.transport.write(b"%s%d%s" % (start, len(response.body), end))

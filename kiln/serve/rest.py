@@ -23,10 +23,10 @@ from . import backends
 from .batching import InlineExecutor
 from .http import HttpServer, Limits, Request, Response
 from .budget import CLAIM
-from .jsonbody import parse_body, parse_text
+from .jsonbody import CHUNK, parse_body, parse_text
 from .service import Service
 from .status import InvalidArgument, ServeError, Unimplemented
-from .tensors import format_response, parse_request, plain_float_feed
+from .tensors import answer_pieces, format_response, parse_request, plain_float_feed
 
 PREDICT_PATH = re.compile(r"/v1/models/([^/:]+)(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?:(classify|regress|predict)",
                           re.IGNORECASE)
@@ -80,7 +80,8 @@ def _decode_claimed(body, held):
     if isinstance(held, ServeError):
         raise held
     signature = backends.signature(held.loaded, signature_name)
-    may_hold_bools = b"true" in body or b"false" in body
+    # (a large body's arrays look for booleans a run at a time: one scan of it all would hold the interpreter)
+    may_hold_bools = len(body) > CHUNK or b"true" in body or b"false" in body
     feeds, fmt = parse_request(doc, signature.inputs, may_hold_bools)
     return signature, feeds, fmt
 
@@ -298,7 +299,7 @@ class RestApi:
         return self._respond_later(outputs, fmt)
 
     async def _respond_later(self, outputs: dict, fmt: str) -> Response:
-        text = await asyncio.get_running_loop().run_in_executor(_BULK, format_response, outputs, fmt)
+        text = await asyncio.get_running_loop().run_in_executor(_BULK, answer_pieces, outputs, fmt)
         return Response(200, text)
 
     # -- status and metadata -------------------------------------------------------------------
@@ -329,4 +330,4 @@ class RestApi:
                 "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()), "client": request.client,
                 "method": request.method, "path": request.path.decode("latin-1")[:200], "status": status,
                 "ms": round(seconds * 1e3, 3), "model": labels[0] if labels else "",
-                "version": labels[1] if labels else "", "bytes_out": len(response.body)}))
+                "version": labels[1] if labels else "", "bytes_out": response.size}))

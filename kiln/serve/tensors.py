@@ -154,7 +154,7 @@ def to_array(value, spec: TensorSpec, may_hold_bools: bool = True, offset: int =
     """
     name, dtype = spec.name, spec.dtype
     if isinstance(value, Span):
-        return _chunked(value, lambda items, at: {name: to_array(items, spec, may_hold_bools, at)}, None)[name]
+        return _chunked(value, lambda items, at, bools: {name: to_array(items, spec, bools, at)}, None)[name]
     if isinstance(value, list) and len(value) == 1 and isinstance(value[0], (Span, dict)) and not _is_b64(value[0]):
         return to_array(value[0], spec, may_hold_bools)[None]  # one large row of a large body
     if dtype.kind in "OSU":
@@ -226,13 +226,15 @@ def to_array(value, spec: TensorSpec, may_hold_bools: bool = True, offset: int =
 
 def _chunked(span: Span, convert, key: str | None) -> dict[str, np.ndarray]:
     """A large array value read a run of elements at a time (`Span.chunks`): ``convert(elements,
-    offset)`` gives the run's arrays by input name, written at once into arrays of the whole
-    length (allocated by the first run), so the elements' Python objects never outlive their run."""
+    offset, may hold bools)`` gives the run's arrays by input name, written at once into arrays of
+    the whole length (allocated by the first run), so the elements' Python objects never outlive
+    their run. Whether a run may hold booleans is looked up in its own text (not the body's)."""
     runs = list(span.chunks())
     total = sum(count for _, _, count in runs)
-    out, at = {}, 0
+    out, at, text = {}, 0, span.view.obj
     for start, end, count in runs:
-        for name, part in convert(span.read(start, end, count), at).items():
+        bools = count > 1 and (text.find(b"true", start, end) >= 0 or text.find(b"false", start, end) >= 0)
+        for name, part in convert(span.read(start, end, count), at, bools or count == 1).items():
             whole = out.get(name)
             if whole is None:
                 shape = (total, *part.shape[1:])
@@ -333,12 +335,12 @@ def _rows(instances, specs, may_hold_bools, offset: int = 0) -> dict[str, np.nda
     if isinstance(instances, Span):  # a large body's rows, read a run at a time
         kinds = []
 
-        def run(rows, at):
+        def run(rows, at, bools):
             kinds.append(isinstance(rows[0], dict) and not _is_b64(rows[0]))
             if kinds[-1] != kinds[0]:
                 got, want = ("object", "value/list") if kinds[-1] else ("list", "object")
                 raise InvalidArgument(f"Expecting {want} but got {got} at item {at} of input list")
-            return _rows(rows, specs, may_hold_bools, at)
+            return _rows(rows, specs, bools, at)
 
         return _chunked(instances, run, "instances")
     if not isinstance(instances, list):
@@ -544,9 +546,16 @@ def _pieces(a: np.ndarray, as_bytes: bool, rows: int):
         yield _row_texts(a, as_bytes, start, start + rows)
 
 
-def format_response(outputs: dict[str, np.ndarray], fmt: str) -> bytes | bytearray:
-    """The JSON text TF Serving answers for these outputs in the request's format, written a few
-    thousand rows at a time (a large one into a bytearray, sent as it is)."""
+def format_response(outputs: dict[str, np.ndarray], fmt: str) -> bytes:
+    """The JSON text TF Serving answers for these outputs in the request's format."""
+    pieces = answer_pieces(outputs, fmt)
+    return pieces if pieces.__class__ is bytes else b"".join(pieces)
+
+
+def answer_pieces(outputs: dict[str, np.ndarray], fmt: str) -> bytes | list[bytes]:
+    """`format_response`'s text, a large one as the pieces it is written in, a few thousand rows
+    each: sent as they are, never joined (a join would copy the whole answer in one call that
+    holds the interpreter)."""
     if not outputs:
         raise InvalidArgument("Cannot convert empty tensor map to JSON")
     if len(outputs) == 1:  # the common answer, one 2-D float output: the texts joined directly
@@ -564,22 +573,22 @@ def format_response(outputs: dict[str, np.ndarray], fmt: str) -> bytes | bytearr
             return (('{"predictions": [' if fmt != COLUMNAR else '{"outputs": [') + rows + "]}").encode()
     names = sorted(outputs)
     arrays = {n: np.asarray(outputs[n]) for n in names}
-    out = bytearray()  # pieces appended as they are written: the answer exists once, not as pieces and a join
+    out: list[bytes] = []
     if fmt == COLUMNAR:
-        out += b'{"outputs": ' if len(names) == 1 else b'{"outputs": {'
+        out.append(b'{"outputs": ' if len(names) == 1 else b'{"outputs": {')
         for k, n in enumerate(names):
             a = arrays[n]
             if len(names) > 1:
-                out += (", " if k else "").encode() + json.dumps(n).encode() + b": "
+                out.append((", " if k else "").encode() + json.dumps(n).encode() + b": ")
             if a.ndim == 0:
-                out += _leaf_texts(a, _is_bytes_output(n, a))[0].encode()
+                out.append(_leaf_texts(a, _is_bytes_output(n, a))[0].encode())
                 continue
             rows = max(1, _ROWS_PER_PIECE * 16 // max(int(np.prod(a.shape[1:], dtype=np.int64)), 1))
-            out += b"["
+            out.append(b"[")
             for i, piece in enumerate(_pieces(a, _is_bytes_output(n, a), rows)):
-                out += ((", " if i else "") + ", ".join(piece)).encode()
-            out += b"]"
-        out += b"}" if len(names) == 1 else b"}}"
+                out.append(((", " if i else "") + ", ".join(piece)).encode())
+            out.append(b"]")
+        out.append(b"}" if len(names) == 1 else b"}}")
         return out
     batch = None
     for n, a in arrays.items():
@@ -588,7 +597,7 @@ def format_response(outputs: dict[str, np.ndarray], fmt: str) -> bytes | bytearr
         if batch is not None and a.shape[0] != batch:
             raise InvalidArgument(f"Tensor name: {n} has inconsistent batch size: {a.shape[0]} expecting: {batch}")
         batch = a.shape[0]
-    out += (b'{"predictions": [')
+    out.append((b'{"predictions": ['))
     width = max(sum(int(np.prod(a.shape[1:], dtype=np.int64)) for a in arrays.values()), 1)
     rows = max(1, _ROWS_PER_PIECE * 16 // width)
     keys = {n: json.dumps(n) + ": " for n in names}
@@ -598,6 +607,6 @@ def format_response(outputs: dict[str, np.ndarray], fmt: str) -> bytes | bytearr
             items = texts[names[0]]
         else:
             items = ["{" + ", ".join(keys[n] + texts[n][i] for n in names) + "}" for i in range(len(texts[names[0]]))]
-        out += (((", " if start else "") + ", ".join(items)).encode())
-    out += (b"]}")
+        out.append((((", " if start else "") + ", ".join(items)).encode()))
+    out.append((b"]}"))
     return out

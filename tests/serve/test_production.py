@@ -77,7 +77,8 @@ def test_one_bad_request_among_32_concurrent_fails_alone(serve, models, tmp_path
     assert server.metric("kiln_serve_backend_calls_total", model="e") < 32 + (31 if model == "embed_sm" else 0)
 
 
-def test_a_60_mib_body_grows_memory_less_than_4_times_its_size(serve, models, tmp_path):
+@pytest.mark.slow  # (the fast lane measures 8 MiB bodies of other layouts: tests/serve/test_memory.py)
+def test_a_60_mib_body_grows_memory_less_than_3_times_its_size(serve, models, tmp_path):
     server = serve("--model_base_path", str(one_model_dir(tmp_path, models["one_v1"])), "--model_name", "one",
                    "--access_log", "false")
     x = np.random.default_rng(0).standard_normal((750_000, 4)).astype(np.float32)
@@ -91,7 +92,7 @@ def test_a_60_mib_body_grows_memory_less_than_4_times_its_size(serve, models, tm
     peak = int(status_of(server.proc.pid)["VmHWM"].split()[0]) << 10
     print(f"a {len(body) / 2**20:.1f} MiB body grew peak RSS by {(peak - before) / 2**20:.0f} MiB "
           f"({(peak - before) / len(body):.2f}x the body)")
-    assert peak - before < 4 * len(body), f"{(peak - before) / len(body):.2f}x the body"
+    assert peak - before < 3 * len(body), f"{(peak - before) / len(body):.2f}x the body"
 
 
 def _malformed(rng) -> list[tuple[str, str, bytes]]:
