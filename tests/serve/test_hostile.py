@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import signal
 import threading
 import time
 
@@ -12,7 +11,7 @@ import numpy as np
 import pytest
 import requests
 
-from .conftest import free_port, one_model_dir, rows
+from .conftest import free_port, one_model_dir, rows, sigterm_while
 
 grpc = pytest.importorskip("grpc")
 pytest.importorskip("tensorflow_serving.apis.predict_pb2")
@@ -83,16 +82,8 @@ def test_sigterm_under_load_answers_every_keep_alive_client(serve, models, refer
                                                            i < 16)) for i, out in enumerate(rest)]
     threads += [threading.Thread(target=_grpc_client, args=(f"127.0.0.1:{grpc_port}", x, want, out, stop))
                 for out in grpc_out]
-    for t in threads:
-        t.start()
-    time.sleep(1.0)
-    start = time.monotonic()
-    server.proc.send_signal(signal.SIGTERM)
-    code = server.proc.wait(30)
-    took = time.monotonic() - start
+    code, took = sigterm_while(server, threads, 1.0)
     stop.set()
-    for t in threads:
-        t.join(30)
     ends = [out[-1] if out and not isinstance(out[-1], str) or out and out[-1] in ("OK",) else out[-2:] for out in rest]
     print(f"{workers} worker(s): exit {code} {took:.2f} s after SIGTERM; REST answers "
           f"{sum(o.count(200) for o in rest)} x 200, {sum(o.count(503) for o in rest)} x 503; endings {ends}; gRPC "

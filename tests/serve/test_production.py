@@ -5,7 +5,6 @@ timeout, stretch latency past the deadline, or hold a connection forever (issue 
 from __future__ import annotations
 
 import json
-import signal
 import socket
 import threading
 import time
@@ -14,7 +13,7 @@ import numpy as np
 import pytest
 import requests
 
-from .conftest import batching_file, concurrently, one_model_dir, rows
+from .conftest import batching_file, concurrently, one_model_dir, rows, sigterm_while
 
 TABLE = np.arange(150, dtype=np.float32).reshape(50, 3) / 10.0
 
@@ -183,16 +182,7 @@ def test_a_half_second_drain_timeout_exits_within_two_seconds(serve, models, tmp
         except requests.RequestException as exc:  # a reset connection would be a failure of the drain
             answers.append(exc)
 
-    clients = [threading.Thread(target=ask) for _ in range(8)]
-    for c in clients:
-        c.start()
-    time.sleep(0.5)
-    start = time.monotonic()
-    server.proc.send_signal(signal.SIGTERM)
-    code = server.proc.wait(10)
-    took = time.monotonic() - start
-    for c in clients:
-        c.join()
+    code, took = sigterm_while(server, [threading.Thread(target=ask) for _ in range(8)], 0.5, wait=10)
     print(f"drain timeout 0.5 s: exit {code} after {took:.2f} s, answers {[getattr(a, 'status_code', a) for a in answers]}")
     assert code == 0 and took < 2.0, (code, took)
     assert all(isinstance(a, requests.Response) for a in answers), answers
