@@ -105,8 +105,10 @@ def return_large_allocations() -> None:
 def _trim() -> None:
     """After a burst: collect the cycles big requests left (a runner dropped after a big request keeps
     its interpreters, sized for it, until the collector frees their cycles), then give freed heap
-    pages back. A moment later: the last request's runner is dropped just after it is answered."""
-    time.sleep(0.2)
-    gc.collect()
-    if _LIBC is not None:
-        _LIBC.malloc_trim(0)
+    pages back. A moment later, and again twice: the last request's runner is dropped just after it
+    is answered, and a large answer is freed once the client has read it."""
+    for pause in (0.2, 1.0, 3.0):
+        time.sleep(pause)
+        gc.collect()
+        if _LIBC is not None:
+            _LIBC.malloc_trim(0)

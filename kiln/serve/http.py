@@ -576,6 +576,8 @@ class _Connection(asyncio.Protocol):
             close = not request.keep_alive or server.draining or request.refusal is not None \
                 and request.refusal.status == 503
             self._write(request, response, close)
+            if response.body.__class__ is list:  # a large answer: freed once sent, counted toward giving memory back
+                server.budget.give(response.size, claimed=False)
         if server.on_response is not None:
             server.on_response(request, response, 0.0)
 
