@@ -41,6 +41,7 @@ NUMBERS: dict[tuple[str, str], tuple[float | None, float | None]] = {
     ("serve", "request_body_budget_bytes"): (1, None),
     ("serve", "max_queued_requests"): (1, None),
     ("serve", "max_connections"): (1, None),
+    ("serve", "max_connections_per_client"): (1, None),
     ("serve", "http_idle_timeout_seconds"): (0.001, None),
     ("serve", "http_read_timeout_seconds"): (0.001, None),
     ("serve", "drain_timeout_seconds"): (0, None),

@@ -15,6 +15,7 @@ passes the signal on, and starts a new worker when one dies unexpectedly.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 import os
 import shutil
@@ -196,6 +197,17 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 
 # -- several workers -----------------------------------------------------------------------------
 
+def _end_with(supervisor: int) -> None:
+    """The worker gets SIGTERM (a drain) when its supervisor ends, even by SIGKILL, so no worker
+    outlives it holding the ports (Linux's PR_SET_PDEATHSIG; elsewhere only the check below)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        pass
+    if os.getppid() != supervisor:  # it ended before the line above took effect
+        os._exit(1)
+
+
 def _supervise(options: Options) -> int:
     from .metrics import PIDS_FILE, use_multiprocess_dir
 
@@ -204,11 +216,14 @@ def _supervise(options: Options) -> int:
     stopping = threading.Event()
     codes = []
 
+    supervisor = os.getpid()
+
     def start(index: int) -> None:
         pid = os.fork()
         if pid == 0:  # the worker
             code = 1
             try:
+                _end_with(supervisor)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 use_multiprocess_dir(directory)

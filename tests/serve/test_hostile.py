@@ -63,6 +63,32 @@ def _grpc_client(target: str, x: np.ndarray, want, out: list, stop: threading.Ev
             out.append("OK")
 
 
+def test_workers_end_with_a_killed_supervisor(serve, models, tmp_path):
+    """A supervisor killed outright (SIGKILL: no drain) takes its workers with it: none is left
+    holding the port, so a restarted server can bind it."""
+    from pathlib import Path
+
+    server = serve("--model_base_path", str(one_model_dir(tmp_path, models["one_v1"])), "--model_name", "one",
+                   "--num_workers", "2")
+    children = Path(f"/proc/{server.proc.pid}/task/{server.proc.pid}/children")
+    workers = [int(p) for p in children.read_text().split()]
+    assert len(workers) == 2
+    server.kill()
+    deadline = time.monotonic() + 20
+    while any(Path(f"/proc/{p}").exists() and "zombie" not in _state(p) for p in workers):
+        assert time.monotonic() < deadline, f"workers {workers} outlived their supervisor"
+        time.sleep(0.1)
+    with pytest.raises(requests.ConnectionError):
+        requests.get(server.url + "/readyz", timeout=2)
+
+
+def _state(pid: int) -> str:
+    try:
+        return next(line for line in open(f"/proc/{pid}/status") if line.startswith("State:")).lower()
+    except (FileNotFoundError, ProcessLookupError):
+        return "zombie"
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_sigterm_under_load_answers_every_keep_alive_client(serve, models, reference, tmp_path, workers):
     """16 keep-alive REST clients, 4 that connect anew for each request and 16 gRPC clients busy when
