@@ -183,19 +183,124 @@ class _Client(asyncio.Protocol):
             self.done.set_result(None)
 
 
-async def _load(port: int, clients: int, seconds: float, body: bytes) -> dict:
+async def _load(port: int, clients: int, seconds: float, body: bytes, api: str = "rest") -> dict:
     loop = asyncio.get_running_loop()
-    request = (b"POST /v1/models/model:predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-               b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    if api == "grpc":
+        request, protocol = predict_message(body), _GrpcClient
+    else:
+        request, protocol = (b"POST /v1/models/model:predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                             b"application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)), _Client
     latencies, errors = [], [0]
     stop_at = time.perf_counter() + seconds
     done = []
     for _ in range(clients):
         future = loop.create_future()
         done.append(future)
-        await loop.create_connection(lambda f=future: _Client(request, stop_at, latencies, errors, f), "127.0.0.1", port)
+        await loop.create_connection(lambda f=future: protocol(request, stop_at, latencies, errors, f), "127.0.0.1", port)
     await asyncio.gather(*done)
     return {"latencies": latencies, "errors": errors[0], "seconds": seconds}
+
+
+def predict_message(body: bytes) -> bytes:
+    """The body's row as a serialized PredictRequest (tensor_content), as TF Serving's clients send it."""
+    from kiln.serve import grpc_api
+
+    request = grpc_api.messages()["PredictRequest"]()
+    request.model_spec.name = "model"
+    row = np.asarray(json.loads(body)["instances"], np.float32)
+    tensor = request.inputs[INPUT_NAME[0]]
+    tensor.dtype = 1
+    for d in row.shape:
+        tensor.tensor_shape.dim.add(size=d)
+    tensor.tensor_content = row.tobytes()
+    return request.SerializeToString()
+
+
+def grpc_call_frames(message: bytes, stream: int) -> bytes:
+    """One unary Predict call as HTTP/2 frames (HEADERS, then DATA with END_STREAM): headers as literals
+    HPACK does not index, the same bytes every call, as a client's indexed headers are once its table is warm."""
+    return _call_frames(message)(stream)
+
+
+def _call_frames(message: bytes):
+    """``frames(stream)``: the frames of a call of ``message`` on ``stream``, made from bytes prepared once."""
+    from kiln.serve.h2 import DATA, END_HEADERS, END_STREAM, HEADERS, frame, literal
+
+    block = (b"\x83\x86" + literal(b":path", b"/tensorflow.serving.PredictionService/Predict") +
+             literal(b"content-type", b"application/grpc") + literal(b"te", b"trailers"))
+    headers = frame(HEADERS, END_HEADERS, 0, block)
+    data = frame(DATA, END_STREAM, 0, b"\x00" + len(message).to_bytes(4, "big") + message)
+    return lambda stream: b"%s%s%s%s%s%s" % (headers[:5], stream.to_bytes(4, "big"), headers[9:], data[:5],
+                                             stream.to_bytes(4, "big"), data[9:])
+
+
+class _GrpcClient(asyncio.Protocol):
+    """One HTTP/2 connection keeping one unary call in flight (raw frames, like the REST client): a new call
+    as soon as the last one's trailers arrive. An answer is known by its last frame, the trailers
+    ``grpc-status: 0`` as kiln writes them (any other ending is read frame by frame)."""
+
+    def __init__(self, message: bytes, stop_at: float, latencies: list, errors: list, done: asyncio.Future):
+        from kiln.serve.h2 import END_HEADERS, END_STREAM, HEADERS, PREFACE, SETTINGS, WINDOW_UPDATE, frame, literal
+
+        self.stop_at, self.latencies, self.errors, self.done = stop_at, latencies, errors, done
+        self.frames = _call_frames(message)
+        self.hello = (PREFACE + frame(SETTINGS, 0, 0, (4).to_bytes(2, "big") + (1 << 30).to_bytes(4, "big")) +
+                      frame(WINDOW_UPDATE, 0, 0, ((1 << 30) - 65535).to_bytes(4, "big")))
+        self.ok = frame(HEADERS, END_HEADERS | END_STREAM, 0, literal(b"grpc-status", b"0"))
+        self.buffer, self.stream, self.taken = b"", 1, 0
+
+    def connection_made(self, transport):
+        self.transport = transport
+        transport.write(self.hello)
+        self._send()
+
+    def _send(self):
+        self.sent = time.perf_counter()
+        self.tail = self.ok[:5] + self.stream.to_bytes(4, "big") + self.ok[9:]
+        self.transport.write(self.frames(self.stream))
+
+    def data_received(self, data):
+        data = self.buffer + data
+        self.taken += len(data) - len(self.buffer)
+        if data.endswith(self.tail):
+            ok = True
+        else:
+            ok = self._ended(data)
+            if ok is None:
+                self.buffer = data
+                return
+        self.buffer = b""
+        now = time.perf_counter()
+        if ok:
+            self.latencies.append(now - self.sent)
+        else:
+            self.errors[0] += 1
+        if now >= self.stop_at:
+            self.transport.close()
+            if not self.done.done():
+                self.done.set_result(None)
+            return
+        if self.taken > 1 << 29:
+            from kiln.serve.h2 import WINDOW_UPDATE, frame
+
+            self.transport.write(frame(WINDOW_UPDATE, 0, 0, self.taken.to_bytes(4, "big")))
+            self.taken = 0
+        self.stream += 2
+        self._send()
+
+    def _ended(self, data: bytes):
+        """False when ``data`` holds the call's trailers with an error, None when they are still to come."""
+        at = 0
+        while len(data) - at >= 9:
+            size = int.from_bytes(data[at:at + 3], "big")
+            if data[at + 3] == 1 and data[at + 4] & 1 and len(data) - at - 9 >= size:
+                return False
+            at += 9 + size
+        return None
+
+    def connection_lost(self, exc):
+        if not self.done.done():
+            self.done.set_result(None)
 
 
 async def _grpc_load(port: int, clients: int, seconds: float, body: bytes) -> dict:
@@ -234,8 +339,8 @@ async def _grpc_load(port: int, clients: int, seconds: float, body: bytes) -> di
 
 
 def client_main(spec: dict) -> None:
-    if spec.get("api") == "grpc":
-        INPUT_NAME[0] = spec["input"]
+    INPUT_NAME[0] = spec["input"]
+    if spec.get("api") == "grpcio":
         json.dump(asyncio.run(_grpc_load(spec["port"], spec["clients"], spec["seconds"],
                                          Path(spec["body"]).read_bytes())), sys.stdout)
         return
@@ -245,7 +350,8 @@ def client_main(spec: dict) -> None:
         uvloop.install()
     except ImportError:
         pass
-    result = asyncio.run(_load(spec["port"], spec["clients"], spec["seconds"], Path(spec["body"]).read_bytes()))
+    result = asyncio.run(_load(spec["port"], spec["clients"], spec["seconds"], Path(spec["body"]).read_bytes(),
+                               spec.get("api", "rest")))
     json.dump(result, sys.stdout)
 
 
@@ -280,16 +386,20 @@ def run_load(port: int, clients: int, seconds: float, body: Path, server_pid: in
              api: str = "rest") -> dict:
     pids = _server_pids(server_pid) if server_pid else []
     cpu0 = _cpu_seconds(pids)
+    children = os.times()
     out = subprocess.run([sys.executable, __file__, "--client", json.dumps(
         {"port": port, "clients": clients, "seconds": seconds, "body": str(body), "api": api,
          "input": INPUT_NAME[0]})],
         capture_output=True, text=True, timeout=seconds + 120, check=True).stdout
     result = json.loads(out)
     cpu = _cpu_seconds(pids) - cpu0
+    after = os.times()
+    client = after.children_user + after.children_system - children.children_user - children.children_system
     lat = np.array(result["latencies"] or [np.nan]) * 1e3
     return {"req/s": len(result["latencies"]) / seconds, "p50": float(np.percentile(lat, 50)),
             "p99": float(np.percentile(lat, 99)), "errors": result["errors"],
-            "cpu us": cpu / max(len(result["latencies"]), 1) * 1e6}
+            "cpu us": cpu / max(len(result["latencies"]), 1) * 1e6,
+            "client us": client / max(len(result["latencies"]), 1) * 1e6}
 
 
 def in_process(base: Path, backend: str, row: np.ndarray, seconds: float) -> float:
@@ -321,7 +431,8 @@ def main() -> int:
     parser.add_argument("--batched", action="store_true", help="also serve with batching on")
     parser.add_argument("--bare", action="store_true",
                         help="also measure bench/serve_bare.py, a bare-bones server (the floor of any Python front end)")
-    parser.add_argument("--apis", nargs="+", choices=("rest", "grpc"), default=["rest", "grpc"])
+    parser.add_argument("--apis", nargs="+", choices=("rest", "grpc", "grpcio"), default=["rest", "grpc"],
+                        help="grpc: raw HTTP/2 frames (as cheap a client as REST's); grpcio: grpc.aio, one channel")
     parser.add_argument("--attacks", action="store_true",
                         help="instead: a 1-row client's latency and the server's peak memory under each attack "
                              "(bench/serve_attacks.py)")
@@ -349,35 +460,40 @@ def main() -> int:
     print(f"{args.model} model {shape}, one row per request; {args.seconds:g} s per point, median of {args.repeats} "
           f"interleaved runs; raw-asyncio client process; {os.cpu_count()} CPU cores, load average "
           f"{os.getloadavg()[0]:.1f}")
-    print(f"{'backend':<7} {'mode':<9} {'api':<4} {'workers':>7} {'clients':>7} {'req/s':>8} {'in-proc/s':>9} "
-          f"{'ratio':>6} {'p50 ms':>7} {'p99 ms':>7} {'cpu us':>7} {'cpu ratio':>9} {'errors':>6} {'load':>5}")
+    print(f"{'backend':<7} {'mode':<9} {'api':<6} {'workers':>7} {'clients':>7} {'req/s':>8} {'in-proc/s':>9} "
+          f"{'ratio':>6} {'p50 ms':>7} {'p99 ms':>7} {'cpu us':>7} {'cpu ratio':>9} {'client us':>9} {'errors':>6} "
+          f"{'load':>5}")
     for backend in args.backends:
         for mode, batching_file in modes:
             for workers in args.workers:
                 server = (BareServer(base, backend, workers, body) if mode == "bare"
                           else Server(base, backend, workers, batching_file))
-                try:
-                    for api in (["rest"] if mode == "bare" else args.apis):
-                        port = server.grpc_port if api == "grpc" else server.port
-                        run_load(port, max(args.clients), 1.0, body, api=api)  # warm-up: every worker's interpreters
-                        runs: dict = {c: [] for c in args.clients}
-                        anchors: dict = {c: [] for c in args.clients}
-                        loads: dict = {c: [] for c in args.clients}
-                        for _ in range(args.repeats):
-                            for clients in args.clients:
-                                anchors[clients].append(in_process(base, backend, row, min(args.seconds, 1.0)))
-                                runs[clients].append(run_load(port, clients, args.seconds, body, server.proc.pid, api))
-                                loads[clients].append(os.getloadavg()[0])
+                try:  # the APIs interleaved, so that they share the machine's moments alike
+                    apis = ["rest"] if mode == "bare" else args.apis
+                    for api in apis:
+                        run_load(server.port if api == "rest" else server.grpc_port, max(args.clients), 1.0, body,
+                                 api=api)  # warm-up: every worker's interpreters
+                    runs: dict = {(a, c): [] for a in apis for c in args.clients}
+                    anchors: dict = {c: [] for c in args.clients}
+                    loads: dict = {(a, c): [] for a in apis for c in args.clients}
+                    for _ in range(args.repeats):
                         for clients in args.clients:
-                            rate = float(np.median([r["req/s"] for r in runs[clients]]))
-                            anchor = float(np.median(anchors[clients]))
-                            p50 = float(np.median([r["p50"] for r in runs[clients]]))
-                            p99 = float(np.median([r["p99"] for r in runs[clients]]))
-                            errors = sum(r["errors"] for r in runs[clients])
-                            cpu = float(np.median([r["cpu us"] for r in runs[clients]]))
-                            print(f"{backend:<7} {mode:<9} {api:<4} {workers:>7} {clients:>7} {rate:>8.0f} {anchor:>9.0f} "
+                            anchors[clients].append(in_process(base, backend, row, min(args.seconds, 1.0)))
+                            for api in apis:
+                                port = server.port if api == "rest" else server.grpc_port
+                                runs[api, clients].append(run_load(port, clients, args.seconds, body, server.proc.pid,
+                                                                   api))
+                                loads[api, clients].append(os.getloadavg()[0])
+                    for clients in args.clients:
+                        anchor = float(np.median(anchors[clients]))
+                        for api in apis:
+                            got = runs[api, clients]
+                            rate, p50, p99, cpu, client = (float(np.median([r[k] for r in got])) for k in
+                                                           ("req/s", "p50", "p99", "cpu us", "client us"))
+                            print(f"{backend:<7} {mode:<9} {api:<6} {workers:>7} {clients:>7} {rate:>8.0f} {anchor:>9.0f} "
                                   f"{rate / anchor:>6.3f} {p50:>7.2f} {p99:>7.2f} {cpu:>7.0f} {1e6 / anchor / cpu:>9.3f} "
-                                  f"{errors:>6} {np.median(loads[clients]):>5.1f}", flush=True)
+                                  f"{client:>9.0f} {sum(r['errors'] for r in got):>6} "
+                                  f"{np.median(loads[api, clients]):>5.1f}", flush=True)
                 finally:
                     server.stop()
     return 0

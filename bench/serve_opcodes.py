@@ -5,11 +5,12 @@ bound by the interpreter (perf: most of a worker's samples in libpython, one rea
 system call per request), so the count of bytecodes it executes is the deterministic measure of
 its cost. One worker (the real `RestApi` over the real `HttpServer`, on uvloop, as ``kiln serve``
 runs it) answers ``--requests`` identical single-row ``instances`` requests from a client thread
-on one keep-alive connection; ``sys.settrace`` opcode events are counted on the worker's thread
+on one keep-alive connection (with ``--api grpc``: the real `GrpcApi` over `kiln.serve.h2`, the same
+row as a Predict call, one call after another on one HTTP/2 connection); ``sys.settrace`` opcode events are counted on the worker's thread
 only (C code such as the runner's NumPy kernels, httptools and uvloop counts nothing).
 With ``--bare`` the same is counted for bench/serve_bare.py's handler, the floor.
 
-    python bench/serve_opcodes.py [--model mlp] [--requests 300] [--top 25] [--bare]
+    python bench/serve_opcodes.py [--model mlp] [--requests 300] [--top 25] [--bare] [--api rest|grpc]
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ class Counting:
         return self.trace
 
 
-def _kiln_worker(base: Path, sock: socket.socket, ready: threading.Event, tracer: Counting):
+def _kiln_worker(base: Path, sock: socket.socket, ready: threading.Event, tracer: Counting, api: str = "rest"):
     from kiln.serve.config import ModelSpec
+    from kiln.serve.grpc_service import GrpcApi
     from kiln.serve.http import Limits
     from kiln.serve.metrics import Metrics
     from kiln.serve.models import ModelManager
@@ -67,7 +69,8 @@ def _kiln_worker(base: Path, sock: socket.socket, ready: threading.Event, tracer
     asyncio.set_event_loop(loop)
 
     async def main():
-        await RestApi(service).server(Limits()).start(sock)
+        front = GrpcApi(service, Limits()).server() if api == "grpc" else RestApi(service).server(Limits())
+        await front.start(sock)
         ready.set()
         await asyncio.Event().wait()
 
@@ -95,7 +98,23 @@ def _exchange(conn: socket.socket, request: bytes) -> bytes:
     return head + b"\r\n\r\n" + rest
 
 
-def count(base: Path, body: bytes, requests: int, bare: bool) -> tuple[Counter, bytes]:
+def _grpc_exchange(conn: socket.socket, message: bytes, stream: int) -> bytes:
+    """One Predict call over HTTP/2; the frames that answered it."""
+    from serve_bench import grpc_call_frames
+
+    conn.sendall(grpc_call_frames(message, stream))
+    data = b""
+    while True:
+        data += conn.recv(65536)
+        at = 0
+        while len(data) - at >= 9:
+            size = int.from_bytes(data[at:at + 3], "big")
+            if data[at + 3] == 1 and data[at + 4] & 1 and int.from_bytes(data[at + 5:at + 9], "big") == stream:
+                return data
+            at += 9 + size
+
+
+def count(base: Path, body: bytes, requests: int, bare: bool, api: str = "rest") -> tuple[Counter, bytes]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
@@ -103,8 +122,25 @@ def count(base: Path, body: bytes, requests: int, bare: bool) -> tuple[Counter, 
     port = sock.getsockname()[1]
     tracer, ready = Counting(), threading.Event()
     worker = _bare_worker if bare else _kiln_worker
-    threading.Thread(target=worker, args=(base, sock, ready, tracer), daemon=True).start()
+    threading.Thread(target=worker, args=(base, sock, ready, tracer) + ((api,) if api == "grpc" else ()),
+                     daemon=True).start()
     ready.wait(120)
+    if api == "grpc":
+        import serve_bench
+        from kiln.runtime import served
+        from kiln.serve.h2 import PREFACE, SETTINGS, frame
+
+        serve_bench.INPUT_NAME[0] = next(iter(served.open(base / "1" / "model.tflite").signature().inputs))
+        message = serve_bench.predict_message(body)
+        with socket.create_connection(("127.0.0.1", port)) as conn:
+            conn.sendall(PREFACE + frame(SETTINGS, 0, 0))
+            for stream in range(1, 401, 2):
+                answer = _grpc_exchange(conn, message, stream)
+            tracer.on = True
+            for stream in range(401, 401 + 2 * requests, 2):
+                _grpc_exchange(conn, message, stream)
+            tracer.on = False
+        return tracer.counts, answer
     request = (b"POST /v1/models/model:predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
     with socket.create_connection(("127.0.0.1", port)) as conn:
@@ -131,6 +167,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--bare", action="store_true", help="count bench/serve_bare.py's handler instead")
+    parser.add_argument("--api", choices=("rest", "grpc"), default="rest")
     parser.add_argument("--base", type=Path, help="a model base path already built (skips TensorFlow)")
     args = parser.parse_args()
     if args.base is None:
@@ -141,8 +178,8 @@ def main() -> int:
     shape = (16,) if args.model == "mlp" else (32, 32, 3)
     row = np.random.default_rng(0).standard_normal(shape).astype(np.float32).round(3)
     body = json.dumps({"instances": [row.tolist()]}).encode()
-    counts, answer = count(args.base, body, args.requests, args.bare)
-    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    counts, answer = count(args.base, body, args.requests, args.bare, args.api)
+    assert answer.startswith(b"HTTP/1.1 200") or answer.endswith(b"grpc-status\x010"), answer[-200:]
     n = args.requests
     total = sum(counts.values())
     print(f"{'bare-bones server' if args.bare else 'kiln serve'}: {total / n:,.0f} bytecodes per request "

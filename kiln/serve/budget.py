@@ -53,7 +53,8 @@ class MemoryBudget:
         with self._lock:
             if claimed:
                 self.held -= size
-            self._freed += size
+            if size >= 1 << 20:  # (small requests do not add up to a trim)
+                self._freed += size
             trim = self._freed >= TRIM_AFTER and not self.held
             if trim:
                 self._freed = 0

@@ -61,7 +61,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--rest_api_num_threads", type=int, default=0,
                    help="worker threads per worker process for unbatched requests (default: the number of CPU cores)")
     p.add_argument("--grpc_max_threads", type=int, default=0,
-                   help="gRPC handler threads per worker process (default: 4 per CPU core, as TF Serving)")
+                   help="accepted for TF Serving's command lines: gRPC calls run on each worker's event loop, as "
+                        "REST requests do")
     p.add_argument("--num_workers", type=int, default=1,
                    help="worker processes sharing the ports, each with its own models and batchers (default 1)")
     p.add_argument("--tensorflow_intra_op_parallelism", type=int, default=0,
@@ -147,8 +148,7 @@ def run(args) -> int:
                     read_timeout=args.http_read_timeout_seconds)
     options = Options(_specs(args), args.backend, batching, args.enable_per_model_batching_parameters,
                       args.tensorflow_intra_op_parallelism or None, args.rest_api_num_threads or None, args.host,
-                      args.rest_api_port, args.port, args.grpc_max_threads or 4 * (os.cpu_count() or 1),
-                      args.rest_api_timeout_in_ms / 1e3, args.drain_timeout_seconds, args.file_system_poll_wait_seconds,
+                      args.rest_api_port, args.port, args.rest_api_timeout_in_ms / 1e3, args.drain_timeout_seconds, args.file_system_poll_wait_seconds,
                       metrics_path, args.max_queued_requests, limits, args.num_workers)
     code = serve(options)
     logging.getLogger("kiln.serve").info("kiln serve: stopped")

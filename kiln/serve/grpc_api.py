@@ -149,7 +149,8 @@ def messages() -> dict:
 # -- tensors -------------------------------------------------------------------------------------
 
 def to_array(proto, name: str, max_bytes: int) -> np.ndarray:
-    """A TensorProto as an array (its values, or ``tensor_content``), never larger than ``max_bytes``."""
+    """A TensorProto (or a `WireTensor`) as an array (its values, or ``tensor_content``), never larger
+    than ``max_bytes``."""
     dtype = DTYPES.get(proto.dtype)
     if dtype is None:
         raise InvalidArgument(f"input '{name}': tensors of DataType {proto.dtype} are not served")
@@ -165,7 +166,9 @@ def to_array(proto, name: str, max_bytes: int) -> np.ndarray:
         raise InvalidArgument(f"input '{name}': a tensor of shape {list(shape)} is larger than the limit of "
                               f"{max_bytes} bytes")
     claim = CLAIM.get()
-    if claim is not None:  # the worker's memory budget, before the allocation
+    values = () if proto.tensor_content else getattr(proto, _VALUE_FIELD[proto.dtype])
+    if claim is not None and not proto.tensor_content and values.__class__ is not np.ndarray:
+        # the worker's memory budget, before the allocation (a view of the message allocates nothing)
         claim(size * (64 if dtype.kind == "O" else dtype.itemsize),
               f"tensor with shape{list(shape)} and type {dtype.name} for input '{name}'")
     if proto.tensor_content:
@@ -176,14 +179,13 @@ def to_array(proto, name: str, max_bytes: int) -> np.ndarray:
                                   f"{list(shape)} of {dtype.name} needs {size * dtype.itemsize}")
         # (a view of the bytes when they are already in the native order: no second copy)
         return np.frombuffer(proto.tensor_content, dtype.newbyteorder("<")).astype(dtype, copy=False).reshape(shape)
-    values = getattr(proto, _VALUE_FIELD[proto.dtype])
     if dtype.kind == "O":
         flat = np.empty(len(values), dtype=object)
         flat[:] = list(values)
     elif proto.dtype == 19:
         flat = np.array(values, np.int64).astype(np.uint16).view(np.float16)
     else:
-        flat = np.array(values, dtype=dtype)
+        flat = np.asarray(values, dtype=dtype)
     if flat.size == size:
         return flat.reshape(shape)
     if flat.size == 0:
@@ -191,6 +193,156 @@ def to_array(proto, name: str, max_bytes: int) -> np.ndarray:
     if flat.size == 1:  # TensorFlow's rule: one value fills the tensor
         return np.full(shape, flat[0], dtype=dtype)
     raise InvalidArgument(f"input '{name}': {flat.size} values given for shape {list(shape)} ({size} elements)")
+
+
+# -- the wire, read and written directly (large messages: no copy of their tensors) ---------------
+
+def _varint(data, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at
+        shift += 7
+        if shift > 63:
+            raise InvalidArgument("cannot parse the PredictRequest: a varint over 10 bytes")
+
+
+def _fields(data, at: int, stop: int):
+    """(number, wire type, value) of each field of the message in ``data[at:stop]``; a length-delimited
+    field's value is its (start, stop)."""
+    while at < stop:
+        key, at = _varint(data, at)
+        kind = key & 7
+        if kind == 0:
+            value, at = _varint(data, at)
+        elif kind == 2:
+            size, at = _varint(data, at)
+            value, at = (at, at + size), at + size
+        elif kind in (1, 5):
+            value, at = at, at + (8 if kind == 1 else 4)
+        else:
+            raise InvalidArgument(f"cannot parse the PredictRequest: wire type {kind}")
+        if at > stop:
+            raise InvalidArgument("cannot parse the PredictRequest: a field past its message's end")
+        yield key >> 3, kind, value
+
+
+class WireTensor:
+    """A TensorProto read in place: its ``tensor_content`` or packed ``float_val`` / ``double_val``
+    are views of the message (what `to_array` reads, with the same checks)."""
+
+    __slots__ = ("dtype", "tensor_shape", "tensor_content", "float_val", "double_val")
+
+    def __getattr__(self, name):  # the other value fields: none (else the message was parsed whole)
+        return ()
+
+
+def read_predict(data) -> tuple:
+    """(model_spec, {input: tensor}, output_filter) of a PredictRequest in ``data`` (bytes or
+    bytearray), its numeric tensors left in place; a tensor of any other form is parsed alone."""
+    m, view = messages(), memoryview(data)
+    spec, inputs, wanted = m["ModelSpec"](), {}, []
+    try:
+        for number, kind, value in _fields(data, 0, len(data)):
+            if kind != 2:
+                continue
+            if number == 1:
+                spec.MergeFromString(view[value[0]:value[1]])
+            elif number == 3:
+                wanted.append(str(view[value[0]:value[1]], "utf-8"))
+            elif number == 2:
+                key, tensor = "", (0, 0)
+                for entry, entry_kind, where in _fields(data, *value):
+                    if entry == 1 and entry_kind == 2:
+                        key = str(view[where[0]:where[1]], "utf-8")
+                    elif entry == 2 and entry_kind == 2:
+                        tensor = where
+                inputs[key] = _wire_tensor(m, data, view, tensor)
+    except (UnicodeDecodeError, IndexError) as exc:
+        raise InvalidArgument(f"cannot parse the PredictRequest: {exc}") from None
+    except InvalidArgument:
+        raise
+    except Exception as exc:  # protobuf's DecodeError
+        raise InvalidArgument(f"cannot parse the PredictRequest: {exc}") from None
+    return spec, inputs, wanted
+
+
+def _wire_tensor(m: dict, data, view: memoryview, where: tuple):
+    out = WireTensor()
+    out.dtype, out.tensor_shape, out.tensor_content = 0, m["TensorShapeProto"](), b""
+    for number, kind, value in _fields(data, *where):
+        if number == 1 and kind == 0:
+            out.dtype = value
+        elif number == 2 and kind == 2:
+            out.tensor_shape.MergeFromString(view[value[0]:value[1]])
+        elif number == 4 and kind == 2:
+            out.tensor_content = view[value[0]:value[1]]
+        elif number in (5, 6) and kind == 2 and getattr(out, _VALUE_FIELD[number - 4]).__class__ is tuple:
+            setattr(out, _VALUE_FIELD[number - 4], np.frombuffer(view[value[0]:value[1]], "<f4" if number == 5 else "<f8"))
+        elif number != 3:  # any other field, or a field repeated unpacked: the message parser reads it
+            return m["TensorProto"].FromString(view[where[0]:where[1]])
+    return out
+
+
+def _key(number: int, size: int) -> bytes:
+    return _varint_bytes(number << 3 | 2) + _varint_bytes(size)
+
+
+def _varint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def field(number: int, data: bytes) -> bytes:
+    """A length-delimited field, serialized."""
+    return _key(number, len(data)) + data
+
+
+def predict_response(outputs: dict, wanted, spec: bytes) -> list:
+    """A PredictResponse as pieces to write in turn: numbers' bytes are the arrays' own (no copy),
+    strings go through the message class (``string_val``). ``spec``: its ModelSpec field, serialized."""
+    pieces = []
+    for name in wanted:
+        array = outputs[name]
+        if array.__class__ is not np.ndarray or array.dtype.kind in "OSU":
+            tensor = messages()["TensorProto"]()
+            from_array(array, tensor)
+            head, body = tensor.SerializeToString(), b""
+            head = _key(1, len(name.encode())) + name.encode() + _key(2, len(head)) + head
+            pieces += [_key(1, len(head)) + head, body]
+            continue
+        key = (name, array.dtype, array.shape)
+        head = _HEADS.get(key) or _output_head(key)
+        pieces += [head, memoryview(np.ascontiguousarray(array, array.dtype.newbyteorder("<"))).cast("B")]
+    pieces.append(spec)
+    return pieces
+
+
+_HEADS: dict = {}  # (output name, dtype, shape) -> what precedes its bytes in a PredictResponse
+
+
+def _output_head(key: tuple) -> bytes:
+    name, dtype, shape = key
+    number = DT_OF.get(dtype)
+    if number is None:
+        raise InvalidArgument(f"an output of dtype {dtype} cannot be sent in a TensorProto")
+    size = dtype.itemsize
+    for n in shape:
+        size *= n
+    dims = b"".join(_key(2, len(d)) + d for d in (b"\x08" + _varint_bytes(int(n)) for n in shape))
+    tensor = b"\x08" + _varint_bytes(number) + _key(2, len(dims)) + dims + _key(4, size)
+    entry = _key(1, len(name.encode())) + name.encode() + _key(2, len(tensor) + size) + tensor
+    head = _key(1, len(entry) + size) + entry
+    if len(_HEADS) < 4096:
+        _HEADS[key] = head
+    return head
 
 
 def from_array(array: np.ndarray, proto) -> None:

@@ -123,8 +123,11 @@ class HttpServer:
 
     async def start(self, sock: socket.socket) -> None:
         loop = self.loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _Connection(self), sock=sock, backlog=2048)
+        self._server = await loop.create_server(self.protocol, sock=sock, backlog=2048)
         self._sweeper = loop.create_task(self._sweep())
+
+    def protocol(self) -> asyncio.Protocol:
+        return _Connection(self)
 
     async def _sweep(self) -> None:
         """Close connections past their idle or read timeout (one timer for all, not two per request).
@@ -194,11 +197,11 @@ class HttpServer:
             self._server.close()
         for conn in list(self.connections):
             if not conn.busy:
-                conn.transport.close()
+                conn.shut()
         while self.connections and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         for conn in list(self.connections):
-            conn.cut_off(Response.error(503, message))
+            conn.cut_off(message)
 
 
 class _Connection(asyncio.Protocol):
@@ -268,8 +271,12 @@ class _Connection(asyncio.Protocol):
     def busy(self) -> bool:
         return self.task is not None or self.current is not None or bool(self.ready)
 
-    def cut_off(self, response: Response) -> None:
-        """Drain ran out: answer the request being handled with ``response`` and close."""
+    def shut(self) -> None:
+        self.transport.close()
+
+    def cut_off(self, message: str) -> None:
+        """Drain ran out: answer the request being handled 503 ``message`` and close."""
+        response = Response.error(503, message)
         if self.closed:
             return
         if self.task is not None:

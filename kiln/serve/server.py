@@ -1,7 +1,7 @@
 """Running ``kiln serve``: one worker process, or a supervisor of several sharing the ports.
 
-A worker loads the models, then serves REST (`kiln.serve.rest` on `kiln.serve.http`, one
-asyncio loop) and gRPC (`kiln.serve.grpc_service`, a thread pool) over one `Service`. Python
+A worker loads the models, then serves REST (`kiln.serve.rest` on `kiln.serve.http`) and gRPC
+(`kiln.serve.grpc_service` on `kiln.serve.h2`) on one asyncio loop over one `Service`. Python
 runs one thread at a time, so a worker uses about one core for the front end; ``--num_workers``
 forks that many workers, which bind the REST and gRPC ports with SO_REUSEPORT (the kernel
 spreads new connections evenly); each has its own models and batchers, and their metrics are summed on every
@@ -44,7 +44,6 @@ class Options:
     host: str = "127.0.0.1"
     rest_port: int = 8501
     grpc_port: int = 0
-    grpc_threads: int = 16
     timeout_seconds: float = 30.0
     drain_timeout: float = 30.0
     poll_seconds: float = 1.0
@@ -82,6 +81,7 @@ class Worker:
     def __init__(self, options: Options, index: int = 0):
         self.options = options
         self.rest_sock: socket.socket | None = None
+        self.grpc_sock: socket.socket | None = None
         self.index = index
         self.stopping: asyncio.Event | None = None
 
@@ -108,20 +108,18 @@ class Worker:
         return_large_allocations()
         if o.rest_port:  # each worker its own socket: closed on drain, it takes no more connections
             self.rest_sock = listen(o.host, o.rest_port, shared=o.num_workers > 1)
-        grpc_server = None
         if o.grpc_port:
-            from .grpc_service import GrpcApi
-
-            grpc_server = GrpcApi(service, o.limits).server(o.host, o.grpc_port, o.grpc_threads)
+            self.grpc_sock = listen(o.host, o.grpc_port, shared=o.num_workers > 1)
         try:
             loop = _new_loop()
             asyncio.set_event_loop(loop)
-            loop.run_until_complete(self._serve(service, grpc_server))
+            loop.run_until_complete(self._serve(service))
         finally:
             manager.close(drain=True, timeout=0)
         return 0
 
-    async def _serve(self, service, grpc_server) -> None:
+    async def _serve(self, service) -> None:
+        from .grpc_service import GrpcApi
         from .rest import RestApi
 
         o = self.options
@@ -133,6 +131,10 @@ class Worker:
         if self.rest_sock is not None:
             http = RestApi(service, o.metrics_path).server(o.limits)
             await http.start(self.rest_sock)
+        rpc = None
+        if self.grpc_sock is not None:
+            rpc = GrpcApi(service, o.limits).server()
+            await rpc.start(self.grpc_sock)
         if self.index == 0:
             names = ",".join(service.manager.model_names())
             apis = ([f"REST on http://{o.host}:{self.rest_sock.getsockname()[1]}/v1/models/{{{names}}}"]
@@ -142,19 +144,11 @@ class Worker:
         await self.stopping.wait()
         log.info(f"kiln serve: worker {os.getpid()}: draining (no new connections; finishing what is in flight "
                  f"for up to {o.drain_timeout:g} s)")
-        start = time.monotonic()
         service.begin_drain(o.drain_timeout)
         closing = loop.run_in_executor(None, lambda: service.manager.close(drain=True, timeout=o.drain_timeout))
-        if http is not None:
-            await http.drain(o.drain_timeout, f"the server shut down before the request finished (drain timeout of "
-                                              f"{o.drain_timeout:g} s)")
+        message = f"the server shut down before the request finished (drain timeout of {o.drain_timeout:g} s)"
+        await asyncio.gather(*[front.drain(o.drain_timeout, message) for front in (http, rpc) if front is not None])
         await asyncio.wait_for(closing, None)
-        if grpc_server is not None:  # new calls were answered UNAVAILABLE meanwhile, for at least the idle grace
-            from .http import DRAIN_IDLE_GRACE
-
-            await asyncio.sleep(max(0.0, start + min(o.drain_timeout, DRAIN_IDLE_GRACE) - time.monotonic()))
-            left = max(0.1, start + o.drain_timeout - time.monotonic())
-            await loop.run_in_executor(None, grpc_server.stop(left).wait, left + 1)
 
 
 def _cap_blas_threads(n: int):
