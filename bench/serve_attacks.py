@@ -201,6 +201,8 @@ def attacks(base: Path, shape: tuple, args, name: str) -> int:
         server.url = f"http://127.0.0.1:{server.port}/v1/models/model:predict"
         try:
             for label, make in plan:
+                if args.only and not any(word in label for word in args.only):
+                    continue
                 r = _probe(server, name, row, make(server.port, server.grpc_port), args.seconds)
                 print(f"{label:<36} {workers:>7} {r['rest'][0]:>7.1f} / {r['rest'][1]:<6.1f} {r['grpc'][0]:>7.1f} / "
                       f"{r['grpc'][1]:<6.1f} {r['n']:>5} {r['peak MiB']:>8.0f} {r['load']:>5.1f}  {r['attack']}",

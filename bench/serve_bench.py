@@ -436,6 +436,7 @@ def main() -> int:
     parser.add_argument("--attacks", action="store_true",
                         help="instead: a 1-row client's latency and the server's peak memory under each attack "
                              "(bench/serve_attacks.py)")
+    parser.add_argument("--only", nargs="+", help="with --attacks: only the attacks whose label holds one of these")
     parser.add_argument("--client", help=argparse.SUPPRESS)  # internal: run as the load-generating process
     args = parser.parse_args()
     if args.client:

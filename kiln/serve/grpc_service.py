@@ -212,7 +212,7 @@ class GrpcApi:
                 raise InvalidArgument(f"input size does not match signature: {len(feeds)}!={len(signature.inputs)} "
                                       f"len({{{','.join(sorted(feeds))}}}) != len({{{','.join(sorted(signature.inputs))}}})."
                                       f" Missing inputs: {','.join(missing)}")
-            job = self.service.submit(served, signature, feeds, call.arrived, call.deadline)
+            job = self.service.submit(served, signature, feeds, call.arrived, call.deadline, call.ticket)
         except BaseException:
             self.manager.release(served)
             raise

@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from .backends import LoadError, ServedModel, find_model_file, load, signature_def_json
 from .batching import BatchScheduler, CollectingRunner, DirectExecutor, Hooks, InlineExecutor
 from .config import BatchingOptions, ConfigError, ModelSpec, read_batching_parameters
@@ -47,6 +49,7 @@ class ServedVersion:
     batching: bool
     users: int = 0
     retiring: bool = False
+    row_work: int = 0  # bytes of the model's tensors per row of a call (`_row_work`)
     predict_labels: tuple = field(init=False, repr=False)
     plans: dict = field(init=False, repr=False, default_factory=dict)
 
@@ -139,7 +142,7 @@ class ModelManager:
                 model.states[version] = ("END", "UNKNOWN", message)
             log.error(f"model {name} version {version}: load failed: {message}")
             return
-        served = ServedVersion(name, version, loaded, executor, batching)
+        served = ServedVersion(name, version, loaded, executor, batching, row_work=_row_work(loaded))
         self.metrics.attach(name, version)
         with self._lock:
             model.served[version] = served
@@ -317,6 +320,27 @@ class ModelManager:
                     "metadata": {"signature_def": sig_json}}
         finally:
             self.release(served)
+
+
+def _row_work(loaded: ServedModel) -> int:
+    """Bytes a call holds per row in the model's tensors (inputs, intermediates, outputs: every tensor
+    whose first dimension is the batch, as if all were alive at once), which a large request claims in
+    the worker's memory budget before it runs; 0 when the model does not say (a SavedModel)."""
+    if loaded.make_interpreter is None:
+        return 0
+    try:
+        details = loaded.make_interpreter().get_tensor_details()
+    except Exception:  # noqa: BLE001 - no estimate: such calls are counted by their tensors only
+        return 0
+    total = 0
+    for tensor in details:
+        shape = list(tensor.get("shape_signature", ()))
+        if shape and shape[0] == -1:
+            size = np.dtype(tensor["dtype"]).itemsize
+            for d in shape[1:]:
+                size *= max(int(d), 1)
+            total += size
+    return total
 
 
 def _call_seconds(loaded: ServedModel) -> float:

@@ -269,7 +269,7 @@ class RestApi:
                 signature, feeds, fmt = await loop.run_in_executor(_BULK, _decode, request.body, held, ticket)
                 request.body = bytearray()  # the arrays hold what is needed now
                 self.http.release(request)
-                job = self.service.submit(held, signature, feeds, request.arrived)
+                job = self.service.submit(held, signature, feeds, request.arrived, None, ticket)
                 del feeds
             else:
                 job, fmt = started

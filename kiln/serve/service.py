@@ -37,11 +37,16 @@ class Service:
         self.drain_deadline = time.monotonic() + timeout
 
     def submit(self, served: ServedVersion, signature, feeds: dict, arrived: float,
-               deadline: float | None = None) -> Request:
-        """Check ``feeds`` and hand them to the version's executor (answers may already be in)."""
+               deadline: float | None = None, ticket=None) -> Request:
+        """Check ``feeds`` and hand them to the version's executor (answers may already be in). A large
+        request's ``ticket`` claims the model's tensors for its rows in the memory budget first."""
         check_feeds(signature, feeds)
         if self.draining:
             raise Unavailable("the server is shutting down; the request was not accepted")
+        if ticket is not None and served.row_work and feeds:
+            first = next(iter(feeds.values()))
+            rows = first.shape[0] if first.ndim else 1
+            ticket.claim(rows * served.row_work, f"the model's tensors for {rows} rows")
         limit = arrived + self.timeout
         return served.executor.submit(signature.key, feeds, limit if deadline is None else min(limit, deadline))
 
