@@ -18,6 +18,10 @@ Goal (issue #24): the ratio at 64 clients >= 0.15 for the MLP on a 2-core machin
 
     python bench/serve_bench.py [--backends kiln litert] [--model mlp|cnn] [--workers 1 2]
                                 [--clients 1 8 64] [--seconds 3] [--repeats 3] [--batched] [--bare]
+                                [--apis rest grpc grpcio] [--rows 1] [--server_root CHECKOUT]
+
+``--rows N`` sends N rows per request (a large-request case); ``--server_root`` serves with another
+checkout's kiln (a branch's worktree) under these same clients, to compare branches side by side.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+SERVER_ROOT = [ROOT]  # the checkout whose kiln serves (--server_root: another branch's, with these clients)
 BATCHING = """
 max_batch_size { value: 64 }
 batch_timeout_micros { value: 1000 }
@@ -84,7 +89,7 @@ class Server:
                 "--num_workers", str(workers), *extra]
         if batching is not None:
             args += ["--batching_parameters_file", str(batching)]
-        self.proc = subprocess.Popen(args, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        self.proc = subprocess.Popen(args, cwd=SERVER_ROOT[0], env=dict(os.environ, PYTHONPATH=str(SERVER_ROOT[0])),
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
@@ -217,36 +222,48 @@ def predict_message(body: bytes) -> bytes:
 
 
 def grpc_call_frames(message: bytes, stream: int) -> bytes:
-    """One unary Predict call as HTTP/2 frames (HEADERS, then DATA with END_STREAM): headers as literals
-    HPACK does not index, the same bytes every call, as a client's indexed headers are once its table is warm."""
-    return _call_frames(message)(stream)
+    """One unary Predict call as HTTP/2 frames (HEADERS, then DATA with END_STREAM), its headers as
+    literals HPACK does not index: the same bytes every call."""
+    from hpack import Encoder, NeverIndexedHeaderTuple
+
+    block = Encoder().encode([NeverIndexedHeaderTuple(*h) for h in _HEADERS])
+    return _call_frames(block, message)(stream)
 
 
-def _call_frames(message: bytes):
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+_HEADERS = ((":method", "POST"), (":scheme", "http"), (":path", "/tensorflow.serving.PredictionService/Predict"),
+            ("content-type", "application/grpc"), ("te", "trailers"))
+
+
+def _call_frames(block: bytes, message: bytes):
     """``frames(stream)``: the frames of a call of ``message`` on ``stream``, made from bytes prepared once."""
-    from kiln.serve.h2 import DATA, END_HEADERS, END_STREAM, HEADERS, frame, literal
+    from hyperframe.frame import DataFrame, HeadersFrame
 
-    block = (b"\x83\x86" + literal(b":path", b"/tensorflow.serving.PredictionService/Predict") +
-             literal(b"content-type", b"application/grpc") + literal(b"te", b"trailers"))
-    headers = frame(HEADERS, END_HEADERS, 0, block)
-    data = frame(DATA, END_STREAM, 0, b"\x00" + len(message).to_bytes(4, "big") + message)
+    headers = HeadersFrame(1, block, flags=["END_HEADERS"]).serialize()
+    data = DataFrame(1, b"\x00" + len(message).to_bytes(4, "big") + message, flags=["END_STREAM"]).serialize()
     return lambda stream: b"%s%s%s%s%s%s" % (headers[:5], stream.to_bytes(4, "big"), headers[9:], data[:5],
                                              stream.to_bytes(4, "big"), data[9:])
 
 
 class _GrpcClient(asyncio.Protocol):
     """One HTTP/2 connection keeping one unary call in flight (raw frames, like the REST client): a new call
-    as soon as the last one's trailers arrive. An answer is known by its last frame, the trailers
-    ``grpc-status: 0`` as kiln writes them (any other ending is read frame by frame)."""
+    as soon as the last one's trailers arrive. Its headers are indexed as a warm client's are (the
+    first call adds them to the server's HPACK table, the next ones name them by index); every header
+    block the server writes goes through an HPACK decoder, whose answer for a block of indexed fields
+    only (which leaves the table as it is) is kept."""
 
     def __init__(self, message: bytes, stop_at: float, latencies: list, errors: list, done: asyncio.Future):
-        from kiln.serve.h2 import END_HEADERS, END_STREAM, HEADERS, PREFACE, SETTINGS, WINDOW_UPDATE, frame, literal
+        from hpack import Decoder, Encoder
+        from hyperframe.frame import SettingsFrame, WindowUpdateFrame
 
         self.stop_at, self.latencies, self.errors, self.done = stop_at, latencies, errors, done
-        self.frames = _call_frames(message)
-        self.hello = (PREFACE + frame(SETTINGS, 0, 0, (4).to_bytes(2, "big") + (1 << 30).to_bytes(4, "big")) +
-                      frame(WINDOW_UPDATE, 0, 0, ((1 << 30) - 65535).to_bytes(4, "big")))
-        self.ok = frame(HEADERS, END_HEADERS | END_STREAM, 0, literal(b"grpc-status", b"0"))
+        encoder = Encoder()
+        self.first = _call_frames(encoder.encode(_HEADERS), message)
+        self.frames = _call_frames(encoder.encode(_HEADERS), message)
+        self.hello = (PREFACE + SettingsFrame(0, settings={SettingsFrame.INITIAL_WINDOW_SIZE: 1 << 30}).serialize() +
+                      WindowUpdateFrame(0, window_increment=(1 << 30) - 65535).serialize())
+        self.ack = SettingsFrame(0, flags=["ACK"]).serialize()
+        self.decoder, self.known = Decoder(), {}
         self.buffer, self.stream, self.taken = b"", 1, 0
 
     def connection_made(self, transport):
@@ -256,20 +273,39 @@ class _GrpcClient(asyncio.Protocol):
 
     def _send(self):
         self.sent = time.perf_counter()
-        self.tail = self.ok[:5] + self.stream.to_bytes(4, "big") + self.ok[9:]
-        self.transport.write(self.frames(self.stream))
+        self.transport.write((self.frames if self.stream > 1 else self.first)(self.stream))
+
+    def _headers(self, block: bytes) -> dict:
+        headers = self.known.get(block)
+        if headers is None:
+            headers = dict(self.decoder.decode(block, raw=True))
+            if all(b & 0x80 for b in block):
+                self.known[block] = headers
+            else:  # the table changed
+                self.known.clear()
+        return headers
 
     def data_received(self, data):
         data = self.buffer + data
-        self.taken += len(data) - len(self.buffer)
-        if data.endswith(self.tail):
-            ok = True
-        else:
-            ok = self._ended(data)
-            if ok is None:
-                self.buffer = data
-                return
-        self.buffer = b""
+        at, ok = 0, None
+        while len(data) - at >= 9:
+            size, kind, flags = int.from_bytes(data[at:at + 3], "big"), data[at + 3], data[at + 4]
+            if len(data) - at - 9 < size:
+                break
+            if kind == 1:  # HEADERS (kiln's and grpcio's are neither padded nor prioritized)
+                headers = self._headers(data[at + 9:at + 9 + size])
+                if flags & 1:
+                    ok = headers.get(b"grpc-status") == b"0"
+            elif kind == 0:
+                self.taken += size
+            elif kind == 4 and not flags & 1:  # the server's SETTINGS, acknowledged
+                self.transport.write(self.ack)
+            elif kind == 6 and not flags & 1:  # PING
+                self.transport.write(data[at:at + 4] + b"\x01" + data[at + 5:at + 9 + size])
+            at += 9 + size
+        self.buffer = data[at:]
+        if ok is None:
+            return
         now = time.perf_counter()
         if ok:
             self.latencies.append(now - self.sent)
@@ -281,22 +317,12 @@ class _GrpcClient(asyncio.Protocol):
                 self.done.set_result(None)
             return
         if self.taken > 1 << 29:
-            from kiln.serve.h2 import WINDOW_UPDATE, frame
+            from hyperframe.frame import WindowUpdateFrame
 
-            self.transport.write(frame(WINDOW_UPDATE, 0, 0, self.taken.to_bytes(4, "big")))
+            self.transport.write(WindowUpdateFrame(0, window_increment=self.taken).serialize())
             self.taken = 0
         self.stream += 2
         self._send()
-
-    def _ended(self, data: bytes):
-        """False when ``data`` holds the call's trailers with an error, None when they are still to come."""
-        at = 0
-        while len(data) - at >= 9:
-            size = int.from_bytes(data[at:at + 3], "big")
-            if data[at + 3] == 1 and data[at + 4] & 1 and len(data) - at - 9 >= size:
-                return False
-            at += 9 + size
-        return None
 
     def connection_lost(self, exc):
         if not self.done.done():
@@ -437,11 +463,15 @@ def main() -> int:
                         help="instead: a 1-row client's latency and the server's peak memory under each attack "
                              "(bench/serve_attacks.py)")
     parser.add_argument("--only", nargs="+", help="with --attacks: only the attacks whose label holds one of these")
+    parser.add_argument("--rows", type=int, default=1, help="rows per request (the in-process anchor runs one)")
+    parser.add_argument("--server_root", type=Path, default=ROOT,
+                        help="serve with the kiln of this checkout (to compare branches under the same clients)")
     parser.add_argument("--client", help=argparse.SUPPRESS)  # internal: run as the load-generating process
     args = parser.parse_args()
     if args.client:
         client_main(json.loads(args.client))
         return 0
+    SERVER_ROOT[0] = args.server_root.resolve()
     work = Path(tempfile.mkdtemp(prefix="kiln-serve-bench-"))
     base, shape = build(work, args.model)
     from kiln.runtime import served
@@ -451,14 +481,15 @@ def main() -> int:
         from serve_attacks import attacks
 
         return attacks(base, shape, args, INPUT_NAME[0])
-    row = np.random.default_rng(0).standard_normal(shape).astype(np.float32).round(3)
+    rows = np.random.default_rng(0).standard_normal((args.rows, *shape)).astype(np.float32).round(3)
+    row = rows[0]
     body = work / "body.json"
-    body.write_bytes(json.dumps({"instances": [row.tolist()]}).encode())
+    body.write_bytes(json.dumps({"instances": rows.tolist()}).encode())
     batching = work / "batching.config"
     batching.write_text(BATCHING)
     modes = [("unbatched", None)] + ([("batched", batching)] if args.batched else []) + (
         [("bare", None)] if args.bare else [])
-    print(f"{args.model} model {shape}, one row per request; {args.seconds:g} s per point, median of {args.repeats} "
+    print(f"{args.model} model {shape}, {args.rows} row(s) per request ({body.stat().st_size} bytes of JSON); {args.seconds:g} s per point, median of {args.repeats} "
           f"interleaved runs; raw-asyncio client process; {os.cpu_count()} CPU cores, load average "
           f"{os.getloadavg()[0]:.1f}")
     print(f"{'backend':<7} {'mode':<9} {'api':<6} {'workers':>7} {'clients':>7} {'req/s':>8} {'in-proc/s':>9} "

@@ -5,7 +5,7 @@ bound by the interpreter (perf: most of a worker's samples in libpython, one rea
 system call per request), so the count of bytecodes it executes is the deterministic measure of
 its cost. One worker (the real `RestApi` over the real `HttpServer`, on uvloop, as ``kiln serve``
 runs it) answers ``--requests`` identical single-row ``instances`` requests from a client thread
-on one keep-alive connection (with ``--api grpc``: the real `GrpcApi` over `kiln.serve.h2`, the same
+on one keep-alive connection (with ``--api grpc``: the real `GrpcApi` over `kiln.serve.http2`, the same
 row as a Predict call, one call after another on one HTTP/2 connection); ``sys.settrace`` opcode events are counted on the worker's thread
 only (C code such as the runner's NumPy kernels, httptools and uvloop counts nothing).
 With ``--bare`` the same is counted for bench/serve_bare.py's handler, the floor.
@@ -128,12 +128,12 @@ def count(base: Path, body: bytes, requests: int, bare: bool, api: str = "rest")
     if api == "grpc":
         import serve_bench
         from kiln.runtime import served
-        from kiln.serve.h2 import PREFACE, SETTINGS, frame
+        from hyperframe.frame import SettingsFrame
 
         serve_bench.INPUT_NAME[0] = next(iter(served.open(base / "1" / "model.tflite").signature().inputs))
         message = serve_bench.predict_message(body)
         with socket.create_connection(("127.0.0.1", port)) as conn:
-            conn.sendall(PREFACE + frame(SETTINGS, 0, 0))
+            conn.sendall(serve_bench.PREFACE + SettingsFrame(0).serialize())
             for stream in range(1, 401, 2):
                 answer = _grpc_exchange(conn, message, stream)
             tracer.on = True

@@ -1,6 +1,6 @@
 """TF Serving's gRPC API: ``PredictionService`` (Predict, GetModelMetadata) and ``ModelService``
 (GetModelStatus), over the same `Service` as REST (batching, metrics, deadlines, drain) and on the
-same event loop (`kiln.serve.h2`, HTTP/2 of its own).
+same event loop (`kiln.serve.http2`: HTTP/2 by the `h2` library).
 
 A call is admitted from its message's declared size, before the message is read: a worker holds
 at most ``--max_connections`` calls (one more is UNAVAILABLE), a message over
@@ -23,7 +23,7 @@ import numpy as np
 
 from . import backends, grpc_api
 from .budget import CLAIM
-from .h2 import GrpcServer
+from .http2 import GrpcServer
 from .rest import _BULK, INLINE_BODY_BYTES, Plan
 from .service import Service
 from .status import InvalidArgument, ServeError, Unimplemented
@@ -38,7 +38,7 @@ HTTP_OF = {3: 400, 4: 504, 5: 404, 8: 413, 9: 400, 12: 501, 13: 500, 14: 503}
 
 
 class GrpcApi:
-    """The gRPC services of one worker (the application `kiln.serve.h2` serves)."""
+    """The gRPC services of one worker (the application `kiln.serve.http2` serves)."""
 
     def __init__(self, service: Service, limits):
         self.service = service

@@ -1,7 +1,7 @@
 """Running ``kiln serve``: one worker process, or a supervisor of several sharing the ports.
 
 A worker loads the models, then serves REST (`kiln.serve.rest` on `kiln.serve.http`) and gRPC
-(`kiln.serve.grpc_service` on `kiln.serve.h2`) on one asyncio loop over one `Service`. Python
+(`kiln.serve.grpc_service` on `kiln.serve.http2`) on one asyncio loop over one `Service`. Python
 runs one thread at a time, so a worker uses about one core for the front end; ``--num_workers``
 forks that many workers, which bind the REST and gRPC ports with SO_REUSEPORT (the kernel
 spreads new connections evenly); each has its own models and batchers, and their metrics are summed on every
