@@ -30,7 +30,7 @@ from h2.errors import ErrorCodes
 from h2.events import DataReceived, RemoteSettingsChanged, RequestReceived, StreamEnded, StreamReset, WindowUpdated
 from h2.exceptions import ProtocolError, StreamClosedError
 from h2.settings import SettingCodes, Settings
-from hpack import NeverIndexedHeaderTuple
+from hpack import Decoder, NeverIndexedHeaderTuple
 
 from .http import HttpServer
 
@@ -46,6 +46,25 @@ RECEIVING, HANDLING, SENDING, DONE = range(4)
 _HEAD = ((b":status", b"200"), (b"content-type", b"application/grpc"))
 _OK = ((b"grpc-status", b"0"),)
 _TEXT_UNSAFE = re.compile(rb"[^\x20-\x24\x26-\x7e]")
+
+
+class _Decoder(Decoder):
+    """hpack's decoder, remembering the blocks of indexed fields only (each byte one field; they leave
+    the table as it is): a warm gRPC client's request headers are such a block, the same bytes every call."""
+
+    def __init__(self, max_header_list_size: int):
+        super().__init__(max_header_list_size=max_header_list_size)
+        self.known: dict = {}
+
+    def decode(self, data, raw: bool = False):
+        got = self.known.get(data)
+        if got is None:
+            got = super().decode(data, raw)
+            if not all(b & 0x80 for b in data):
+                self.known.clear()  # the table may have changed
+            elif raw and len(self.known) < 64:
+                self.known[data] = got
+        return got
 
 
 class Call:
@@ -97,6 +116,7 @@ class _Connection(asyncio.Protocol):
                 pass
         self.over_limit = self.server.admit(self)
         h2 = self.h2
+        h2.decoder = _Decoder(h2.decoder.max_header_list_size)
         h2.local_settings = Settings(client=False, initial_values={
             SettingCodes.MAX_CONCURRENT_STREAMS: MAX_STREAMS,
             SettingCodes.MAX_HEADER_LIST_SIZE: self.limits.max_header_bytes})
