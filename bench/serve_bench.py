@@ -171,17 +171,23 @@ class _Client(asyncio.Protocol):
                 return
             self.buffer = self.buffer[self.need:]
             self.need = None
-            now = time.perf_counter()
-            if self.status == 200:
-                self.latencies.append(now - self.sent)
-            else:
-                self.errors[0] += 1
-            if now >= self.stop_at:
-                self.transport.close()
-                if not self.done.done():
-                    self.done.set_result(None)
+            if self._answered(self.status == 200):
                 return
             self._send()
+
+    def _answered(self, ok: bool) -> bool:
+        """Count an answer; True when the run is over (and the connection closed)."""
+        now = time.perf_counter()
+        if ok:
+            self.latencies.append(now - self.sent)
+        else:
+            self.errors[0] += 1
+        if now >= self.stop_at:
+            self.transport.close()
+            if not self.done.done():
+                self.done.set_result(None)
+            return True
+        return False
 
     def connection_lost(self, exc):
         if not self.done.done():
@@ -232,20 +238,21 @@ def grpc_call_frames(message: bytes, stream: int) -> bytes:
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _HEADERS = ((":method", "POST"), (":scheme", "http"), (":path", "/tensorflow.serving.PredictionService/Predict"),
-            ("content-type", "application/grpc"), ("te", "trailers"))
+            (":authority", "127.0.0.1"), ("content-type", "application/grpc"), ("te", "trailers"))
 
 
 def _call_frames(block: bytes, message: bytes):
     """``frames(stream)``: the frames of a call of ``message`` on ``stream``, made from bytes prepared once."""
     from hyperframe.frame import DataFrame, HeadersFrame
 
-    headers = HeadersFrame(1, block, flags=["END_HEADERS"]).serialize()
-    data = DataFrame(1, b"\x00" + len(message).to_bytes(4, "big") + message, flags=["END_STREAM"]).serialize()
-    return lambda stream: b"%s%s%s%s%s%s" % (headers[:5], stream.to_bytes(4, "big"), headers[9:], data[:5],
-                                             stream.to_bytes(4, "big"), data[9:])
+    body = b"\x00" + len(message).to_bytes(4, "big") + message  # in frames of HTTP/2's default 16 KiB at most
+    frames = [HeadersFrame(1, block, flags=["END_HEADERS"]).serialize()] + [
+        DataFrame(1, body[at:at + 16384], flags=["END_STREAM"] if at + 16384 >= len(body) else []).serialize()
+        for at in range(0, len(body), 16384)]
+    return lambda stream: b"".join(b"%s%s%s" % (f[:5], stream.to_bytes(4, "big"), f[9:]) for f in frames)
 
 
-class _GrpcClient(asyncio.Protocol):
+class _GrpcClient(_Client):
     """One HTTP/2 connection keeping one unary call in flight (raw frames, like the REST client): a new call
     as soon as the last one's trailers arrive. Its headers are indexed as a warm client's are (the
     first call adds them to the server's HPACK table, the next ones name them by index); every header
@@ -298,23 +305,15 @@ class _GrpcClient(asyncio.Protocol):
                     ok = headers.get(b"grpc-status") == b"0"
             elif kind == 0:
                 self.taken += size
+            elif kind == 3:  # RST_STREAM: the call failed
+                ok = False
             elif kind == 4 and not flags & 1:  # the server's SETTINGS, acknowledged
                 self.transport.write(self.ack)
             elif kind == 6 and not flags & 1:  # PING
                 self.transport.write(data[at:at + 4] + b"\x01" + data[at + 5:at + 9 + size])
             at += 9 + size
         self.buffer = data[at:]
-        if ok is None:
-            return
-        now = time.perf_counter()
-        if ok:
-            self.latencies.append(now - self.sent)
-        else:
-            self.errors[0] += 1
-        if now >= self.stop_at:
-            self.transport.close()
-            if not self.done.done():
-                self.done.set_result(None)
+        if ok is None or self._answered(ok):
             return
         if self.taken > 1 << 29:
             from hyperframe.frame import WindowUpdateFrame
@@ -323,10 +322,6 @@ class _GrpcClient(asyncio.Protocol):
             self.taken = 0
         self.stream += 2
         self._send()
-
-    def connection_lost(self, exc):
-        if not self.done.done():
-            self.done.set_result(None)
 
 
 async def _grpc_load(port: int, clients: int, seconds: float, body: bytes) -> dict:

@@ -242,17 +242,7 @@ class _Connection(asyncio.Protocol):
 
     # -- lifecycle -----------------------------------------------------------------------------
     def connection_made(self, transport) -> None:
-        self.transport = transport
-        peer = transport.get_extra_info("peername")
-        self.client = peer[0] if isinstance(peer, tuple) else ""
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError:
-                pass
-        self.over_limit = self.server.admit(self)  # a refusal's reason, answered to its first request
+        accept(self, transport)
         self._arm(min(self.limits.idle_timeout, 1.0) if self.over_limit else self.limits.idle_timeout)
 
     def connection_lost(self, exc) -> None:
@@ -614,6 +604,22 @@ class _Stop(Exception):
 
 _name = operator.itemgetter(0)
 _chain = itertools.chain.from_iterable
+
+
+def accept(conn, transport) -> None:
+    """A new connection (HTTP/1.1's or gRPC's): its transport, its client's address, keep-alive probes and
+    no Nagle delay, and its admission (``over_limit``: a refusal's reason, answered to its first request)."""
+    conn.transport = transport
+    peer = transport.get_extra_info("peername")
+    conn.client = peer[0] if isinstance(peer, tuple) else ""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
+    conn.over_limit = conn.server.admit(conn)
 
 
 def _head_size(heads: list) -> int:
