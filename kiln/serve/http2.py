@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 import time
 import zlib
 
@@ -30,9 +29,9 @@ from h2.errors import ErrorCodes
 from h2.events import DataReceived, RemoteSettingsChanged, RequestReceived, StreamEnded, StreamReset, WindowUpdated
 from h2.exceptions import ProtocolError, StreamClosedError
 from h2.settings import SettingCodes, Settings
-from hpack import Decoder, NeverIndexedHeaderTuple
+from hpack import Decoder, Encoder, NeverIndexedHeaderTuple
 
-from .http import HttpServer
+from .http import HttpServer, accept
 
 #: Headers are read as bytes (no decoding) and not checked against RFC 9113's rules: kiln reads only
 #: :path, grpc-timeout and grpc-encoding, as opaque bytes, and passes no header on; its own are constants.
@@ -64,6 +63,26 @@ class _Decoder(Decoder):
                 self.known.clear()  # the table may have changed
             elif raw and len(self.known) < 64:
                 self.known[data] = got
+        return got
+
+
+class _Encoder(Encoder):
+    """hpack's encoder, remembering the header lists it wrote as indexed fields only (kiln's answer
+    headers and trailers once the client's table holds them): the same bytes every call until the table changes."""
+
+    def __init__(self):
+        super().__init__()
+        self.known: dict = {}
+
+    def encode(self, headers, huffman: bool = True) -> bytes:
+        key = tuple(headers)
+        got = None if self.table_size_changes else self.known.get(key)  # (a size change is written first)
+        if got is None:
+            got = super().encode(headers, huffman)
+            if not all(b & 0x80 for b in got):
+                self.known.clear()  # the table may have changed
+            elif len(self.known) < 16:
+                self.known[key] = got
         return got
 
 
@@ -105,18 +124,9 @@ class _Connection(asyncio.Protocol):
 
     # -- lifecycle -----------------------------------------------------------------------------
     def connection_made(self, transport) -> None:
-        self.transport = transport
-        peer = transport.get_extra_info("peername")
-        self.client = peer[0] if isinstance(peer, tuple) else ""
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError:
-                pass
-        self.over_limit = self.server.admit(self)
+        accept(self, transport)
         h2 = self.h2
-        h2.decoder = _Decoder(h2.decoder.max_header_list_size)
+        h2.decoder, h2.encoder = _Decoder(h2.decoder.max_header_list_size), _Encoder()
         h2.local_settings = Settings(client=False, initial_values={
             SettingCodes.MAX_CONCURRENT_STREAMS: MAX_STREAMS,
             SettingCodes.MAX_HEADER_LIST_SIZE: self.limits.max_header_bytes})
