@@ -184,7 +184,7 @@ def lower_fully_connected(node: "QNode") -> Callable | None:
     if x.dtype == np.uint8:   # legacy uint8 (kiln.kernels.nn): per-tensor weights only
         if w_qp.per_channel:
             return None
-        m, s = nn_kernels._uint8_multiplier(x_qp, w_qp, out_qp)
+        m, s = nn_kernels.uint8_multiplier(x_qp, w_qp, out_qp)
     else:
         m, s = nn_kernels.fully_connected_multipliers(x_qp, w_qp, out_qp, units)
     out_dtype = node.call.out_dtypes[0]
@@ -266,7 +266,7 @@ def _conv_requantizer(node: "QNode", channels: int, bound: int) -> Requantizer:
     """The convolutions' output stage (`nn_kernels._requantize_conv`)."""
     x_qp, w_qp, out_qp = _in_qp(node, 0), _in_qp(node, 1), _out_qp(node)
     if node.ins[0].dtype == np.uint8:
-        m, s = nn_kernels._uint8_multiplier(x_qp, w_qp, out_qp)
+        m, s = nn_kernels.uint8_multiplier(x_qp, w_qp, out_qp)
     else:
         m, s = nn_kernels._channel_multipliers(x_qp, w_qp, out_qp, channels)
     out_dtype = node.call.out_dtypes[0]

@@ -346,7 +346,7 @@ def concatenation(inputs, input_qps, out_qp: QuantParams, *, axis: int, activati
 
 # -- uint8 FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D -------------------------------------------
 
-def _uint8_multiplier(x_qp: QuantParams, w_qp: QuantParams, out_qp: QuantParams) -> tuple[int, int]:
+def uint8_multiplier(x_qp: QuantParams, w_qp: QuantParams, out_qp: QuantParams) -> tuple[int, int]:
     """GetQuantizedConvolutionMultipler: ``double(float32(s_x · s_w)) / double(s_y)``."""
     if np.asarray(w_qp.scale).size != 1:
         raise IntegerKernelError(f"uint8 kernels take per-tensor weights, got {np.asarray(w_qp.scale).size} scales")
@@ -371,7 +371,7 @@ def fully_connected_uint8(x_q, x_qp: QuantParams, w_q, w_qp: QuantParams, bias_q
         raise IntegerKernelError(f"FULLY_CONNECTED: input {list(x_q.shape)} does not split into rows of {depth}")
     rows = x_q.reshape(-1, depth).astype(np.int64) - _zp(x_qp)
     acc = int_matmul(rows, (w_q.astype(np.int64) - _zp(w_qp)).T) + _bias(bias_q, units)
-    out = _finish(acc, *_uint8_multiplier(x_qp, w_qp, out_qp), out_qp, activation, double_rounding=False)
+    out = _finish(acc, *uint8_multiplier(x_qp, w_qp, out_qp), out_qp, activation, double_rounding=False)
     return out.reshape(x_q.shape[:-1] + (units,) if keep_num_dims else (rows.shape[0], units))
 
 
@@ -394,7 +394,7 @@ def conv2d_uint8(x_q, x_qp: QuantParams, w_q, w_qp: QuantParams, bias_q, out_qp:
     cols = _windows(x_q, x_qp, kh, kw, out_hw=out_hw, pads=pads, strides=strides, dilation=dilation)
     w = (w_q.astype(np.int64) - _zp(w_qp)).reshape(out_c, -1)
     acc = int_matmul(cols.reshape(-1, kh * kw * in_c), w.T) + _bias(bias_q, out_c)
-    out = _finish(acc, *_uint8_multiplier(x_qp, w_qp, out_qp), out_qp, activation, double_rounding=True)
+    out = _finish(acc, *uint8_multiplier(x_qp, w_qp, out_qp), out_qp, activation, double_rounding=True)
     return out.reshape(x_q.shape[0], out_hw[0], out_hw[1], out_c)
 
 
@@ -412,4 +412,4 @@ def depthwise_conv2d_uint8(x_q, x_qp: QuantParams, w_q, w_qp: QuantParams, bias_
         cols = np.repeat(cols, multiplier, axis=-1)
     w = w_q[0].astype(np.int64) - _zp(w_qp)
     acc = np.einsum("nyxhwc,hwc->nyxc", cols, w) + _bias(bias_q, out_c)
-    return _finish(acc, *_uint8_multiplier(x_qp, w_qp, out_qp), out_qp, activation, double_rounding=True)
+    return _finish(acc, *uint8_multiplier(x_qp, w_qp, out_qp), out_qp, activation, double_rounding=True)

@@ -169,10 +169,10 @@ def _last_axis_input(call: KernelCall, x: np.ndarray) -> None:
 
 def _softmax(call: KernelCall, x: np.ndarray) -> np.ndarray:
     _last_axis_input(call, x)
-    return _softmax_values(x, float(call.opts.beta))
+    return softmax_values(x, float(call.opts.beta))
 
 
-def _softmax_values(x: np.ndarray, beta: float) -> np.ndarray:
+def softmax_values(x: np.ndarray, beta: float) -> np.ndarray:
     """SOFTMAX of a checked float input, evaluated in float64 (also the compiled delegate's)."""
     with np.errstate(all="ignore"):
         v = x.astype(np.float64)

@@ -44,7 +44,7 @@ def _rank5(call: KernelCall, x: np.ndarray, what: str) -> np.ndarray:
     return x
 
 
-def _window_params(call: KernelCall):
+def window_params(call: KernelCall):
     """((stride_d, stride_h, stride_w), (dilation_d, dilation_h, dilation_w)), checked."""
     o = call.opts
     strides = (o.stride_d, o.stride_h, o.stride_w)
@@ -112,7 +112,7 @@ def _conv3d_kernel(call: KernelCall, x, w, bias=None):
         raise OpError(f"CONV_3D: filter {list(w.shape)} [KD, KH, KW, Cin, Cout] expects {wcin} "
                       f"input channels, the input {list(x.shape)} has {cin}")
     b = _bias(call, bias, cout)
-    strides, dilations = _window_params(call)
+    strides, dilations = window_params(call)
     (od, oh, ow), pads = _geometry(call, (d, h, wd), (kd, kh, kw), strides, dilations)
     dtype = np.result_type(x, w)
     y = np.empty((n, od, oh, ow, cout), dtype)
@@ -158,7 +158,7 @@ def _conv3d_transpose_kernel(call: KernelCall, output_shape, w, x, bias=None):
         raise OpError(f"CONV_3D_TRANSPOSE: input {list(x.shape)}, filter {list(w.shape)} "
                       f"[KD, KH, KW, Cout, Cin] and output_shape {dims} disagree")
     b = _bias(call, bias, cout)
-    strides, dilations = _window_params(call)
+    strides, dilations = window_params(call)
     out_sp = tuple(dims[1:4])
     # LiteRT pads as if the output were the input of the forward convolution.
     fwd, pads = _geometry(call, out_sp, (kd, kh, kw), strides, dilations)

@@ -140,7 +140,7 @@ def _all(call, x, axes):
 
 # -- arg max/min ----------------------------------------------------------------------------
 
-def _index_dtype(call: KernelCall, i: int, fallback) -> np.dtype:
+def index_dtype(call: KernelCall, i: int, fallback) -> np.dtype:
     """Index output type: the output tensor's type when it is an integer type."""
     dt = np.dtype(call.out_dtypes[i]) if len(call.out_dtypes) > i and call.out_dtypes[i] else None
     if dt is not None and dt.kind in "iu":
@@ -164,7 +164,7 @@ def arg_extreme(xp, call: KernelCall, x, axis, pick_max: bool):
     idx = xp.argmax(v, axis=ax) if pick_max else xp.argmin(v, axis=ax)
     if floating:
         idx = xp.where(xp.isnan(xp.take(x, 0, axis=ax)), 0, idx)
-    return xp.asarray(idx).astype(_index_dtype(call, 0, fallback))
+    return xp.asarray(idx).astype(index_dtype(call, 0, fallback))
 
 
 def _arg(pick_max: bool):
@@ -199,7 +199,7 @@ def _top_k(call: KernelCall, x: np.ndarray, k: np.ndarray):
     with np.errstate(invalid="ignore"):
         order = _descending_order(x)[..., :kk]
     values = np.take_along_axis(x, order, axis=-1)
-    return values, order.astype(_index_dtype(call, 1, np.int32))
+    return values, order.astype(index_dtype(call, 1, np.int32))
 
 
 # -- cumulative sum -----------------------------------------------------------------------

@@ -162,10 +162,10 @@ def _expand_dims(call: KernelCall, x: np.ndarray, axis: np.ndarray):
 # -- TRANSPOSE ------------------------------------------------------------------------------
 
 def _transpose(call: KernelCall, x: np.ndarray, perm: np.ndarray):
-    return dense(np.transpose(x, _transpose_perm(x, perm)))
+    return dense(np.transpose(x, transpose_perm(x, perm)))
 
 
-def _transpose_perm(x: np.ndarray, perm: np.ndarray) -> list[int]:
+def transpose_perm(x: np.ndarray, perm: np.ndarray) -> list[int]:
     p = int_values(perm, "TRANSPOSE", "perm")
     if len(p) != x.ndim:
         raise OpError(f"TRANSPOSE: perm {p} has {len(p)} entries for a rank-{x.ndim} input")

@@ -17,7 +17,7 @@ from jax import lax
 from jax.scipy.special import erfc
 
 from ..errors import OpError
-from ..ops.reduce import _index_dtype, arg_extreme, reduction_axes
+from ..ops.reduce import index_dtype, arg_extreme, reduction_axes
 from ..schema import Activation
 from .lower_quant import int8_add_sub, int8_elementwise_check, int8_mul
 from .table import fused_range, is_float, register_lowering
@@ -384,7 +384,7 @@ def _top_k(call, x, k):
     else:
         values, order = lax.top_k(x.astype(jnp.int32) if x.dtype == np.bool_ else x, kk)
         values = values.astype(x.dtype)
-    return values, order.astype(_index_dtype(call, 1, np.int32))
+    return values, order.astype(index_dtype(call, 1, np.int32))
 
 
 register_lowering("TOPK_V2", _top_k, static=(1,))

@@ -13,8 +13,8 @@ import numpy as np
 from jax import lax
 
 from ..errors import OpError
-from ..ops.conv3d import _window_params
-from ..ops.image import _bilinear_axis, _nearest_axis, _new_size
+from ..ops.conv3d import window_params
+from ..ops.image import bilinear_axis, nearest_axis, new_size
 from ..ops.misc import lrn_factor
 from ..ops.record import HYBRID
 from ..ops.windowed import (
@@ -203,7 +203,7 @@ def _transpose_conv(call, output_shape, w, x, bias=None):
 
 def _conv3d_geometry(call, sizes, kernel):
     """The reference kernel's checked strides and dilations, and the pads per spatial axis."""
-    strides, dilations = _window_params(call)
+    strides, dilations = window_params(call)
     pads = []
     for size, k, s, d in zip(sizes, kernel, strides, dilations):
         n = out_size(call.opts.padding, size, k, s, d)
@@ -327,12 +327,12 @@ def _resize_bilinear(call, x, size):
     x = _nhwc(call, x)
     if not is_float(x.dtype):
         raise OpError(f"RESIZE_BILINEAR: input type {x.dtype} is not implemented (float only)")
-    oh, ow = _new_size(call, size)
+    oh, ow = new_size(call, size)
     ac, hp = bool(call.opts.align_corners), bool(call.opts.half_pixel_centers)
     if ac and hp:
         raise OpError("RESIZE_BILINEAR: if half_pixel_centers is True, align_corners must be False")
-    y0, y1, dy = _bilinear_axis(x.shape[1], oh, ac, hp)
-    x0, x1, dx = _bilinear_axis(x.shape[2], ow, ac, hp)
+    y0, y1, dy = bilinear_axis(x.shape[1], oh, ac, hp)
+    x0, x1, dx = bilinear_axis(x.shape[2], ow, ac, hp)
     xf = jnp.asarray(x).astype(jnp.float32)
     top, bottom = xf[:, y0], xf[:, y1]
     dy = jnp.asarray(dy)[None, :, None, None]
@@ -344,10 +344,10 @@ def _resize_bilinear(call, x, size):
 
 def _resize_nearest(call, x, size):
     x = _nhwc(call, x)
-    oh, ow = _new_size(call, size)
+    oh, ow = new_size(call, size)
     ac, hp = bool(call.opts.align_corners), bool(call.opts.half_pixel_centers)
-    rows = _nearest_axis(x.shape[1], oh, ac, hp)
-    cols = _nearest_axis(x.shape[2], ow, ac, hp)
+    rows = nearest_axis(x.shape[1], oh, ac, hp)
+    cols = nearest_axis(x.shape[2], ow, ac, hp)
     return jnp.asarray(x)[:, rows][:, :, cols]
 
 

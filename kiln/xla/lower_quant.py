@@ -22,7 +22,7 @@ from ..kernels.fixedpoint import (
     quantize_multiplier,
     quantize_multipliers,
 )
-from ..kernels.nn import _uint8_multiplier
+from ..kernels.nn import uint8_multiplier
 from ..ops.windowed import window_geometry
 from ..schema import Activation, DType
 from .table import CODES, computed_once, register_lowering
@@ -185,7 +185,7 @@ def _weighted_multipliers(op, channels: int):
     q_x, q_w, q_out = (op.inputs[0].quantization, op.inputs[1].quantization, op.outputs[0].quantization)
     if op.inputs[0].dtype != DType.UINT8:
         return _channel_multipliers(q_x, q_w, q_out, channels)
-    m, s = _uint8_multiplier(q_x, q_w, q_out)
+    m, s = uint8_multiplier(q_x, q_w, q_out)
     return np.full(channels, m, np.int64), np.full(channels, s, np.int64)
 
 
