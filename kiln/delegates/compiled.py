@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import partial
 from itertools import repeat
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -33,12 +33,9 @@ from ..ir import Operator
 from ..ops.backends import FLOAT
 from ..ops.elementwise import activation_range, is_quantized
 from ..ops.record import KernelCall
-from ..runtime.delegate import DelegateKernel, Partition
+from ..runtime.delegate import DelegateKernel, Partition, ReportingDelegate
 from ..schema import Activation, DType
-from .windowed import clamp
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .delegate import NumpyDelegate
 
 F32 = np.dtype(np.float32)
 
@@ -91,6 +88,25 @@ def float_check(support: "CompiledSupport", op: Operator) -> str | None:
         if len(x.shape) == 4 and len(w.shape) == 4 and x.shape[3] != w.shape[3]:
             return "grouped CONV_2D"
     return None
+
+
+def clamp(lo, hi):
+    """An in-place clamp of a float32 array to [lo, hi], bit for bit ``np.clip``'s.
+
+    With two non-zero bounds it is np.maximum then np.minimum, two plain ufunc calls: a value
+    equal to a bound is that bound either way and NaN passes both. A zero bound keeps
+    ``ndarray.clip``, which leaves -0.0 as it is (as LiteRT's std::max does) where np.maximum
+    may not.
+    """
+    lo, hi = F32.type(lo), F32.type(hi)
+    if lo != 0 and hi != 0:
+        def apply(y):
+            np.maximum(y, lo, out=y)
+            np.minimum(y, hi, out=y)
+    else:
+        def apply(y):
+            y.clip(lo, hi, out=y)
+    return apply
 
 
 # -- compilation -------------------------------------------------------------------------------
@@ -301,7 +317,7 @@ class ChainKernel(DelegateKernel):
 
     MAX_PLANS = 8
 
-    def __init__(self, delegate: "NumpyDelegate", partition: Partition):
+    def __init__(self, delegate: ReportingDelegate, partition: Partition):
         self.delegate = delegate
         self.partition = partition
         self.nodes = partition.nodes

@@ -43,10 +43,6 @@ from .quantized import (
 from .quantized import lower_view as lower_code_view
 from .windowed import lower_avg_pool, lower_conv, lower_depthwise, lower_max_pool
 
-#: What the NumPy delegate runs, per (op, operand types).
-LOWERINGS: BackendTable = BackendTable("numpy delegate")
-
-
 def register_float(name: str, support: CompiledSupport, *, override: bool = False) -> None:
     """Run ``name``'s float32 nodes in the float chains (``support.lower``; None: its reference
     kernel inside the chain), at ``support.versions``."""
@@ -67,18 +63,20 @@ def _by_input(integer: Lowering, from_float: Lowering) -> Lowering:
     return lower
 
 
-def _register_all() -> None:
-    """The delegate's table: every (op, operand types) it runs and how."""
+def fill(table: BackendTable) -> None:
+    """The delegate's table: every (op, operand types) it runs and how — the one place kiln's
+    entries are made (`LOWERINGS` calls it on first use: the delegate's constructor)."""
     def f(names, versions=(1,), const_operands=(), lower=None, constant_data=None):
         data = lower is None if constant_data is None else constant_data   # a kernel takes constants
         for name in names:
-            register_float(name, CompiledSupport(frozenset(versions), tuple(const_operands), lower, data))
+            support = CompiledSupport(frozenset(versions), tuple(const_operands), lower, data)
+            table.register(name, support, check=support.check)
 
     def q(names, lower=None, const_operands=(), types=CODE_TYPES, constant_data=False, shape_operands=()):
         for name in names:   # the keys the op has reference kernels for: what the chain checks against
             keys = [k for k in types if k in ops.require(name).quantized]
-            register_quantized(name, QuantizedSupport(tuple(const_operands), lower, constant_data,
-                                                      tuple(shape_operands)), keys)
+            support = QuantizedSupport(tuple(const_operands), lower, constant_data, tuple(shape_operands))
+            table.register(name, support, types=keys, check=support.check)
 
     # float32 nodes
     f(["FULLY_CONNECTED"], (1, 5, 6), (1, 2), lower_fully_connected)   # plain, keep_num_dims, no bias
@@ -129,7 +127,8 @@ def _register_all() -> None:
     q(["UNIDIRECTIONAL_SEQUENCE_LSTM"], types=(HYBRID,))                          # its hybrid kernel, likewise
 
 
-_register_all()
+#: What the NumPy delegate runs, per (op, operand types): `fill`'s entries and any registered since.
+LOWERINGS: BackendTable = BackendTable("numpy delegate", fill=fill)
 
 
 def _is_float(info: NodeInfo) -> bool:

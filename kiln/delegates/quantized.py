@@ -30,7 +30,7 @@ whose lowering disagrees keeps its reference kernel, and the delegate records wh
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -38,10 +38,8 @@ from .. import ops
 from ..errors import KilnError
 from ..ir import Operator
 from ..ops.record import INT8, INT16, UINT8, KernelCall, operand_types
-from ..runtime.delegate import DelegateKernel, Partition
+from ..runtime.delegate import DelegateKernel, Partition, ReportingDelegate
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .delegate import NumpyDelegate
 
 #: The integer operand types of the chains (hybrid nodes run there too, for weighted ops).
 CODE_TYPES = (INT8, UINT8, INT16)
@@ -257,7 +255,7 @@ class QuantizedChain(DelegateKernel):
 
     MAX_PLANS = 8
 
-    def __init__(self, delegate: "NumpyDelegate", partition: Partition):
+    def __init__(self, delegate: ReportingDelegate, partition: Partition):
         self.delegate = delegate
         self.nodes = partition.nodes
         slot: dict[int, int] = {}

@@ -8,41 +8,18 @@ reference kernels', bit for bit. Geometry is kiln.ops.windowed's, the one copy.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from ..errors import OpError
 from ..ops.elementwise import activation_range
 from ..ops.pool import window_counts
 from ..ops.windowed import window_geometry, window_views
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .compiled import _Node
+from .compiled import _Node, clamp
 
 F32 = np.dtype(np.float32)
 #: Element budget of one im2col matrix; bigger convolutions run in chunks of output rows
 #: (the reference kernel's budget, so the chunks, and the sums, are the same).
 IM2COL_BUDGET = 1 << 24
-
-
-def clamp(lo, hi):
-    """An in-place clamp of a float32 array to [lo, hi], bit for bit ``np.clip``'s.
-
-    With two non-zero bounds it is np.maximum then np.minimum, two plain ufunc calls: a value
-    equal to a bound is that bound either way and NaN passes both. A zero bound keeps
-    ``ndarray.clip``, which leaves -0.0 as it is (as LiteRT's std::max does) where np.maximum
-    may not.
-    """
-    lo, hi = F32.type(lo), F32.type(hi)
-    if lo != 0 and hi != 0:
-        def apply(y):
-            np.maximum(y, lo, out=y)
-            np.minimum(y, hi, out=y)
-    else:
-        def apply(y):
-            y.clip(lo, hi, out=y)
-    return apply
 
 
 class _Im2col:

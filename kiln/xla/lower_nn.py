@@ -31,9 +31,12 @@ from .lower_quant import (
     int8_fully_connected,
     int8_weighted_check,
 )
-from .table import CODES, computed_once, fused_range, is_float, register_lowering
+from .lowering import CODES, Rows, computed_once, fused_range, is_float
 
 _FC_ACTIVATIONS = (Activation.NONE, Activation.RELU, Activation.RELU6, Activation.RELU_N1_TO_1)
+
+#: This module's entries of the XLA table (kiln/xla/table.py's `fill` registers them).
+ROWS = Rows()
 
 
 def _float(call, x, what: str):
@@ -353,15 +356,15 @@ def _resize_nearest(call, x, size):
 
 for _name, _real, _codes in (("FULLY_CONNECTED", _fully_connected, int8_fully_connected),
                              ("CONV_2D", _conv, int8_conv), ("DEPTHWISE_CONV_2D", _depthwise, int8_depthwise)):
-    register_lowering(_name, _real)
-    register_lowering(_name, _codes, types=CODES, check=int8_weighted_check)    # int8, 16x8, legacy uint8
-    register_lowering(_name, _real, types=(HYBRID,), check=int8_weighted_check)  # float around int8 weights
-register_lowering("TRANSPOSE_CONV", _transpose_conv, static=(0,))
-register_lowering("CONV_3D", _conv3d)
-register_lowering("CONV_3D_TRANSPOSE", _conv3d_transpose, static=(0,))
-register_lowering("LOCAL_RESPONSE_NORMALIZATION", _local_response_normalization)
-register_lowering("MAX_POOL_2D", _max_pool)
-register_lowering("AVERAGE_POOL_2D", _average_pool)
-register_lowering("BATCH_MATMUL", _batch_matmul)
-register_lowering("RESIZE_BILINEAR", _resize_bilinear, static=(1,))
-register_lowering("RESIZE_NEAREST_NEIGHBOR", _resize_nearest, static=(1,))
+    ROWS.add(_name, _real)
+    ROWS.add(_name, _codes, types=CODES, check=int8_weighted_check)    # int8, 16x8, legacy uint8
+    ROWS.add(_name, _real, types=(HYBRID,), check=int8_weighted_check)  # float around int8 weights
+ROWS.add("TRANSPOSE_CONV", _transpose_conv, static=(0,))
+ROWS.add("CONV_3D", _conv3d)
+ROWS.add("CONV_3D_TRANSPOSE", _conv3d_transpose, static=(0,))
+ROWS.add("LOCAL_RESPONSE_NORMALIZATION", _local_response_normalization)
+ROWS.add("MAX_POOL_2D", _max_pool)
+ROWS.add("AVERAGE_POOL_2D", _average_pool)
+ROWS.add("BATCH_MATMUL", _batch_matmul)
+ROWS.add("RESIZE_BILINEAR", _resize_bilinear, static=(1,))
+ROWS.add("RESIZE_NEAREST_NEIGHBOR", _resize_nearest, static=(1,))

@@ -25,9 +25,12 @@ from ..kernels.fixedpoint import (
 from ..kernels.nn import uint8_multiplier
 from ..ops.windowed import window_geometry
 from ..schema import Activation, DType
-from .table import CODES, computed_once, register_lowering
+from .lowering import CODES, Rows, computed_once
 
 _I64 = jnp.int64
+
+#: This module's entries of the XLA table (kiln/xla/table.py's `fill` registers them).
+ROWS = Rows()
 
 
 # -- LiteRT's fixed-point arithmetic on JAX integers (kiln.kernels.fixedpoint's, traced) ---------------
@@ -146,9 +149,9 @@ def _edges_check(op, opts):
     return None
 
 
-register_lowering("QUANTIZE", _quantize, types=CODES, check=_edges_check)
-register_lowering("DEQUANTIZE", _dequantize)   # float16 weights
-register_lowering("DEQUANTIZE", _dequantize, types=CODES, check=_edges_check)
+ROWS.add("QUANTIZE", _quantize, types=CODES, check=_edges_check)
+ROWS.add("DEQUANTIZE", _dequantize)   # float16 weights
+ROWS.add("DEQUANTIZE", _dequantize, types=CODES, check=_edges_check)
 
 
 # -- int8 FULLY_CONNECTED / CONV_2D ----------------------------------------------------------------

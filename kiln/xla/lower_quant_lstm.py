@@ -28,9 +28,12 @@ from ..schema import (BIDIRECTIONAL_LSTM_BW, BIDIRECTIONAL_LSTM_FW, UNIDIRECTION
                       DType)
 from .lower_hybrid import FLOAT32, _dot, quantize_rows_asymmetric, quantize_rows_symmetric
 from .lower_rnn import uni_lstm_check
-from .table import all_of, register_lowering
+from .lowering import Rows, all_of
 
 _I64 = jnp.int64
+
+#: This module's entries of the XLA table (kiln/xla/table.py's `fill` registers them).
+ROWS = Rows()
 
 
 def _uni_lstm_int8(call, *inputs):
@@ -72,7 +75,7 @@ def _check(op, opts):
     return None
 
 
-register_lowering(il.NAME, _uni_lstm_int8, types=("int8",), static=tuple(UNIDIRECTIONAL_LSTM.weights),
+ROWS.add(il.NAME, _uni_lstm_int8, types=("int8",), static=tuple(UNIDIRECTIONAL_LSTM.weights),
                   check=all_of(uni_lstm_check, _check))
 
 
@@ -135,7 +138,7 @@ def _hybrid_check(op, opts):
     return None
 
 
-register_lowering(il.NAME, _uni_lstm_hybrid, types=("hybrid",), static=tuple(UNIDIRECTIONAL_LSTM.weights),
+ROWS.add(il.NAME, _uni_lstm_hybrid, types=("hybrid",), static=tuple(UNIDIRECTIONAL_LSTM.weights),
                   check=_hybrid_check)
-register_lowering("BIDIRECTIONAL_SEQUENCE_LSTM", _bidi_lstm_hybrid, types=("hybrid",),
+ROWS.add("BIDIRECTIONAL_SEQUENCE_LSTM", _bidi_lstm_hybrid, types=("hybrid",),
                   static=tuple(BIDIRECTIONAL_LSTM_FW.weights + BIDIRECTIONAL_LSTM_BW.weights), check=_hybrid_check)

@@ -41,7 +41,6 @@ from ..kernels.elementwise import xp_squared_difference
 from ..kernels.fixedpoint import quantize_multiplier
 from ..kernels.image import xp_resize_bilinear
 from ..kernels.nn import reduced_axes, xp_average_pool2d, xp_max_pool2d, xp_mean, xp_quantized_sum
-from ..ops.backends import FLOAT
 from ..ops.record import HYBRID, KernelCall, operand_types
 from ..ops.windowed import transpose_conv_geometry, window_geometry
 from ..schema import Activation, DType
@@ -54,7 +53,8 @@ from .lower_quant import (
     rescale_int64,
     rescale_twice,
 )
-from .table import CODES, LOWERINGS, all_of, fused_range, register_lowering
+from .lower_shape import ROWS as SHAPE_ROWS
+from .lowering import CODES, Rows, fused_range
 
 _I64 = jnp.int64
 _SIMPLE_ACTS = (Activation.NONE, Activation.RELU, Activation.RELU6, Activation.RELU_N1_TO_1)
@@ -82,31 +82,8 @@ def _per_tensor(op, kinds=(DType.INT8,)) -> str | None:
     return None
 
 
-# -- data movement on the codes ------------------------------------------------------------------
-
-def codes_check(op, opts) -> str | None:
-    """None when the node's quantized kernel is the op's float kernel run on the codes."""
-    if ops.states(op.op_type, "reads_shape_only"):
-        return None
-    record = ops.require(op.op_type)
-    key = operand_types(op)
-    if record.quantized.get(key) is not record.kernel:
-        return f"{op.name}: its {key} kernel is not the float kernel on the codes, and has no lowering"
-    return None
-
-
-def _allow_codes() -> None:
-    """Give every (op, integer key) whose quantized kernel is the op's float kernel run on
-    the codes (or whose op reads only shapes) and that has no lowering yet its float
-    lowering, under `codes_check` and the float lowering's own check."""
-    for name in list(LOWERINGS.ops()):
-        record = ops.get(name)
-        if LOWERINGS.entry(name, FLOAT) is None or record is None:
-            continue
-        keys = [k for k in CODES if k in record.quantized
-                and (record.reads_shape_only or record.quantized[k] is record.kernel)]
-        add(name, LOWERINGS[name, FLOAT].fn, codes_check, keys, float_check=True)
-
+# -- data movement on the codes: kiln/xla/table.py's `fill` gives every op whose quantized kernel
+# is its float kernel run on the codes (or that reads only shapes) its float lowering.
 
 # -- 8-bit unary ops as lookups in their reference kernel's table ---------------------------------
 
@@ -197,14 +174,14 @@ def _binary_check(op, opts):
     return reason
 
 
-def _add_binary_tables() -> None:
+def _binary_tables(rows) -> None:
     """Equally quantized operands whose kernel is the float one on the codes (comparisons of
-    int16 / uint8) keep the float lowering (`_allow_codes`); the other 8-bit pairs (DIV, int8
-    comparisons, which rescale) are looked up in the kernel's table."""
+    int16 / uint8) keep the float lowering (kiln/xla/table.py's `fill`); the other 8-bit pairs
+    (DIV, int8 comparisons, which rescale) are looked up in the kernel's table."""
     for name in _BINARY:
         record = ops.require(name)
-        add(name, _binary_lookup, _binary_check,
-            [k for k in ("int8", "uint8") if k in record.quantized and record.quantized[k] is not record.kernel])
+        rows.gap(name, _binary_lookup, _binary_check,
+                 [k for k in ("int8", "uint8") if k in record.quantized and record.quantized[k] is not record.kernel])
 
 
 # -- pooling ------------------------------------------------------------------------------------
@@ -497,33 +474,21 @@ def _resize_check(op, opts):
     return kernel_check(op)
 
 
-def register() -> None:
-    """Add the quantized lowerings (once, after the float ones are registered)."""
-    for name in _UNARY:
-        add(name, _unary_lookup, _unary_check, [k for k in CODES if k in ops.require(name).quantized])
-    add("MAX_POOL_2D", _max_pool, _pool_check, CODES)
-    add("AVERAGE_POOL_2D", _average_pool, _pool_check, CODES)
-    add("MEAN", _mean, _mean_check, ("int8", "int16"))
-    add("SUM", _sum, _sum_check, ("int8",))
-    add("SOFTMAX", _any_softmax, _softmax_check, ("int8", "int16"))
-    add("BATCH_MATMUL", _batch_matmul, _batch_matmul_check, ("int8", "int16"))
-    add("SQUARED_DIFFERENCE", _squared_difference, _int8_check, ("int8",))
-    add("TRANSPOSE_CONV", _transpose_conv, _transpose_conv_check, ("int8", "int16", HYBRID))
-    add("RESIZE_BILINEAR", _resize_bilinear, _resize_check, ("int8", "int16"))
-    for name in ("CONCATENATION", "PACK"):   # their float lowering, run on the codes
-        add(name, LOWERINGS[name, FLOAT].fn, _same_params_check, CODES)
-    _add_binary_tables()
-    _allow_codes()   # last: only (op, key) pairs none above covers
-
-
-def add(name: str, fn, check, keys, *, float_check: bool = False) -> None:
-    """Lower op ``name``'s nodes of each operand-types key in ``keys`` that has no lowering
-    yet by ``fn`` under ``check``; the operands its float lowering needs static stay static
-    (and, with ``float_check``, that lowering's check holds too)."""
-    base = LOWERINGS.entry(name, FLOAT)
-    free = [k for k in keys if (name, k) not in LOWERINGS]
-    if not free:
-        return
-    first = base.check if float_check and base is not None and base.check is not None else None
-    register_lowering(name, fn, types=free, static=base.value.static if base is not None else (),
-                      check=all_of(None if first is None else (lambda op, opts: first(op)), check))
+#: Quantized forms of ops with float lowerings, each for the keys no plain row lowers
+#: (kiln/xla/table.py's `fill`).
+ROWS = Rows()
+for _name in _UNARY:
+    ROWS.gap(_name, _unary_lookup, _unary_check, [k for k in CODES if k in ops.require(_name).quantized])
+ROWS.gap("MAX_POOL_2D", _max_pool, _pool_check, CODES)
+ROWS.gap("AVERAGE_POOL_2D", _average_pool, _pool_check, CODES)
+ROWS.gap("MEAN", _mean, _mean_check, ("int8", "int16"))
+ROWS.gap("SUM", _sum, _sum_check, ("int8",))
+ROWS.gap("SOFTMAX", _any_softmax, _softmax_check, ("int8", "int16"))
+ROWS.gap("BATCH_MATMUL", _batch_matmul, _batch_matmul_check, ("int8", "int16"))
+ROWS.gap("SQUARED_DIFFERENCE", _squared_difference, _int8_check, ("int8",))
+ROWS.gap("TRANSPOSE_CONV", _transpose_conv, _transpose_conv_check, ("int8", "int16", HYBRID))
+ROWS.gap("RESIZE_BILINEAR", _resize_bilinear, _resize_check, ("int8", "int16"))
+_SHAPE_FLOAT = {row.op_name: row.fn for row in SHAPE_ROWS}
+for _name in ("CONCATENATION", "PACK"):   # their float lowering, run on the codes
+    ROWS.gap(_name, _SHAPE_FLOAT[_name], _same_params_check, CODES)
+_binary_tables(ROWS)

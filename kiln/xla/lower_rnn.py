@@ -23,9 +23,12 @@ from ..errors import OpError
 from ..ops.lstm import GATES, check_clips, check_lstm_sizes, read_operands, state_operand
 from ..ops.record import with_state
 from ..schema import UNIDIRECTIONAL_LSTM, Activation
-from .table import register_lowering
+from .lowering import Rows
 
 _NAME = "UNIDIRECTIONAL_SEQUENCE_LSTM"
+
+#: This module's entries of the XLA table (kiln/xla/table.py's `fill` registers them).
+ROWS = Rows()
 
 
 def _activation(act: int):
@@ -164,4 +167,4 @@ def uni_lstm_check(op, opts):
     return None
 
 
-register_lowering(_NAME, _uni_lstm, check=uni_lstm_check)
+ROWS.add(_NAME, _uni_lstm, check=uni_lstm_check)

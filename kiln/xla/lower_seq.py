@@ -24,9 +24,12 @@ from ..ops.rnn import bidi_rnn_routing
 from ..schema import (BIDIRECTIONAL_LSTM_AUX_INPUT, BIDIRECTIONAL_LSTM_BW, BIDIRECTIONAL_LSTM_FW, UNIDIRECTIONAL_LSTM,
                       Activation)
 from .lower_rnn import _activation, lstm_scan, read_lstm
-from .table import register_lowering
+from .lowering import Rows
 
 _BIDI_LSTM = "BIDIRECTIONAL_SEQUENCE_LSTM"
+
+#: This module's entries of the XLA table (kiln/xla/table.py's `fill` registers them).
+ROWS = Rows()
 
 
 def _time_major(x, time_major: bool):
@@ -87,7 +90,7 @@ def _bidi_lstm_check(op, opts):
     return None
 
 
-register_lowering(_BIDI_LSTM, _bidi_lstm, check=_bidi_lstm_check)
+ROWS.add(_BIDI_LSTM, _bidi_lstm, check=_bidi_lstm_check)
 
 
 def _lstm_step(call, *inputs):
@@ -115,7 +118,7 @@ def _lstm_step_check(op, opts):
     return None
 
 
-register_lowering("LSTM", _lstm_step, check=_lstm_step_check)
+ROWS.add("LSTM", _lstm_step, check=_lstm_step_check)
 
 
 # -- the plain RNN ops ---------------------------------------------------------------------------
@@ -199,6 +202,6 @@ def _bidi_rnn(call, *inputs):
     return with_state(call, [_time_major(o, time_major) for o in outs], (fw_h, bw_h))
 
 
-register_lowering("RNN", _rnn)
-register_lowering("UNIDIRECTIONAL_SEQUENCE_RNN", _uni_rnn)
-register_lowering("BIDIRECTIONAL_SEQUENCE_RNN", _bidi_rnn)
+ROWS.add("RNN", _rnn)
+ROWS.add("UNIDIRECTIONAL_SEQUENCE_RNN", _uni_rnn)
+ROWS.add("BIDIRECTIONAL_SEQUENCE_RNN", _bidi_rnn)
