@@ -45,7 +45,7 @@ import tokenize
 from pathlib import Path
 
 PRODUCTS = {"dot", "matmul", "einsum", "dot_general", "conv_general_dilated", "int_matmul", "_int_dot", "_dot",
-            "exact_dot", "int_dot", "product", "gemm"}
+            "exact_dot", "int_dot", "product", "gemm", "float_dot", "exact_matmul", "_im2col_product"}
 WINDOW_NAMES = re.compile(r"im2col|window|taps?\b|cols\b|tap_|_tap|columns")
 NAMESPACES = {"np", "jnp", "xp", "numpy", "lax"}
 

@@ -24,7 +24,8 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import Activation, DType
-from . import quantized_kernels
+from ..kernels import activations as activation_kernels
+from ..kernels import elementwise as elementwise_kernels
 from .record import (
     UNLISTED,
     KernelCall,
@@ -453,7 +454,7 @@ def _comparison(name, fn, table, rule, top, runtime) -> OpDef:
     """int8 rescales both sides (LiteRT's comparisons); int16 and uint8 compare codes of
     shared parameters."""
     kernel = _compare(fn)
-    quantized = {**on_codes(kernel), "int8": quantized_kernels.comparison(fn)}
+    quantized = {**on_codes(kernel), "int8": elementwise_kernels.comparison(fn)}
     return OpDef(name, kernel, _table(table), rule, top, runtime_versions=runtime, quantized=quantized)
 
 
@@ -465,21 +466,21 @@ OPS: tuple[OpDef, ...] = (
     OpDef("ADD", _binary(_add, act=True, fresh=True, quiet_ints=True), _table("AddOptions", **_ADD_OPTS),
           _add_version, 6,
           runtime_versions=("1.5.0", "1.14.0", "2.4.0", "2.6.0", "2.13.0", "2.23.0"),
-          fused_activation_host=True, quantized=quantized_kernels.ADD,
+          fused_activation_host=True, quantized=elementwise_kernels.ADD,
           quantization=own(0, 1)),
     OpDef("SUB", _binary(_sub, act=True, fresh=True, quiet_ints=True), _table("SubOptions", **_ADD_OPTS),
           _sub_version, 5,
           runtime_versions=("1.6.0", "1.14.0", "2.3.0", "2.4.0", "2.4.0"), fused_activation_host=True,
-          quantized=quantized_kernels.SUB,
+          quantized=elementwise_kernels.SUB,
           quantization=own(0, 1)),
     OpDef("MUL", _binary(_mul, act=True, fresh=True, quiet_ints=True), _table("MulOptions", **_ACT_OPTS),
           _mul_version, 8,
           runtime_versions=("1.5.0", "1.14.0", "1.15.0", "2.3.0", "2.6.0", "2.11.0", "2.13.0", "2.23.0"),
-          fused_activation_host=True, quantized=quantized_kernels.MUL,
+          fused_activation_host=True, quantized=elementwise_kernels.MUL,
           quantization=own(0, 1)),
     OpDef("DIV", _binary(_div, act=True, fresh=True), _table("DivOptions", **_ACT_OPTS),
           _div_version, 2,
-          runtime_versions=("1.6.0", "2.3.0"), fused_activation_host=True, quantized=quantized_kernels.DIV),
+          runtime_versions=("1.6.0", "2.3.0"), fused_activation_host=True, quantized=elementwise_kernels.DIV),
     # other binary arithmetic
     OpDef("FLOOR_DIV", _binary(_floor_div), _table("FloorDivOptions"),
           _by_type({(_I16, _I8): 3, _F32: 2}), 3,
@@ -489,7 +490,7 @@ OPS: tuple[OpDef, ...] = (
           runtime_versions=("1.13.0", "2.13.0")),
     OpDef("SQUARED_DIFFERENCE", _binary(_squared_difference), _table("SquaredDifferenceOptions"),
           _by_type({_I8: 2}), 2,
-          runtime_versions=("1.13.1", "2.5.0"), quantized=quantized_kernels.SQUARED_DIFFERENCE,
+          runtime_versions=("1.13.1", "2.5.0"), quantized=elementwise_kernels.SQUARED_DIFFERENCE,
           quantization=own(0, 1, types=INT8_ONLY)),
     OpDef("POW", _binary(_pow), _table("PowOptions"),
           runtime_versions=("1.10.0",)),
@@ -503,16 +504,16 @@ OPS: tuple[OpDef, ...] = (
           runtime_versions=("2.10.0",)),
     # unary math
     OpDef("RSQRT", _unary_float("RSQRT"), None, _by_type({_I16: 3, _I8: 2}), 3,
-          runtime_versions=("1.10.0", "2.5.0", "2.15.0"), quantized=quantized_kernels.RSQRT,
+          runtime_versions=("1.10.0", "2.5.0", "2.15.0"), quantized=activation_kernels.RSQRT,
           quantization=own()),
     OpDef("SQRT", _unary_float("SQRT"), None, _by_type({(_I8, _I16): 2}), 2,
-          runtime_versions=("1.10.0", "2.21.0"), quantized=quantized_kernels.SQRT,
+          runtime_versions=("1.10.0", "2.21.0"), quantized=activation_kernels.SQRT,
           quantization=own()),
     OpDef("EXP", _unary_float("EXP"), _table("ExpOptions"), _by_type({(_I8, _I16): 2}), 2,
-          runtime_versions=("1.7.0", "2.12.0"), quantized=quantized_kernels.EXP,
+          runtime_versions=("1.7.0", "2.12.0"), quantized=activation_kernels.EXP,
           quantization=own()),
     OpDef("LOG", _unary_float("LOG"), None, _by_type({(_I8, _I16): 2}), 2,
-          runtime_versions=("1.14.0", "2.15.0"), quantized=quantized_kernels.LOG,
+          runtime_versions=("1.14.0", "2.15.0"), quantized=activation_kernels.LOG,
           quantization=own()),
     OpDef("SIN", _unary_float("SIN"), None, max_version=2,
           runtime_versions=("1.9.0", UNLISTED)),
@@ -529,7 +530,7 @@ OPS: tuple[OpDef, ...] = (
     OpDef("NEG", _unary(np.negative), _table("NegOptions"),
           runtime_versions=("1.9.0",)),
     OpDef("ABS", _unary(np.abs), _table("AbsOptions"), _abs_version, 5,
-          runtime_versions=("1.13.0", "2.4.0", "2.5.0", "2.6.0", "2.12.0"), quantized=quantized_kernels.ABS,
+          runtime_versions=("1.13.0", "2.4.0", "2.5.0", "2.6.0", "2.12.0"), quantized=activation_kernels.ABS,
           quantization=own()),
     OpDef("SIGN", _unary(_sign), _table("SignOptions"), _by_type({_I32: 2}), 2,
           runtime_versions=("2.11.0", "2.12.0")),

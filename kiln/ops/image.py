@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import DType
-from . import quantized_kernels
+from ..kernels import image as image_kernels
 from .record import (
     KernelCall,
     OpDef,
@@ -119,7 +119,7 @@ RESIZE_BILINEAR = OpDef(
     }),
     version=_resize_bilinear_version,
     max_version=4,
-    quantized=quantized_kernels.RESIZE_BILINEAR,
+    quantized=image_kernels.RESIZE_BILINEAR,
     runtime_versions=("1.7.0", "1.14.0", "2.2.0", "2.5.0"),
     quantization=same()
 )

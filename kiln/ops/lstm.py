@@ -33,8 +33,11 @@ from ..schema import (
     DType,
     LstmLayout,
 )
-from . import quantized_kernels
+from ..kernels import hybrid_lstm
+from ..kernels import lstm as lstm_kernels
 from .record import (
+    HYBRID,
+    INT8,
     KernelCall,
     OpDef,
     OptionsSpec,
@@ -577,7 +580,7 @@ OPS: tuple = (
         version=_uni_lstm_version, max_version=4,
         runtime_versions=("1.13.1", "1.14.0", "2.3.0", "2.12.0"),
         state_operands=UNIDIRECTIONAL_LSTM.states,
-        quantized=quantized_kernels.UNIDIRECTIONAL_SEQUENCE_LSTM,
+        quantized={INT8: lstm_kernels.uni_lstm_int8, HYBRID: hybrid_lstm.uni_lstm_hybrid},
         weights=Weights(UNIDIRECTIONAL_LSTM.matrices, axis=None),
         quantization=Quantization(OutputScale.LSTM, types=INT8_ONLY, hybrid=True),
         macs=_sequence_lstm_macs(UNIDIRECTIONAL_LSTM)
@@ -600,7 +603,7 @@ OPS: tuple = (
         version=_hybrid_version(1), max_version=3,
         runtime_versions=("1.14.0", "1.14.0", "1.14.0"),
         state_operands=BIDIRECTIONAL_LSTM_FW.states + BIDIRECTIONAL_LSTM_BW.states,
-        quantized=quantized_kernels.BIDIRECTIONAL_SEQUENCE_LSTM,
+        quantized={HYBRID: hybrid_lstm.bidi_lstm_hybrid},
         weights=Weights(BIDIRECTIONAL_LSTM_FW.matrices + BIDIRECTIONAL_LSTM_BW.matrices, axis=None),
         # no integer kernel: the integer quantizer splits it into two unidirectional LSTMs
         quantization=Quantization(OutputScale.LSTM, types=frozenset(), hybrid=True),

@@ -293,18 +293,6 @@ ROWS.add("L2_NORMALIZATION", _float_input(_l2_normalization))
 
 # -- reductions --------------------------------------------------------------------------------
 
-def _mean(x, axes):
-    count = math.prod(x.shape[a] for a in axes)
-    if _is_int(x):
-        total = jnp.sum(x, axis=axes, dtype=jnp.int64)
-        if count == 0:
-            return jnp.zeros_like(total)
-        q = jnp.abs(total) // count  # truncate toward zero, like C++ integer division
-        return jnp.where(total < 0, -q, q)
-    return jnp.sum(x, axis=axes) / jnp.asarray(count, x.dtype) if count else \
-        jnp.full([d for i, d in enumerate(x.shape) if i not in axes], jnp.nan, x.dtype)
-
-
 def _to_rows(x, axes):
     kept = [i for i in range(x.ndim) if i not in axes]
     k = math.prod(x.shape[a] for a in axes)
@@ -347,8 +335,6 @@ def _reducer(fn):
     return lower
 
 
-ROWS.add("MEAN", _reducer(_mean), static=(1,))
-ROWS.add("SUM", _reducer(lambda x, axes: jnp.sum(x, axis=axes, dtype=x.dtype)), static=(1,))
 ROWS.add("REDUCE_PROD", _reducer(lambda x, axes: jnp.prod(x, axis=axes, dtype=x.dtype)), static=(1,))
 ROWS.add("REDUCE_MAX", _reducer(_extreme(True)), static=(1,))
 ROWS.add("REDUCE_MIN", _reducer(_extreme(False)), static=(1,))

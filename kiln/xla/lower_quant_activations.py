@@ -17,7 +17,7 @@ import numpy as np
 
 from ..kernels.activations import l2_normalize_centered, xp_prelu
 from ..schema import Activation, DType
-from .lower_quant import _limits
+from ..kernels.fixedpoint import dtype_range as _limits
 from .lower_quant_ops import kernel_check
 from .lowering import Rows
 

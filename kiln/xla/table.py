@@ -91,8 +91,10 @@ def fill():
     from ._jax import require_jax
 
     require_jax()
+    from ..kernels import float_math
     from . import (
         lower_control,
+        lower_families,
         lower_math,
         lower_nn,
         lower_quant,
@@ -105,7 +107,8 @@ def fill():
         lower_vars,
     )
 
-    rows = [row for module in (lower_control, lower_math, lower_nn, lower_quant, lower_quant_activations,
+    float_math.ARITHMETIC["jax.numpy"] = lower_families.FLOAT32   # the families' float32 steps under XLA
+    rows = [row for module in (lower_control, lower_families, lower_math, lower_nn, lower_quant, lower_quant_activations,
                                lower_quant_lstm, lower_quant_ops, lower_rnn, lower_seq, lower_shape, lower_vars)
             for row in module.ROWS]
     for row in rows:
