@@ -3,13 +3,22 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+EXTRAS := tf,xla,test,beam,serve
+# The tests' references for Keras 2 models and TF Serving's messages. Both declare the full `tensorflow` wheel
+# (CUDA included) as a dependency, which pip would install over tensorflow-cpu's files: installed without their
+# dependencies (they need only TensorFlow, protobuf and grpcio, which the extras bring), so the venv has one TensorFlow.
+NO_DEPS := "tf-keras==2.21.*" "tensorflow-serving-api==2.21.*"
 
 .PHONY: demo test test-slow install bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[tf,xla,test,beam,serve]"
+	$(BIN)/pip install -q -e ".[$(EXTRAS)]"
+	$(BIN)/pip install -q --no-deps $(NO_DEPS)
+	@# a venv made before NO_DEPS may hold the full tensorflow wheel over tensorflow-cpu: back to one TensorFlow
+	if $(BIN)/pip show -q tensorflow 2>/dev/null; then \
+	  $(BIN)/pip uninstall -q -y tensorflow && $(BIN)/pip install -q --force-reinstall --no-deps "tensorflow-cpu==2.21.*"; fi
 	touch $(STAMP)
 
 install: $(STAMP)

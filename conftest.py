@@ -6,9 +6,13 @@ checks each: ``litert`` as installed (LiteRT's kernels for builtin partitions, k
 delegate for the rest), ``kiln`` as without ai-edge-litert (kiln's NumPy delegate), ``ref``
 as BUILTIN_REF (kiln's reference kernels alone). A test about one
 backend's own behaviour asks for it with the `litert_default` or `kiln_default` fixture.
+
+TF Serving's default ports 127.0.0.1:8500 and 8501 are held for the whole session (as on a
+machine that serves models), so a test that needs them free fails everywhere, not only there.
 """
 
 import os
+import socket
 
 import pytest
 
@@ -69,3 +73,29 @@ def kiln_kernels(request, default_backend):
     directories that pin kiln's kernels against LiteRT (tests/ops, tests/quant)."""
     if default_backend != "ref":
         request.getfixturevalue("kiln_default")
+
+
+#: TF Serving's default ports (gRPC, REST): `kiln serve`'s defaults, which no test may depend on.
+TF_SERVING_PORTS = (8500, 8501)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def tf_serving_ports_held():
+    """Listen on 127.0.0.1:8500 and 8501 for the whole session (a port another process holds
+    already is as good). Tests take ephemeral ports. Each xdist worker holds them with
+    SO_REUSEPORT, which every socket sharing a port must set, so they stay held until the last
+    worker ends and nobody else (kiln serve's check included) can bind them meanwhile."""
+    held = []
+    for port in TF_SERVING_PORTS:
+        sock = socket.socket()
+        if hasattr(socket, "SO_REUSEPORT"):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+            sock.listen(1)
+            held.append(sock)
+        except OSError:
+            sock.close()
+    yield TF_SERVING_PORTS
+    for sock in held:
+        sock.close()

@@ -77,11 +77,11 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, base: Path, backend: str, workers: int, batching: Path | None):
-        self.port = free_port()
+    def __init__(self, base: Path, backend: str, workers: int, batching: Path | None, extra: tuple = ()):
+        self.port, self.grpc_port = free_port(), free_port()
         args = [sys.executable, "-m", "kiln", "serve", "--model_base_path", str(base), "--model_name", "model",
-                "--rest_api_port", str(self.port), "--port", "0", "--backend", backend, "--access_log", "false",
-                "--num_workers", str(workers)]
+                "--rest_api_port", str(self.port), "--port", str(self.grpc_port), "--backend", backend,
+                "--num_workers", str(workers), *extra]
         if batching is not None:
             args += ["--batching_parameters_file", str(batching)]
         self.proc = subprocess.Popen(args, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
@@ -198,7 +198,47 @@ async def _load(port: int, clients: int, seconds: float, body: bytes) -> dict:
     return {"latencies": latencies, "errors": errors[0], "seconds": seconds}
 
 
+async def _grpc_load(port: int, clients: int, seconds: float, body: bytes) -> dict:
+    """The same load over gRPC: ``clients`` calls kept in flight on one channel (grpc.aio), each a
+    PredictRequest of the body's row, serialized once."""
+    import grpc
+
+    from kiln.serve import grpc_api
+
+    m = grpc_api.messages()
+    row = np.asarray(json.loads(body)["instances"], np.float32)
+    request = m["PredictRequest"]()
+    request.model_spec.name = "model"
+    tensor = request.inputs[INPUT_NAME[0]]
+    tensor.dtype = 1
+    for d in row.shape:
+        tensor.tensor_shape.dim.add(size=d)
+    tensor.tensor_content = row.tobytes()
+    data = request.SerializeToString()
+    latencies, errors = [], [0]
+    stop_at = time.perf_counter() + seconds
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        call = channel.unary_unary("/tensorflow.serving.PredictionService/Predict")
+
+        async def one():
+            while time.perf_counter() < stop_at:
+                sent = time.perf_counter()
+                try:
+                    await call(data, timeout=30)
+                    latencies.append(time.perf_counter() - sent)
+                except grpc.aio.AioRpcError:
+                    errors[0] += 1
+
+        await asyncio.gather(*[one() for _ in range(clients)])
+    return {"latencies": latencies, "errors": errors[0], "seconds": seconds}
+
+
 def client_main(spec: dict) -> None:
+    if spec.get("api") == "grpc":
+        INPUT_NAME[0] = spec["input"]
+        json.dump(asyncio.run(_grpc_load(spec["port"], spec["clients"], spec["seconds"],
+                                         Path(spec["body"]).read_bytes())), sys.stdout)
+        return
     try:
         import uvloop
 
@@ -207,6 +247,9 @@ def client_main(spec: dict) -> None:
         pass
     result = asyncio.run(_load(spec["port"], spec["clients"], spec["seconds"], Path(spec["body"]).read_bytes()))
     json.dump(result, sys.stdout)
+
+
+INPUT_NAME = [""]  # the model's input (gRPC names it)
 
 
 def _cpu_seconds(pids) -> float:
@@ -233,11 +276,13 @@ def _server_pids(pid: int) -> list[int]:
     return pids
 
 
-def run_load(port: int, clients: int, seconds: float, body: Path, server_pid: int | None = None) -> dict:
+def run_load(port: int, clients: int, seconds: float, body: Path, server_pid: int | None = None,
+             api: str = "rest") -> dict:
     pids = _server_pids(server_pid) if server_pid else []
     cpu0 = _cpu_seconds(pids)
     out = subprocess.run([sys.executable, __file__, "--client", json.dumps(
-        {"port": port, "clients": clients, "seconds": seconds, "body": str(body)})],
+        {"port": port, "clients": clients, "seconds": seconds, "body": str(body), "api": api,
+         "input": INPUT_NAME[0]})],
         capture_output=True, text=True, timeout=seconds + 120, check=True).stdout
     result = json.loads(out)
     cpu = _cpu_seconds(pids) - cpu0
@@ -276,6 +321,10 @@ def main() -> int:
     parser.add_argument("--batched", action="store_true", help="also serve with batching on")
     parser.add_argument("--bare", action="store_true",
                         help="also measure bench/serve_bare.py, a bare-bones server (the floor of any Python front end)")
+    parser.add_argument("--apis", nargs="+", choices=("rest", "grpc"), default=["rest", "grpc"])
+    parser.add_argument("--attacks", action="store_true",
+                        help="instead: a 1-row client's latency and the server's peak memory under each attack "
+                             "(bench/serve_attacks.py)")
     parser.add_argument("--client", help=argparse.SUPPRESS)  # internal: run as the load-generating process
     args = parser.parse_args()
     if args.client:
@@ -283,6 +332,13 @@ def main() -> int:
         return 0
     work = Path(tempfile.mkdtemp(prefix="kiln-serve-bench-"))
     base, shape = build(work, args.model)
+    from kiln.runtime import served
+
+    INPUT_NAME[0] = next(iter(served.open(base / "1" / "model.tflite").signature().inputs))
+    if args.attacks:
+        from serve_attacks import attacks
+
+        return attacks(base, shape, args, INPUT_NAME[0])
     row = np.random.default_rng(0).standard_normal(shape).astype(np.float32).round(3)
     body = work / "body.json"
     body.write_bytes(json.dumps({"instances": [row.tolist()]}).encode())
@@ -293,31 +349,35 @@ def main() -> int:
     print(f"{args.model} model {shape}, one row per request; {args.seconds:g} s per point, median of {args.repeats} "
           f"interleaved runs; raw-asyncio client process; {os.cpu_count()} CPU cores, load average "
           f"{os.getloadavg()[0]:.1f}")
-    print(f"{'backend':<7} {'mode':<9} {'workers':>7} {'clients':>7} {'req/s':>8} {'in-proc/s':>9} {'ratio':>6} "
-          f"{'p50 ms':>7} {'p99 ms':>7} {'cpu us':>7} {'cpu ratio':>9} {'errors':>6}")
+    print(f"{'backend':<7} {'mode':<9} {'api':<4} {'workers':>7} {'clients':>7} {'req/s':>8} {'in-proc/s':>9} "
+          f"{'ratio':>6} {'p50 ms':>7} {'p99 ms':>7} {'cpu us':>7} {'cpu ratio':>9} {'errors':>6} {'load':>5}")
     for backend in args.backends:
         for mode, batching_file in modes:
             for workers in args.workers:
                 server = (BareServer(base, backend, workers, body) if mode == "bare"
                           else Server(base, backend, workers, batching_file))
                 try:
-                    run_load(server.port, max(args.clients), 1.0, body)  # warm-up: every worker's interpreters
-                    runs: dict = {c: [] for c in args.clients}
-                    anchors: dict = {c: [] for c in args.clients}
-                    for _ in range(args.repeats):
+                    for api in (["rest"] if mode == "bare" else args.apis):
+                        port = server.grpc_port if api == "grpc" else server.port
+                        run_load(port, max(args.clients), 1.0, body, api=api)  # warm-up: every worker's interpreters
+                        runs: dict = {c: [] for c in args.clients}
+                        anchors: dict = {c: [] for c in args.clients}
+                        loads: dict = {c: [] for c in args.clients}
+                        for _ in range(args.repeats):
+                            for clients in args.clients:
+                                anchors[clients].append(in_process(base, backend, row, min(args.seconds, 1.0)))
+                                runs[clients].append(run_load(port, clients, args.seconds, body, server.proc.pid, api))
+                                loads[clients].append(os.getloadavg()[0])
                         for clients in args.clients:
-                            anchors[clients].append(in_process(base, backend, row, min(args.seconds, 1.0)))
-                            runs[clients].append(run_load(server.port, clients, args.seconds, body, server.proc.pid))
-                    for clients in args.clients:
-                        rate = float(np.median([r["req/s"] for r in runs[clients]]))
-                        anchor = float(np.median(anchors[clients]))
-                        p50 = float(np.median([r["p50"] for r in runs[clients]]))
-                        p99 = float(np.median([r["p99"] for r in runs[clients]]))
-                        errors = sum(r["errors"] for r in runs[clients])
-                        cpu = float(np.median([r["cpu us"] for r in runs[clients]]))
-                        print(f"{backend:<7} {mode:<9} {workers:>7} {clients:>7} {rate:>8.0f} {anchor:>9.0f} "
-                              f"{rate / anchor:>6.3f} {p50:>7.2f} {p99:>7.2f} {cpu:>7.0f} {1e6 / anchor / cpu:>9.3f} "
-                              f"{errors:>6}", flush=True)
+                            rate = float(np.median([r["req/s"] for r in runs[clients]]))
+                            anchor = float(np.median(anchors[clients]))
+                            p50 = float(np.median([r["p50"] for r in runs[clients]]))
+                            p99 = float(np.median([r["p99"] for r in runs[clients]]))
+                            errors = sum(r["errors"] for r in runs[clients])
+                            cpu = float(np.median([r["cpu us"] for r in runs[clients]]))
+                            print(f"{backend:<7} {mode:<9} {api:<4} {workers:>7} {clients:>7} {rate:>8.0f} {anchor:>9.0f} "
+                                  f"{rate / anchor:>6.3f} {p50:>7.2f} {p99:>7.2f} {cpu:>7.0f} {1e6 / anchor / cpu:>9.3f} "
+                                  f"{errors:>6} {np.median(loads[clients]):>5.1f}", flush=True)
                 finally:
                     server.stop()
     return 0

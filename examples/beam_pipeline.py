@@ -36,16 +36,33 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import sys
 import tempfile
 from pathlib import Path
 
-import apache_beam as beam
 import numpy as np
-from apache_beam.io.filesystems import FileSystems
-from apache_beam.ml.inference.base import KeyedModelHandler, PredictionResult, RunInference
-from apache_beam.options.pipeline_options import PipelineOptions
 
-from kiln.beam import KilnModelHandler
+from kiln import extras
+
+
+def _missing_extra(exc: ImportError) -> None:
+    """A missing extra is one line naming the pip command, exit status 2 (as the kiln command)."""
+    missing = exc if isinstance(exc, extras.MissingExtraError) else extras.from_import_error(exc, "")
+    if missing is None:
+        raise exc
+    print(f"examples/beam_pipeline.py: error: {missing}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+try:
+    import apache_beam as beam
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.ml.inference.base import KeyedModelHandler, PredictionResult, RunInference
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from kiln.beam import KilnModelHandler
+except ImportError as exc:
+    _missing_extra(exc)
 
 
 def example_model(directory: str) -> str:
@@ -66,7 +83,7 @@ def random_rows(handler: KilnModelHandler, n: int, seed: int = 0) -> np.ndarray:
     spec = handler.spec()
     if len(spec.inputs) != 1:
         raise SystemExit(f"the model has {len(spec.inputs)} inputs; pass rows with --input")
-    (tensor,) = spec.inputs
+    (tensor,) = spec.inputs.values()
     shape = [4 if d == -1 else d for d in spec.row_shape(tensor)]
     return np.random.default_rng(seed).normal(size=(n, *shape)).astype(tensor.dtype)
 
@@ -111,6 +128,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--backend", default="kiln", choices=["kiln", "litert", "xla"])
     parser.add_argument("--signature_key", default=None)
     args, beam_args = parser.parse_known_args(argv)
+    try:
+        if args.model is None:
+            extras.require("tf", "converting the example model (no --model given)")
+        if args.backend == "xla":
+            extras.require("xla", "--backend xla")
+    except extras.MissingExtraError as exc:
+        _missing_extra(exc)
     with tempfile.TemporaryDirectory() as scratch:
         handler = KilnModelHandler(args.model or example_model(scratch), backend=args.backend,
                                    signature_key=args.signature_key)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import cli_checks
+from . import cli_checks, extras
 from .errors import KilnError
 
 DELEGATES = ("default", "reference", "xla")
@@ -218,15 +218,33 @@ def cmd_inspect(args) -> int:
 # -- run -------------------------------------------------------------------------------------
 
 def _parse_inputs(items) -> dict[str, np.ndarray]:
+    from .paths import read_npy
+
     out = {}
     for item in items or ():
         name, sep, path = item.partition("=")
         if not sep or not name or not path:
             raise KilnError(f"--input expects NAME=FILE.npy, got {item!r}")
-        try:
-            out[name] = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise KilnError(f"--input {name}: cannot load {path!r}: {exc}") from None
+        if name in out:
+            raise KilnError(f"--input {name} is given twice; give each input once")
+        out[name] = read_npy(path, f"--input {name}")
+    return out
+
+
+def _match_inputs(given: dict, inputs: dict) -> dict:
+    """``given`` (``--input`` keys) keyed by the inputs they name: ``inputs`` maps each input's key
+    to the names it answers to (signature name, tensor name, tensor index)."""
+    alias = {name: key for key, names in inputs.items() for name in names}
+    unknown = sorted(set(given) - set(alias))
+    if unknown:
+        raise KilnError(f"the model has no input(s) {unknown}; its inputs (by name, tensor name or tensor "
+                        f"index) are {[list(names) for names in inputs.values()]}")
+    out, named = {}, {}
+    for name, value in given.items():
+        if alias[name] in out:
+            raise KilnError(f"--input {named[alias[name]]} and --input {name} name the same input; give each input "
+                            "once")
+        out[alias[name]], named[alias[name]] = value, name
     return out
 
 
@@ -247,9 +265,7 @@ def cmd_run(args) -> int:
     runner, key = _pick_signature(interp, args.signature)
     if runner is not None:
         details = runner.get_input_details()
-        unknown = sorted(set(given) - set(details))
-        if unknown:
-            raise KilnError(f"signature {key!r} has no input(s) {unknown}; inputs are {sorted(details)}")
+        given = _match_inputs(given, {n: dict.fromkeys((n, d["name"], str(d["index"]))) for n, d in details.items()})
         print(f"signature {key!r}:")
         feeds = {}
         for name, d in details.items():
@@ -259,14 +275,8 @@ def cmd_run(args) -> int:
     else:
         print("invoke():")
         details = interp.get_input_details()
-        by_name = {d["name"]: d for d in details}
-        by_name.update({str(d["index"]): d for d in details})
-        unknown = sorted(set(given) - set(by_name))
-        if unknown:
-            raise KilnError(f"the model has no input(s) {unknown}; inputs are {[d['name'] for d in details]}")
-        values = {}
-        for name, value in given.items():
-            values[by_name[name]["index"]] = value
+        values = _match_inputs(given, {d["index"]: dict.fromkeys((d["name"], str(d["index"]))) for d in details})
+        fed = set(values)
         for d in details:
             values.setdefault(d["index"], _random_input(d["shape_signature"], d["dtype"], rng))
             if tuple(d["shape"]) != values[d["index"]].shape:
@@ -275,7 +285,7 @@ def cmd_run(args) -> int:
         for d in details:
             value = values[d["index"]]
             interp.set_tensor(d["index"], value)
-            _describe_input(d["name"], value, d["index"] in {by_name[n]["index"] for n in given})
+            _describe_input(d["name"], value, d["index"] in fed)
         interp.invoke()
         outputs = {d["name"]: interp.get_tensor(d["index"]) for d in interp.get_output_details()}
     print("outputs:")
@@ -401,8 +411,6 @@ def _converter_cli():
     except ModuleNotFoundError as exc:
         if exc.name in ("kiln.converter.cli",):
             return None
-        if exc.name and exc.name.split(".")[0] in ("tensorflow", "tf_keras", "keras"):
-            raise KilnError("kiln convert needs TensorFlow: pip install 'kiln[tf]'") from None
         raise
 
 
@@ -412,8 +420,34 @@ def _no_converter(args) -> int:
 
 # -- main ------------------------------------------------------------------------------------
 
+def version() -> str:
+    """``kiln X.Y.Z from DIR (Python A.B.C)``: the installed distribution's version (kiln's own
+    when it runs from a source tree that is not installed) and the package that answers."""
+    from importlib import metadata
+
+    from . import __version__
+
+    try:
+        number = metadata.version("kiln")
+    except metadata.PackageNotFoundError:
+        number = __version__
+    return f"kiln {number} from {Path(__file__).resolve().parent} (Python {sys.version.split()[0]})"
+
+
+class _Version(argparse.Action):
+    """``--version``, its text made only when asked for."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, help="print kiln's version and where it is installed, and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        sys.stdout.write(version() + "\n")
+        parser.exit(0)
+
+
 def build_parser(with_convert: bool = False) -> argparse.ArgumentParser:
     parser = _Parser(prog="kiln", description="Inspect, run, benchmark and convert LiteRT models.")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser("inspect", help="subgraphs, operators and versions, tensors, signatures, sizes")
@@ -424,7 +458,8 @@ def build_parser(with_convert: bool = False) -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run a model once and print / save its outputs")
     p.add_argument("model", help=".tflite file")
     p.add_argument("--input", action="append", metavar="NAME=FILE.npy",
-                   help="an input by signature name, tensor name or index (repeatable); others are random")
+                   help="an input by signature name, tensor name or tensor index (as kiln inspect lists them), "
+                        "from a .npy file (np.save); once per input; the others are random")
     p.add_argument("--signature", metavar="KEY", help="signature to run (default: the only one, if any)")
     p.add_argument("--output-dir", metavar="DIR", help="save every output as DIR/<name>.npy")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
@@ -480,7 +515,13 @@ def main(argv=None) -> int:
         return int(args.func(args) or 0)
     except KilnError as exc:
         print(f"{prefix}: error: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, cli_checks.UsageError) else 1
+        return 2 if isinstance(exc, (cli_checks.UsageError, extras.MissingExtraError)) else 1
+    except ImportError as exc:  # an extra's module no check foresaw: still one line naming the pip command
+        missing = extras.from_import_error(exc, "")
+        if missing is None:
+            raise
+        print(f"{prefix}: error: {missing}", file=sys.stderr)
+        return 2
     except BrokenPipeError:  # `kiln inspect big.tflite | head`
         return 0
     except OSError as exc:  # a file-system error no check foresaw: the OS's words and the path

@@ -1,5 +1,6 @@
 """What the ``kiln`` command checks before it runs anything: numeric flags in range, the paths
-each subcommand reads and writes, the port ``kiln serve`` binds.
+each subcommand reads and writes, the optional extras it needs, what ``kiln serve`` serves and
+then (last: a missing model is reported as such on a busy machine) the ports it binds.
 
 The tables name every subcommand's numeric and path flags (tests/test_cli_errors.py walks them
 and refuses a numeric flag without a range), so a typo costs a one-line error in well under a
@@ -12,7 +13,7 @@ import math
 import os
 import socket
 
-from . import paths
+from . import extras, paths
 from .errors import KilnError
 
 
@@ -40,6 +41,7 @@ NUMBERS: dict[tuple[str, str], tuple[float | None, float | None]] = {
     ("serve", "request_body_budget_bytes"): (1, None),
     ("serve", "max_queued_requests"): (1, None),
     ("serve", "max_connections"): (1, None),
+    ("serve", "max_connections_per_client"): (1, None),
     ("serve", "http_idle_timeout_seconds"): (0.001, None),
     ("serve", "http_read_timeout_seconds"): (0.001, None),
     ("serve", "drain_timeout_seconds"): (0, None),
@@ -111,15 +113,18 @@ def check_paths(command: str, args) -> None:
             raise paths.PathError(f"--model_base_path {base!r}: is a file, not a directory of versions")
 
 
-def check_serve_ports(args) -> None:
+def check_serve_port_flags(args) -> None:
     """TF Serving's ports: ``--port`` (gRPC) and ``--rest_api_port`` (REST), 0 turning one off.
-    At least one is on, they differ, and each one on can be bound now."""
-    ports = {"--port": args.port, "--rest_api_port": args.rest_api_port}
-    if not any(ports.values()):
+    At least one is on, and they differ."""
+    if not args.port and not args.rest_api_port:
         raise UsageError("--port and --rest_api_port are both 0: there is nothing to serve on")
     if args.port and args.port == args.rest_api_port:
         raise UsageError(f"--port (gRPC) and --rest_api_port (REST) are both {args.port}: give them different ports")
-    for port in ports.values():
+
+
+def check_serve_ports(args) -> None:
+    """Each port kiln serve listens on can be bound now."""
+    for port in (args.port, args.rest_api_port):
         if port:
             check_port_free(args.host, port)
 
@@ -137,9 +142,87 @@ def check_port_free(host: str, port: int) -> None:
         raise KilnError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
 
+def _quantize_combinations(args) -> None:
+    from .quant.cli import CALIBRATED
+
+    if args.mode not in CALIBRATED:   # the options only calibration reads
+        idle = [f"--{kind}-type {value}" for kind, value in (("input", args.input_type), ("output", args.output_type))
+                if value != "float32"]
+        if args.integer_only:
+            idle.append("--integer-only")
+        if args.data and not args.debug:
+            idle.append("--data")
+        if idle:
+            raise UsageError(f"{', '.join(idle)}: only the calibrated modes ({', '.join(CALIBRATED)}) take "
+                             f"{'it' if len(idle) == 1 else 'them'}; --mode {args.mode} keeps float inputs and outputs")
+    elif not args.data:
+        raise UsageError(f"--mode {args.mode} needs --data (the representative dataset: FILE.npz, FILE.npy or "
+                         "FILE.tfrecord)")
+    needs = {"--allow-integer-samples": ("--data", args.allow_integer_samples and not args.data),
+             "--debug": ("--data", args.debug and not args.data),
+             "--debug-target": ("--debug REPORT.html", args.debug_target is not None and not args.debug),
+             "--debug-runner": ("--debug REPORT.html", args.debug_runner != "kiln" and not args.debug)}
+    for flag, (other, missing) in needs.items():
+        if missing:
+            raise UsageError(f"{flag} needs {other}")
+
+
+def check_combinations(command: str, args) -> None:
+    """Options the rest of the command line would silently ignore: refused, naming them."""
+    if command == "quantize":
+        _quantize_combinations(args)
+    if command == "convert" and os.path.isfile(args.source):
+        idle = [flag for flag, value in (("--signature-keys", args.signature_keys), ("--tags", args.tags)) if value]
+        if idle:
+            raise UsageError(f"{' and '.join(idle)} pick from a SavedModel directory; {args.source!r} is a Keras file "
+                             "(one model, no signatures or tags)")
+
+
+def check_extras(command: str, args) -> None:
+    """The optional extras (kiln.extras) this command line needs, before anything imports them."""
+    if command in ("convert", "infer-convert"):
+        extras.require("tf", "")
+    if getattr(args, "delegate", None) == "xla":
+        extras.require("xla", "--delegate xla")
+    if command != "serve":
+        return
+    needs = ["prometheus_client"]
+    if args.rest_api_port:
+        needs.append("httptools")
+    if args.port:
+        needs.append("grpc")
+    if args.port or args.model_config_file or args.batching_parameters_file or args.monitoring_config_file:
+        needs.append("google.protobuf")   # gRPC's messages; the text-proto config files
+    extras.require("serve", "", tuple(needs))
+    if args.backend in ("xla", "tf"):
+        extras.require(args.backend, f"--backend {args.backend}")
+
+
+def check_serve_setup(args) -> None:
+    """What kiln serve would serve: every model's base path a directory, the config files read."""
+    from .serve import config
+
+    if args.model_config_file:
+        specs = config.read_model_config(args.model_config_file)
+    else:
+        specs = [config.ModelSpec(args.model_name, args.model_base_path)]
+    for spec in specs:
+        if not os.path.isdir(spec.base_path):
+            raise paths.PathError(f"model {spec.name!r}: base path {spec.base_path!r} is not a directory")
+    if args.batching_parameters_file:
+        config.read_batching_parameters(args.batching_parameters_file)
+    if args.monitoring_config_file:
+        config.read_monitoring_config(args.monitoring_config_file)
+
+
 def check(command: str, args) -> None:
-    """All of the above for one parsed command line."""
+    """All of the above for one parsed command line, ports last."""
     check_numbers(command, args)
+    if command == "serve":
+        check_serve_port_flags(args)
+    check_combinations(command, args)
     check_paths(command, args)
+    check_extras(command, args)
     if command == "serve" and (getattr(args, "model_base_path", None) or getattr(args, "model_config_file", None)):
+        check_serve_setup(args)
         check_serve_ports(args)

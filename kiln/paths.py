@@ -133,3 +133,21 @@ def write_bytes(path, data: bytes, what: str) -> Path:
 def write_text(path, text: str, what: str) -> Path:
     """`write_bytes` for UTF-8 text."""
     return write_bytes(path, text.encode("utf-8"), what)
+
+
+def read_npy(path, what: str):
+    """The array in a NumPy ``.npy`` file (``np.save``'s format), or a one-line error saying what
+    the file is instead (an .npz archive, text, a pickle) — never NumPy's "pickled data" guess."""
+    import numpy as np
+
+    p = readable_file(path, what)
+    with open(p, "rb") as f:
+        head = f.read(6)
+    if head != b"\x93NUMPY":
+        kind = ("an .npz archive (several arrays); give one array per .npy file" if head.startswith(b"PK") else
+                "not a .npy file (np.save's format; text, CSV or pickles are not read)")
+        raise _fail(what, p, kind)
+    try:
+        return np.load(p, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise _fail(what, p, f"cannot be read as .npy ({exc})") from None

@@ -7,7 +7,10 @@ the op records: float for every builtin record (kiln's records are LiteRT's buil
 kiln's float kernels mirror them), and the integer and hybrid kernels its quantization trait
 says LiteRT has — the same trait the quantizer writes models from, checked against LiteRT's
 BUILTIN_REF by tests/quant/test_one_op_conformance.py. So the page cannot say more than the
-code does; tests/test_support_matrix.py fails when the checked-in page is stale.
+code does; tests/test_support_matrix.py fails when the checked-in page is stale. The
+converter's coverage — which TF ops kiln's converter lowers to each builtin — is read from the
+emitters themselves (`kiln.converter.legalize.coverage`), which the op sweep checks against what
+conversions emit (tests/converter/test_op_sweep.py).
 
 Regenerate with ``python -m kiln.support_matrix`` (``--check`` only compares). The XLA
 column needs JAX (the ``xla`` extra).
@@ -80,6 +83,21 @@ def matrix() -> dict[str, dict[str | None, str]]:
     return rows
 
 
+def converter_coverage() -> tuple[dict[str, list[str]], list[str]]:
+    """(builtin -> the TF ops and TF-level patterns kiln's converter lowers to it, the TF ops
+    it lowers to no op at all: pass-throughs, folded constants, control edges)."""
+    from .converter.legalize import EMITTERS
+    from .converter.legalize.coverage import coverage
+    from .converter.legalize.patterns import PATTERNS
+
+    by_builtin: dict[str, set[str]] = {}
+    for source, builtins in coverage(EMITTERS, PATTERNS).items():
+        for builtin in builtins:
+            by_builtin.setdefault(builtin, set()).add(source if source in EMITTERS else f"*{source}*")
+    none = sorted(k for k, v in coverage(EMITTERS).items() if not v)
+    return {k: sorted(v, key=str.lower) for k, v in sorted(by_builtin.items())}, none
+
+
 def render() -> str:
     """The page's markdown."""
     rows = matrix()
@@ -111,6 +129,16 @@ def render() -> str:
               for letter, _ in BACKENDS}
     lines += ["", f"{len(rows)} ops; (op, operand types) pairs per backend: "
               + ", ".join(f"{letter} {counts[letter]}" for letter, _ in BACKENDS) + ".", ""]
+    covered, passed = converter_coverage()
+    lines += [
+        "## Converter coverage: the TF ops kiln's converter lowers to each builtin", "",
+        "Read from the emitters (kiln/converter/legalize; *italics*: TF-level patterns over several TF ops),",
+        "helper ops included (a RESHAPE or CAST around the op). tests/converter/test_op_sweep.py checks each",
+        "conversion emits no builtin this does not list, over one case per TF op TF's converter legalizes.", "",
+        "| builtin | TF ops |", "|---|---|",
+        *[f"| {name} | {', '.join(sources)} |" for name, sources in covered.items()], "",
+        f"{sum(len(v) for v in covered.values())} (builtin, TF op) pairs over {len(covered)} builtins. "
+        f"Lowered to no op (pass-throughs, constants, control edges): {', '.join(passed)}.", ""]
     return "\n".join(lines)
 
 

@@ -132,7 +132,7 @@ def test_run_signature_and_errors(capsys, variables):
     code, _, err = kiln_cli(capsys, "run", variables, "--signature", "nope")
     assert code == 1 and "has no such signature" in err
     code, _, err = kiln_cli(capsys, "run", variables, "--signature", "read", "--input", "x=/nonexistent.npy")
-    assert code == 1 and "--input x: cannot load" in err
+    assert code == 1 and "--input x: cannot read" in err
     code, _, err = kiln_cli(capsys, "run", variables, "--signature", "read", "--input", "oops")
     assert code == 1 and "--input expects NAME=FILE.npy" in err
 

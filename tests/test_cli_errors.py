@@ -140,7 +140,7 @@ def _path_cases(f) -> list[tuple[str, list, str]]:
         ("run", ["run", d], "is a directory"),
         ("run", ["run", m, "--output-dir", fl], "is a file, not a directory"),
         ("run", ["run", m, "--output-dir", f"{un}/outputs"], "cannot create files in '/sys'"),
-        ("run", ["run", m, "--input", f"x={miss}"], "--input x: cannot load"),
+        ("run", ["run", m, "--input", f"x={miss}"], "--input x: cannot read"),
         ("benchmark", ["benchmark", miss], "no such file"),
         ("benchmark", ["benchmark", d], "is a directory"),
         ("inspect", ["inspect", fl], f"{fl}: The model is not a valid Flatbuffer"),   # a file that is no model:
@@ -365,6 +365,24 @@ def test_serve_on_a_busy_port_is_one_line(files, busy_flag, other):
         result = kiln_cmd("serve", "--model_base_path", files["versions"], busy_flag, port, *other, timeout=30)
     assert_one_line_error(result, "serve", f"cannot listen on 127.0.0.1:{port}: Address already in use", code=1)
     assert "REST API on" not in result.stderr + result.stdout
+
+
+def test_serve_reports_a_missing_model_while_tf_servings_ports_are_taken(tf_serving_ports_held, tmp_path):
+    """conftest.py holds 127.0.0.1:8500 and 8501 (kiln serve's defaults) for the session: the
+    missing model is what kiln serve reports, its ports are checked last."""
+    for port in tf_serving_ports_held:
+        with socket.socket() as probe, pytest.raises(OSError):
+            probe.bind(("127.0.0.1", port))
+    missing = tmp_path / "MISSING"
+    result = kiln_cmd("serve", "--model_base_path", missing, timeout=60)
+    assert_one_line_error(result, "serve", f"base path '{missing}' is not a directory", code=1)
+    bad = tmp_path / "batching.config"
+    bad.write_text("max_batch_size { value: 0 }")
+    (tmp_path / "m" / "1").mkdir(parents=True)
+    result = kiln_cmd("serve", "--model_base_path", tmp_path / "m", "--batching_parameters_file", bad, timeout=60)
+    assert_one_line_error(result, "serve", "max_batch_size must be >= 1", code=1)
+    result = kiln_cmd("serve", "--model_base_path", tmp_path / "m", timeout=60)   # and then the port
+    assert_one_line_error(result, "serve", "cannot listen on 127.0.0.1:8500: Address already in use", code=1)
 
 
 # -- which backend ran -----------------------------------------------------------------------

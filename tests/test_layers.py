@@ -22,19 +22,21 @@ ROOT = Path(__file__).resolve().parents[1] / "kiln"
 #: facades ``kiln`` and ``kiln.converter`` stand for their ``__init__`` only.
 LAYERS: list[set[str]] = [
     {"kiln.errors", "kiln.schema", "kiln.protos"},     # shared types; protobuf descriptors
-    {"kiln.ir", "kiln.rules", "kiln.paths"},           # the model representation; the Rule / Decision shape; file checks
+    {"kiln.ir", "kiln.rules", "kiln.paths",            # the model representation; the Rule / Decision shape; file checks;
+     "kiln.extras"},                                   # the optional extras and the error naming a missing one
     {"kiln.kernels"},                                  # LiteRT's integer and hybrid arithmetic, pure functions
     {"kiln.ops"},                                      # op records: options, shapes, versions, kernels
     {"kiln.format", "kiln.passes", "kiln.fusion"},     # .tflite <-> IR; IR rewrites; composite fusion
     {"kiln.runtime"},                                  # the interpreter
     {"kiln.delegates", "kiln.quant", "kiln.xla"},      # delegates; post-training quantization (calibrates
                                                        # with the interpreter); the XLA backend
-    {"kiln.support_matrix"},                           # the per-op support matrix, from every backend's table
     # the converter, bottom up
     {"kiln.converter.tfutil", "kiln.converter.runtime_version", "kiln.converter.attributes"},
     {"kiln.converter.values", "kiln.converter.custom", "kiln.converter.metadata", "kiln.converter.report"},
     {"kiln.converter.options", "kiln.converter.context", "kiln.converter.scope"},
     {"kiln.converter.legalize", "kiln.converter.keras"},   # emitters and recognisers
+    {"kiln.support_matrix"},                           # the per-op support matrix, from every backend's table
+                                                       # and the emitters (converter coverage)
     {"kiln.converter.importer", "kiln.converter.variables"},
     {"kiln.converter.pipeline"},                       # assembles the tables and the stages
     {"kiln.converter.api"},

@@ -9,6 +9,7 @@ import argparse
 import json
 import os
 import sys
+import zipfile
 from pathlib import Path
 
 from ..errors import ConversionError
@@ -49,21 +50,48 @@ def _output_path(source: Path, output: str | None) -> Path:
 
 def _load_keras(path: Path):
     """A Keras model from a .keras / .h5 file (Keras 3 first, then tf_keras for legacy H5)."""
-    errors = []
+    errors = {}
     try:
         import keras
 
         return keras.saving.load_model(str(path), compile=False)
     except Exception as exc:  # noqa: BLE001 - fall back to tf_keras for Keras 2 files
-        errors.append(f"keras: {exc}")
+        errors["keras"] = str(exc)
     if path.suffix in (".h5", ".hdf5"):
         try:
             import tf_keras
+        except ImportError:
+            errors["tf_keras"] = "not installed (Keras 2 .h5 files: pip install --no-deps 'tf-keras==2.21.*')"
+        else:
+            try:
+                return tf_keras.models.load_model(str(path), compile=False)
+            except Exception as exc:  # noqa: BLE001
+                errors["tf_keras"] = str(exc)
+    if len(set(errors.values())) == 1:   # both readers say the same (a truncated HDF5 file): once
+        raise ConversionError(f"cannot load Keras model {str(path)!r}: {next(iter(errors.values()))}")
+    raise ConversionError(f"cannot load Keras model {str(path)!r}: "
+                          + "; ".join(f"{reader}: {why}" for reader, why in errors.items()))
 
-            return tf_keras.models.load_model(str(path), compile=False)
-        except Exception as exc:  # noqa: BLE001
-            errors.append(f"tf_keras: {exc}")
-    raise ConversionError(f"cannot load Keras model {str(path)!r}: " + "; ".join(errors))
+
+def _check_keras_file(source: Path) -> None:
+    """A .keras file is a zip archive, an .h5 file HDF5: a truncated or foreign file is named as
+    such here (Keras itself calls a damaged .keras "File not found")."""
+    if source.suffix == ".keras":
+        if not zipfile.is_zipfile(source):
+            raise ConversionError(f"{str(source)!r} is not a readable .keras file: a .keras file is a zip archive, "
+                                  f"and this one has no zip directory (truncated or damaged, {source.stat().st_size:,} "
+                                  "bytes)")
+        try:
+            with zipfile.ZipFile(source) as archive:
+                bad = archive.testzip()
+        except (zipfile.BadZipFile, OSError, EOFError) as exc:
+            bad = f"({exc})"
+        if bad:
+            raise ConversionError(f"{str(source)!r} is a damaged .keras file: its member {bad} does not read back")
+    else:
+        with open(source, "rb") as f:
+            if f.read(8) != b"\x89HDF\r\n\x1a\n":
+                raise ConversionError(f"{str(source)!r} is not an HDF5 file (Keras 2 .h5 files are)")
 
 
 def check_source(source: Path) -> None:
@@ -78,6 +106,7 @@ def check_source(source: Path) -> None:
     if source.suffix not in (".keras", ".h5", ".hdf5"):
         raise ConversionError(f"cannot tell what {str(source)!r} is: give a SavedModel directory or a .keras / "
                               ".h5 file")
+    _check_keras_file(source)
 
 
 def make_converter(source: Path, *, signature_keys=None, tags=None):

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..errors import ConversionError
 from ..ir import Operator, Subgraph, Tensor
+from ..ops import unquantized_codes
 from ..passes.fold import evaluate
 from ..schema import DType
 from .tfutil import shape_signature, static_shape, to_dtype
@@ -25,6 +26,23 @@ if TYPE_CHECKING:  # pragma: no cover
 
 _MISSING = object()
 
+#: The builtins LiteRT runs on complex64 tensors, as TF's converter legalises complex values
+#: (RFFT2D's spectrum, ``tf.cast`` to complex64): an Add, a slice or a transpose of complex64
+#: stays a TF op, and no builtin takes complex128.
+COMPLEX_BUILTINS = frozenset({"RFFT2D", "COMPLEX_ABS", "REAL", "IMAG", "MUL", "CAST", "RESHAPE", "SQUEEZE",
+                              "EXPAND_DIMS", "IF", "WHILE", "CUSTOM"})
+_COMPLEX = (DType.COMPLEX64, DType.COMPLEX128)
+
+
+def _complex_refusal(op_type: str, tensors) -> str | None:
+    """Why LiteRT cannot run ``op_type`` on these tensors' complex types (None: it can)."""
+    types = {t.dtype for t in tensors if t is not None and t.dtype in _COMPLEX}
+    if DType.COMPLEX128 in types:
+        return f"{op_type} on complex128: LiteRT's builtins take complex64 only"
+    if types and op_type not in COMPLEX_BUILTINS:
+        return f"LiteRT's {op_type} takes no complex64 tensors"
+    return None
+
 
 class Unsupported(ConversionError):
     """Raised by an emitter for a variant of its op it cannot express with builtins; the
@@ -34,9 +52,11 @@ class Unsupported(ConversionError):
 class EmitContext:
     """One TF operation being legalised into ``scope``'s subgraph."""
 
-    def __init__(self, scope: "Scope", op):
+    def __init__(self, scope: "Scope", op, source: str | None = None):
         self.scope = scope
         self.op = op
+        #: What the report files the ops emitted here under: the TF op type, or the pattern's name.
+        self.source = source or op.type
 
     # -- the TF op ----------------------------------------------------------------------------
     @property
@@ -156,15 +176,24 @@ class EmitContext:
             outputs = [self.out(0)]
         op = Operator(op_type, options=options, custom_code=custom_code, custom_options=custom_options)
         self.sg.add_operator(op, list(inputs), list(outputs))
-        if fold and self.scope.importer.fold_at_import:
-            values = evaluate(op)
-            if values is not None:
-                self.sg.remove_operator(op)
-                for t, v in zip(outputs, values):
-                    if t is not None and v is not None:
-                        t.data = v
-                        t.shape = tuple(v.shape)
-                        t.shape_signature = None
+        values = evaluate(op) if fold and self.scope.importer.fold_at_import else None
+        if values is not None:
+            self.sg.remove_operator(op)
+            for t, v in zip(outputs, values):
+                if t is not None and v is not None:
+                    t.data = v
+                    t.shape = tuple(v.shape)
+                    t.shape_signature = None
+        elif (codes := unquantized_codes(op)) is not None:
+            self.sg.remove_operator(op)
+            raise self.fail(f"LiteRT's {op_type} takes {codes.dtype.name.lower()} operands as quantized values, and "
+                            f"{codes.name!r} has no quantization parameters (LiteRT would compute with a zero scale "
+                            "or abort); cast it to int32 first, or quantize the model")
+        elif (refusal := _complex_refusal(op_type, [*inputs, *outputs])) is not None:
+            self.sg.remove_operator(op)
+            raise self.fail(refusal)
+        if op_type != "CUSTOM":
+            self.scope.importer.stats.lowered.setdefault(self.source, set()).add(op_type)
         return list(outputs)
 
     def emit1(self, op_type: str, inputs: Sequence[Tensor | None], output: Tensor | None = None,

@@ -26,11 +26,14 @@ from .scope import Legalization, Pending, Scope, distinct_outputs
 from .tfutil import shape_signature, static_shape, to_dtype
 from .values import ResourceRef, TensorListValue, VarInfo
 
+_NO_LEGALISATION = "no legalisation"
+
 @dataclass
 class ImportStats:
     """What the importer saw: for the conversion report."""
 
     tf_ops: dict[str, int] = field(default_factory=dict)
+    lowered: dict[str, set] = field(default_factory=dict)  # TF op type / pattern -> builtins emitted
     tracer: Tracer = field(default_factory=Tracer)   # fusion and pattern decisions (kiln.rules)
     inlined: list[str] = field(default_factory=list)
     custom: dict[str, int] = field(default_factory=dict)
@@ -160,9 +163,9 @@ class Importer:
             emitter = self.legalization.emitters.get(op.type)
             if emitter is None and _is_function_call(scope.graph, op):
                 emitter = self.legalization.function_call
-        ctx = EmitContext(scope, op)
+        ctx = EmitContext(scope, op, source=None if pending is None else pending.label)
         if emitter is None:
-            self._unsupported(ctx, "no legalisation")
+            self._unsupported(ctx, _NO_LEGALISATION)
             return
         try:
             result = emitter(ctx)
@@ -194,7 +197,8 @@ class Importer:
             self.stats.custom[op.type] = self.stats.custom.get(op.type, 0) + 1
             self._bind_outputs(ctx.scope, op, outputs)
             return
-        self.unsupported.setdefault(op.type, []).append(f"{ctx.name}: {reason}")
+        self.unsupported.setdefault(op.type, []).append(
+            reason if reason != _NO_LEGALISATION else f"{ctx.name}: {reason}")
         # Keep importing so that every unsupported op is reported at once.
         self._bind_outputs(ctx.scope, op, [ctx.out(i) for i in range(len(op.outputs))])
 
@@ -227,7 +231,7 @@ class Importer:
         self.bind_captures(scope, graph)
         values = scope.run(fn.outputs)
         outputs = [self.as_output(scope, v, f"{key}: output {name!r}") for v, name in zip(values, output_names)]
-        outputs = distinct_outputs(sg, outputs, output_names)
+        outputs = distinct_outputs(sg, outputs, output_names, constants=True)
         sg.outputs = outputs
         signature = Signature(key, sg, sig_inputs, dict(zip(output_names, outputs)))
         self.model.signatures.append(signature)
@@ -252,6 +256,16 @@ class Importer:
         return value
 
     # -- errors -----------------------------------------------------------------------------
+    def _reasons(self, most: int = 5) -> str:
+        """Why ops with an emitter still could not be converted (an op with no emitter at all
+        needs no explanation), the first few of them."""
+        reasons = list(dict.fromkeys(why for whys in self.unsupported.values() for why in whys
+                                     if not why.endswith(_NO_LEGALISATION)))
+        if not reasons:
+            return ""
+        more = f" (and {len(reasons) - most} more)" if len(reasons) > most else ""
+        return f" Why: {'; '.join(reasons[:most])}{more}."
+
     def check_supported(self) -> None:
         """Raise the error users know from TF's converter when some ops had no legalisation."""
         if not self.unsupported:
@@ -262,9 +276,9 @@ class Importer:
             "Some of the operators in the model are not supported by the standard TensorFlow Lite "
             "runtime and are not recognized by TensorFlow. If you have a custom implementation for "
             "them you can disable this error with --allow_custom_ops, or by setting "
-            "allow_custom_ops=True when calling tf.lite.TFLiteConverter(). Here is a list of builtin "
-            f"operators you are using: {', '.join(builtin)}. Here is a list of operators for which you "
-            f"will need custom implementations: {', '.join(custom)}.")
+            f"allow_custom_ops=True when calling tf.lite.TFLiteConverter().{self._reasons()} Here is a list "
+            f"of builtin operators you are using: {', '.join(builtin)}. Here is a list of operators for "
+            f"which you will need custom implementations: {', '.join(custom)}.")
         error.details = [d for ops in self.unsupported.values() for d in ops]
         raise error
 

@@ -85,6 +85,7 @@ def import_functions(conv: Conversion) -> None:
     report.decisions.extend(stats.tracer.decisions)
     report.custom_ops = dict(stats.custom)
     report.tf_ops = dict(sorted(stats.tf_ops.items()))
+    report.lowered = {k: sorted(v) for k, v in sorted(stats.lowered.items())}
 
 
 def optimise(conv: Conversion) -> None:

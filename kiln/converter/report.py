@@ -25,6 +25,9 @@ class ConversionReport:
         the rule-based passes; ``fused`` / ``not_fused`` / ``notes`` are views of it.
       custom_ops: TF op types emitted as CUSTOM (``allow_custom_ops``).
       tf_ops: TF op types seen in the imported graphs, with counts.
+      lowered: TF op type (or TF-level pattern name) -> the builtin ops its legalisation
+        emitted, before the optimisation passes (`kiln.converter.legalize.coverage` says what
+        each may emit; the op sweep checks that it does not emit more).
       subgraphs: number of subgraphs.
       min_runtime_version: the model's ``min_runtime_version``.
       missing_records: builtin ops without a kiln op record (their version could not be set).
@@ -40,6 +43,7 @@ class ConversionReport:
     decisions: list[Decision] = field(default_factory=list)
     custom_ops: dict[str, int] = field(default_factory=dict)
     tf_ops: dict[str, int] = field(default_factory=dict)
+    lowered: dict[str, list[str]] = field(default_factory=dict)
     subgraphs: int = 0
     min_runtime_version: str = ""
     missing_records: list[str] = field(default_factory=list)
@@ -104,7 +108,8 @@ class ConversionReport:
             "op_counts": dict(self.op_counts), "op_versions": [list(p) for p in self.op_versions],
             "size": self.size, "seconds": self.seconds, "stages": [list(s) for s in self.stages],
             "decisions": [d.to_dict() for d in self.decisions], "custom_ops": dict(self.custom_ops),
-            "tf_ops": dict(self.tf_ops), "subgraphs": self.subgraphs,
+            "tf_ops": dict(self.tf_ops), "lowered": {k: list(v) for k, v in self.lowered.items()},
+            "subgraphs": self.subgraphs,
             "min_runtime_version": self.min_runtime_version, "missing_records": list(self.missing_records),
             "passes": dict(self.passes), "quantization": dict(self.quantization),
         }

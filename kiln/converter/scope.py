@@ -141,15 +141,18 @@ def live_ops(graph, outputs) -> list:
     return ordered
 
 
-def distinct_outputs(sg: Subgraph, outputs: list[Tensor], suffixes: list[str]) -> list[Tensor]:
-    """``outputs`` with every constant or repeated one replaced by a copy made by an op, so each
-    output of a graph (a signature or a control-flow body) is a tensor an op of its own writes;
-    an input may stand as an output directly (TF's converter writes a pass-through model with
-    no ops at all). The copy of ``t`` is named ``t.name/suffix``."""
+def distinct_outputs(sg: Subgraph, outputs: list[Tensor], suffixes: list[str], *,
+                     constants: bool = False) -> list[Tensor]:
+    """``outputs`` with every repeated one replaced by a copy made by an op, so each output of a
+    graph is a tensor of its own; an input may stand as an output directly (TF's converter writes
+    a pass-through model with no ops at all). A constant output stays a constant when
+    ``constants`` (a signature's outputs: TF's converter folds ``tf.shape`` of a static shape to
+    a constant output and writes no op), else it is copied too (a control-flow body's outputs
+    are values its op writes). The copy of ``t`` is a RESHAPE named ``t.name/suffix``."""
     seen: set[int] = set()
     result = []
     for t, suffix in zip(outputs, suffixes):
-        if t.is_constant or id(t) in seen:
+        if (t.is_constant and not constants) or id(t) in seen:
             copy = sg.add_tensor(f"{t.name}/{suffix}", t.dtype, t.shape, shape_signature=t.shape_signature)
             if t.is_constant:  # a RESHAPE to its own static shape: a cheap op LiteRT keeps
                 shape = sg.add_constant(f"{t.name}/shape", np.asarray(t.shape, np.int32))

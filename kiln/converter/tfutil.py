@@ -9,6 +9,7 @@ import sys
 import warnings
 from typing import Any
 
+from .. import extras
 from ..errors import ConversionError
 from ..schema import DType
 
@@ -18,8 +19,8 @@ def tf():
     """The tensorflow module (a clear error when the `tf` extra is not installed)."""
     try:
         import tensorflow
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ConversionError("converting TensorFlow models needs tensorflow: pip install kiln[tf]") from exc
+    except ImportError as exc:
+        raise extras.missing("tf", "converting TensorFlow models", "tensorflow") from exc
     return tensorflow
 
 

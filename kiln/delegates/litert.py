@@ -42,6 +42,7 @@ import numpy as np
 from ..errors import KilnError, OpError, UnsupportedError
 from ..format import write_model
 from ..ir import Operator, Subgraph
+from ..ops import states, unquantized_codes
 from ..runtime.delegate import DelegateKernel, NodeInfo, Partition, ReportingDelegate
 from ..schema import DType
 from .litert_model import PartitionModel, partition_model, reachable_subgraphs
@@ -95,6 +96,10 @@ def _uses_resources(op: Operator) -> bool:
 def _known_wrong(op: Operator) -> str | None:
     """Why LiteRT's kernel gives wrong results for ``op`` (None: no known fault). kiln's kernels
     run such nodes with the semantics LiteRT's kernel means."""
+    codes = unquantized_codes(op)
+    if codes is not None:  # LiteRT computes with a zero scale, or aborts the process (ADD, SUB, LESS ...)
+        return (f"LiteRT's {op.op_type} reads {codes.dtype.name} operands as quantized, and {codes.name!r} "
+                "has no quantization parameters")
     if op.op_type == "BIDIRECTIONAL_SEQUENCE_LSTM" and op.options.get("merge_outputs") \
             and not op.options.get("time_major") and op.inputs and op.inputs[0] is not None \
             and tuple(op.inputs[0].signature[:1]) != (1,):
@@ -306,10 +311,13 @@ def _callee_refusal(callees: Sequence[Subgraph], runtime) -> str | None:
     for sg in callees:
         for oi, op in enumerate(sg.operators):
             reg = runtime.registration(op)
+            where = model.subgraph_index(sg) if model is not None else "?"
             if op.op_type == "CUSTOM" or not _is_builtin_registration(reg):
-                where = model.subgraph_index(sg) if model is not None else "?"
                 what = "a custom op" if op.op_type == "CUSTOM" else "a Python registration"
                 return f"subgraph {where}, whose node {oi} ({op.name}) runs {what} in kiln"
+            wrong = _known_wrong(op)
+            if wrong is not None:
+                return f"subgraph {where}, whose node {oi} ({op.name}) runs in kiln: {wrong}"
     return None
 
 
@@ -383,8 +391,10 @@ class LiteRtKernel(DelegateKernel):
         # Other variables: LiteRT keeps them; written in only when kiln holds another array.
         self._variables = [(k, i) for k, i in variable_at.items() if k not in set(partition.state_inputs)]
         self._synced: dict[int, object] = {}                   # input position -> array LiteRT holds
-        self.hidden_state = any(_uses_resources(node.op) for node in partition.nodes) or any(
-            _uses_resources(op) for sg in reachable_subgraphs([n.op for n in partition.nodes]) for op in sg.operators)
+        # Resource variables and random generators (stateful records) live inside LiteRT.
+        ops = [n.op for n in partition.nodes]
+        ops += [op for sg in reachable_subgraphs(ops) for op in sg.operators]
+        self.hidden_state = any(_uses_resources(op) or states(op.op_type, "stateful") for op in ops)
 
     def invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         wrapper = self._wrapper
@@ -396,12 +406,28 @@ class LiteRtKernel(DelegateKernel):
             if self._state or self._variables:
                 self._write_state(inputs)
             wrapper.Invoke()
+        except (RuntimeError, ValueError) as exc:
+            return self._failed(inputs, str(exc).strip())
+        try:
             results = [wrapper.GetTensor(index, 0) for index in self._outputs]
             if self._state:
                 results += [None if index is None else wrapper.GetTensor(index, 0) for _, index in self._state]
-        except (RuntimeError, ValueError) as exc:
-            return self._failed(inputs, str(exc).strip())
+        except ValueError:  # an output a node sized to nothing (WHERE of no true element, ...)
+            return self._results_with_empty()
         return results
+
+    def _results_with_empty(self) -> list:
+        """The outputs when one is empty: LiteRT's GetTensor refuses a tensor of no elements
+        ("Invalid tensor size"), so those are made here, of the size LiteRT gave them."""
+        wrapper = self._wrapper
+
+        def read(index: int, dtype):
+            shape = tuple(int(d) for d in wrapper.TensorSize(index, 0))
+            return np.empty(shape, dtype.numpy) if 0 in shape else wrapper.GetTensor(index, 0)
+
+        results = [read(index, t.dtype) for index, t in zip(self._outputs, self.partition.outputs)]
+        state = [self.partition.inputs[k] for k, _ in self._state]
+        return results + [None if index is None else read(index, t.dtype) for (_, index), t in zip(self._state, state)]
 
     def _write_state(self, inputs: Sequence[np.ndarray]) -> None:
         wrapper = self._wrapper

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import struct
 from contextlib import contextmanager
 
@@ -47,6 +48,10 @@ class _Reader:
         except ModelError:
             raise
         except _LOW_LEVEL as exc:
+            needed = re.search(r"requires a buffer of at least (\d+) bytes", str(exc))  # struct's words
+            if needed and int(needed.group(1)) > self.size:   # a table or vector reaches past the end
+                raise ModelError(f"the file is truncated: expected at least {needed.group(1)} bytes, it has "
+                                 f"{self.size} (cut off while downloading or copying?)") from None
             raise self.error(f"unreadable flatbuffer data ({type(exc).__name__}: {exc})") from None
         finally:
             self.where.pop()

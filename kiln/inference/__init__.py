@@ -16,6 +16,9 @@ def convert(input_model_dir, output_model_dir, options=None, *, evaluation_data=
     alone stands for the only signature, or ``serving_default``). A stage applied without a measured
     error warns with ``AccuracyNotMeasuredWarning`` (unless ``skip_accuracy_check`` is set); converted
     functions slower than the input's on this machine warn with ``SlowerOnThisMachineWarning``."""
+    from .. import extras
+
+    extras.require("tf", "kiln.inference.convert")
     from .pipeline import convert as _convert
 
     return _convert(input_model_dir, output_model_dir, options, evaluation_data=evaluation_data)

@@ -19,6 +19,7 @@ sees batches instead of requests). Two checks:
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 
@@ -73,12 +74,42 @@ def output_rows(runner, name: str, batched: list[int], rows: int = PROBE_ROWS) -
     return [None if o.shape.rank is None else o.shape.as_list() for o in graph.outputs]
 
 
+def _traced_as(name: str) -> str:
+    """``__inference_body_11`` -> ``body``: the Python function a concrete function traced."""
+    return re.sub(r"_\d+$", "", name.removeprefix("__inference_"))
+
+
+def output_labels(model, name: str) -> list[str]:
+    """Each output of function ``name`` as its author wrote it — the key in the structure it returns
+    (``output 'total' (tensor 'identity_1')``) — or by position where it returns a bare tensor. The
+    structure is the saved one of ``name``, or of another trace of the same Python function (a
+    function called inside a signature is saved as a graph function only)."""
+    from tensorflow.python.saved_model import nested_structure_coder
+    from tensorflow.python.util import nest
+
+    tensors = [a.name for a in model.functions[name].signature.output_arg]
+    saved = model.meta.object_graph_def.concrete_functions
+    found = set()
+    for other in [name] + sorted(n for n in saved if n != name and _traced_as(n) == _traced_as(name)):
+        if other in saved and saved[other].HasField("output_signature"):
+            try:
+                keys = tuple(path for path, _ in nest.flatten_with_joined_string_paths(
+                    nested_structure_coder.decode_proto(saved[other].output_signature)))
+            except Exception:  # noqa: BLE001 (a structure this TensorFlow cannot rebuild)
+                continue
+            if len(keys) == len(tensors):
+                found.add(keys)
+    keys = found.pop() if len(found) == 1 else ("",) * len(tensors)   # traces that disagree: by position
+    return [f"output {key!r} (tensor {tensor!r})" if key else f"output {k} ({tensor!r})"
+            for k, (key, tensor) in enumerate(zip(keys, tensors))]
+
+
 def check_batch_major(runner, name: str, batched: list[int], where: str) -> list[str]:
     """Refuse outputs that are not batch-major; notes for outputs whose dimension 0 stays unknown."""
-    fdef = runner.model.functions[name]
+    labels = output_labels(runner.model, name)
     notes = []
     for k, shape in enumerate(output_rows(runner, name, batched)):
-        label = f"output {k} ({fdef.signature.output_arg[k].name!r})"
+        label = labels[k]
         if shape is not None and len(shape) == 0:
             raise BatchingError(f"{where}: cannot batch function {name!r}: {label} is a scalar; Batched output "
                                 f"tensor has 0 dimensions. BatchFunction splits every output by rows, so each "

@@ -24,6 +24,7 @@ from . import (
     nn,
     pool,
     quantize,
+    random,
     reduce,
     rnn,
     segment,
@@ -31,11 +32,12 @@ from . import (
     variables,
 )
 from .backends import BackendTable, reference_table
+from . import record as _record
 from .record import KernelCall, OpDef, OptionsSpec, apply_activation
 
 _FAMILIES = (
     elementwise, activations, reduce, nn, pool, image, shape, indexing, control_flow, variables, lstm, rnn,
-    conv3d, segment, misc, quantize,
+    conv3d, segment, misc, quantize, random,
 )
 
 
@@ -90,6 +92,14 @@ def is_pure(op_type: str) -> bool:
     merge): a known op without side effects, state or called subgraphs."""
     record = OPS.get(op_type)
     return record is not None and not (record.side_effects or record.stateful or record.subgraph_fields)
+
+
+def unquantized_codes(op):
+    """The int8 / uint8 / int16 operand of IR operator ``op`` that LiteRT's kernel would read as
+    quantized though it has no quantization parameters (`kiln.ops.record.unquantized_codes`);
+    None when there is none or kiln has no record of the op."""
+    record = OPS.get(op.op_type)
+    return None if record is None else _record.unquantized_codes(op, record)
 
 
 def subgraph_fields(op) -> tuple[str, ...]:

@@ -39,7 +39,7 @@ from .record import (
     output_dtype,
     reject_quantized,
 )
-from .traits import INT8_ONLY, own, requantize
+from .traits import INT8_ONLY, INT16, own, requantize
 
 
 def _same_type(x, like: np.ndarray) -> np.ndarray:
@@ -247,9 +247,12 @@ def _div(call, a, b):
     if not _is_int(a):
         return a / b
     _check_nonzero(call, b)
-    q = np.floor_divide(a, b)
+    wide = a.astype(np.int64), b.astype(np.int64)  # INT_MIN / -1 saturates, as in LiteRT
+    q = np.floor_divide(*wide)
     # floor -> truncation toward zero: bump quotients of inexact negative divisions.
-    return q + ((q < 0) & (q * b != a)).astype(q.dtype)
+    q += (q < 0) & (q * wide[1] != wide[0])
+    info = np.iinfo(a.dtype)
+    return np.clip(q, info.min, info.max).astype(a.dtype)
 
 
 def _floor_div(call, a, b):
@@ -386,6 +389,8 @@ def _cast(call: KernelCall, x: np.ndarray) -> np.ndarray:
     dst = np.dtype(call.out_dtypes[0])
     if x.dtype == dst:
         return x.copy()
+    if x.dtype.kind == "c" and dst.kind != "c":
+        x = x.real  # LiteRT casts a complex value's real part
     with np.errstate(all="ignore"):
         if dst == np.bool_:
             return x != 0
@@ -451,10 +456,10 @@ def _compare(fn: Callable) -> Callable:
 
 
 def _comparison(name, fn, table, rule, top, runtime) -> OpDef:
-    """int8 rescales both sides (LiteRT's comparisons); int16 and uint8 compare codes of
+    """int8 and uint8 rescale both sides (LiteRT's comparisons); int16 compares codes of
     shared parameters."""
-    kernel = _compare(fn)
-    quantized = {**on_codes(kernel), "int8": elementwise_kernels.comparison(fn)}
+    kernel, rescaled = _compare(fn), elementwise_kernels.comparison(fn)
+    quantized = {**on_codes(kernel), "int8": rescaled, "uint8": rescaled}
     return OpDef(name, kernel, _table(table), rule, top, runtime_versions=runtime, quantized=quantized)
 
 
@@ -467,7 +472,7 @@ OPS: tuple[OpDef, ...] = (
           _add_version, 6,
           runtime_versions=("1.5.0", "1.14.0", "2.4.0", "2.6.0", "2.13.0", "2.23.0"),
           fused_activation_host=True, quantized=elementwise_kernels.ADD,
-          quantization=own(0, 1)),
+          quantization=own(0, 1), takes_raw=frozenset({INT16})),
     OpDef("SUB", _binary(_sub, act=True, fresh=True, quiet_ints=True), _table("SubOptions", **_ADD_OPTS),
           _sub_version, 5,
           runtime_versions=("1.6.0", "1.14.0", "2.3.0", "2.4.0", "2.4.0"), fused_activation_host=True,
@@ -477,7 +482,7 @@ OPS: tuple[OpDef, ...] = (
           _mul_version, 8,
           runtime_versions=("1.5.0", "1.14.0", "1.15.0", "2.3.0", "2.6.0", "2.11.0", "2.13.0", "2.23.0"),
           fused_activation_host=True, quantized=elementwise_kernels.MUL,
-          quantization=own(0, 1)),
+          quantization=own(0, 1), takes_raw=frozenset({INT16})),
     OpDef("DIV", _binary(_div, act=True, fresh=True), _table("DivOptions", **_ACT_OPTS),
           _div_version, 2,
           runtime_versions=("1.6.0", "2.3.0"), fused_activation_host=True, quantized=elementwise_kernels.DIV),
@@ -531,7 +536,7 @@ OPS: tuple[OpDef, ...] = (
           runtime_versions=("1.9.0",)),
     OpDef("ABS", _unary(np.abs), _table("AbsOptions"), _abs_version, 5,
           runtime_versions=("1.13.0", "2.4.0", "2.5.0", "2.6.0", "2.12.0"), quantized=activation_kernels.ABS,
-          quantization=own()),
+          quantization=own(), takes_raw=frozenset({INT16})),
     OpDef("SIGN", _unary(_sign), _table("SignOptions"), _by_type({_I32: 2}), 2,
           runtime_versions=("2.11.0", "2.12.0")),
     # comparisons

@@ -384,6 +384,44 @@ def _scatter_nd(call: KernelCall, indices: np.ndarray, updates: np.ndarray, shap
     return out
 
 
+_SPARSE_VALUE_TYPES = tuple(np.dtype(t) for t in (np.float32, np.int32, np.int64, np.int8, np.uint8))
+
+
+def _sparse_to_dense(call: KernelCall, indices, output_shape, values, default):
+    """A dense tensor of ``default`` with ``values`` at ``indices`` (a later index wins),
+    with LiteRT's checks; an index outside the output is an error (LiteRT writes past it)."""
+    op = "SPARSE_TO_DENSE"
+    for arr, what in ((indices, "indices"), (output_shape, "output_shape")):
+        if arr.dtype not in (np.int32, np.int64):
+            raise OpError(f"{op}: {what} must be int32 or int64, got {arr.dtype}")
+    shape = int_values(output_shape, op, "output_shape")
+    if output_shape.ndim != 1 or len(shape) > 4 or any(d < 0 for d in shape):
+        raise OpError(f"{op}: output_shape must be a vector of at most 4 sizes >= 0, got {shape}")
+    if values.dtype not in _SPARSE_VALUE_TYPES or default.dtype != values.dtype or default.size != 1:
+        raise OpError(f"{op}: values ({values.dtype}) and a one-element default ({default.dtype}, "
+                      f"{default.size} elements) must share one of float32, int32, int64, int8, uint8")
+    if indices.ndim > 2 or values.ndim > 1:
+        raise OpError(f"{op}: indices must have rank <= 2 and values rank <= 1, got {indices.ndim} and {values.ndim}")
+    points = indices.reshape(-1, 1) if indices.ndim < 2 else indices
+    if points.shape[1] != len(shape) or (values.ndim == 1 and values.shape[0] != points.shape[0]):
+        raise OpError(f"{op}: indices {list(indices.shape)}, values {list(values.shape)} and output shape "
+                      f"{shape} do not agree")
+    for k, size in enumerate(shape):
+        _check_bounds(points[:, k], size, op, f"index (component {k})")
+    out = np.full(shape, default.reshape(()), values.dtype)
+    if points.shape[0]:
+        flat = np.ravel_multi_index(tuple(points.T.astype(np.intp)), shape)
+        _, last = np.unique(flat[::-1], return_index=True)  # the last write to each position wins
+        keep = points.shape[0] - 1 - last
+        out.reshape(-1)[flat[keep]] = np.broadcast_to(values, (points.shape[0],))[keep]
+    return out
+
+
+def _sparse_to_dense_version(op) -> int:
+    t = input_dtype(op, 2)
+    return 3 if t in (DType.INT8, DType.UINT8) else 2 if t == DType.INT64 else 1
+
+
 def _dynamic_update_slice(call: KernelCall, operand: np.ndarray, update: np.ndarray,
                           start: np.ndarray):
     if start.dtype not in (np.int32, np.int64):
@@ -509,6 +547,9 @@ OPS = (
               runtime_versions=("1.14.0", "2.8.0")),
     _movement("SCATTER_ND", _scatter_nd, options=OptionsSpec("ScatterNdOptions"),
               runtime_versions=("2.1.0",)),
+    _movement("SPARSE_TO_DENSE", _sparse_to_dense, options=OptionsSpec("SparseToDenseOptions"),
+              version=_sparse_to_dense_version, max_version=3,
+              runtime_versions=("1.9.0", "1.14.0", "1.15.0")),
     _movement("DYNAMIC_UPDATE_SLICE", _dynamic_update_slice,
               options=OptionsSpec("DynamicUpdateSliceOptions"),
               version=_dynamic_update_slice_version, max_version=6,

@@ -141,7 +141,8 @@ def _rfft2d(call: KernelCall, x, fft_length):
         raise OpError(f"RFFT2D: fft_length {[fh, fw]} must be powers of two")
     # rfft2 with s= crops or zero-pads each axis, as LiteRT fills its working buffer.
     out = np.fft.rfft2(x.astype(np.float64), s=(fh, fw), axes=(-2, -1))
-    return out.astype(np.complex64)
+    with np.errstate(over="ignore"):  # beyond float32's range: inf, as LiteRT narrows it
+        return out.astype(np.complex64)
 
 
 def _complex_part(name: str, fn):
@@ -167,13 +168,24 @@ def _scalar(call: KernelCall, value, what: str, dtype) -> float | int:
     return arr[()]
 
 
+def _cpp_min(a, b):
+    """std::min(a, b): ``b < a ? b : a`` (NaN handling included, unlike np.minimum)."""
+    return np.where(b < a, b, a)
+
+
+def _cpp_max(a, b):
+    """std::max(a, b): ``a < b ? b : a``."""
+    return np.where(a < b, b, a)
+
+
 class _Boxes:
-    """Corner-normalised boxes and areas in float32, for IoU exactly as LiteRT computes it."""
+    """Corner-normalised boxes and areas in float32, for IoU exactly as LiteRT computes it
+    (with std::min / std::max, so a NaN corner may be dropped in favour of the other)."""
 
     def __init__(self, boxes: np.ndarray):
         y1, x1, y2, x2 = boxes.T
-        self.ymin, self.ymax = np.minimum(y1, y2), np.maximum(y1, y2)
-        self.xmin, self.xmax = np.minimum(x1, x2), np.maximum(x1, x2)
+        self.ymin, self.ymax = _cpp_min(y1, y2), _cpp_max(y1, y2)
+        self.xmin, self.xmax = _cpp_min(x1, x2), _cpp_max(x1, x2)
         self.area = (self.ymax - self.ymin) * (self.xmax - self.xmin)
 
     def iou(self, i: int, js: np.ndarray) -> np.ndarray:
@@ -181,7 +193,7 @@ class _Boxes:
         zero = np.float32(0)
 
         def overlap(lo, hi):
-            return np.maximum(np.minimum(hi[i], hi[js]) - np.maximum(lo[i], lo[js]), zero)
+            return _cpp_max(_cpp_min(hi[i], hi[js]) - _cpp_max(lo[i], lo[js]), zero)
 
         inter = overlap(self.ymin, self.ymax) * overlap(self.xmin, self.xmax)
         with np.errstate(divide="ignore", invalid="ignore"):

@@ -50,7 +50,7 @@ from ..schema import BUILTIN_CODES, Activation, DType, options_defaults
 from .traits import HYBRID, INT8, INT16, UINT8, MacRule, Quantization, Weights
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..ir import Operator
+    from ..ir import Operator, Tensor
 
 
 class Runtime(Protocol):
@@ -60,6 +60,7 @@ class Runtime(Protocol):
 
     variables: dict  # resource id -> current value (a mapping: kiln/runtime/variables.py)
     call_once_done: set  # init subgraphs CALL_ONCE has run
+    random_streams: dict  # a random op's generator position, by node (kiln/ops/random.py)
 
     def resource_id(self, container: str, shared_name: str) -> int: ...
 
@@ -114,6 +115,17 @@ def operand_types(op: "Operator") -> str | None:
         if is_quantized(t):
             return t.dtype.name.lower()
     return HYBRID  # pragma: no cover - only outputs beyond the first are quantized
+
+
+def unquantized_codes(op: "Operator", record: "OpDef") -> "Tensor | None":
+    """The first int8 / uint8 / int16 operand of ``op`` without quantization parameters that
+    LiteRT's kernel reads as quantized (`OpDef.reads_scales`): on such a node LiteRT computes
+    with a zero scale — wrong values, or an abort (ADD, SUB, the comparisons). None: no such operand."""
+    for t in (*op.inputs, *op.outputs):
+        if t is not None and t.dtype in _QUANTIZABLE and t.dtype != DType.INT4 and not is_quantized(t) \
+                and record.reads_scales(t.dtype.name.lower()):
+            return t
+    return None
 
 
 def signature(op: "Operator") -> str:
@@ -209,6 +221,9 @@ class OpDef:
     quantization: Quantization | None = None
     #: Multiply-accumulates of one execution (kiln.ops.traits.MacRule); None: it carries none.
     macs: MacRule | None = None
+    #: Integer types LiteRT's kernel also takes as plain integers when they carry no quantization
+    #: parameters, though its kernel for quantized ones rescales (int16 ADD, MUL, ABS).
+    takes_raw: frozenset[str] = frozenset()
 
     # -- what it does to its data, for passes and backends that move ops around --------------
     #: Its output is input 0's data in another shape, in the same order (RESHAPE, SQUEEZE,
@@ -249,6 +264,19 @@ class OpDef:
             raise OpError(f"{self.name} has no kernel for {key} operands {signature(op)} "
                           f"(kiln's quantized {self.name} kernels: {have})")
         return kernel
+
+    def reads_scales(self, key: str) -> bool:
+        """Whether LiteRT's kernels take ``key`` (int8 / uint8 / int16) operands of this op as
+        quantized values, reading their scales: the record's kernel for them is a rescaling one,
+        not its float kernel on the codes — or it has none for ``key`` but a rescaling one for
+        another integer type (LiteRT's uint8 kernels are its legacy quantized ones) — unless
+        `takes_raw` names ``key`` or the op only requantizes between differing parameters."""
+        if key in self.takes_raw or (self.quantization is not None and self.quantization.output.value == "requantize"):
+            return False  # CONCATENATION / PACK rescale nothing where every operand shares (no) parameters
+        kernel = self.quantized.get(key)
+        if kernel is not None:
+            return kernel is not self.kernel
+        return any(k is not self.kernel for t, k in self.quantized.items() if t in CODE_TYPES)
 
     def runtime_version(self, version: int) -> str:
         """First LiteRT release that runs ``version`` ("" when UNLISTED); a missing row raises."""
@@ -348,8 +376,8 @@ def clamp_activation(x: np.ndarray, act: int, *, in_place: bool = False) -> np.n
         return x.clip(lo, hi, out=x if in_place else None)  # np.clip, without its wrappers
     if kind in "iu" and act == Activation.NONE:
         return x
-    if x.dtype == np.bool_ or not np.issubdtype(x.dtype, np.number):
-        return x
+    if x.dtype == np.bool_ or kind == "c" or not np.issubdtype(x.dtype, np.number):
+        return x  # LiteRT's complex64 MUL applies no activation
     if np.issubdtype(x.dtype, np.integer) and act == Activation.NONE:
         return x
     lo, hi = activation_range(act, x.dtype)

@@ -548,6 +548,20 @@ def _reverse_sequence(call: KernelCall, x: np.ndarray, seq_lengths: np.ndarray):
     return dense(np.moveaxis(gathered, (0, 1), (batch_dim, seq_dim)))
 
 
+def _bitcast(call: KernelCall, x: np.ndarray):
+    """The bytes of ``x`` read as the output type: a wider input gains a last dim of the size
+    ratio, a narrower one loses a last dim that must equal it (LiteRT's shape rule)."""
+    out = np.dtype(call.out_dtypes[0])
+    wide, narrow = x.itemsize, out.itemsize
+    shape = x.shape + (wide // narrow,) if wide > narrow else x.shape
+    if wide < narrow:
+        if x.ndim == 0 or x.shape[-1] != narrow // wide:
+            raise OpError(f"BITCAST: {x.dtype} to {out} needs a last dimension of {narrow // wide}, "
+                          f"got shape {list(x.shape)}")
+        shape = x.shape[:-1]
+    return np.ascontiguousarray(x).reshape(-1).view(out).reshape(shape).copy()
+
+
 # -- records -------------------------------------------------------------------------------
 
 def _movement(name: str, kernel, **kw) -> OpDef:
@@ -629,6 +643,7 @@ OPS = (
               version=_reverse_v2_version, max_version=4,
               runtime_versions=("1.14.0", "2.2.0", "2.5.0", UNLISTED),
               quantization=same()),
+    OpDef("BITCAST", _bitcast, runtime_versions=("2.13.0",)),
     _movement("REVERSE_SEQUENCE", _reverse_sequence,
               options=OptionsSpec("ReverseSequenceOptions", {"seq_dim": 0, "batch_dim": 0}),
               runtime_versions=("1.14.0",)),

@@ -1,6 +1,7 @@
 """Transpose / reshape canonicalisation.
 
-- a chain of reshapes (RESHAPE, EXPAND_DIMS, SQUEEZE) ending in a RESHAPE is one RESHAPE;
+- a chain of reshapes (RESHAPE, EXPAND_DIMS, SQUEEZE) ending in a RESHAPE, or a RESHAPE then an
+  EXPAND_DIMS / SQUEEZE, is one RESHAPE;
 - a RESHAPE whose shape is computed at run time but whose result has at most one unknown
   dim gets a constant shape (the SHAPE / STRIDED_SLICE / PACK chain becomes dead);
 - two TRANSPOSEs in a row are one (or none); a TRANSPOSE that only moves size-1 dims is a
@@ -61,10 +62,12 @@ def _shape_constant(op: Operator):
 
 def _match_reshape_chain(site):
     _, op = site
-    if op.op_type != "RESHAPE":
+    if not ops.states(op.op_type, "reshapes") or not op.inputs:
         return None
     prev = op.inputs[0].producer
-    return op if prev is not None and ops.states(prev.op_type, "reshapes") else None
+    if prev is None or not ops.states(prev.op_type, "reshapes"):
+        return None
+    return op if op.op_type == "RESHAPE" or prev.op_type == "RESHAPE" else None
 
 
 def _reshape_chain_refusal(op: Operator) -> str | None:
@@ -74,7 +77,10 @@ def _reshape_chain_refusal(op: Operator) -> str | None:
 
 
 def _merge_reshapes(op: Operator) -> bool:
-    op.set_input(0, op.inputs[0].producer.inputs[0])
+    source = op.inputs[0].producer.inputs[0]
+    if op.op_type != "RESHAPE":  # RESHAPE then EXPAND_DIMS / SQUEEZE (rgb_to_grayscale's tensordot)
+        return _replace(op, "RESHAPE", [source, _shape_constant(op)])
+    op.set_input(0, source)
     if const(op.inputs[1]) is None:
         op.set_input(1, _shape_constant(op))
     return True

@@ -11,6 +11,9 @@ The entry points are imported on first use.
 
 __all__ = ["MODES", "QuantizationDebugger", "quantize"]
 
+#: Every mode `quantize` takes (here, not in api.py, so the command line's help reads them cheaply).
+MODES = ("dynamic", "float16", "int8", "int16x8", "int4", "weight_only")
+
 
 def __getattr__(name):
     if name == "QuantizationDebugger":

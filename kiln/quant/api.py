@@ -12,6 +12,7 @@ from ..errors import KilnError
 from ..format import read_model, write_model
 from ..ir import Model
 from ..schema import BUILTIN_CODES
+from . import MODES
 from .int16 import quantize_int16x8
 from .static import quantize_int4_weights, quantize_int8
 from .weights import (
@@ -20,8 +21,6 @@ from .weights import (
     quantize_float16,
     quantize_weight_only,
 )
-
-MODES = ("dynamic", "float16", "int8", "int16x8", "int4", "weight_only")
 
 
 @dataclass
@@ -115,8 +114,8 @@ def quantize(model, mode: str = "dynamic", *, representative_dataset=None,
     without a dataset), ``float16`` (float16 constants), ``weight_only`` (kiln's extension:
     int8 weights behind DEQUANTIZE, float compute) and ``int8`` (full integer with
     calibration on ``representative_dataset``: a TF-style callable, an iterable of samples
-    or an .npz path; ``integer_only`` refuses ops without an int8 kernel instead of keeping
-    them float; I/O types float32, int8 or uint8) and ``int16x8`` (the same with int16
+    or a file: .npz, .npy (a single-input model), TF's TFRecord; ``integer_only`` refuses ops
+    without an int8 kernel instead of keeping them float; I/O types float32, int8 or uint8) and ``int16x8`` (the same with int16
     activations and int64 biases; I/O types float32 or int16), ``int4`` (kiln's extension:
     ``int8`` with int4 per-channel FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D weights,
     which LiteRT's int8 x int4 kernels run; docs/int4_weights.md). ``denylist`` names op types or output tensor names to keep float.

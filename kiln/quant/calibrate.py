@@ -11,6 +11,7 @@ their leading dimension — wherever that gives each sample's values exactly.
 
 from __future__ import annotations
 
+import itertools
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
@@ -60,46 +61,56 @@ INTEGER_SAMPLES_HINT = ("normalise them as the model expects (e.g. x / 255), or 
                         "(CLI: --allow-integer-samples) if the raw integer values are what the model takes")
 
 
-def _feeds(sample: Any, inputs: list[Tensor], index: int, *,
-           allow_integer_samples: bool = False) -> list[np.ndarray]:
-    """One sample as arrays in model-input order, checked against the inputs' signatures.
+def input_labels(model: Model, inputs: list[Tensor]) -> list[str]:
+    """Each input as users name it: its signature input name (as in a dataset's keys), else its
+    tensor name."""
+    named = {id(t): key for s in model.signatures if s.subgraph is model.main for key, t in s.inputs.items()}
+    return [named.get(id(t), t.name) for t in inputs]
+
+
+def _feeds(sample: Any, inputs: list[Tensor], index: int, *, allow_integer_samples: bool = False,
+           labels: list[str] | None = None) -> list[np.ndarray]:
+    """One sample as arrays in model-input order, checked against the inputs' signatures; errors
+    name each input by its ``labels`` entry (see `input_labels`; default: tensor names).
 
     Integer (or boolean) arrays for a float input are refused unless ``allow_integer_samples``:
     they are almost always un-normalised data (uint8 images where the model takes [0, 1] or
     [-1, 1]), which calibrates every range wrong without a word (TF refuses them too)."""
     names = [t.name for t in inputs]
+    labels = labels or names
     if isinstance(sample, dict):
         by_name = {_short(k, names): v for k, v in sample.items()}
-        missing = [n for n in names if n not in by_name]
+        by_name.update({n: sample[label] for n, label in zip(names, labels) if label in sample})
+        missing = [label for n, label in zip(names, labels) if n not in by_name]
         if missing:
             raise DatasetError(f"representative dataset, sample {index}: no value for input(s) {missing} "
-                               f"(got {sorted(sample)})")
+                               f"(the model's inputs are {labels}; the sample has {sorted(sample)})")
         values = [by_name[n] for n in names]
     else:
         values = list(sample) if isinstance(sample, (list, tuple)) else [sample]
         if len(values) != len(inputs):
+            one = ("; a .npy file holds one input's samples: give an .npz keyed by input name" if len(values) == 1
+                   else "")
             raise DatasetError(f"representative dataset, sample {index}: {len(values)} arrays for "
-                               f"{len(inputs)} model inputs {names}")
+                               f"{len(inputs)} model inputs {labels}{one}")
     out = []
-    for t, v in zip(inputs, values):
+    for t, label, v in zip(inputs, labels, values):
         arr = np.asarray(v)
         want = t.signature
+        where = f"representative dataset, sample {index}, input {label!r}"
         if arr.ndim != len(want) or any(w >= 0 and w != d for w, d in zip(want, arr.shape)):
-            raise DatasetError(f"representative dataset, sample {index}, input {t.name!r}: shape "
-                               f"{list(arr.shape)} does not fit the model's {list(want)}")
+            raise DatasetError(f"{where}: shape {list(arr.shape)} does not fit the model's {list(want)}")
         if arr.dtype != t.dtype.numpy:
             if arr.dtype.kind in "iub" and t.dtype in (DType.FLOAT32, DType.FLOAT16) and not allow_integer_samples:
-                raise DatasetError(f"representative dataset, sample {index}, input {t.name!r}: dtype {arr.dtype} "
-                                   f"where the model takes {np.dtype(t.dtype.numpy)}; integer samples for a float "
-                                   f"input are usually not normalised — {INTEGER_SAMPLES_HINT}")
+                raise DatasetError(f"{where}: dtype {arr.dtype} where the model takes {np.dtype(t.dtype.numpy)}; "
+                                   f"integer samples for a float input are usually not normalised — "
+                                   f"{INTEGER_SAMPLES_HINT}")
             if not (arr.dtype.kind == "f" and t.dtype in (DType.FLOAT32, DType.FLOAT16)) and \
                     not np.can_cast(arr.dtype, t.dtype.numpy, "same_kind"):
-                raise DatasetError(f"representative dataset, sample {index}, input {t.name!r}: dtype "
-                                   f"{arr.dtype} where the model takes {np.dtype(t.dtype.numpy)}")
+                raise DatasetError(f"{where}: dtype {arr.dtype} where the model takes {np.dtype(t.dtype.numpy)}")
             arr = arr.astype(t.dtype.numpy)
         if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
-            raise DatasetError(f"representative dataset, sample {index}, input {t.name!r}: holds NaN or "
-                               "Inf; calibration needs finite values")
+            raise DatasetError(f"{where}: holds NaN or Inf; calibration needs finite values")
         out.append(arr)
     return out
 
@@ -189,11 +200,17 @@ def calibrate(model: Model, dataset: Any, *, progress: bool = True, max_samples:
 
     count = 0
     group: list[list[np.ndarray]] = []
-    iterator = _progress(samples(dataset), _count(dataset, max_samples), progress)
+    labels = input_labels(model, inputs)
+    source = samples(dataset)
+    first = next(source, None)   # read and checked before the progress bar is drawn
+    if first is not None:
+        _feeds(first, inputs, 0, allow_integer_samples=allow_integer_samples, labels=labels)
+        source = itertools.chain([first], source)
+    iterator = _progress(source, _count(dataset, max_samples), progress and first is not None)
     for index, sample in enumerate(iterator):
         if max_samples is not None and index >= max_samples:
             break
-        feeds = _feeds(sample, inputs, index, allow_integer_samples=allow_integer_samples)
+        feeds = _feeds(sample, inputs, index, allow_integer_samples=allow_integer_samples, labels=labels)
         if group and [a.shape for a in feeds] != [a.shape for a in group[0]]:
             run(group)
             group = []

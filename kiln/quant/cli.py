@@ -7,22 +7,34 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 from pathlib import Path
+
+from ..errors import KilnError
+
+
+#: The modes that calibrate on --data; only they take --input-type, --output-type and --integer-only.
+CALIBRATED = ("int8", "int16x8", "int4")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    """Register the ``quantize`` subcommand."""
+    """Register the ``quantize`` subcommand (its modes are `kiln.quant.MODES`)."""
+    from . import MODES
+
     p = subparsers.add_parser(
-        "quantize", help="post-training quantization of a float .tflite (dynamic, float16, int8, int16x8)",
+        "quantize", help=f"post-training quantization of a float .tflite ({', '.join(MODES)})",
         description="Quantize a float LiteRT model with TensorFlow's rules: dynamic range (int8 weights), "
-                    "float16 constants, or full integer int8 / 16x8 calibrated on a dataset.")
+                    "float16 constants, full integer int8 / 16x8 calibrated on a dataset, or kiln's int4 weights "
+                    "and weight-only int8.")
     p.add_argument("model", help="float .tflite file (kiln's, TensorFlow's or another exporter's)")
-    p.add_argument("-o", "--output", help="output path (default: MODEL with _<mode>.tflite)")
-    p.add_argument("--mode", choices=("dynamic", "float16", "int8", "int16x8", "int4", "weight_only"),
-                   default="dynamic", help="int4: kiln's extension, int8 with int4 FC / CONV_2D / DEPTHWISE_CONV_2D weights")
-    p.add_argument("--data", metavar="FILE.npz|FILE.tfrecord",
-                   help="representative dataset for int8 / int16x8 / int4: arrays keyed by input name, "
-                        "one sample per row")
+    p.add_argument("-o", "--output", help="output path (default: MODEL_<mode>.tflite in the current directory)")
+    p.add_argument("--mode", choices=MODES, default="dynamic",
+                   help="int4: kiln's extension, int8 with int4 FC / CONV_2D / DEPTHWISE_CONV_2D weights; weight_only: "
+                        "kiln's extension, int8 weights behind DEQUANTIZE, float compute")
+    p.add_argument("--data", metavar="FILE.npz|FILE.npy|FILE.tfrecord",
+                   help=f"representative dataset for {' / '.join(CALIBRATED)}: an .npz of arrays keyed by input name, "
+                        "an .npy for a single-input model, or TF's RepresentativeDataSample TFRecord; one sample per "
+                        "row")
     p.add_argument("--allow-integer-samples", action="store_true",
                    help="accept integer --data arrays for float inputs as they are (by default refused: "
                         "usually un-normalised data, e.g. uint8 images for a model that takes [0, 1])")
@@ -46,21 +58,20 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from ..errors import KilnError
     from ..format import read_model, write_model
     from ..paths import writable_file, write_bytes
     from .api import quantize_model
 
-    if args.mode in ("int8", "int16x8", "int4") and not args.data:
-        raise KilnError(f"--mode {args.mode} needs --data FILE.npz or FILE.tfrecord (the representative dataset)")
-    if args.debug and not args.data:
-        raise KilnError("--debug needs --data FILE.npz or FILE.tfrecord (the samples both models are compared on)")
-    if args.debug_target is not None and not args.debug:
-        raise KilnError("--debug-target needs --debug REPORT.html")
     source = Path(args.model)
-    out = writable_file(args.output or source.with_name(f"{source.stem}_{args.mode}.tflite"), "-o/--output")
+    out = writable_file(args.output or _default_output(source, args.mode), "-o/--output")
     float_model = source.read_bytes()  # before -o may overwrite it: --debug compares against these bytes
-    model = read_model(float_model)
+    model = read_model(float_model, name=args.model)
+    quantized = [t for sg in model.subgraphs for t in sg.tensors
+                 if t.quantization is not None and not t.quantization.is_empty]
+    if quantized:
+        raise KilnError(f"{args.model} is quantized already ({len(quantized)} tensors carry scales, e.g. "
+                        f"{quantized[0].name!r} {quantized[0].dtype.name.lower()}): quantize the float model it came "
+                        "from")
     report = quantize_model(model, args.mode, representative_dataset=args.data, denylist=args.denylist,
                             integer_only=args.integer_only, inference_input_type=args.input_type,
                             inference_output_type=args.output_type, progress=not args.quiet,
@@ -75,14 +86,28 @@ def run(args) -> int:
             print(f"  rewritten: {op} '{name}' as its integer equivalent")
         for op, name, why in report.kept_float:
             print(f"  kept float: {op} '{name}': {why}")
+    if not report.quantized:
+        print(f"kiln quantize: warning: --mode {args.mode} quantized nothing in {args.model}: {out} is the float "
+              "model" + (" (the reasons above)" if report.kept_float and not args.quiet else ""), file=sys.stderr)
     if args.debug:
         _debug(args, float_model, data)
     return 0
 
 
+def _default_output(source: Path, mode: str) -> Path:
+    """MODEL_<mode>.tflite in the current directory — never beside the input, which may be a served
+    model's version directory (models/cnn/1/), where kiln serve would find a second .tflite — and
+    refused when the current directory looks like one itself (digits, holding a model)."""
+    here = Path.cwd()
+    if here.name.isdigit() and (any(here.glob("*.tflite")) or (here / "saved_model.pb").exists()):
+        raise KilnError(f"the current directory {str(here)!r} looks like a served model's version directory, where a "
+                        "second .tflite would be found by kiln serve: give -o OUT.tflite")
+    return Path(f"{source.stem}_{mode}.tflite")
+
+
 def _debug(args, float_model: bytes, quantized: bytes) -> None:
     """Write the debugger's page and print the ops adding the most error."""
-    from ..errors import KilnError, OpError
+    from ..errors import OpError
     from .debug import QuantizationDebugger
 
     debugger = QuantizationDebugger(float_model, quantized, args.data, runner=args.debug_runner,

@@ -18,7 +18,12 @@ from typing import Any, Iterable, Iterator, Sized
 
 import numpy as np
 
+from ..paths import read_npy as read_npy_file
 from .calibrate import DatasetError
+
+#: The files a representative dataset may be, as errors list them.
+FORMATS = ("kiln reads .npz (one array per input name), .npy (the one input of a single-input model) and "
+           "TFRecord files of TF's RepresentativeDataSample, one sample per row or record")
 
 #: Fewer samples than this draws a warning (the Cloud TPU inference converter's guide asks for
 #: at least 200 representative samples when calibrating static-range quantization).
@@ -69,11 +74,12 @@ def tfrecords(path) -> Iterator[bytes]:
             if not head:
                 return
             if len(head) < 12:
-                raise DatasetError(f"{path!r}, record {index}: truncated (the file ends inside a record header)")
+                raise DatasetError(f"{path!r}, record {index}: truncated (the file ends inside a record header)"
+                                   + (f"; not a TFRecord file? {FORMATS}" if index == 0 else ""))
             length, length_crc = struct.unpack("<QI", head)
             if masked_crc(head[:8]) != length_crc:
                 raise DatasetError(f"{path!r}, record {index}: corrupt length (CRC mismatch); "
-                                   f"not a TFRecord file, or damaged")
+                                   f"not a TFRecord file, or damaged" + (f"; {FORMATS}" if index == 0 else ""))
             data = handle.read(length)
             tail = handle.read(4)
             if len(data) < length or len(tail) < 4:
@@ -260,37 +266,57 @@ def read_npz(path) -> Iterator[dict[str, np.ndarray]]:
         yield {name: a[i:i + 1] for name, a in arrays.items()}
 
 
+def read_npy(path) -> Iterator[np.ndarray]:
+    """Samples of a single-input model from an ``.npy`` array, one sample per leading index."""
+    array = read_npy_file(path, "representative dataset")
+    if array.ndim == 0:
+        raise DatasetError(f"representative dataset {os.fspath(path)!r}: a scalar; the first axis must count "
+                           "the samples")
+    for i in range(len(array)):
+        yield array[i:i + 1]
+
+
+def _rows(f) -> int | None:
+    """The leading dimension in the header of the .npy array open in ``f``."""
+    major, _ = np.lib.format.read_magic(f)
+    read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+    shape = read_header(f)[0]
+    return int(shape[0]) if shape else None
+
+
 def sample_count(source) -> int | None:
     """How many samples ``source`` holds, where that is known without reading them: a sized
-    collection's length, an .npz's leading dimension (from an array header); else None."""
+    collection's length, an .npz's or .npy's leading dimension (from an array header); else None."""
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
-        if not path.endswith(".npz"):
-            return None
         try:
+            if path.endswith(".npy"):
+                with open(path, "rb") as f:
+                    return _rows(f)
+            if not path.endswith(".npz"):
+                return None
             with zipfile.ZipFile(path) as archive:
                 name = next((n for n in archive.namelist() if n.endswith(".npy")), None)
                 if name is None:
                     return None
                 with archive.open(name) as f:
-                    major, _ = np.lib.format.read_magic(f)
-                    read_header = (np.lib.format.read_array_header_1_0 if major == 1
-                                   else np.lib.format.read_array_header_2_0)
-                    shape = read_header(f)[0]
+                    return _rows(f)
         except (OSError, ValueError, zipfile.BadZipFile):  # read() reports what is wrong with it
             return None
-        return int(shape[0]) if shape else None
     if isinstance(source, Sized) and not isinstance(source, (dict, bytes)):
         return len(source)
     return None
 
 
 def read(source) -> Iterator[dict[str, np.ndarray]]:
-    """Samples from a ``.npz`` path, a TFRecord path (any other name), or an iterable of dicts."""
+    """Samples from an ``.npz`` path, an ``.npy`` path (arrays, for a single-input model), a
+    TFRecord path (any other name, as TF's dataset saver names them), or an iterable of dicts."""
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
         if not os.path.exists(path):
             raise DatasetError(f"representative dataset {path!r} does not exist")
+        if path.endswith(".npy"):
+            return read_npy(path)
         return read_npz(path) if path.endswith(".npz") else read_tfrecord(path)
     if callable(source):
         source = source()

@@ -591,6 +591,8 @@ class _Runtime:
         self._interp = interp
         self.variables = ResourceVariables()
         self.call_once_done: set[int] = set()
+        #: id(node) -> (key, counter) of a random op's generator (kiln.ops.random).
+        self.random_streams: dict[int, tuple[int, int]] = {}
 
     def registration(self, op: Operator) -> Registration | None:
         """The registration the interpreter's op resolver gives ``op`` (None: it has none)."""

@@ -156,6 +156,7 @@ class Interpreter:
             self._env(idx).allocate_inputs()
         if env.shapes_stale:
             env.refresh_shapes()
+            self._runtime.random_streams.clear()  # LiteRT's Prepare restarts random generators
         self._allocated = True
 
     def invoke(self) -> None:

@@ -75,14 +75,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="unbatched requests a model version queues per worker; more get 503 at once (default 256)")
     p.add_argument("--max_connections", type=int, default=1024,
                    help="open HTTP connections per worker; requests on more get 503 (default 1024)")
+    p.add_argument("--max_connections_per_client", type=int, default=256,
+                   help="open HTTP connections per worker from one client address; past it the client's longest "
+                        "idle one is closed, or the new one refused (default 256)")
     p.add_argument("--http_idle_timeout_seconds", type=float, default=60.0,
                    help="an HTTP connection without a request in progress is closed after this (default 60)")
     p.add_argument("--http_read_timeout_seconds", type=float, default=30.0,
                    help="a request must arrive whole within this from its first byte, else 408 (default 30)")
     p.add_argument("--drain_timeout_seconds", type=float, default=30.0,
                    help="on SIGTERM, how long in-flight requests may take to finish; the rest get 503 (default 30)")
-    p.add_argument("--access_log", type=_bool, nargs="?", const=True, default=True,
-                   help="JSON access log lines on stderr (default true)")
+    p.add_argument("--access_log", type=_bool, nargs="?", const=True, default=False,
+                   help="one JSON line per request on stderr (default false, as TF Serving, which has none)")
     p.set_defaults(func=run)
     return p
 
@@ -127,7 +130,7 @@ def run(args) -> int:
 
     _setup_logging(args.access_log)
     _positive(args, "rest_api_timeout_in_ms", "max_request_bytes", "request_body_budget_bytes", "max_queued_requests",
-              "max_connections", "http_idle_timeout_seconds", "http_read_timeout_seconds", "num_workers")
+              "max_connections", "max_connections_per_client", "http_idle_timeout_seconds", "http_read_timeout_seconds", "num_workers")
     if args.drain_timeout_seconds < 0:
         raise ConfigError("--drain_timeout_seconds must be >= 0")
     if not args.rest_api_port and not args.port:
@@ -139,7 +142,8 @@ def run(args) -> int:
         batching = BatchingOptions()
     metrics_path = read_monitoring_config(args.monitoring_config_file) if args.monitoring_config_file else PROMETHEUS_PATH
     limits = Limits(max_body_bytes=args.max_request_bytes, body_budget_bytes=args.request_body_budget_bytes,
-                    max_connections=args.max_connections, idle_timeout=args.http_idle_timeout_seconds,
+                    max_connections=args.max_connections, max_connections_per_client=args.max_connections_per_client,
+                    idle_timeout=args.http_idle_timeout_seconds,
                     read_timeout=args.http_read_timeout_seconds)
     options = Options(_specs(args), args.backend, batching, args.enable_per_model_batching_parameters,
                       args.tensorflow_intra_op_parallelism or None, args.rest_api_num_threads or None, args.host,

@@ -14,6 +14,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..protos import add_field as _field
+from .budget import CLAIM
 from .status import InvalidArgument
 
 _FILE = "kiln/serve/tf_serving_apis.proto"
@@ -163,13 +164,18 @@ def to_array(proto, name: str, max_bytes: int) -> np.ndarray:
     if size * (8 if dtype.kind == "O" else dtype.itemsize) > max_bytes:
         raise InvalidArgument(f"input '{name}': a tensor of shape {list(shape)} is larger than the limit of "
                               f"{max_bytes} bytes")
+    claim = CLAIM.get()
+    if claim is not None:  # the worker's memory budget, before the allocation
+        claim(size * (64 if dtype.kind == "O" else dtype.itemsize),
+              f"tensor with shape{list(shape)} and type {dtype.name} for input '{name}'")
     if proto.tensor_content:
         if dtype.kind == "O":
             raise InvalidArgument(f"input '{name}': string tensors go in string_val, not tensor_content")
         if len(proto.tensor_content) != size * dtype.itemsize:
             raise InvalidArgument(f"input '{name}': tensor_content holds {len(proto.tensor_content)} bytes, shape "
                                   f"{list(shape)} of {dtype.name} needs {size * dtype.itemsize}")
-        return np.frombuffer(proto.tensor_content, dtype.newbyteorder("<")).astype(dtype).reshape(shape)
+        # (a view of the bytes when they are already in the native order: no second copy)
+        return np.frombuffer(proto.tensor_content, dtype.newbyteorder("<")).astype(dtype, copy=False).reshape(shape)
     values = getattr(proto, _VALUE_FIELD[proto.dtype])
     if dtype.kind == "O":
         flat = np.empty(len(values), dtype=object)

@@ -4,76 +4,134 @@
 Requests are parsed in the handler, so a malformed one is INVALID_ARGUMENT, not gRPC's
 INTERNAL "Exception deserializing request". Errors carry TF Serving's status codes. Other
 methods of the two services (Classify, Regress, MultiInference, HandleReloadConfigRequest)
-answer UNIMPLEMENTED.
+answer UNIMPLEMENTED. Calls queue for the handler threads as REST requests queue for the event
+loop; a worker past ``--max_connections`` calls (waiting or running) answers UNAVAILABLE at once.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextvars
+import functools
 import logging
+import threading
 import time
 
 import grpc
 
 from . import backends, grpc_api
+from .budget import CLAIM
 from .service import Service
-from .status import InvalidArgument, ServeError
+from .status import InvalidArgument, ServeError, Unimplemented
 
 log = logging.getLogger("kiln.serve")
 PREDICTION_SERVICE = "tensorflow.serving.PredictionService"
 MODEL_SERVICE = "tensorflow.serving.ModelService"
 
 
+#: When the current gRPC call arrived (set as grpc hands it over, before it waits for a thread).
+_ARRIVED: contextvars.ContextVar = contextvars.ContextVar("kiln_grpc_arrived", default=None)
+
+
+class _Pool(cf.ThreadPoolExecutor):
+    """The handler threads; ``pending`` counts the calls handed to them and not finished (waiting or
+    running), whether or not their handler ran (a call cancelled while it waited never runs it)."""
+
+    def __init__(self, threads: int):
+        super().__init__(max_workers=threads, thread_name_prefix="kiln-grpc")
+        self.pending = 0
+        self._count = threading.Lock()
+
+    def submit(self, fn, /, *args, **kwargs):
+        future = super().submit(fn, *args, **kwargs)
+        with self._count:
+            self.pending += 1
+        future.add_done_callback(self._finished)
+        return future
+
+    def _finished(self, _future) -> None:
+        with self._count:
+            self.pending -= 1
+
+
+class _Admission(grpc.GenericRpcHandler):
+    """Admits a call as REST admits a connection's request: up to ``limit`` calls per worker wait
+    for or hold a handler thread; one more is answered UNAVAILABLE at once (from a thread of its
+    own, not behind the queue) and counted. Notes each call's arrival for its deadline."""
+
+    def __init__(self, handlers: dict, refusals: dict, pool: _Pool, limit: int):
+        self.handlers, self.refusals, self.pool, self.limit = handlers, refusals, pool, limit
+
+    def service(self, details):
+        method = details.method
+        if self.pool.pending >= self.limit:
+            return self.refusals.get(method)
+        _ARRIVED.set(time.monotonic())
+        return self.handlers.get(method)
+
+
 class GrpcApi:
     """The gRPC services of one worker."""
 
-    def __init__(self, service: Service, max_request_bytes: int):
+    def __init__(self, service: Service, limits):
         self.service = service
         self.manager = service.manager
         self.metrics = service.metrics
-        self.max_request_bytes = max_request_bytes
+        self.max_request_bytes = limits.max_body_bytes
+        self.max_calls = limits.max_connections
         self.m = grpc_api.messages()
 
     def server(self, host: str, port: int, threads: int) -> grpc.Server:
         """A started gRPC server on ``host:port`` (shared with sibling workers: SO_REUSEPORT)."""
         options = [("grpc.so_reuseport", 1), ("grpc.max_receive_message_length", self.max_request_bytes),
                    ("grpc.max_send_message_length", -1)]
-        server = grpc.server(cf.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kiln-grpc"),
-                             options=options, maximum_concurrent_rpcs=threads * 4)
-        raw = {"request_deserializer": None, "response_serializer": None}
-        server.add_generic_rpc_handlers([
-            grpc.method_handlers_generic_handler(PREDICTION_SERVICE, {
-                "Predict": grpc.unary_unary_rpc_method_handler(self._call(self.predict, "predict"), **raw),
-                "GetModelMetadata": grpc.unary_unary_rpc_method_handler(self._call(self.metadata, "metadata"), **raw),
-            }),
-            grpc.method_handlers_generic_handler(MODEL_SERVICE, {
-                "GetModelStatus": grpc.unary_unary_rpc_method_handler(self._call(self.status, "status"), **raw),
-            }),
-        ])
+        pool = _Pool(threads)
+        server = grpc.server(pool, options=options)
+        predictions = {"Predict": (self.predict, "predict"), "GetModelMetadata": (self.metadata, "metadata"),
+                       "Classify": (_unserved("Classify"), "classify"), "Regress": (_unserved("Regress"), "regress"),
+                       "MultiInference": (_unserved("MultiInference"), "other")}
+        models = {"GetModelStatus": (self.status, "status"),
+                  "HandleReloadConfigRequest": (_unserved("HandleReloadConfigRequest"), "other")}
+        handlers, refusals = {}, {}
+        refusing = cf.ThreadPoolExecutor(1, thread_name_prefix="kiln-grpc-refuse")
+        for service_name, table in ((PREDICTION_SERVICE, predictions), (MODEL_SERVICE, models)):
+            for name, (method, label) in table.items():
+                path = f"/{service_name}/{name}"
+                handlers[path] = grpc.unary_unary_rpc_method_handler(self._call(method, label))
+                refuse = functools.partial(self._refuse, label)
+                refuse.experimental_thread_pool = refusing  # (grpc's hook: answered without waiting for the queue)
+                refusals[path] = grpc.unary_unary_rpc_method_handler(refuse)
+        server.add_generic_rpc_handlers([_Admission(handlers, refusals, pool, self.max_calls)])
         if not server.add_insecure_port(f"{host}:{port}"):
             raise OSError(f"cannot listen for gRPC on {host}:{port}")
         server.start()
         return server
 
+    def _refuse(self, label: str, data: bytes, context) -> None:
+        self.metrics.request(self.metrics.model_label(_model_name(self.m, data)), "", label, 503, 0.0)
+        context.abort(grpc.StatusCode.UNAVAILABLE, f"the server holds its limit of {self.max_calls} gRPC calls in "
+                                                   "progress; retry later")
+
     def _call(self, method, label: str):
         """The handler: parse, run ``method``, count it, map errors to TF Serving's status codes."""
         def handle(data: bytes, context) -> bytes:
-            arrived = time.monotonic()
+            arrived = _ARRIVED.get() or time.monotonic()
             labels = [self.metrics.model_label(""), "", label]
-            status = 200
+            status, error = 200, None
             try:
                 return method(data, context, arrived, labels).SerializeToString()
             except ServeError as exc:
-                status = exc.http_status
-                context.abort(getattr(grpc.StatusCode, exc.code, grpc.StatusCode.INTERNAL), str(exc))
+                status, error = exc.http_status, (getattr(grpc.StatusCode, exc.code, grpc.StatusCode.INTERNAL), str(exc))
             except Exception as exc:  # a bug: answered as INTERNAL, logged, never a traceback to the client
-                status = 500
+                status, error = 500, (grpc.StatusCode.INTERNAL, f"Internal: {type(exc).__name__}: {exc}")
                 log.exception(f"gRPC {label} failed")
-                context.abort(grpc.StatusCode.INTERNAL, f"Internal: {type(exc).__name__}: {exc}")
             finally:
                 if not context.is_active() and status == 200:
                     status = 499
                 self.metrics.request(*labels, status, time.monotonic() - arrived)
+            # aborted out here, not in the except clause: an exception raised there would tie the error's
+            # frames (the request's message and tensors) in a cycle that only the garbage collector frees
+            context.abort(*error)
         return handle
 
     def _parse(self, name: str, data: bytes):
@@ -95,6 +153,17 @@ class GrpcApi:
 
     # -- methods -------------------------------------------------------------------------------
     def predict(self, data: bytes, context, arrived: float, labels: list):
+        ticket = self.service.budget.ticket()
+        token = CLAIM.set(ticket.claim)
+        try:  # the message and its parsed copy, then each tensor before it is allocated (grpc_api.to_array)
+            labels[0] = self.metrics.model_label(_model_name(self.m, data))
+            ticket.claim(2 * len(data), "the PredictRequest")
+            return self._predict(data, context, arrived, labels)
+        finally:
+            CLAIM.reset(token)
+            ticket.close()
+
+    def _predict(self, data: bytes, context, arrived: float, labels: list):
         request = self._parse("PredictRequest", data)
         served = self._acquire(request.model_spec, labels)
         try:
@@ -195,6 +264,30 @@ class GrpcApi:
                     else:
                         for d in spec.shape:
                             info.tensor_shape.dim.add(size=int(d))
+
+
+def _unserved(name: str):
+    def method(data: bytes, context, arrived: float, labels: list):
+        raise Unimplemented(f"kiln serve answers Predict, GetModelMetadata and GetModelStatus; {name} is not served")
+    return method
+
+
+def _model_name(messages: dict, data: bytes) -> str:
+    """The model a request names (its ``model_spec``, field 1 of every request here, written first),
+    read without parsing the rest of a message that may be large; "" when it is not there."""
+    try:
+        if data[:1] != b"\n":
+            return ""
+        size, at = 0, 1
+        for shift in range(0, 35, 7):
+            byte = data[at]
+            at += 1
+            size |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                break
+        return messages["ModelSpec"].FromString(data[at:at + size]).name
+    except Exception:  # not a request of ours: counted under "(other)"
+        return ""
 
 
 def _type_name(dtype) -> str:

@@ -1,24 +1,23 @@
-"""Request bodies to JSON documents, with numeric arrays read straight into NumPy.
+"""Request bodies to JSON documents, with the big tensor values of large bodies left to be read in chunks.
 
-A JSON reader builds a Python object per number (32 bytes or more for a float whose text
-took ~10), so a 60 MiB body of numbers would take gigabytes. Here a large body's numeric
-arrays — maximal runs of numbers, brackets and commas outside strings — are validated and
-parsed in fixed-size chunks with NumPy (each number's text checked against JSON's grammar,
-the brackets against a rectangular shape) into one float64 array each, and only the rest
-of the document (keys, strings, small values) goes to the JSON reader; `NumericArray` stands
-in for each array. What a decoded body may cost is bounded: the JSON reader is only given
-documents whose count of values is small for their size, nesting is limited, integers may
-not have more than `MAX_INT_DIGITS` digits and numbers must fit a double (TF Serving: "Number
-too big to be stored in double"). Small bodies take the plain reader (orjson; ``json`` for
-what orjson refuses), which is faster for them.
+A JSON reader builds a Python object per number (32 bytes or more for a float whose text took
+~10), so a 60 MiB body would take gigabytes if read whole. A large body is walked instead: one
+vectorized pass per value finds its structure (strings, nesting, the separators of its
+elements), small values are read at once, and every array value larger than `CHUNK` stays a
+`Span` of the body, which `kiln.serve.tensors` reads a chunk of elements at a time (each chunk by
+the JSON reader, written into the tensor at once), so what a body costs besides its tensors is a
+chunk's Python objects, whatever its layout: rows of objects, columns, strings. Nesting is
+limited, integers may not have more than `MAX_INT_DIGITS` digits and numbers must fit a double
+(TF Serving: "Number too big to be stored in double"). Small bodies take the plain reader
+(orjson; ``json`` for what orjson refuses).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import re
+import reprlib
 
 import numpy as np
 
@@ -29,86 +28,52 @@ try:  # the fast JSON reader of the serve extra; json alone gives the same answe
 except ImportError:  # pragma: no cover - orjson is in the serve extra
     orjson = None
 
-#: Bodies from this size on have their numeric arrays read by NumPy.
-FAST_BODY_BYTES = 256 << 10
-#: A numeric array this long (in characters) is worth reading by NumPy.
-FAST_ARRAY_CHARS = 256
-#: Largest document (after numeric arrays are taken out) the JSON reader gets in any case; past it,
-#: only documents with at most one value per `BYTES_PER_VALUE` bytes.
-READER_FREE_BYTES = 1 << 20
-BYTES_PER_VALUE = 64
+#: Values larger than this (bytes of text) are walked and read in chunks of about this size.
+CHUNK = 256 << 10
 MAX_INT_DIGITS = 1000
 MAX_DEPTH = 64  # deeper nesting than any tensor has dimensions (NumPy allows 64)
-CHUNK = 256 << 10
 
-_DIGITS_ONLY = bytes(48 if 48 <= i <= 57 else 32 for i in range(256))  # digits kept, the rest blanked
-_RUN = re.compile(rb"\[[0-9eE+\-. \t\n\r\[\],NaIfinty]{%d,}" % (FAST_ARRAY_CHARS - 1))
-_ESCAPED_QUOTES = re.compile(rb'(\\+)"')
-_TO_SPACE = bytes.maketrans(b"[]", b"  ")
-
-# character classes of numeric-array text
-_BAD, _DIGIT, _MINUS, _PLUS, _DOT, _EXP, _SPACE, _OPEN, _CLOSE, _COMMA, _LETTER = range(11)
-_CLASS = np.zeros(256, np.uint8)
-_CLASS[list(b"0123456789")] = _DIGIT
-_CLASS[ord("-")], _CLASS[ord("+")], _CLASS[ord(".")] = _MINUS, _PLUS, _DOT
-_CLASS[list(b"eE")] = _EXP
-_CLASS[list(b" \t\n\r")] = _SPACE
-_CLASS[ord("[")], _CLASS[ord("]")], _CLASS[ord(",")] = _OPEN, _CLOSE, _COMMA
-_CLASS[list(b"NaIfinty")] = _LETTER
-
-
-class NumericArray:
-    """A rectangular JSON array of numbers, read as float64 ``values`` of the array's shape.
-
-    ``float_syntax``: some number was written with a fraction or exponent (or as NaN or
-    Infinity); ``int_mask``: which numbers were written as integers, when some were and some
-    were not (None: all alike); ``first_token`` and ``first_float_token``: the text of the first
-    number and of the first one with float syntax (for error messages).
-    """
-
-    __slots__ = ("values", "float_syntax", "int_mask", "first_token", "first_float_token")
-
-    def __init__(self, values: np.ndarray, float_syntax: bool, first_token: str | None, first_float: str | None,
-                 int_mask: np.ndarray | None = None):
-        self.values = values
-        self.float_syntax = float_syntax
-        self.int_mask = int_mask
-        self.first_token = first_token
-        self.first_float_token = first_float
-
-    def written_as_int(self) -> np.ndarray | bool:
-        """Per value (flat) or for all: written without fraction or exponent."""
-        return self.int_mask if self.int_mask is not None else not self.float_syntax
-
-    @property
-    def shape(self) -> tuple:
-        return self.values.shape
-
-    def tolist(self):
-        """Python numbers as the JSON reader would give them (ints where written as ints)."""
-        if not self.float_syntax and np.all(np.abs(self.values) <= 2 ** 53):
-            return self.values.astype(np.int64).tolist()
-        return self.values.tolist()
+#: Digits as "0", what may lead into digits of a float ("." and exponents) as "x", the rest blanked: an
+#: integer of 19 digits or more (which orjson would read as a float) shows as a blank and 19 zeros.
+_DIGITS_ONLY = bytes(48 if 48 <= i <= 57 else 120 if i in b".eE" else 32 for i in range(256))
+_SPACE = b" \t\n\r"
+_SCALAR = re.compile(rb'"(?:[^"\\]|\\.)*"|[^,\]}\s]*', re.DOTALL)  # a string, or up to the next delimiter
 
 
 def parse_body(body) -> dict:
-    """The request document; numeric arrays of large bodies as `NumericArray`."""
-    if len(body) >= FAST_BODY_BYTES:
-        if not bytes(body[:4096]).strip() and not bytes(body).strip():
+    """The request document; in a large body, array values larger than `CHUNK` are `Span`s."""
+    if len(body) > CHUNK:
+        view = memoryview(body)
+        start = _skip_space(view, 0)
+        if start == len(view):
             raise InvalidArgument("JSON Parse error: The document is empty")
-        doc = _parse_large(body)
-    else:
-        text = bytes(body)
-        try:
-            doc = parse_text(text)
-        except InvalidArgument:
-            if not text.strip():
-                raise InvalidArgument("JSON Parse error: The document is empty") from None
-            raise
+        if view[start] != 123:  # "{"
+            raise InvalidArgument(f"JSON Value: {bytes(view[start:start + 120]).decode('utf-8', 'replace')}... Is "
+                                  "not object")
+        doc, end = _object(view, start, 0)
+        if _skip_space(view, end) != len(view):
+            raise InvalidArgument(f"JSON Parse error: Extra data at offset: {_skip_space(view, end)}")
+        return doc
+    text = bytes(body)
+    try:
+        doc = parse_text(text)
+    except InvalidArgument:
+        if not text.strip():
+            raise InvalidArgument("JSON Parse error: The document is empty") from None
+        raise
     if not isinstance(doc, dict):
-        shown = json.dumps(doc, default=lambda o: f"[{o.first_token}, ...]")[:120]
-        raise InvalidArgument(f"JSON Value: {shown} Is not object")
+        raise InvalidArgument(f"JSON Value: {quoted(doc)} Is not object")
     return doc
+
+
+def quoted(value, limit: int = 120) -> str:
+    """A JSON value as an error message quotes it: its text, cut at ``limit`` characters (a
+    document nested past Python's recursion limit is shown by `reprlib`, which stops at 6 levels)."""
+    try:
+        text = json.dumps(value, allow_nan=True, default=lambda o: f"[{o.first_token}, ...]")
+    except RecursionError:
+        text = reprlib.repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 # -- the JSON reader -----------------------------------------------------------------------------
@@ -129,7 +94,7 @@ def _checked_float(text: str) -> float:
 
 def parse_text(text: bytes):
     """orjson's reading where it equals json's, else json's (with the number limits)."""
-    if orjson is not None and b"0" * 19 not in text.translate(_DIGITS_ONLY):
+    if orjson is not None and b" " + b"0" * 19 not in b" " + text.translate(_DIGITS_ONLY):
         # orjson refuses NaN, Infinity, out-of-range exponents, lone surrogates and non-UTF-8 text
         # (json accepts them or gives the message the tests pin) and reads integers beyond 64 bits
         # as floats; for those documents json decides.
@@ -149,195 +114,128 @@ def parse_text(text: bytes):
 
 # -- large bodies --------------------------------------------------------------------------------
 
-def _inside_string(body, position: int) -> bool:
-    quotes = body.count(b'"', 0, position)
-    if body.find(b"\\", 0, position) >= 0:
-        quotes -= sum(1 for m in _ESCAPED_QUOTES.finditer(body, 0, position) if len(m.group(1)) % 2)
-    return quotes % 2 == 1
+class Span:
+    """An array value of a large body not read yet: ``view[start:end]`` (brackets included)."""
+
+    __slots__ = ("view", "start", "end")
+
+    def __init__(self, view: memoryview, start: int, end: int):
+        self.view, self.start, self.end = view, start, end
+
+    def chunks(self):
+        """(start, end, count): runs of consecutive elements, ``view[start:end]`` (no brackets) of about
+        `CHUNK` bytes, or of one element when that one alone is larger; their counts add up to the
+        array's length."""
+        view, begin, count = self.view, self.start + 1, 0
+        for at, seen in _separators(view, self.start, last_only=True)[0]:
+            if at - begin > CHUNK and seen - count > 1:  # the first element spans chunks: it goes alone
+                first = _skip_space(view, begin)
+                cut = _skip_space(view, _value_end(view, first))
+                yield first, cut, 1
+                begin, count = cut + 1, count + 1
+            yield begin, at, seen - count
+            begin, count = at + 1, seen
+        if bytes(view[begin:self.end - 1]).strip():
+            yield begin, self.end - 1, 1
+        elif count:
+            raise InvalidArgument(f"JSON Parse error: a value is missing at offset: {self.end - 1}")
+
+    def read(self, start: int, end: int, count: int, depth: int = 1):
+        """A run of `chunks` as a list of its elements (one large element read as `_value` reads it)."""
+        if end - start <= CHUNK or count > 1:
+            return parse_text(b"[%b]" % self.view[start:end])
+        first = _skip_space(self.view, start)
+        return [_value(self.view, first, len(bytes(self.view[first:end]).rstrip()) + first, depth)]
+
+    def __repr__(self) -> str:
+        return f"[{bytes(self.view[self.start + 1:self.start + 40]).decode('utf-8', 'replace')}, ...]"
 
 
-def _parse_large(body) -> dict:
-    view = memoryview(body)
-    nonce = os.urandom(6).hex()
-    pieces, arrays, last = [], [], 0
-    for match in _RUN.finditer(body):
-        start = match.start()
-        if start < last or _inside_string(body, start):
-            continue
-        end = _array_end(view[start:match.end()])
-        if end is None:
-            continue
-        array = read_numeric(view[start:start + end])
-        if array is None:
-            continue
-        pieces += [bytes(view[last:start]), b'"\\u0000kiln%s:%d"' % (nonce.encode(), len(arrays))]
-        arrays.append(array)
-        last = start + end
-    if not arrays:
-        return _parse_read_limited(bytes(body))
-    pieces.append(bytes(view[last:]))
-    doc = _parse_read_limited(b"".join(pieces))
-    marker = f"\x00kiln{nonce}:"
-    return _put_back(doc, marker, arrays, 0)
+def _skip_space(view: memoryview, at: int) -> int:
+    n = len(view)
+    while at < n and view[at] in _SPACE:
+        at += 1
+    return at
 
 
-def _parse_read_limited(text: bytes):
-    if len(text) > READER_FREE_BYTES:
-        values = text.count(b",") + text.count(b":") + 1
-        if values * BYTES_PER_VALUE > len(text):
-            raise InvalidArgument(
-                f"the request body holds about {values} JSON values besides plain numeric arrays; a body over "
-                f"{READER_FREE_BYTES >> 20} MiB may hold at most one per {BYTES_PER_VALUE} bytes (send numbers "
-                "as nested arrays of numbers, or fewer, longer strings)")
-    return parse_text(text)
+def _value_end(view: memoryview, start: int) -> int:
+    """Where the value that starts at ``start`` ends (an array or object: after its closing bracket)."""
+    if view[start] in (91, 123):
+        return _separators(view, start, last_only=True)[1]
+    return _SCALAR.match(view.obj, start).end()
 
 
-def _put_back(value, marker: str, arrays: list, depth: int):
+def _value(view: memoryview, start: int, end: int, depth: int):
+    """The value at ``view[start:end]``: read at once when small; an array larger than `CHUNK` as a
+    `Span`; an object larger than that with its members read the same way."""
+    if end - start <= CHUNK or view[start] not in (91, 123):
+        return parse_text(bytes(view[start:end]))
     if depth > MAX_DEPTH:
         raise InvalidArgument(f"JSON Parse error: the document is nested deeper than {MAX_DEPTH} levels")
-    if isinstance(value, str) and value.startswith(marker):
-        return arrays[int(value[len(marker):])]
-    if isinstance(value, dict):
-        return {k: _put_back(v, marker, arrays, depth + 1) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_put_back(v, marker, arrays, depth + 1) for v in value]
-    return value
+    return Span(view, start, end) if view[start] == 91 else _object(view, start, depth)[0]
 
 
-def _array_end(run: memoryview) -> int | None:
-    """Length of the bracketed array ``run`` starts with (None: it does not close within ``run``)."""
-    depth = 0
-    for offset in range(0, len(run), CHUNK):
-        c = np.frombuffer(run[offset:offset + CHUNK], np.uint8)
-        step = (c == 91).astype(np.int8) - (c == 93).astype(np.int8)
-        level = np.cumsum(step, dtype=np.int64) + depth
-        if level.max(initial=0) > MAX_DEPTH:
-            return None
-        closed = np.flatnonzero(level == 0)
+def _object(view: memoryview, start: int, depth: int) -> tuple[dict, int]:
+    """The object opening at ``start``, its members read by `_value`, and where it ends."""
+    out, begin = {}, start + 1
+    found, end = _separators(view, start, last_only=False)
+    marks = [at for at, _ in found] + [end - 1]
+    if len(marks) % 2:
+        raise InvalidArgument(f"JSON Parse error: Expecting property name at offset: {marks[-2] + 1}")
+    for colon, comma in zip(marks[::2], marks[1::2]):
+        if view[colon] != 58 or view[comma] not in (44, 125):
+            raise InvalidArgument(f"JSON Parse error: Expecting ':' delimiter at offset: {colon}")
+        key = parse_text(bytes(view[begin:colon]))
+        if not isinstance(key, str):
+            raise InvalidArgument(f"JSON Parse error: Expecting property name enclosed in double quotes at offset: "
+                                  f"{begin}")
+        first = _skip_space(view, colon + 1)
+        last = len(bytes(view[first:comma]).rstrip()) + first
+        out[key] = _value(view, first, last, depth + 1)
+        begin = comma + 1
+    return out, end
+
+
+def _separators(view: memoryview, start: int, last_only: bool, stop: int | None = None):
+    """([(offset, elements before it)], end) for the array or object opening at ``start``: the commas
+    and colons directly inside it (strings and nested values skipped), or with ``last_only`` the last
+    of each `CHUNK` of text; ``end`` is the offset after its closing bracket. One vectorized pass
+    per `CHUNK`: quotes not escaped toggle "in a string", brackets outside strings move the depth."""
+    n = len(view) if stop is None else stop
+    depth, in_string, slashes, seen, found = 0, 0, 0, 0, []
+    for at in range(start, n, CHUNK):
+        c = np.frombuffer(view[at:min(at + CHUNK, n)], np.uint8)
+        quote = c == 34
+        backslash = c == 92
+        if slashes or backslash.any():  # a quote after an odd run of backslashes is escaped
+            index = np.arange(len(c))
+            last_other = np.maximum.accumulate(np.where(backslash, -1, index))  # -1: backslashes since the start
+            before = np.empty(len(c), np.int64)  # backslashes right before each character
+            before[0] = slashes
+            before[1:] = index[:-1] - last_other[:-1] + np.where(last_other[:-1] < 0, slashes, 0)
+            quote &= before % 2 == 0
+            slashes = int(before[-1] + 1) if backslash[-1] else 0
+        outside = (np.cumsum(quote, dtype=np.int64) + in_string) % 2 == 0
+        outside &= ~quote
+        step = ((c == 91) | (c == 123)).astype(np.int8)
+        step -= (c == 93) | (c == 125)
+        step *= outside
+        level = np.cumsum(step, dtype=np.int64)
+        level += depth
+        if level.max(initial=0) > MAX_DEPTH + 2:
+            raise InvalidArgument(f"JSON Parse error: the document is nested deeper than {MAX_DEPTH} levels")
+        closed = np.flatnonzero(level <= 0)
+        limit = closed[0] if closed.size else len(c)
+        marks = np.flatnonzero(((c[:limit] == 44) | (c[:limit] == 58)) & outside[:limit] & (level[:limit] == 1))
+        if last_only:
+            if marks.size:
+                found.append((at + int(marks[-1]), seen + marks.size))
+        else:
+            found += [(at + int(m), seen + i + 1) for i, m in enumerate(marks.tolist())]
+        seen += marks.size
         if closed.size:
-            return offset + int(closed[0]) + 1
-        depth = int(level[-1])
-    return None
-
-
-def read_numeric(region: memoryview) -> NumericArray | None:
-    """``region`` (``[`` ... ``]``) as a `NumericArray`, or None when it is not a rectangular array of
-    JSON numbers (the JSON reader then decides). Raises for a number beyond a double's range."""
-    n = len(region)
-    skeleton, chunks, int_parts, letters, words, float_chars = [], [], [], 0, 0, 0
-    first_token = first_float = None
-    prev_class = (_SPACE, _SPACE)
-    start = 0
-    while start < n:
-        stop = min(start + CHUNK, n)
-        if stop < n:  # end the chunk after a comma, so no number is cut in two
-            cut = bytes(region[start:stop]).rfind(b",")
-            if cut <= 0:
-                return None  # a number of a quarter megabyte: not for this reader
-            stop = start + cut + 1
-        text = bytes(region[start:stop])
-        cls = _CLASS[np.frombuffer(text, np.uint8)]
-        nxt = np.empty_like(cls)
-        nxt[:-1] = cls[1:]
-        nxt[-1] = _CLASS[region[stop]] if stop < n else _SPACE
-        prv = np.empty_like(cls)
-        prv[0] = prev_class[1]
-        prv[1:] = cls[:-1]
-        prv2 = np.empty_like(cls)  # two characters back
-        prv2[0] = prev_class[0]
-        prv2[1:] = prv[:-1]
-        prev_class = (cls[-2] if len(cls) > 1 else prev_class[1], cls[-1])
-        sep = cls >= _SPACE
-        sep &= cls != _LETTER
-        prev_sep = (prv >= _SPACE) & (prv != _LETTER)
-        digit_next = nxt == _DIGIT
-        bad = cls == _BAD
-        bad |= (cls == _PLUS) & ~((prv == _EXP) & digit_next)
-        bad |= (cls == _MINUS) & ~((prev_sep | (prv == _EXP)) & (digit_next | (nxt == _LETTER)))
-        bad |= (cls == _DOT) & ~((prv == _DIGIT) & digit_next)
-        bad |= (cls == _EXP) & ~((prv == _DIGIT) & (digit_next | (nxt == _PLUS) | (nxt == _MINUS)))
-        after_sign = (prv == _MINUS) & (prv2 >= _SPACE) & (prv2 != _LETTER)  # "-" opening a number
-        bad |= (cls == _DIGIT) & (np.frombuffer(text, np.uint8) == 48) & (prev_sep | after_sign) & digit_next
-        if bad.any():
-            return None
-        starts = ~sep & prev_sep
-        keep = starts | (cls >= _OPEN) & (cls <= _COMMA)
-        raw = np.frombuffer(text, np.uint8)
-        skeleton.append(np.where(starts, np.uint8(48), raw)[keep].tobytes())
-        count = int(np.count_nonzero(starts))
-        chunk_letters = int(np.count_nonzero(cls == _LETTER))
-        if chunk_letters:
-            nans, infs = text.count(b"NaN"), text.count(b"Infinity")
-            if chunk_letters != 3 * nans + 8 * infs:
-                return None
-            letters += chunk_letters
-            words += nans + infs
-        floaty = (cls == _DOT) | (cls == _EXP) | (cls == _LETTER)
-        dots = int(np.count_nonzero(floaty))
-        if dots and first_float is None:
-            first_float = _token_at(text, int(np.flatnonzero(floaty)[0]))
-        float_chars += dots
-        if count and first_token is None:
-            first_token = _token_at(text, int(np.flatnonzero(starts)[0]))
-        if count:
-            try:
-                values = np.fromstring(text.translate(_TO_SPACE), dtype=np.float64, sep=",")
-            except ValueError:
-                return None
-            if values.size != count:
-                return None
-            chunks.append(values)
-            written_int = np.ones(count, bool)
-            if dots:
-                written_int[np.cumsum(starts)[floaty] - 1] = False
-            int_parts.append(written_int)
-        start = stop
-    shape = _shape_of_skeleton(b"".join(skeleton))
-    if shape is None:
-        return None
-    values = np.concatenate(chunks) if len(chunks) > 1 else (chunks[0] if chunks else np.zeros(0))
-    if not np.isfinite(values).all() and int(np.count_nonzero(~np.isfinite(values))) != words:
-        raise InvalidArgument("JSON Parse error: Number too big to be stored in double")
-    int_mask = None
-    if float_chars and int_parts:
-        int_mask = np.concatenate(int_parts)
-        if not int_mask.any():
-            int_mask = None
-    return NumericArray(values.reshape(shape), bool(float_chars), first_token, first_float, int_mask)
-
-
-def _shape_of_skeleton(s: bytes) -> tuple | None:
-    """The shape of a rectangular array from its skeleton (numbers as ``0``), or None."""
-    rank = len(s) - len(s.lstrip(b"["))
-    if rank == 0 or rank > MAX_DEPTH:
-        return None
-    dims = [0] * rank
-    end = s.find(b"]", rank - 1)
-    if end < 0:
-        return None
-    content = s[rank:end]
-    dims[-1] = len(content.split(b",")) if content else 0
-    child = end - (rank - 1) + 1
-    for level in range(rank - 2, -1, -1):
-        close = s.find(b"]" * (rank - level), level)
-        if close < 0:
-            return None
-        span = close + (rank - level) - level
-        inner = span - 2
-        dims[level] = (inner + 1) // (child + 1) if inner > 0 else 0
-        child = span
-    expected = b"0"
-    for d in reversed(dims):
-        expected = b"[" + b",".join([expected] * d) + b"]"
-    return tuple(dims) if expected == s else None
-
-
-def _token_at(text: bytes, at: int) -> str:
-    seps = b" \t\n\r[],"
-    begin = at
-    while begin > 0 and text[begin - 1] not in seps:
-        begin -= 1
-    end = at
-    while end < len(text) and text[end] not in seps:
-        end += 1
-    return text[begin:end].decode("ascii", "replace")
+            return found, at + int(closed[0]) + 1
+        depth, in_string = int(level[-1]), (int(np.count_nonzero(quote)) + in_string) % 2
+    if stop is not None:
+        return found, n
+    raise InvalidArgument(f"JSON Parse error: an array or object opening at offset {start} is not closed")

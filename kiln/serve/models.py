@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .backends import LoadError, ServedModel, find_model_file, load, signature_def_json
-from .batching import BatchScheduler, DirectExecutor, Hooks, InlineExecutor
+from .batching import BatchScheduler, CollectingRunner, DirectExecutor, Hooks, InlineExecutor
 from .config import BatchingOptions, ConfigError, ModelSpec, read_batching_parameters
 from .metrics import Metrics
-from .status import InvalidArgument, NotFound
+from .status import InvalidArgument, NotFound, Unavailable
 
 log = logging.getLogger("kiln.serve")
 
@@ -105,6 +105,10 @@ class ModelManager:
 
     def _poll_model(self, model: _Model) -> None:
         on_disk = versions_on_disk(Path(model.spec.base_path))
+        for version in [v for v in model.failed if v not in on_disk]:  # a failed version deleted: forgotten
+            del model.failed[version]
+            with self._lock:
+                model.states.pop(version, None)
         wanted = model.spec.policy.choose(list(on_disk))
         for version in sorted(set(wanted) - set(model.served), reverse=True):
             self._try_load(model, version, on_disk[version])
@@ -160,19 +164,22 @@ class ModelManager:
     def _executor(self, name: str, version: int, loaded: ServedModel, batching: BatchingOptions | None):
         hooks = Hooks(self.metrics.observer(name, version), self.metrics.queue(name, version),
                       self.metrics.isolated(name, version))
+        new_runner = loaded.new_runner
+        if loaded.backend == "kiln" and loaded.kind == "tflite":  # (see CollectingRunner)
+            new_runner = lambda: CollectingRunner(loaded.new_runner())  # noqa: E731
         label = f"{name}-{version}"
         if batching is not None and not loaded.has_batch_function:
-            return BatchScheduler(batching, loaded.new_runner, None, label,
+            return BatchScheduler(batching, new_runner, None, label,
                                   _bucket_warmup(loaded, batching.allowed_batch_sizes), hooks), True
         if loaded.has_batch_function:
             if batching is not None:
                 log.info(f"model {name} version {version}: its graph holds BatchFunction; not batched again")
-            return DirectExecutor(loaded.new_runner, IN_GRAPH_BATCHING_THREADS, None, True, label,
+            return DirectExecutor(new_runner, IN_GRAPH_BATCHING_THREADS, None, True, label,
                                   self.max_queued, hooks), False
-        pool = DirectExecutor(loaded.new_runner, self.workers, None, loaded.thread_safe, label, self.max_queued, hooks)
+        pool = DirectExecutor(new_runner, self.workers, None, loaded.thread_safe, label, self.max_queued, hooks)
         seconds = _call_seconds(loaded) if self.inline and loaded.kind == "tflite" else float("inf")
         if seconds < INLINE_CALL_SECONDS:  # requests of up to ~INLINE_CALL_SECONDS of work run inline
-            return InlineExecutor(loaded.new_runner, label, hooks, max(1, int(INLINE_CALL_SECONDS / seconds)), pool), False
+            return InlineExecutor(new_runner, label, hooks, max(1, int(INLINE_CALL_SECONDS / seconds)), pool), False
         return pool, False
 
     def _retire(self, model: _Model, version: int) -> None:
@@ -264,6 +271,8 @@ class ModelManager:
         model = self._models.get(name)
         if model is None:
             raise NotFound(f"Servable not found for request: Latest({name})")
+        if self._stop.is_set():  # closing: its versions are being retired, none is missing
+            raise Unavailable("the server is shutting down; the request was not accepted")
         with self._mutex:
             if version is None:
                 if not model.served:

@@ -11,6 +11,7 @@ JSON object per line on the ``kiln.serve.access`` logger.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures as cf
 import json
 import logging
 import math
@@ -21,10 +22,11 @@ from urllib.parse import unquote
 from . import backends
 from .batching import InlineExecutor
 from .http import HttpServer, Limits, Request, Response
-from .jsonbody import parse_body, parse_text
+from .budget import CLAIM
+from .jsonbody import CHUNK, parse_body, parse_text
 from .service import Service
 from .status import InvalidArgument, ServeError, Unimplemented
-from .tensors import format_response, parse_request, plain_float_feed
+from .tensors import answer_pieces, format_response, parse_request, plain_float_feed
 
 PREDICT_PATH = re.compile(r"/v1/models/([^/:]+)(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?:(classify|regress|predict)",
                           re.IGNORECASE)
@@ -38,6 +40,9 @@ INLINE_BODY_BYTES = 64 << 10
 INLINE_OUTPUT_ELEMENTS = 16384
 #: Predict URLs of served models whose parse is kept (a client sends the same few again and again).
 ROUTE_CACHE_SIZE = 256
+#: One thread decodes large bodies and writes large answers: however many big requests are in
+#: flight, the event loop shares the interpreter with one such thread (and the model's).
+_BULK = cf.ThreadPoolExecutor(1, thread_name_prefix="kiln-bulk")
 access_log = logging.getLogger("kiln.serve.access")
 _INFO, _monotonic = logging.INFO, time.monotonic
 log = logging.getLogger("kiln.serve")
@@ -56,9 +61,18 @@ def parse_version(text: str | None) -> int | None:
     return int(text)
 
 
-def _decode(body, held):
+def _decode(body, held, ticket=None):
     """Body to (served version, signature, feeds, format), in TF Serving's order of checks: the
-    JSON, then the model and version, then the signature and its inputs."""
+    JSON, then the model and version, then the signature and its inputs. A large body's tensors
+    are claimed on ``ticket`` (the worker's memory budget) before they are allocated."""
+    token = CLAIM.set(ticket.claim if ticket is not None else None)
+    try:
+        return _decode_claimed(body, held)
+    finally:
+        CLAIM.reset(token)
+
+
+def _decode_claimed(body, held):
     doc = parse_body(body)
     signature_name = doc.get("signature_name", "")
     if not isinstance(signature_name, str):
@@ -66,7 +80,8 @@ def _decode(body, held):
     if isinstance(held, ServeError):
         raise held
     signature = backends.signature(held.loaded, signature_name)
-    may_hold_bools = b"true" in body or b"false" in body
+    # (a large body's arrays look for booleans a run at a time: one scan of it all would hold the interpreter)
+    may_hold_bools = len(body) > CHUNK or b"true" in body or b"false" in body
     feeds, fmt = parse_request(doc, signature.inputs, may_hold_bools)
     return signature, feeds, fmt
 
@@ -142,7 +157,8 @@ class RestApi:
         self._routes: dict[bytes, tuple] = {}  # request target -> (name, version, label, model label)
 
     def server(self, limits: Limits) -> HttpServer:
-        return HttpServer(self.handle, limits, self.answered)
+        self.http = HttpServer(self.handle, limits, self.answered, self.service.budget)
+        return self.http
 
     # -- routing -------------------------------------------------------------------------------
     def handle(self, request: Request):
@@ -246,11 +262,13 @@ class RestApi:
         return self._respond(job.future.result(), fmt)
 
     async def _predict_later(self, request: Request, held, started) -> Response:
+        ticket = self.service.budget.ticket(request._reserved)
         try:
             if started is None:
                 loop = asyncio.get_running_loop()
-                signature, feeds, fmt = await loop.run_in_executor(None, _decode, request.body, held)
+                signature, feeds, fmt = await loop.run_in_executor(_BULK, _decode, request.body, held, ticket)
                 request.body = bytearray()  # the arrays hold what is needed now
+                self.http.release(request)
                 job = self.service.submit(held, signature, feeds, request.arrived)
                 del feeds
             else:
@@ -264,6 +282,7 @@ class RestApi:
             return Response.error(exc.http_status, str(exc))
         finally:
             self._release(held)
+            ticket.close()
         answer = self._respond(outputs, fmt)
         return answer if isinstance(answer, Response) else await answer
 
@@ -280,7 +299,7 @@ class RestApi:
         return self._respond_later(outputs, fmt)
 
     async def _respond_later(self, outputs: dict, fmt: str) -> Response:
-        text = await asyncio.get_running_loop().run_in_executor(None, format_response, outputs, fmt)
+        text = await asyncio.get_running_loop().run_in_executor(_BULK, answer_pieces, outputs, fmt)
         return Response(200, text)
 
     # -- status and metadata -------------------------------------------------------------------
@@ -311,4 +330,4 @@ class RestApi:
                 "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()), "client": request.client,
                 "method": request.method, "path": request.path.decode("latin-1")[:200], "status": status,
                 "ms": round(seconds * 1e3, 3), "model": labels[0] if labels else "",
-                "version": labels[1] if labels else "", "bytes_out": len(response.body)}))
+                "version": labels[1] if labels else "", "bytes_out": response.size}))

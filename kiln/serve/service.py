@@ -14,6 +14,7 @@ import math
 import time
 
 from .backends import check_feeds
+from .budget import MemoryBudget
 from .batching import Request
 from .metrics import OTHER_MODEL
 from .models import ModelManager, ServedVersion
@@ -23,8 +24,9 @@ from .status import DeadlineExceeded, ServeError, Unavailable
 class Service:
     """The shared request path over one `ModelManager`."""
 
-    def __init__(self, manager: ModelManager, timeout_seconds: float = 30.0):
+    def __init__(self, manager: ModelManager, timeout_seconds: float = 30.0, budget: MemoryBudget | None = None):
         self.manager = manager
+        self.budget = budget or MemoryBudget(256 << 20)  # the worker's, shared by REST and gRPC
         self.metrics = manager.metrics
         self.timeout = timeout_seconds
         self.draining = False

@@ -40,6 +40,10 @@ class ResourceExhausted(ServeError, code="RESOURCE_EXHAUSTED", http_status=429):
     """A request larger than the server accepts (HTTP 429)."""
 
 
+class TooLarge(ResourceExhausted, code="RESOURCE_EXHAUSTED", http_status=413):
+    """A request larger than the server can ever hold (HTTP 413)."""
+
+
 class Unavailable(ServeError, code="UNAVAILABLE", http_status=503):
     """Overloaded (a full batch queue) or shutting down (HTTP 503)."""
 

@@ -22,7 +22,8 @@ from operator import eq
 import numpy as np
 
 from ..runtime.served import TensorSpec
-from .jsonbody import MAX_DEPTH, NumericArray
+from .budget import CLAIM
+from .jsonbody import MAX_DEPTH, Span, quoted
 from .status import InvalidArgument
 
 ROW, COLUMNAR = "row", "columnar"
@@ -58,15 +59,6 @@ def _json_type(value) -> str:
     return {dict: "Object", list: "Array", str: "String"}.get(type(value), type(value).__name__)
 
 
-def _short(value, limit: int = 120) -> str:
-    text = json.dumps(value, allow_nan=True, default=_numeric_text)
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-def _numeric_text(value) -> str:
-    return f"[{value.first_token}, ...]" if isinstance(value, NumericArray) else type(value).__name__
-
-
 def _is_b64(value) -> bool:
     return isinstance(value, dict) and len(value) == 1 and isinstance(value.get("b64"), str)
 
@@ -79,14 +71,12 @@ def _shape_of(value) -> list[int]:
         if not value:
             break
         value = value[0]
-    if isinstance(value, NumericArray):
-        shape += value.shape
     if len(shape) > MAX_DEPTH:
         raise InvalidArgument(f"the request nests lists {len(shape)} deep; tensors have at most {MAX_DEPTH} dimensions")
     return shape
 
 
-def _strings(value, name: str):
+def _strings(value, name: str, offset: int = 0):
     """A nested list of str / {"b64"} leaves as a numpy object array of bytes."""
     def leaf(v):
         if isinstance(v, str):
@@ -95,10 +85,10 @@ def _strings(value, name: str):
             try:
                 return base64.b64decode(v["b64"], validate=True)
             except (binascii.Error, ValueError):
-                raise InvalidArgument(f"input '{name}': Unable to base64 decode {_short(v)}") from None
+                raise InvalidArgument(f"input '{name}': Unable to base64 decode {quoted(v)}") from None
         if isinstance(v, dict):
-            raise InvalidArgument(f"input '{name}': JSON Value: {_short(v)} not formatted correctly for base64 data")
-        raise InvalidArgument(f"input '{name}': JSON Value: {_short(v)} Type: {_json_type(v)} is not of "
+            raise InvalidArgument(f"input '{name}': JSON Value: {quoted(v)} not formatted correctly for base64 data")
+        raise InvalidArgument(f"input '{name}': JSON Value: {quoted(v)} Type: {_json_type(v)} is not of "
                               f"expected type: DT_STRING")
 
     shape = _shape_of(value)
@@ -107,11 +97,11 @@ def _strings(value, name: str):
     def walk(v, level):
         if level == len(shape):
             if isinstance(v, list):
-                raise InvalidArgument(f"input '{name}': the list is ragged: {_ragged_detail(value)}")
+                raise InvalidArgument(f"input '{name}': the list is ragged: {_ragged_detail(value, offset)}")
             flat.append(leaf(v))
             return
         if not isinstance(v, list) or len(v) != shape[level]:
-            raise InvalidArgument(f"input '{name}': the list is ragged: {_ragged_detail(value)}")
+            raise InvalidArgument(f"input '{name}': the list is ragged: {_ragged_detail(value, offset)}")
         for x in v:
             walk(x, level + 1)
 
@@ -133,8 +123,9 @@ def _first_bad_leaf(value, accept, depth: int = 0):
     return None if accept(value) else (value,)
 
 
-def _ragged_detail(value) -> str | None:
-    """Where a nested list stops being rectangular (for the error message); None if it is rectangular."""
+def _ragged_detail(value, offset: int = 0) -> str | None:
+    """Where a nested list stops being rectangular (for the error message); None if it is rectangular.
+    ``offset``: the index of its first element in the whole list (of which it is a run)."""
     expected = _shape_of(value)
 
     def walk(v, level, path):
@@ -147,7 +138,7 @@ def _ragged_detail(value) -> str | None:
         if len(v) != expected[level]:
             return f"a list of size {len(v)} at {path or 'the top'}, expected size {expected[level]}"
         for i, x in enumerate(v):
-            found = walk(x, level + 1, f"{path}[{i}]")
+            found = walk(x, level + 1, f"{path}[{i + (offset if not level else 0)}]")
             if found:
                 return found
         return None
@@ -155,30 +146,28 @@ def _ragged_detail(value) -> str | None:
     return walk(value, 0, "")
 
 
-def to_array(value, spec: TensorSpec, may_hold_bools: bool = True) -> np.ndarray:
+def to_array(value, spec: TensorSpec, may_hold_bools: bool = True, offset: int = 0) -> np.ndarray:
     """One JSON value as a numpy array of ``spec``'s dtype, with TF Serving's type rules.
 
     numpy reads ``[1, true]`` as numbers; when the request text may hold booleans
     (``may_hold_bools``), numeric inputs are scanned for them.
     """
     name, dtype = spec.name, spec.dtype
-    if isinstance(value, NumericArray):
-        return _numeric(value, spec)
-    if isinstance(value, list) and value and isinstance(value[0], NumericArray):
-        value = _stacked(value, spec)
-        if isinstance(value, np.ndarray):
-            return value
+    if isinstance(value, Span):
+        return _chunked(value, lambda items, at, bools: {name: to_array(items, spec, bools, at)}, None)[name]
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], (Span, dict)) and not _is_b64(value[0]):
+        return to_array(value[0], spec, may_hold_bools)[None]  # one large row of a large body
     if dtype.kind in "OSU":
-        return _strings(value, name)
+        return _strings(value, name, offset)
     if len(_shape_of(value)) > MAX_DEPTH:  # refused before NumPy walks it
         raise InvalidArgument(f"input '{name}': lists nested deeper than {MAX_DEPTH}")
     try:
         arr = np.array(value)
     except (ValueError, TypeError):
-        raise InvalidArgument(f"input '{name}': the list is ragged: {_ragged_detail(value) or 'mixed nesting'}") from None
+        raise InvalidArgument(f"input '{name}': the list is ragged: {_ragged_detail(value, offset) or 'mixed nesting'}") from None
     kind = dtype.kind
     if arr.dtype == object:
-        ragged = _ragged_detail(value)
+        ragged = _ragged_detail(value, offset)
         if ragged:
             raise InvalidArgument(f"input '{name}': the list is ragged: {ragged}")
         bad = _first_bad_leaf(value, lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -187,13 +176,13 @@ def to_array(value, spec: TensorSpec, may_hold_bools: bool = True) -> np.ndarray
         if isinstance(shown, int) and not isinstance(shown, bool):
             raise InvalidArgument(f"input '{name}': Cannot convert JSON value: {shown} to {dtype_name(spec.dtype)} without "
                                   f"loss of precision.")
-        raise InvalidArgument(f"input '{name}': JSON Value: {_short(shown)} Type: {_json_type(shown)} is not of "
+        raise InvalidArgument(f"input '{name}': JSON Value: {quoted(shown)} Type: {_json_type(shown)} is not of "
                               f"expected type: {dtype_name(spec.dtype)}")
 
     def fail(accept):
         bad = _first_bad_leaf(value, accept)
         shown = bad[0] if bad else value
-        raise InvalidArgument(f"input '{name}': JSON Value: {_short(shown)} Type: {_json_type(shown)} is not "
+        raise InvalidArgument(f"input '{name}': JSON Value: {quoted(shown)} Type: {_json_type(shown)} is not "
                               f"of expected type: {dtype_name(spec.dtype)}")
 
     if kind in "iuf" and may_hold_bools and arr.dtype.kind != "b":
@@ -235,56 +224,32 @@ def to_array(value, spec: TensorSpec, may_hold_bools: bool = True) -> np.ndarray
     raise InvalidArgument(f"input '{name}': inputs of type {dtype_name(spec.dtype)} cannot be given in JSON")
 
 
-def _numeric(value: NumericArray, spec: TensorSpec) -> np.ndarray:
-    """A `NumericArray` as ``spec``'s dtype, with the rules `to_array` applies to JSON numbers."""
-    name, dtype, v = spec.name, spec.dtype, value.values
-    if v.size == 0:
-        return to_array(value.tolist(), spec)
-    if dtype.kind not in "iuf":
-        raise InvalidArgument(f"input '{name}': JSON Value: {value.first_token} Type: Number is not of expected "
-                              f"type: {dtype_name(dtype)}")
-    flat = v.reshape(-1)
-    if dtype.kind == "f":
-        limit = (1 << np.finfo(dtype).nmant + 1) - 1  # integers written as such must be exact (IsLosslessDecimal)
-        written_int = value.written_as_int()
-        if written_int is not False:
-            big = np.abs(flat) > limit
-            big &= np.isfinite(flat)
-            if written_int is not True:
-                big &= written_int
-            if big.any():
-                shown = flat[np.flatnonzero(big)[0]]
-                text = str(int(shown)) if abs(shown) <= 2 ** 53 else repr(float(shown))
-                raise InvalidArgument(f"input '{name}': Cannot convert JSON value: {text} to {dtype.name} without "
-                                      f"loss of precision.")
-        with np.errstate(over="ignore"):
-            out = v.astype(dtype)
-        if not np.isfinite(out).all():
-            lost = ~np.isfinite(out.reshape(-1)) & np.isfinite(flat)
-            if lost.any():
-                raise InvalidArgument(f"input '{name}': Cannot convert JSON value: {float(flat[lost][0])!r} to "
-                                      f"{dtype.name} without loss of precision.")
-        return out
-    if value.float_syntax:
-        raise InvalidArgument(f"input '{name}': JSON Value: {value.first_float_token} Type: Number is not of "
-                              f"expected type: {dtype_name(dtype)}")
-    info = np.iinfo(dtype)
-    low, high = flat.min(), flat.max()
-    if low < info.min or high > info.max:
-        raise InvalidArgument(f"input '{name}': a value is out of the range of {dtype_name(dtype)} "
-                              f"[{info.min}, {info.max}]")
-    if max(-low, high) > 2 ** 53:
-        raise InvalidArgument(f"input '{name}': integers beyond 2**53 in a request body of "
-                              f"{256} KiB or more are not read exactly; send them in smaller requests")
-    return v.astype(dtype)
-
-
-def _stacked(items: list, spec: TensorSpec):
-    """Rows that are all `NumericArray`s of one shape as one array; else the rows as lists."""
-    if all(isinstance(i, NumericArray) for i in items) and len({i.shape for i in items}) == 1:
-        parts = [_numeric(i, spec) for i in items]
-        return np.stack(parts) if parts else np.zeros((0,), spec.dtype)
-    return [i.tolist() if isinstance(i, NumericArray) else i for i in items]
+def _chunked(span: Span, convert, key: str | None) -> dict[str, np.ndarray]:
+    """A large array value read a run of elements at a time (`Span.chunks`): ``convert(elements,
+    offset, may hold bools)`` gives the run's arrays by input name, written at once into arrays of
+    the whole length (allocated by the first run), so the elements' Python objects never outlive
+    their run. Whether a run may hold booleans is looked up in its own text (not the body's)."""
+    runs = list(span.chunks())
+    total = sum(count for _, _, count in runs)
+    out, at, text = {}, 0, span.view.obj
+    for start, end, count in runs:
+        bools = count > 1 and (text.find(b"true", start, end) >= 0 or text.find(b"false", start, end) >= 0)
+        for name, part in convert(span.read(start, end, count), at, bools or count == 1).items():
+            whole = out.get(name)
+            if whole is None:
+                shape = (total, *part.shape[1:])
+                claim = CLAIM.get()
+                if claim is not None:  # the worker's memory budget, before the allocation
+                    claim(math.prod(shape) * (part.dtype.itemsize if part.dtype.kind != "O" else 64),
+                          f"tensor with shape{list(shape)} and type {dtype_name(part.dtype)} for input '{name}'")
+                whole = out[name] = np.empty(shape, part.dtype)
+            elif part.shape[1:] != whole.shape[1:]:
+                detail = f"Expecting shape {_fmt(whole.shape[1:])} but got: {_fmt(part.shape[1:])}"
+                raise InvalidArgument(f"input '{name}': Failed to process element: {at} of '{key}' list. Error: {detail}"
+                                      if key else f"input '{name}': the list is ragged: element {at}: {detail}")
+            whole[at:at + count] = part
+        at += count
+    return out
 
 
 def check_shape(arr: np.ndarray, spec: TensorSpec, what: str = "") -> None:
@@ -366,15 +331,18 @@ _as_array, _largest_of, _smallest_of, _FLOAT64 = np.array, np.maximum.reduce, np
 _LARGEST = {np.dtype(t): float(np.finfo(t).max) for t in (np.float16, np.float32, np.float64)}
 
 
-def _rows(instances, specs, may_hold_bools) -> dict[str, np.ndarray]:
-    if isinstance(instances, NumericArray):  # a large body's rows of numbers, read as one array
-        if not instances.shape[0]:
-            raise InvalidArgument("No values in 'instances' array")
-        names = sorted(specs)
-        if len(specs) > 1:
-            raise InvalidArgument("instances is a plain list, but expecting list of objects as multiple input "
-                                  f"tensors required as per tensorinfo_map (inputs: {', '.join(names)})")
-        return {names[0]: to_array(instances, specs[names[0]], may_hold_bools)}
+def _rows(instances, specs, may_hold_bools, offset: int = 0) -> dict[str, np.ndarray]:
+    if isinstance(instances, Span):  # a large body's rows, read a run at a time
+        kinds = []
+
+        def run(rows, at, bools):
+            kinds.append(isinstance(rows[0], dict) and not _is_b64(rows[0]))
+            if kinds[-1] != kinds[0]:
+                got, want = ("object", "value/list") if kinds[-1] else ("list", "object")
+                raise InvalidArgument(f"Expecting {want} but got {got} at item {at} of input list")
+            return _rows(rows, specs, bools, at)
+
+        return _chunked(instances, run, "instances")
     if not isinstance(instances, list):
         raise InvalidArgument("Excepting 'instances' to be an list/array")
     if not instances:
@@ -384,18 +352,24 @@ def _rows(instances, specs, may_hold_bools) -> dict[str, np.ndarray]:
     if not objects and len(specs) > 1:
         raise InvalidArgument("instances is a plain list, but expecting list of objects as multiple input "
                               f"tensors required as per tensorinfo_map (inputs: {', '.join(names)})")
+    if not objects:
+        try:  # rows of one input: read at once when they are well formed (the loop below words the errors)
+            return {names[0]: to_array(instances, specs[names[0]], may_hold_bools, offset)}
+        except InvalidArgument:
+            pass
     per_input: dict[str, list] = {n: [] for n in (names if objects else names[:1])}
     for i, item in enumerate(instances):
         is_object = isinstance(item, dict) and not _is_b64(item)
         if objects != is_object:
             got, want = ("object", "value/list") if is_object else ("list", "object")
-            raise InvalidArgument(f"Expecting {want} but got {got} at item {i} of input list")
+            raise InvalidArgument(f"Expecting {want} but got {got} at item {i + offset} of input list")
         if objects:
             if set(item) != set(names):
                 unknown = sorted(set(item) - set(names))
                 detail = (f"does not have named input: {unknown[0]}" if unknown
                           else f"keys must be equal to: {','.join(names)}")
-                raise InvalidArgument(f"Failed to process element: {i} of 'instances' list. JSON object: {detail}")
+                raise InvalidArgument(f"Failed to process element: {i + offset} of 'instances' list. JSON object: "
+                                      f"{detail}")
             for n in names:
                 per_input[n].append(item[n])
         else:
@@ -406,7 +380,7 @@ def _rows(instances, specs, may_hold_bools) -> dict[str, np.ndarray]:
         first = _shape_of(items[0])
         for i, item in enumerate(items):
             if _shape_of(item) != first:
-                raise InvalidArgument(f"input '{n}': Failed to process element: {i} of 'instances' list. Error: "
+                raise InvalidArgument(f"input '{n}': Failed to process element: {i + offset} of 'instances' list. Error: "
                                       f"Expecting shape {_fmt(first)} but got: {_fmt(_shape_of(item))}")
         out[n] = to_array(items, spec, may_hold_bools)
     return out
@@ -418,7 +392,7 @@ def _fmt(shape) -> str:
 
 def _columns(inputs, specs, may_hold_bools) -> dict[str, np.ndarray]:
     names = sorted(specs)
-    if isinstance(inputs, NumericArray) or not isinstance(inputs, dict) or _is_b64(inputs):
+    if isinstance(inputs, Span) or not isinstance(inputs, dict) or _is_b64(inputs):
         if len(specs) > 1:
             raise InvalidArgument("inputs is a plain value/list, but expecting an object as multiple input tensors "
                                   f"required as per tensorinfo_map (inputs: {', '.join(names)})")
@@ -573,8 +547,15 @@ def _pieces(a: np.ndarray, as_bytes: bool, rows: int):
 
 
 def format_response(outputs: dict[str, np.ndarray], fmt: str) -> bytes:
-    """The JSON text TF Serving answers for these outputs in the request's format, written a few
-    thousand rows at a time."""
+    """The JSON text TF Serving answers for these outputs in the request's format."""
+    pieces = answer_pieces(outputs, fmt)
+    return pieces if pieces.__class__ is bytes else b"".join(pieces)
+
+
+def answer_pieces(outputs: dict[str, np.ndarray], fmt: str) -> bytes | list[bytes]:
+    """`format_response`'s text, a large one as the pieces it is written in, a few thousand rows
+    each: sent as they are, never joined (a join would copy the whole answer in one call that
+    holds the interpreter)."""
     if not outputs:
         raise InvalidArgument("Cannot convert empty tensor map to JSON")
     if len(outputs) == 1:  # the common answer, one 2-D float output: the texts joined directly
@@ -608,7 +589,7 @@ def format_response(outputs: dict[str, np.ndarray], fmt: str) -> bytes:
                 out.append(((", " if i else "") + ", ".join(piece)).encode())
             out.append(b"]")
         out.append(b"}" if len(names) == 1 else b"}}")
-        return b"".join(out)
+        return out
     batch = None
     for n, a in arrays.items():
         if a.ndim == 0:
@@ -616,7 +597,7 @@ def format_response(outputs: dict[str, np.ndarray], fmt: str) -> bytes:
         if batch is not None and a.shape[0] != batch:
             raise InvalidArgument(f"Tensor name: {n} has inconsistent batch size: {a.shape[0]} expecting: {batch}")
         batch = a.shape[0]
-    out.append(b'{"predictions": [')
+    out.append((b'{"predictions": ['))
     width = max(sum(int(np.prod(a.shape[1:], dtype=np.int64)) for a in arrays.values()), 1)
     rows = max(1, _ROWS_PER_PIECE * 16 // width)
     keys = {n: json.dumps(n) + ": " for n in names}
@@ -626,6 +607,6 @@ def format_response(outputs: dict[str, np.ndarray], fmt: str) -> bytes:
             items = texts[names[0]]
         else:
             items = ["{" + ", ".join(keys[n] + texts[n][i] for n in names) + "}" for i in range(len(texts[names[0]]))]
-        out.append(((", " if start else "") + ", ".join(items)).encode())
-    out.append(b"]}")
-    return b"".join(out)
+        out.append((((", " if start else "") + ", ".join(items)).encode()))
+    out.append((b"]}"))
+    return out

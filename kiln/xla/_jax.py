@@ -20,8 +20,8 @@ def require_jax():
         import jax.numpy  # noqa: F401 - fail here, not deep inside a lowering
     except Exception as exc:  # ImportError, or a broken jaxlib raising something else
         raise XlaUnavailableError(
-            f"kiln's XLA backend needs JAX, which cannot be imported here ({type(exc).__name__}: {exc}); "
-            "install it with: pip install kiln[xla]") from exc
+            f"kiln's XLA backend needs JAX, the 'xla' extra, which cannot be imported here ({type(exc).__name__}: "
+            f"{exc}): pip install 'kiln[xla]'") from exc
     return jax
 
 

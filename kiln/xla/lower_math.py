@@ -56,7 +56,9 @@ def _div(a, b):
             # all values; the float64 quotient rounded to float32 is LiteRT's float32 one.
             return (a.astype(jnp.float64) / b.astype(np.float64)).astype(jnp.float32)
         return a / b
-    return lax.div(*jnp.broadcast_arrays(a, b))  # C division: truncates toward zero
+    a, b = jnp.broadcast_arrays(a, b)
+    top = jnp.iinfo(a.dtype)  # C division truncates toward zero; INT_MIN / -1 saturates, as in LiteRT
+    return jnp.where((a == top.min) & (b == -1), top.max, lax.div(a, b))
 
 
 def _floor_div(a, b):

@@ -113,6 +113,18 @@ def test_no_leftovers_tf_removes(name, op_type):
     assert count["kiln"] <= count["tf"], count
 
 
+@pytest.mark.parametrize("name", ["k3_transformer", "k3_causal_attention"])
+def test_layer_norm_variance_is_one_squared_difference_as_in_tf(name):
+    """Keras LayerNormalization's variance: one SQUARED_DIFFERENCE each, as TF writes it (its graph
+    has SquaredDifference; a variance traced as Square(Sub) fuses too: the op sweep's
+    reduce_variance / reduce_std cases)."""
+    case = zoo.case(name)
+    count = {label: {op: sum(1 for _, _, o in kiln.read_model(m).operators() if o.name == op)
+                     for op in ("SQUARED_DIFFERENCE", "SQUARE")}
+             for label, m in (("kiln", case.kiln_model), ("tf", case.tf_model))}
+    assert count["kiln"] == count["tf"] and count["tf"]["SQUARED_DIFFERENCE"] > 0, count
+
+
 def test_op_versions_like_tf(case):
     """Every (op, version) kiln writes is one TF's converter writes for the same model."""
     if case.tf_model is None:

@@ -386,6 +386,18 @@ class NotBatchMajor(tf.Module):
         return {"y": self.total(x)}
 
 
+class RowsAndTotal(tf.Module):
+    """A function returning a dict, one entry per row and one not (a column sum)."""
+
+    @tf.function
+    def body(self, x):
+        return {"rows": x * 2.0, "total": tf.reduce_sum(x, axis=0)}
+
+    @tf.function(input_signature=[SPEC])
+    def serve(self, x):
+        return self.body(x)
+
+
 class Sparse(tf.Module):
     """A function taking a SparseTensor: BatchFunction batches dense tensors only."""
 

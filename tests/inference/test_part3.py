@@ -268,6 +268,15 @@ def test_outputs_that_are_not_batch_major_are_refused_at_conversion(root):
     assert not (root / "nbm_out").exists()
 
 
+def test_a_refused_output_is_named_by_its_key(root):
+    """The function returns {"rows": ..., "total": ...}: the error names 'total', as its author wrote it."""
+    src = _one(models.RowsAndTotal(), root, "rows_and_total")
+    with pytest.raises(KilnError, match=r"cannot batch function '__inference_body_\d+': output 'total' \(tensor "
+                                        r"'identity_1'\) has shape \[4\] for 3 input rows"):
+        convert(src, str(root / "rt_out"), f'batch_options {{ {BATCH} experimental {{ function_alias: "body" }} }} '
+                "skip_accuracy_check: true" + F32)
+
+
 def test_a_dimension_0_known_only_at_run_time_is_measured(root):
     src = _one(models.FiltersRows(), root, "filters")
     with pytest.raises(evaluate.StageError, match=r"batching: signature 'serving_default' fails after the stage on "

@@ -363,3 +363,38 @@ def test_quantized_passthrough(op_type, extra, options, out_shape, dtype):
     q = QuantParams(0.07, 2)
     check_quant(op_type, [rand((2, 3), dtype), *extra], out_shape, dtype, options=options,
                 in_q={0: q}, out_q=q, const=tuple(range(1, 1 + len(extra))))
+
+
+# -- SPARSE_TO_DENSE --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("values_dtype,version", [(np.float32, 1), (np.int32, 1), (np.int64, 2), (np.int8, 3),
+                                                  (np.uint8, 3)])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_sparse_to_dense(values_dtype, version, index_dtype):
+    """2-D, 1-D and 0-D indices, a scalar value for every index, repeated indices (the last
+    write wins, in LiteRT's order), no index at all."""
+    values = rand((3,), values_dtype)
+    default = Const(rand((), values_dtype))
+    cases = [
+        [np.array([[0, 1, 2], [1, 0, 3], [0, 1, 2]], index_dtype), Const(np.array([2, 2, 4], index_dtype)), values],
+        [np.array([4, 0, 2], index_dtype), Const(np.array([5], index_dtype)), values],
+        [np.array([1, 3, 0], index_dtype), Const(np.array([6], np.int32)), values[:1].reshape(())],
+        [np.array(2, index_dtype), Const(np.array([3], index_dtype)), values[0]],
+        [np.zeros((0, 2), index_dtype), Const(np.array([2, 3], index_dtype)), values[:0]],
+    ]
+    for indices, shape, vals in cases:
+        check_op("SPARSE_TO_DENSE", [indices, shape, vals, default])
+    operands = [(index_dtype, (3, 3)), (index_dtype, (3,)), (values_dtype, (3,)), (values_dtype, ())]
+    assert version_of("SPARSE_TO_DENSE", operands) == version
+
+
+def test_sparse_to_dense_refuses_what_litert_refuses():
+    f = np.float32
+    for indices, shape in (([[0], [7]], [5]), ([[-1]], [5]), ([[0, 0, 0, 0, 0]], [1, 1, 1, 1, 1])):
+        check_both_fail("SPARSE_TO_DENSE", [np.array(indices, np.int32), Const(np.array(shape, np.int32)),
+                                            np.ones(len(indices), f), Const(f(0))], out_dtypes=[f],
+                        out_shapes=[tuple(shape)])
+    with pytest.raises(OpError, match="do not agree"):
+        kernel_call("SPARSE_TO_DENSE", [i32(1, 2), i32(5), np.ones(3, f), np.zeros((), f)])
+    with pytest.raises(OpError, match="must share"):
+        kernel_call("SPARSE_TO_DENSE", [i32(1), i32(5), np.ones(1, f), np.zeros((), np.int32)])

@@ -411,6 +411,17 @@ def test_nms_selects_a_zero_area_box_repeatedly_like_litert(iou):
     assert count == 4 and indices.tolist() == [1, 1, 1, 1, 0, 0]
 
 
+@pytest.mark.parametrize("sigma", [None, 0.5])
+def test_nms_nan_and_inf_corners_like_litert(sigma):
+    """std::min / std::max drop a NaN second operand (np.minimum would keep it)."""
+    nan, inf = np.nan, np.inf
+    b = np.array([[0, 0, 1, 1], [0, 0, nan, nan], [nan, 0, 1, 1], [0, 0.1, 1, 1.1], [0, 0, inf, 1],
+                  [-inf, -inf, inf, inf], [5, 5, 6, 6]], F32)
+    s = np.array([0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6], F32)
+    check_op("NON_MAX_SUPPRESSION_V4" if sigma is None else "NON_MAX_SUPPRESSION_V5",
+             nms_inputs(b, s, 8, 0.5, 0.0, sigma))
+
+
 @pytest.mark.parametrize("arrays,match", [
     ([rand(5, 3), rand(5), np.array(3, np.int32), F32(0.5), F32(0.0)], "boxes must be"),
     ([rand(5, 4), rand(4), np.array(3, np.int32), F32(0.5), F32(0.0)], "scores must be"),

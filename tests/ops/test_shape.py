@@ -532,3 +532,21 @@ def test_max_versions_run_in_litert():
     x = rand((2, 3))
     check_op("TRANSPOSE", [x, Const(i32(1, 0))], version=ops.require("TRANSPOSE").max_version)
     check_op("PAD", [x, Const(np.array([[1, 0], [0, 1]], np.int32))], version=ops.require("PAD").max_version)
+
+
+# -- BITCAST ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("x,out", [
+    (np.array([1.5, -0.0, np.inf, np.nan], np.float32), np.int32),   # same width: same shape
+    (np.array([[1, 2, 3, 4], [0, 0, 128, 255]], np.uint8), np.float32),  # narrower in: last dim goes
+    (np.array([[1.5, 2]], np.float32), np.uint8),                     # wider in: a last dim of 4 comes
+    (np.array(-7, np.int64), np.int32), (np.array([1, 2], np.int16), np.float16),
+    (np.array([True, False]), np.int8), (np.zeros((0, 2), np.int32), np.float32),
+])
+def test_bitcast(x, out):
+    check_op("BITCAST", [x], out_dtypes=[out])
+
+
+def test_bitcast_needs_the_size_ratio_as_last_dim():
+    for x, out in ((np.array([1, 2, 3], np.uint8), np.float32), (np.array(1, np.uint8), np.int16)):
+        check_both_fail("BITCAST", [x], out_dtypes=[out], out_shapes=[(1,)])

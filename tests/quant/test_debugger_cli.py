@@ -52,7 +52,7 @@ def test_debug_writes_the_page_and_prints_the_worst_ops(files, tmp_path, capsys)
 
 def test_debug_needs_data(files, tmp_path, capsys):
     model, _ = files
-    assert main(["quantize", str(model), "--mode", "dynamic", "--debug", str(tmp_path / "r.html")]) == 1
+    assert main(["quantize", str(model), "--mode", "dynamic", "--debug", str(tmp_path / "r.html")]) == 2
     assert "--debug needs --data" in capsys.readouterr().err
 
 
@@ -89,5 +89,5 @@ def test_debug_target_prints_a_denylist_that_meets_it(files, tmp_path, capsys):
                  *denylist, "--debug", str(tmp_path / "again.html"), "--debug-runner", "litert"]) == 0
     printed = float(capsys.readouterr().out.split("max |error| ")[1].split(",")[0])   # 3 digits
     assert printed <= error / 2 * 1.005
-    assert main(["quantize", str(model), "--mode", "int8", "--data", str(npz), "--debug-target", "0.1"]) == 1
+    assert main(["quantize", str(model), "--mode", "int8", "--data", str(npz), "--debug-target", "0.1"]) == 2
     assert "--debug-target needs --debug" in capsys.readouterr().err

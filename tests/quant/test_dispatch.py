@@ -358,6 +358,14 @@ def test_int8_comparisons_rescale_both_sides(op_type, a_q, b_q):
     check(op_type, [In(a, a_q), In(b, b_q)], [(np.bool_, (8, 16), None)])
 
 
+@pytest.mark.parametrize("op_type", ["LESS", "EQUAL"])
+def test_uint8_comparisons_rescale_both_sides_too(op_type):
+    """LiteRT rescales uint8 comparisons as it does int8 ones (uint8 is its legacy quantized type)."""
+    a = codes(8, 16, dtype=np.uint8)
+    b = np.where(RNG.random((8, 16)) < 0.3, a, codes(8, 16, dtype=np.uint8)).astype(np.uint8)
+    check(op_type, [In(a, qp(0.05, 128)), In(b, qp(0.02, 120))], [(np.bool_, (8, 16), None)])
+
+
 def test_order_ops_on_codes():
     q = qp(0.05, -7)
     x = codes(3, 5)

@@ -488,3 +488,58 @@ def test_batch_major_merged_bidirectional_lstm_is_left_to_kiln(case):
         assert_close(got[0], exp[0].transpose(1, 0, 2), atol=1e-5)
     assert_close(np.concatenate(ours[-1]), np.concatenate(want[-1]), atol=1e-5)   # the states after
     assert "mixes up the states of batch entries" in delegate.rejected[(0, "BIDIRECTIONAL_SEQUENCE_LSTM", 1)]
+
+
+@pytest.mark.parametrize("op_type,dtype", [("ADD", np.int8), ("SUB", np.uint8), ("LESS", np.int8),
+                                           ("EQUAL", np.uint8), ("MUL", np.int8)])
+def test_integers_litert_would_read_as_quantized_run_in_kiln(op_type, dtype):
+    """A third-party file with int8 / uint8 operands and no quantization parameters: LiteRT's
+    kernels take them as quantized (ADD, SUB and the comparisons abort the process, MUL computes
+    with a zero scale), so the delegate leaves the node to kiln's kernel, which computes on the
+    integers (wrapping, as TensorFlow does)."""
+    a = np.array([1, 2, 100, 7, 120], dtype)
+    b = np.array([1, 3, 100, 2, 120], dtype)
+    model = single_op_model(op_type, [a, b])
+    ours = kiln.Interpreter(model_content=model)
+    (got,) = run(ours, [a, b])
+    (want,) = run(kiln.Interpreter(model_content=model, **REF), [a, b])
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+    if op_type in ("ADD", "SUB", "MUL"):
+        np.testing.assert_array_equal(got, {"ADD": np.add, "SUB": np.subtract, "MUL": np.multiply}[op_type](a, b))
+    (delegate,) = [d for d in ours._delegates if isinstance(d, LiteRtDelegate)]
+    (why,) = [r for (_, name, _), r in delegate.rejected.items() if name == op_type]
+    assert "no quantization parameters" in why
+
+
+def _where_then(op_type: str) -> bytes:
+    """x > 100 -> WHERE -> (CAST to int32 | GATHER_ND of x): empty when no element passes."""
+    model = Model()
+    sg = model.add_subgraph("main")
+    x = sg.add_tensor("x", DType.FLOAT32, (2, 4))
+    hundred = sg.add_constant("hundred", np.array(100.0, np.float32))
+    mask = sg.add_tensor("mask", DType.BOOL, (2, 4))
+    where = sg.add_tensor("where", DType.INT64, (1, 2), shape_signature=(-1, 2))
+    sg.add_operator("GREATER", [x, hundred], [mask])
+    sg.add_operator("WHERE", [mask], [where])
+    if op_type == "CAST":
+        y = sg.add_tensor("y", DType.INT32, (1, 2), shape_signature=(-1, 2))
+        sg.add_operator("CAST", [where], [y])
+    else:
+        y = sg.add_tensor("y", DType.FLOAT32, (1,), shape_signature=(-1,))
+        sg.add_operator("GATHER_ND", [x, where], [y])
+    sg.inputs, sg.outputs = [x], [where, y]
+    return write_model(model)
+
+
+@pytest.mark.parametrize("op_type", ["CAST", "GATHER_ND"])
+@pytest.mark.parametrize("top", [0.0, 150.0])
+def test_outputs_sized_to_nothing_are_empty_arrays(op_type, top):
+    """WHERE of no true element gives [0, 2] (LiteRT's GetTensor refuses an empty tensor: the
+    delegate makes the empty array), and the ops after it see the empty tensor too."""
+    x = np.array([[1.0, top, 3.0, -4.0], [5.0, 6.0, top, 8.0]], np.float32)
+    model = _where_then(op_type)
+    got = run(kiln.Interpreter(model_content=model), [x])
+    want = run(kiln.Interpreter(model_content=model, **REF), [x])
+    assert [g.shape for g in got] == [w.shape for w in want] == ([(0, 2), (0, 2) if op_type == "CAST" else (0,)]
+                                                                   if top == 0.0 else [(2, 2), (2, 2) if op_type == "CAST" else (2,)])
+    assert all(g.dtype == w.dtype and np.array_equal(g, w) for g, w in zip(got, want))

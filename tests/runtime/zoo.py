@@ -210,15 +210,26 @@ BUILDERS = {name: globals()[f"build_{name}"] for name in ZOO}
 
 # -- cache ----------------------------------------------------------------------------------
 
+def _tensorflow_version() -> str:
+    """The installed TensorFlow's version, read from its distribution (tensorflow-cpu or
+    tensorflow) without importing it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist in ("tensorflow-cpu", "tensorflow"):
+        try:
+            return version(dist)
+        except PackageNotFoundError:
+            continue
+    return "none"
+
+
 def cache_dir() -> Path:
     """Where converted models live: $KILN_ZOO_DIR, else a temp dir per TensorFlow version."""
     env = os.environ.get("KILN_ZOO_DIR")
     if env:
         path = Path(env)
     else:
-        from importlib.metadata import version
-
-        path = Path(tempfile.gettempdir()) / f"kiln-zoo-tf{version('tensorflow')}"
+        path = Path(tempfile.gettempdir()) / f"kiln-zoo-tf{_tensorflow_version()}"
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -287,6 +287,21 @@ def batching_file(tmp_path, **params) -> str:
     return str(path)
 
 
+def sigterm_while(server: Server, threads: list, after: float, wait: float = 30.0) -> tuple[int, float]:
+    """Start ``threads``, send SIGTERM ``after`` seconds later, wait for the server to exit, join them:
+    (exit code, seconds from the signal to the exit)."""
+    for t in threads:
+        t.start()
+    time.sleep(after)
+    start = time.monotonic()
+    server.proc.send_signal(signal.SIGTERM)
+    code = server.proc.wait(wait)
+    took = time.monotonic() - start
+    for t in threads:
+        t.join(30)
+    return code, took
+
+
 def concurrently(fn, items, workers):
     with ThreadPoolExecutor(workers) as pool:
         return list(pool.map(fn, items))

@@ -60,7 +60,29 @@ def test_content_length_in_any_case_among_any_number_of_headers(port, name, extr
 
 def test_a_declared_body_over_the_limit_is_refused_by_its_header(port):
     answer = exchange(port, [b"POST /p HTTP/1.1\r\ncontent-LENGTH: 5000\r\n\r\n" + b"x" * 5000])
-    assert _status(answer) == 400 and b"request body of 5000 bytes is larger than the limit of 1000" in answer
+    assert _status(answer) == 413 and b"request body of 5000 bytes is larger than the limit of 1000" in answer
+    assert b"Connection: close" in answer
+
+
+@pytest.mark.parametrize("expect", [b"", b"Expect: 100-continue\r\n"])
+def test_a_body_over_the_limit_is_answered_413_before_it_is_sent(port, expect):
+    """Answered from the headers, before any of the body: with Expect: 100-continue instead of 100."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+        conn.sendall(b"POST /p HTTP/1.1\r\n%bContent-Length: 100000000\r\n\r\n" % expect)
+        answer = conn.recv(1000)
+        assert _status(answer) == 413 and b"larger than the limit of 1000 bytes" in answer, answer
+        if not expect:  # the body may still come: it is read and dropped, so the client sees no reset
+            for _ in range(100):
+                conn.sendall(b"x" * 65536)
+            conn.shutdown(socket.SHUT_WR)
+            assert conn.recv(1000) == b""  # then closed in order
+
+
+def test_a_chunked_body_growing_past_the_limit_is_answered_413_at_once(port):
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+        conn.sendall(b"POST /p HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n800\r\n" + b"x" * 2048 + b"\r\n")
+        answer = conn.recv(1000)
+        assert _status(answer) == 413 and b"larger than the limit of 1000 bytes" in answer, answer
 
 
 @pytest.mark.parametrize("expect", [b"Expect: 100-continue", b"EXPECT: 100-Continue", b"expect: 100-continue"])

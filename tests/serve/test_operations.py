@@ -142,7 +142,8 @@ def test_every_bad_input_gets_its_own_error(serve, models, tmp_path):
     monitoring = tmp_path / "monitoring.config"
     monitoring.write_text('prometheus_config { enable: true path: "/metrics" }')
     server = serve("--model_base_path", str(one_model_dir(tmp_path, models["one_v1"])), "--model_name", "one",
-                   "--max_request_bytes", "4096", "--enable_batching", "--monitoring_config_file", str(monitoring))
+                   "--max_request_bytes", "4096", "--enable_batching", "--monitoring_config_file", str(monitoring),
+                   "--access_log")
     for what, body, status, text in BAD:
         r = server.post("/v1/models/one:predict", data=body)
         assert r.status_code == status, (what, r.text)
@@ -150,7 +151,7 @@ def test_every_bad_input_gets_its_own_error(serve, models, tmp_path):
         assert "Traceback" not in r.text
     too_big = b'{"instances": [' + b",".join([b"[1, 2, 3, 4]"] * 400) + b"]}"
     r = server.post("/v1/models/one:predict", data=too_big)
-    assert r.status_code == 400 and "larger than the limit of 4096 bytes" in r.json()["error"]
+    assert r.status_code == 413 and "larger than the limit of 4096 bytes" in r.json()["error"]
     for path, status, text in [("/v1/models/nope:predict", 404, "Servable not found for request: Latest(nope)"),
                                ("/v1/models/one/versions/9:predict", 404, "Specific(one, 9)"),
                                ("/v1/models/one/labels/stable:predict", 400, "Unrecognized servable version label"),

@@ -5,7 +5,6 @@ timeout, stretch latency past the deadline, or hold a connection forever (issue 
 from __future__ import annotations
 
 import json
-import signal
 import socket
 import threading
 import time
@@ -14,7 +13,7 @@ import numpy as np
 import pytest
 import requests
 
-from .conftest import batching_file, concurrently, one_model_dir, rows
+from .conftest import batching_file, concurrently, one_model_dir, rows, sigterm_while
 
 TABLE = np.arange(150, dtype=np.float32).reshape(50, 3) / 10.0
 
@@ -77,7 +76,8 @@ def test_one_bad_request_among_32_concurrent_fails_alone(serve, models, tmp_path
     assert server.metric("kiln_serve_backend_calls_total", model="e") < 32 + (31 if model == "embed_sm" else 0)
 
 
-def test_a_60_mib_body_grows_memory_less_than_4_times_its_size(serve, models, tmp_path):
+@pytest.mark.slow  # (the fast lane measures 8 MiB bodies of other layouts: tests/serve/test_memory.py)
+def test_a_60_mib_body_grows_memory_less_than_3_times_its_size(serve, models, tmp_path):
     server = serve("--model_base_path", str(one_model_dir(tmp_path, models["one_v1"])), "--model_name", "one",
                    "--access_log", "false")
     x = np.random.default_rng(0).standard_normal((750_000, 4)).astype(np.float32)
@@ -91,7 +91,7 @@ def test_a_60_mib_body_grows_memory_less_than_4_times_its_size(serve, models, tm
     peak = int(status_of(server.proc.pid)["VmHWM"].split()[0]) << 10
     print(f"a {len(body) / 2**20:.1f} MiB body grew peak RSS by {(peak - before) / 2**20:.0f} MiB "
           f"({(peak - before) / len(body):.2f}x the body)")
-    assert peak - before < 4 * len(body), f"{(peak - before) / len(body):.2f}x the body"
+    assert peak - before < 3 * len(body), f"{(peak - before) / len(body):.2f}x the body"
 
 
 def _malformed(rng) -> list[tuple[str, str, bytes]]:
@@ -182,16 +182,7 @@ def test_a_half_second_drain_timeout_exits_within_two_seconds(serve, models, tmp
         except requests.RequestException as exc:  # a reset connection would be a failure of the drain
             answers.append(exc)
 
-    clients = [threading.Thread(target=ask) for _ in range(8)]
-    for c in clients:
-        c.start()
-    time.sleep(0.5)
-    start = time.monotonic()
-    server.proc.send_signal(signal.SIGTERM)
-    code = server.proc.wait(10)
-    took = time.monotonic() - start
-    for c in clients:
-        c.join()
+    code, took = sigterm_while(server, [threading.Thread(target=ask) for _ in range(8)], 0.5, wait=10)
     print(f"drain timeout 0.5 s: exit {code} after {took:.2f} s, answers {[getattr(a, 'status_code', a) for a in answers]}")
     assert code == 0 and took < 2.0, (code, took)
     assert all(isinstance(a, requests.Response) for a in answers), answers
@@ -258,13 +249,28 @@ def test_connection_limits_and_small_items(serve, models, tmp_path):
         assert s.recv(100).startswith(b"HTTP/1.1 100 Continue")
         s.sendall(body)
         assert s.recv(1000).startswith(b"HTTP/1.1 200")
-    # past the connection limit, requests are answered 503 (not reset)
-    held = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(3)]
+    # past the connection limit, when none is idle, requests on a new connection are answered 503 (not reset);
+    # else the connection idle the longest is closed to make room
+    busy = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(3)]
+    for s in busy:
+        s.sendall(b"GET /healthz HTTP/1.1\r\n")  # a request in progress: never closed for room
+    time.sleep(0.05)
     try:
-        answer = raw(server.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert answer.startswith(b"HTTP/1.1 503") and b"connections" in answer
+        answer = raw(server.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", timeout=0.3)
+        assert answer.startswith(b"HTTP/1.1 503") and b"limit of 3 connections" in answer, answer
     finally:
-        for s in held:
+        for s in busy:
+            s.close()
+    time.sleep(0.05)
+    idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(3)]
+    try:
+        time.sleep(0.05)
+        answer = raw(server.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", timeout=0.3)
+        assert answer.startswith(b"HTTP/1.1 200")
+        idle[0].settimeout(0.1)
+        assert idle[0].recv(10) == b""  # the one idle the longest made room
+    finally:
+        for s in idle:
             s.close()
     time.sleep(0.2)
     page = server.get("/monitoring/prometheus/metrics").text

@@ -297,7 +297,7 @@ def test_without_jax_kiln_works_and_the_backend_says_how_to_get_it(tmp_path, zoo
             try:
                 make()
             except kiln.KilnError as exc:
-                assert "pip install kiln[xla]" in str(exc), exc
+                assert "pip install 'kiln[xla]'" in str(exc), exc
             else:
                 raise SystemExit("no error without jax")
         print("ok")

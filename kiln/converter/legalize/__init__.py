@@ -1,14 +1,14 @@
 """Legalisation: one table {TF op type: emitter}, gathered from one module per op family.
 
-Each module (math, nn, array, image, variables, control, tensorlist, einsum) defines its own
+Each module (math, nn, array, scatter, random, image, signal, variables, control, tensorlist, einsum) defines its own
 ``EMITTERS`` dict; the families are listed here explicitly.
 """
 
 from __future__ import annotations
 
-from . import array, control, einsum, image, math, nn, tensorlist, variables
+from . import array, control, einsum, image, math, nn, random, scatter, signal, tensorlist, variables
 
-_FAMILIES = (math, nn, array, image, variables, control, tensorlist, einsum)
+_FAMILIES = (math, nn, array, scatter, random, image, signal, variables, control, tensorlist, einsum)
 
 
 def _collect() -> dict:

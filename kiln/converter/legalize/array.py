@@ -158,11 +158,34 @@ def emit_strided_slice(ctx: EmitContext):
     begin, end, strides = (as_int32(ctx, i, n) for i, n in ((1, "begin"), (2, "end"), (3, "strides")))
     masks = {k: int(ctx.attr(k)) for k in ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask",
                                             "shrink_axis_mask")}
+    if _is_identity_slice(ctx, begin, end, strides, masks):
+        return x
     if (masks["ellipsis_mask"] or masks["new_axis_mask"]) and all(t.is_constant for t in (begin, end, strides)):
         dense = _dense_slice(ctx, x.rank, begin.data, end.data, strides.data, masks)
         if dense is not None:
             return dense
     return ctx.emit1("STRIDED_SLICE", [x, begin, end, strides], offset=False, **masks)
+
+
+def _is_identity_slice(ctx: EmitContext, begin, end, strides, masks) -> bool:
+    """A slice that keeps every element in place (``tf.signal.frame`` slices a signal to the
+    length its frames use, often all of it): TF's converter folds it away, and so does kiln."""
+    if masks["ellipsis_mask"] or masks["new_axis_mask"] or masks["shrink_axis_mask"]:
+        return False
+    if not all(t.is_constant for t in (begin, end, strides)):
+        return False
+    in_sig, out_sig = ctx.in_signature(0), ctx.out_signature(0)
+    if out_sig is None or len(in_sig) != len(out_sig) or len(begin.data) != len(in_sig):
+        return False
+    bm, em = _bits(masks["begin_mask"], len(in_sig)), _bits(masks["end_mask"], len(in_sig))
+    for d, (b, s, size, out) in enumerate(zip(begin.data, strides.data, in_sig, out_sig)):
+        if s != 1:
+            return False
+        if size >= 0 and out == size:
+            continue  # a stride-1 slice as long as its axis covers all of it
+        if not ((bm[d] or b == 0) and em[d]):
+            return False
+    return True
 
 
 def _dense_slice(ctx: EmitContext, rank: int, begin, end, strides, masks):
@@ -358,6 +381,82 @@ def emit_matrix_diag(ctx: EmitContext):
         if k is None or np.any(k != 0):
             raise ctx.fail("only the main diagonal is supported")
     return ctx.emit1("MATRIX_DIAG", [ctx.input(0)])
+
+
+@emits("MatrixSetDiag", "MatrixSetDiagV2", "MatrixSetDiagV3")
+def emit_matrix_set_diag(ctx: EmitContext):
+    if ctx.type != "MatrixSetDiag":
+        k = ctx.const(2)
+        if k is None or np.any(k != 0):
+            raise ctx.fail("only the main diagonal (k = 0) has a builtin")
+    return ctx.emit1("MATRIX_SET_DIAG", [ctx.input(0), ctx.input(1)])
+
+
+@emits("Bitcast")
+def emit_bitcast(ctx: EmitContext):
+    for dtype in (ctx.input(0).dtype, ctx.out_dtype(0)):
+        if dtype in (DType.STRING, DType.RESOURCE, DType.VARIANT):
+            raise ctx.fail(f"{dtype.name.lower()} has no fixed size to reinterpret")
+    return ctx.emit1("BITCAST", [ctx.input(0)])
+
+
+@emits("Roll")
+def emit_roll(ctx: EmitContext):
+    """tf.roll. A known shift along an axis of known length is SLICE + SLICE + CONCATENATION,
+    as TF's converter writes it (other dims may be unknown); a shift computed at run time, or
+    an axis of unknown length, which TF's converter refuses, is a GATHER of (i - shift) mod n
+    (an int64 shift computed at run time is narrowed to int32 first)."""
+    y, axes = ctx.input(0), ctx.require_const(2, "the roll axis")
+    axes = [normalize_axis(int(a), y.rank) for a in np.reshape(axes, -1)]
+    if any(not 0 <= a < y.rank for a in axes):
+        raise ctx.fail(f"axis {np.reshape(ctx.const(2), -1).tolist()} is out of range for a rank-{y.rank} input")
+    shifts = ctx.const(1)
+    if shifts is None:
+        shift = as_int32(ctx, 1, "shift")
+        for k, axis in enumerate(axes):
+            part = shift if shift.rank == 0 else ctx.emit1(
+                "GATHER", [shift, int32_const(ctx, k, f"shift{k}")], ctx.temp("shift", DType.INT32, ()), axis=0,
+                batch_dims=0)
+            y = _roll_gather(ctx, y, axis, part)
+        return y
+    total: dict[int, int] = {}
+    for axis, s in zip(axes, np.reshape(shifts, -1).tolist()):
+        total[axis] = total.get(axis, 0) + int(s)
+    for axis, s in total.items():
+        n = y.signature[axis]
+        if n < 0:
+            y = _roll_gather(ctx, y, axis, int32_const(ctx, s, "shift"))
+        elif n and s % n:
+            s %= n
+            pieces = [_slice_axis(ctx, y, axis, n - s, s), _slice_axis(ctx, y, axis, 0, n - s)]
+            y = ctx.emit1("CONCATENATION", pieces, ctx.temp("roll", y.dtype, y.signature), axis=axis,
+                          fused_activation_function=0)
+    return y
+
+
+def _slice_axis(ctx: EmitContext, x, axis: int, begin: int, size: int):
+    begins, sizes = [0] * x.rank, [-1] * x.rank
+    begins[axis], sizes[axis] = begin, size
+    sig = list(x.signature)
+    sig[axis] = size
+    return ctx.emit1("SLICE", [x, int32_const(ctx, begins, "begin"), int32_const(ctx, sizes, "size")],
+                     ctx.temp("slice", x.dtype, sig))
+
+
+def _roll_gather(ctx: EmitContext, x, axis: int, shift):
+    """x rolled by ``shift`` (an int32 scalar tensor) along ``axis``: GATHER of (i - shift) mod n."""
+    n = x.signature[axis]
+    if n >= 0:
+        length, positions = int32_const(ctx, n, "n"), int32_const(ctx, np.arange(n), "positions")
+    else:
+        dims = ctx.emit1("SHAPE", [x], ctx.temp("shape", DType.INT32, (x.rank,)), out_type=int(DType.INT32))
+        length = ctx.emit1("GATHER", [dims, int32_const(ctx, axis, "axis")], ctx.temp("n", DType.INT32, ()),
+                           axis=0, batch_dims=0)
+        positions = ctx.emit1("RANGE", [int32_const(ctx, 0, "zero"), length, int32_const(ctx, 1, "one")],
+                              ctx.temp("positions", DType.INT32, (-1,)))
+    back = ctx.emit1("SUB", [positions, shift], ctx.temp("back", DType.INT32, positions.signature))
+    source = ctx.emit1("FLOOR_MOD", [back, length], ctx.temp("source", DType.INT32, positions.signature))
+    return ctx.emit1("GATHER", [x, source], ctx.temp("roll", x.dtype, x.signature), axis=axis, batch_dims=0)
 
 
 @emits("MatrixBandPart")

@@ -122,6 +122,21 @@ def cast(ctx: EmitContext, x: Tensor, dtype: DType, suffix: str = "cast") -> Ten
     return ctx.emit1("CAST", [x], ctx.temp(suffix, dtype, x.signature))
 
 
+def like(ctx: EmitContext, op_type: str, *ins: Tensor, dtype: DType | None = None, sig=None, **options) -> Tensor:
+    """``op_type`` on ``ins`` into a new tensor with the signature of the first non-constant
+    input (or ``sig``) and the type of the first value input (or ``dtype``)."""
+    if sig is None:
+        sig = next((t.signature for t in ins if not t.is_constant), ins[0].signature)
+    if dtype is None:  # (DType.FLOAT32 is 0)
+        dtype = ins[1 if op_type.startswith("SELECT") else 0].dtype
+    return ctx.emit1(op_type, list(ins), ctx.temp(op_type.lower(), dtype, sig), **options)
+
+
+def f32(ctx: EmitContext, value) -> Tensor:
+    """A float32 constant (a scalar or an array)."""
+    return ctx.constant(np.asarray(value, np.float32), DType.FLOAT32)
+
+
 def int32_const(ctx: EmitContext, value, suffix: str) -> Tensor:
     return ctx.constant(np.asarray(value, np.int32), DType.INT32, f"{ctx.name}/{suffix}")
 

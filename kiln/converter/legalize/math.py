@@ -6,7 +6,7 @@ import numpy as np
 
 from ...schema import DType
 from ..context import EmitContext
-from .common import as_int32, cast, emitter_table
+from .common import as_int32, cast, emitter_table, f32, int32_const, like
 
 EMITTERS, emits = emitter_table()
 
@@ -21,9 +21,9 @@ _BINARY = {
 _UNARY = {
     "Abs": "ABS", "Ceil": "CEIL", "Cos": "COS", "Exp": "EXP", "Floor": "FLOOR", "Log": "LOG",
     "Neg": "NEG", "Rsqrt": "RSQRT", "Sin": "SIN", "Sqrt": "SQRT", "Square": "SQUARE", "Tanh": "TANH",
-    "Sigmoid": "LOGISTIC", "Relu": "RELU", "Relu6": "RELU6", "Elu": "ELU", "Round": "ROUND",
+    "Sigmoid": "LOGISTIC", "Relu6": "RELU6", "Elu": "ELU", "Round": "ROUND",
     "Rint": "ROUND", "Sign": "SIGN", "LogicalNot": "LOGICAL_NOT", "ZerosLike": "ZEROS_LIKE",
-    "OnesLike": "ONES_LIKE", "IsFinite": None, "Softmax": "SOFTMAX", "LogSoftmax": "LOG_SOFTMAX",
+    "Softmax": "SOFTMAX", "LogSoftmax": "LOG_SOFTMAX",
 }
 _REDUCE = {
     "Mean": "MEAN", "Sum": "SUM", "Max": "REDUCE_MAX", "Min": "REDUCE_MIN", "Prod": "REDUCE_PROD",
@@ -37,9 +37,15 @@ _NO_BUILTIN_TYPES = {DType.FLOAT64, DType.COMPLEX64, DType.COMPLEX128, DType.STR
                      DType.UINT32, DType.UINT16}
 
 
+#: The math ops LiteRT also runs on complex64 (MUL; TF's converter writes Square as x * x).
+_COMPLEX64_OPS = {"Mul", "Square"}
+
+
 def check_types(ctx: EmitContext) -> None:
     for i in range(ctx.num_inputs):
         t = ctx.input(i)
+        if t.dtype == DType.COMPLEX64 and ctx.type in _COMPLEX64_OPS:
+            continue
         if t.dtype in _NO_BUILTIN_TYPES:
             raise ctx.fail(f"{t.dtype.name.lower()} has no builtin kernel")
 
@@ -71,12 +77,25 @@ def emit_add_n(ctx: EmitContext):
     return ctx.emit1("ADD_N", ins)
 
 
-@emits(*[k for k, v in _UNARY.items() if v])
+@emits(*_UNARY)
 def emit_unary(ctx: EmitContext):
     check_types(ctx)
     op_type = _UNARY[ctx.type]
+    if op_type == "SQUARE" and ctx.input(0).dtype == DType.COMPLEX64:
+        return ctx.emit1("MUL", [ctx.input(0), ctx.input(0)])
     options = {"beta": 1.0} if op_type == "SOFTMAX" else {}
     return ctx.emit1(op_type, [ctx.input(0)], **options)
+
+
+@emits("Relu")
+def emit_relu(ctx: EmitContext):
+    """RELU; on integers MAXIMUM(x, 0), as TF writes it (LiteRT's RELU refuses int32 / int64 and
+    reads int8 as quantized values)."""
+    check_types(ctx)
+    x = ctx.input(0)
+    if np.dtype(x.dtype.numpy).kind in "iu":
+        return ctx.emit1("MAXIMUM", [x, ctx.constant(np.zeros((), x.dtype.numpy), x.dtype)])
+    return ctx.emit1("RELU", [x])
 
 
 @emits("LeakyRelu")
@@ -139,13 +158,106 @@ def emit_log1p(ctx: EmitContext):
 
 @emits("DivNoNan")
 def emit_div_no_nan(ctx: EmitContext):
+    """y == 0 ? 0 : x / y, with a scalar zero SELECT_V2 broadcasts (as TF writes it)."""
     x, y = ctx.input(0), ctx.input(1)
     zero = ctx.constant(np.zeros((), y.dtype.numpy), y.dtype)
-    sig = ctx.out_signature(0)
     is_zero = ctx.emit1("EQUAL", [y, zero], ctx.temp("is_zero", DType.BOOL, y.signature))
-    q = ctx.emit1("DIV", [x, y], ctx.temp("div", x.dtype, sig))
-    zeros = ctx.emit1("ZEROS_LIKE", [q], ctx.temp("zeros", x.dtype, sig))
-    return ctx.emit1("SELECT_V2", [is_zero, zeros, q])
+    q = ctx.emit1("DIV", [x, y], ctx.temp("div", x.dtype, ctx.out_signature(0)))
+    return ctx.emit1("SELECT_V2", [is_zero, zero, q])
+
+
+@emits("OnesLike")
+def emit_ones_like(ctx: EmitContext):
+    """BROADCAST_TO of a one (LiteRT has no ONES_LIKE), to the static shape or SHAPE's, as TF writes."""
+    x = ctx.input(0)
+    sig = x.signature
+    shape = int32_const(ctx, sig, "shape") if all(d >= 0 for d in sig) else \
+        ctx.emit1("SHAPE", [x], ctx.temp("shape", DType.INT32, (len(sig),)), out_type=int(DType.INT32))
+    return ctx.emit1("BROADCAST_TO", [ctx.constant(np.ones((), x.dtype.numpy), x.dtype), shape])
+
+
+def _float32_input(ctx: EmitContext):
+    x = ctx.input(0)
+    if x.dtype != DType.FLOAT32:
+        raise ctx.fail(f"{x.dtype.name.lower()} is not supported (float32 only, as TF's converter)")
+    return x
+
+
+@emits("IsNan")
+def emit_is_nan(ctx: EmitContext):
+    """x != x: true only for NaN (TF's converter writes the same)."""
+    x = _float32_input(ctx)
+    return ctx.emit1("NOT_EQUAL", [x, x])
+
+
+@emits("IsFinite")
+def emit_is_finite(ctx: EmitContext):
+    """x - x == 0: NaN for NaN and for +-inf (inf - inf), 0 for every finite x."""
+    x = _float32_input(ctx)
+    return ctx.emit1("EQUAL", [like(ctx, "SUB", x, x), f32(ctx, 0)])
+
+
+@emits("IsInf")
+def emit_is_inf(ctx: EmitContext):
+    x = _float32_input(ctx)
+    return ctx.emit1("EQUAL", [like(ctx, "ABS", x), f32(ctx, np.inf)])
+
+
+@emits("TruncateDiv")
+def emit_truncate_div(ctx: EmitContext):
+    """LiteRT's int32 DIV truncates toward zero; a float quotient is rounded toward zero."""
+    a, b = ctx.input(0), ctx.input(1)
+    if a.dtype == DType.INT32:
+        return ctx.emit1("DIV", [a, b])
+    if a.dtype != DType.FLOAT32:
+        raise ctx.fail(f"{a.dtype.name.lower()} has no builtin (LiteRT's DIV takes float32 and int32)")
+    sig = ctx.out_signature(0)
+    q = like(ctx, "DIV", a, b, sig=sig)
+    negative = like(ctx, "LESS", q, f32(ctx, 0), dtype=DType.BOOL)
+    return ctx.emit1("SELECT_V2", [negative, like(ctx, "CEIL", q), like(ctx, "FLOOR", q)])
+
+
+#: Lanczos approximation (g = 7, 8 terms) of TF's converter's lgamma, in float32.
+_LANCZOS_G = 7.0
+_LANCZOS = (676.5203681218851, -1259.1392167224028, 771.32342877765313, -176.61502916214059,
+            12.507343278686905, -0.13857109526572012, 9.9843695780195716e-6, 1.5056327351493116e-7)
+
+
+@emits("Lgamma")
+def emit_lgamma(ctx: EmitContext):
+    """lgamma as TF's converter lowers it — a Lanczos series, the reflection formula for
+    x < 1/2, +inf at the poles and at +-inf — with the series' eight terms summed by one
+    vector DIV and SUM instead of 24 scalar ops. float16 runs in float32, as in TF."""
+    x = ctx.input(0)
+    if x.dtype not in (DType.FLOAT32, DType.FLOAT16):
+        raise ctx.fail(f"{x.dtype.name.lower()} is not supported (float32 and float16, as TF's converter)")
+    x = cast(ctx, x, DType.FLOAT32, "to_float32")
+    reflect = like(ctx, "LESS", x, f32(ctx, 0.5), dtype=DType.BOOL)
+    z = like(ctx, "SELECT_V2", reflect, like(ctx, "NEG", x), like(ctx, "SUB", x, f32(ctx, 1)), sig=x.signature)
+    column = like(ctx, "EXPAND_DIMS", z, ctx.constant(np.int32(-1)), sig=(*z.signature, 1))
+    shifted = like(ctx, "ADD", column, f32(ctx, np.arange(1, 9)), sig=(*z.signature, 8))
+    terms = like(ctx, "DIV", f32(ctx, _LANCZOS), shifted)
+    series = like(ctx, "SUM", terms, ctx.constant(np.int32([-1])), sig=z.signature, keep_dims=False)
+    accum = like(ctx, "ADD", series, f32(ctx, 1))
+    t = like(ctx, "ADD", z, f32(ctx, _LANCZOS_G + 0.5))
+    scaled = like(ctx, "ADD", like(ctx, "MUL", z, f32(ctx, 1 / (_LANCZOS_G + 0.5))), f32(ctx, 1))
+    log_t = like(ctx, "ADD", like(ctx, "LOG", scaled), f32(ctx, np.log(_LANCZOS_G + 0.5)))
+    power = like(ctx, "ADD", z, like(ctx, "SUB", f32(ctx, 0.5), like(ctx, "DIV", t, log_t)))
+    log_y = like(ctx, "ADD", like(ctx, "ADD", like(ctx, "MUL", power, log_t), like(ctx, "LOG", accum)),
+                f32(ctx, 0.5 * np.log(2 * np.pi)))
+    size = like(ctx, "ABS", x)
+    frac = like(ctx, "SUB", size, like(ctx, "FLOOR", size))
+    upper = like(ctx, "GREATER", frac, f32(ctx, 0.5), dtype=DType.BOOL)
+    reduced = like(ctx, "SELECT_V2", upper, like(ctx, "SUB", f32(ctx, 1), frac), frac)
+    log_sin = like(ctx, "LOG", like(ctx, "SIN", like(ctx, "MUL", reduced, f32(ctx, np.pi))))
+    finite = like(ctx, "EQUAL", like(ctx, "SUB", log_sin, log_sin), f32(ctx, 0), dtype=DType.BOOL)
+    reflected = like(ctx, "SUB", like(ctx, "SUB", f32(ctx, np.log(np.pi)), log_sin), log_y)
+    reflection = like(ctx, "SELECT_V2", finite, reflected, like(ctx, "NEG", log_sin))
+    result = like(ctx, "SELECT_V2", reflect, reflection, log_y)
+    infinite = like(ctx, "EQUAL", size, f32(ctx, np.inf), dtype=DType.BOOL)
+    if ctx.out_dtype(0) == DType.FLOAT32:
+        return ctx.emit1("SELECT_V2", [infinite, f32(ctx, np.inf), result])
+    return ctx.emit1("CAST", [like(ctx, "SELECT_V2", infinite, f32(ctx, np.inf), result)])
 
 
 @emits("ClipByValue")
@@ -157,14 +269,8 @@ def emit_clip(ctx: EmitContext):
 
 @emits("Select")
 def emit_select(ctx: EmitContext):
-    cond, a, b = ctx.inputs()
-    if cond.rank == 1 and a.rank > 1:
-        # TF1 Select picks whole rows with a vector condition: broadcast it explicitly.
-        cond_sig = (cond.signature[0],) + (1,) * (a.rank - 1)
-        shape = ctx.constant(np.asarray([-1] + [1] * (a.rank - 1), np.int32), DType.INT32)
-        cond = ctx.emit1("RESHAPE", [cond, shape], ctx.temp("cond", DType.BOOL, cond_sig))
-        return ctx.emit1("SELECT_V2", [cond, a, b])
-    return ctx.emit1("SELECT", [cond, a, b])
+    """SELECT, whose kernels take TF1's rank-1 condition (whole rows) too."""
+    return ctx.emit1("SELECT", ctx.inputs())
 
 
 @emits("SelectV2")

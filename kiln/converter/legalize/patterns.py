@@ -1,9 +1,11 @@
 """TF-level patterns: groups of TF ops that legalise to one builtin as a whole.
 
 Some activations reach the graph already decomposed — GELU as ``0.5 * x * erfc(-x / sqrt 2)``
-(whose Erfc has no builtin), hard-swish as ``x * relu6(x + 3) / 6``. A pattern matches such
-a group at its last op (the anchor); the anchor then emits the builtin, and the interior ops
-are skipped — so an Erfc that only feeds a GELU never needs a legalisation of its own.
+(whose Erfc has no builtin), hard-swish as ``x * relu6(x + 3) / 6``, ``tf.math.l2_normalize`` as
+``x * rsqrt(max(sum(x^2), eps))``, a variance's ``square(x - mean)``. A pattern matches such a
+group at its last op (the anchor); the anchor then emits the builtin, and the interior ops are
+skipped — so an Erfc that only feeds a GELU never needs a legalisation of its own. A pattern's
+``check`` may still decline a match, with the reason (TF's converter's own conditions).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from ..context import EmitContext
 from ..scope import Pending
 from ..tfutil import tf
 
-_COMMUTATIVE = {"Mul", "AddV2", "Add"}
+_COMMUTATIVE = {"Mul", "AddV2", "Add", "Maximum"}
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,8 @@ class Pattern:
     name: str
     tree: Any
     emit: Callable[[EmitContext, dict], Any]
+    #: (binds, matched TF ops) -> why the match must not be fused (None: it may).
+    check: Callable[[dict, list], str | None] | None = None
 
 
 def _const_of(t):
@@ -88,7 +92,39 @@ def _prelu(ctx: EmitContext, binds: dict):
     return ctx.emit1("PRELU", [ctx.scope.lookup(binds["x"]), ctx.scope.lookup(binds["alpha"])])
 
 
+def _squared_difference(ctx: EmitContext, binds: dict):
+    return ctx.emit1("SQUARED_DIFFERENCE", [ctx.scope.lookup(binds["a"]), ctx.scope.lookup(binds["b"])])
+
+
+def _float32(binds: dict, matched: list) -> str | None:
+    return None if binds["x" if "x" in binds else "a"].dtype.name == "float32" else "the operands are not float32"
+
+
+def _l2_normalization(ctx: EmitContext, binds: dict):
+    return ctx.emit1("L2_NORMALIZATION", [ctx.scope.lookup(binds["x"])])
+
+
+def _l2_check(binds: dict, matched: list) -> str | None:
+    """TF's converter fuses when the sum runs over the last axis only (LiteRT's kernel
+    normalizes along it), keeps its dims, and any epsilon is a scalar below 1e-3 (LiteRT's
+    kernel divides by max(norm, 1e-6): sqrt of TF's default 1e-12)."""
+    x = binds["x"]
+    if x.dtype.name != "float32" or x.shape.rank is None:
+        return "the input is not a float32 tensor of known rank"
+    axis = _const_of(binds["axis"])
+    if axis is None or axis.size != 1 or int(axis.reshape(-1)[0]) not in (-1, x.shape.rank - 1):
+        return "the sum does not run over the last axis alone"
+    if not all(op.get_attr("keep_dims") for op in matched if op.type == "Sum"):
+        return "the sum does not keep its dims"
+    if "eps" in binds:
+        eps = _const_of(binds["eps"])
+        if eps is None or eps.size != 1 or not abs(float(eps.reshape(-1)[0])) < 1e-3:
+            return "the epsilon is not a constant scalar below 1e-3"
+    return None
+
+
 _RELU6_X3 = ("Relu6", ("AddV2", "x", C(3.0)))
+_SUM_SQ = ("Sum", ("Square", "x"), "axis")
 PATTERNS = [
     # tf.nn.gelu(approximate=False): 0.5 * x * erfc(-x * 1/sqrt(2))
     Pattern("gelu", ("Mul", ("Mul", C(0.5), "x"), ("Erfc", ("Mul", ("Neg", "x"), C(0.7071067811865476)))),
@@ -109,6 +145,12 @@ PATTERNS = [
     # keras PReLU: relu(x) - alpha * relu(-x)
     Pattern("prelu", ("AddV2", ("Relu", "x"), ("Mul", ("Neg", "alpha"), ("Relu", ("Neg", "x")))), _prelu),
     Pattern("prelu", ("Sub", ("Relu", "x"), ("Mul", "alpha", ("Relu", ("Neg", "x")))), _prelu),
+    # tf.math.reduce_variance / reduce_std, Keras LayerNormalization: square(x - mean), one op in TFLite
+    Pattern("squared_difference", ("Square", ("Sub", "a", "b")), _squared_difference, _float32),
+    # tf.math.l2_normalize: x * rsqrt(max(sum(x^2), eps)), and the forms TF's converter fuses too
+    *[Pattern("l2_normalization", (scale, "x", (root, norm)), _l2_normalization, _l2_check)
+      for scale, root in (("Mul", "Rsqrt"), ("RealDiv", "Sqrt"))
+      for norm in (("Maximum", _SUM_SQ, "eps"), ("AddV2", _SUM_SQ, "eps"), _SUM_SQ)],
 ]
 _ANCHORS = {p.tree[0] for p in PATTERNS}
 
@@ -141,9 +183,11 @@ def pattern_rule(pattern: Pattern) -> Rule:
         return site, binds, matched
 
     def check(m) -> str | None:
-        site, _, matched = m
+        site, binds, matched = m
         shared = _shared(matched, site.op, {o.name for o in matched} | {site.op.name}, site.live)
-        return None if shared is None else f"the matched op {shared!r} is also read outside the pattern"
+        if shared is not None:
+            return f"the matched op {shared!r} is also read outside the pattern"
+        return pattern.check(binds, matched) if pattern.check is not None else None
 
     def claim(m) -> _Claim:
         site, binds, matched = m

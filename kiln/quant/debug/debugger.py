@@ -27,7 +27,7 @@ from ...errors import KilnError
 from ...format import read_model, write_model
 from ...ir import Model, Operator, Tensor
 from ...schema import DType
-from ..calibrate import DatasetError, _feeds, samples
+from ..calibrate import DatasetError, _feeds, input_labels, samples
 from .match import Matching, constant_derived, match, real_valued
 from .run import is_quantized, isolate, real_values, resolve_runner, stored_values
 
@@ -222,11 +222,13 @@ class QuantizationDebugger:
             raise KilnError(f"QuantizationDebugger: metrics {bad} are not callables fn(float, dequantized)")
         self.matching: Matching = match(self.float_model.main, self.quantized_model.main)
         inputs = list(self.float_model.main.inputs)
+        labels = input_labels(self.float_model, inputs)
         self.samples: list[list[np.ndarray]] = []
         for index, sample in enumerate(samples(dataset)):
             if max_samples is not None and index >= max_samples:
                 break
-            self.samples.append(_feeds(sample, inputs, index, allow_integer_samples=allow_integer_samples))
+            self.samples.append(_feeds(sample, inputs, index, allow_integer_samples=allow_integer_samples,
+                                       labels=labels))
         if not self.samples:
             raise DatasetError("QuantizationDebugger: the dataset has no samples")
         self._tensors: list[TensorReport] | None = None
