@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 import numpy as np
 
 from ..errors import OpError
-from ..kernels.family import float_range, is_quantized, reject_quantized, with_state  # noqa: F401 - the families' names
+from ..kernels.family import QUANTIZABLE, float_range, is_quantized, reject_quantized, with_state  # noqa: F401 - the families' names
 from ..schema import BUILTIN_CODES, Activation, DType, options_defaults
 from .traits import HYBRID, INT8, INT16, UINT8, MacRule, Quantization, Weights
 
@@ -122,7 +122,7 @@ def unquantized_codes(op: "Operator", record: "OpDef") -> "Tensor | None":
     LiteRT's kernel reads as quantized (`OpDef.reads_scales`): on such a node LiteRT computes
     with a zero scale — wrong values, or an abort (ADD, SUB, the comparisons). None: no such operand."""
     for t in (*op.inputs, *op.outputs):
-        if t is not None and t.dtype in _QUANTIZABLE and t.dtype != DType.INT4 and not is_quantized(t) \
+        if t is not None and t.dtype in QUANTIZABLE and t.dtype != DType.INT4 and not is_quantized(t) \
                 and record.reads_scales(t.dtype.name.lower()):
             return t
     return None
