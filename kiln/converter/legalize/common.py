@@ -128,7 +128,7 @@ def like(ctx: EmitContext, op_type: str, *ins: Tensor, dtype: DType | None = Non
     if sig is None:
         sig = next((t.signature for t in ins if not t.is_constant), ins[0].signature)
     if dtype is None:  # (DType.FLOAT32 is 0)
-        dtype = ins[1 if op_type.startswith("SELECT") else 0].dtype
+        dtype = ins[1 if op_type in ("SELECT", "SELECT_V2") else 0].dtype
     return ctx.emit1(op_type, list(ins), ctx.temp(op_type.lower(), dtype, sig), **options)
 
 
