@@ -170,3 +170,34 @@ def test_the_exclusions_reasons_hold():
     assert "sm_variables" in zoo.BUILDERS
     with pytest.raises(kiln.ConversionError, match="LookupTableFindV2"):  # kiln converts no hash table either
         op_sweep.convert_kiln(op_sweep.concrete(op_sweep.cases()["hash_table_lookup"]))
+
+
+@pytest.mark.parametrize("name,dtype,op_type", [("cumsum", "int8", "CUMSUM"), ("gather", "float64", "GATHER"),
+                                                ("max_pool", "int32", "MAX_POOL_2D")])
+def test_types_litert_does_not_run_are_refused_as_by_tf(name, dtype, op_type):
+    """kiln writes no builtin for an operand type its record says LiteRT does not run (`OpDef.types`;
+    the file failed in LiteRT): the conversion is refused naming the op and the type, as TF's is."""
+    import kiln
+
+    fn = op_sweep.concrete(op_sweep.cases()[name], dtype)
+    with pytest.raises(kiln.ConversionError) as info:
+        op_sweep.convert_kiln(fn)
+    assert any(f"LiteRT's {op_type} takes no {dtype} operands" in d for d in info.value.details), info.value.details
+    assert op_sweep.convert_tf(fn)[0] is None
+
+
+@pytest.mark.parametrize("name,dtype,ops", [("square", "int32", {"MUL"}), ("add_n", "int64", {"ADD"}),
+                                            ("pack", "bool", {"EXPAND_DIMS", "CONCATENATION"}),
+                                            ("zeros_like_dynamic", "int8", {"SHAPE", "BROADCAST_TO"}),
+                                            ("squared_difference", "int64", {"SUB", "MUL"})])
+def test_types_a_builtin_does_not_take_are_lowered_as_tf_lowers_them(name, dtype, ops):
+    """Where the builtin takes no such type, kiln writes what TF's converter writes instead
+    (Square as MUL, AddN as ADDs, Pack as EXPAND_DIMS + CONCATENATION, ZerosLike as a
+    BROADCAST_TO, SquaredDifference as SUB + MUL), and LiteRT and kiln compute TF's values."""
+    case = op_sweep.cases()[name]
+    model, _ = op_sweep.convert_kiln(op_sweep.concrete(case, dtype))
+    assert set(op_sweep.op_versions(model)) == ops
+    values = op_sweep.feeds(case, dtype)
+    want = op_sweep.eager(case, values)[0]
+    for runtime in ("litert", "kiln", "kiln_ref"):
+        assert op_sweep.mismatch(op_sweep.run(model, values, runtime)[0], want, 0) is None, runtime

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import ConversionError
+from ...ops import takes_type
 from ...schema import DType, MirrorPadMode
 from ..context import EmitContext
 from ..tfutil import tf
@@ -112,9 +113,15 @@ def emit_concat(ctx: EmitContext):
 
 @emits("Pack")
 def emit_pack(ctx: EmitContext):
+    """PACK; where it takes no such type (bool), each value's axis added and a CONCATENATION, as TF."""
     ins = ctx.inputs()
-    rank = len(ctx.out_signature(0))
-    return ctx.emit1("PACK", ins, values_count=len(ins), axis=normalize_axis(int(ctx.attr("axis")), rank))
+    sig = ctx.out_signature(0)
+    axis = normalize_axis(int(ctx.attr("axis")), len(sig))
+    if takes_type("PACK", ins[0].dtype):
+        return ctx.emit1("PACK", ins, values_count=len(ins), axis=axis)
+    rows = [ctx.emit1("EXPAND_DIMS", [x, int32_const(ctx, axis, "axis")], ctx.temp("value", x.dtype, (
+        *sig[:axis], 1, *sig[axis + 1:]))) for x in ins]
+    return ctx.emit1("CONCATENATION", rows, axis=axis, fused_activation_function=0)
 
 
 @emits("Unpack")
@@ -237,6 +244,8 @@ def _dense_slice(ctx: EmitContext, rank: int, begin, end, strides, masks):
 @emits("GatherV2", "Gather")
 def emit_gather(ctx: EmitContext):
     params, indices = ctx.input(0), ctx.input(1)
+    if params.dtype == DType.STRING and params.rank != 1:
+        raise ctx.fail("LiteRT's GATHER takes strings only from rank-1 params")
     axis = 0 if ctx.type == "Gather" else int(ctx.require_const(2, "gather axis"))
     batch_dims = int(ctx.attr("batch_dims", 0))
     return ctx.emit1("GATHER", [params, indices], axis=normalize_axis(axis, params.rank),

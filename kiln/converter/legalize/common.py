@@ -137,6 +137,11 @@ def f32(ctx: EmitContext, value) -> Tensor:
     return ctx.constant(np.asarray(value, np.float32), DType.FLOAT32)
 
 
+def scalar(ctx: EmitContext, value, dtype: DType) -> Tensor:
+    """A scalar constant of ``dtype``."""
+    return ctx.constant(np.asarray(value, dtype.numpy), dtype)
+
+
 def int32_const(ctx: EmitContext, value, suffix: str) -> Tensor:
     return ctx.constant(np.asarray(value, np.int32), DType.INT32, f"{ctx.name}/{suffix}")
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...ops import takes_type
 from ...schema import DType
 from ..context import EmitContext
-from .common import as_int32, cast, emitter_table, f32, int32_const, like
+from .common import as_int32, cast, emitter_table, f32, int32_const, like, scalar
 
 EMITTERS, emits = emitter_table()
 
@@ -54,6 +55,10 @@ def check_types(ctx: EmitContext) -> None:
 def emit_binary(ctx: EmitContext):
     check_types(ctx)
     a, b = ctx.input(0), ctx.input(1)
+    if ctx.type == "SquaredDifference":
+        if not takes_type("SQUARED_DIFFERENCE", a.dtype):  # int64: as TF lowers it
+            difference = like(ctx, "SUB", a, b, sig=ctx.out_signature(0))
+            return ctx.emit1("MUL", [difference, difference])
     return ctx.emit1(_BINARY[ctx.type], [a, b])
 
 
@@ -69,20 +74,27 @@ def emit_bias_add(ctx: EmitContext):
 
 @emits("AddN")
 def emit_add_n(ctx: EmitContext):
+    """ADD_N; ADDs where it takes no such type (int64, int16), as TF's converter writes them."""
     ins = ctx.inputs()
-    if len(ins) == 1:
-        return ins[0]
-    if len(ins) == 2:
-        return ctx.emit1("ADD", ins)
-    return ctx.emit1("ADD_N", ins)
+    if len(ins) > 2 and takes_type("ADD_N", ins[0].dtype):
+        return ctx.emit1("ADD_N", ins)
+    total = ins[0]
+    for k, x in enumerate(ins[1:], 2):
+        total = ctx.emit1("ADD", [total, x], None if k == len(ins) else ctx.temp("sum", x.dtype, ctx.out_signature(0)))
+    return total
 
 
 @emits(*_UNARY)
 def emit_unary(ctx: EmitContext):
     check_types(ctx)
-    op_type = _UNARY[ctx.type]
-    if op_type == "SQUARE" and ctx.input(0).dtype == DType.COMPLEX64:
-        return ctx.emit1("MUL", [ctx.input(0), ctx.input(0)])
+    op_type, x = _UNARY[ctx.type], ctx.input(0)
+    fallback = not takes_type(op_type, x.dtype)  # where the builtin takes no such type, as TF lowers them
+    if ctx.type == "Square":
+        if fallback:  # integers, complex64
+            return ctx.emit1("MUL", [x, x])
+    elif ctx.type == "ZerosLike":
+        if fallback:  # int8, int16, bool ...: zeros broadcast to its shape
+            return ctx.emit1("BROADCAST_TO", [scalar(ctx, 0, x.dtype), _shape_of(ctx, x)])
     options = {"beta": 1.0} if op_type == "SOFTMAX" else {}
     return ctx.emit1(op_type, [ctx.input(0)], **options)
 
@@ -109,12 +121,12 @@ def emit_selu(ctx: EmitContext):
     x = ctx.input(0)
     scale, alpha = 1.0507009873554805, 1.6732632423543772
     sig = x.signature
-    zero = ctx.constant(np.float32(0), name=f"{ctx.name}/zero")
+    zero = scalar(ctx, 0, x.dtype)
     positive = ctx.emit1("GREATER", [x, zero], ctx.temp("positive", DType.BOOL, sig))
-    scaled = ctx.emit1("MUL", [x, ctx.constant(np.float32(scale))], ctx.temp("scaled", x.dtype, sig))
+    scaled = ctx.emit1("MUL", [x, scalar(ctx, scale, x.dtype)], ctx.temp("scaled", x.dtype, sig))
     e = ctx.emit1("EXP", [x], ctx.temp("exp", x.dtype, sig))
-    em1 = ctx.emit1("SUB", [e, ctx.constant(np.float32(1.0))], ctx.temp("expm1", x.dtype, sig))
-    neg = ctx.emit1("MUL", [em1, ctx.constant(np.float32(scale * alpha))], ctx.temp("negative", x.dtype, sig))
+    em1 = ctx.emit1("SUB", [e, scalar(ctx, 1.0, x.dtype)], ctx.temp("expm1", x.dtype, sig))
+    neg = ctx.emit1("MUL", [em1, scalar(ctx, scale * alpha, x.dtype)], ctx.temp("negative", x.dtype, sig))
     return ctx.emit1("SELECT_V2", [positive, scaled, neg])
 
 
@@ -123,7 +135,7 @@ def emit_softplus(ctx: EmitContext):
     """softplus(x) = log(exp(x) + 1), as TF's converter lowers it."""
     x = ctx.input(0)
     e = ctx.emit1("EXP", [x], ctx.temp("exp", x.dtype, x.signature))
-    p = ctx.emit1("ADD", [e, ctx.constant(np.float32(1.0))], ctx.temp("add", x.dtype, x.signature))
+    p = ctx.emit1("ADD", [e, scalar(ctx, 1.0, x.dtype)], ctx.temp("add", x.dtype, x.signature))
     return ctx.emit1("LOG", [p])
 
 
@@ -131,7 +143,7 @@ def emit_softplus(ctx: EmitContext):
 def emit_softsign(ctx: EmitContext):
     x = ctx.input(0)
     a = ctx.emit1("ABS", [x], ctx.temp("abs", x.dtype, x.signature))
-    p = ctx.emit1("ADD", [a, ctx.constant(np.float32(1.0))], ctx.temp("add", x.dtype, x.signature))
+    p = ctx.emit1("ADD", [a, scalar(ctx, 1.0, x.dtype)], ctx.temp("add", x.dtype, x.signature))
     return ctx.emit1("DIV", [x, p])
 
 
@@ -166,14 +178,18 @@ def emit_div_no_nan(ctx: EmitContext):
     return ctx.emit1("SELECT_V2", [is_zero, zero, q])
 
 
+def _shape_of(ctx: EmitContext, x):
+    """x's shape: a constant when static, else SHAPE's."""
+    sig = x.signature
+    return int32_const(ctx, sig, "shape") if all(d >= 0 for d in sig) else \
+        ctx.emit1("SHAPE", [x], ctx.temp("shape", DType.INT32, (len(sig),)), out_type=int(DType.INT32))
+
+
 @emits("OnesLike")
 def emit_ones_like(ctx: EmitContext):
     """BROADCAST_TO of a one (LiteRT has no ONES_LIKE), to the static shape or SHAPE's, as TF writes."""
     x = ctx.input(0)
-    sig = x.signature
-    shape = int32_const(ctx, sig, "shape") if all(d >= 0 for d in sig) else \
-        ctx.emit1("SHAPE", [x], ctx.temp("shape", DType.INT32, (len(sig),)), out_type=int(DType.INT32))
-    return ctx.emit1("BROADCAST_TO", [ctx.constant(np.ones((), x.dtype.numpy), x.dtype), shape])
+    return ctx.emit1("BROADCAST_TO", [scalar(ctx, 1, x.dtype), _shape_of(ctx, x)])
 
 
 def _float32_input(ctx: EmitContext):
@@ -325,7 +341,7 @@ def emit_l2_loss(ctx: EmitContext):
     sq = ctx.emit1("SQUARE", [x], ctx.temp("square", x.dtype, x.signature))
     axes = ctx.constant(np.arange(x.rank, dtype=np.int32), DType.INT32)
     s = ctx.emit1("SUM", [sq, axes], ctx.temp("sum", x.dtype, ()), keep_dims=False)
-    return ctx.emit1("MUL", [s, ctx.constant(np.float32(0.5))])
+    return ctx.emit1("MUL", [s, scalar(ctx, 0.5, x.dtype)])
 
 
 __all__ = ["EMITTERS", "cast"]

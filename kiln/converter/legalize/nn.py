@@ -163,9 +163,8 @@ def emit_fused_batch_norm(ctx: EmitContext):
     mult = scale / np.sqrt(var + eps)
     shift = offset - mean * mult
     sig = ctx.out_signature(0)
-    scaled = ctx.emit1("MUL", [x, ctx.constant(mult.astype(np.float32), name=f"{ctx.name}/scale")],
-                       ctx.temp("scaled", x.dtype, sig))
-    y = ctx.emit1("ADD", [scaled, ctx.constant(shift.astype(np.float32), name=f"{ctx.name}/offset")], ctx.out(0))
+    scaled = ctx.emit1("MUL", [x, ctx.constant(mult, x.dtype, f"{ctx.name}/scale")], ctx.temp("scaled", x.dtype, sig))
+    y = ctx.emit1("ADD", [scaled, ctx.constant(shift, x.dtype, f"{ctx.name}/offset")], ctx.out(0))
     rest = [ctx.input(i) for i in (3, 4)]
     extra = [ctx.constant(np.zeros(0, np.float32), name=f"{ctx.name}/unused") for _ in range(len(ctx.op.outputs) - 3)]
     return [y, *rest, *extra]
