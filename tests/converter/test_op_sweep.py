@@ -201,3 +201,34 @@ def test_types_a_builtin_does_not_take_are_lowered_as_tf_lowers_them(name, dtype
     want = op_sweep.eager(case, values)[0]
     for runtime in ("litert", "kiln", "kiln_ref"):
         assert op_sweep.mismatch(op_sweep.run(model, values, runtime)[0], want, 0) is None, runtime
+
+
+def test_what_tf_s_converter_refuses_around_the_new_lowerings():
+    """An NCHW DepthwiseConv2dNative (TF's converter refuses it) takes the same TRANSPOSEs as
+    Conv2D and computes TF's values; a TensorList that grows inside a loop is refused with the
+    reason (TF's converter refuses it too: its shape changes at every step)."""
+    import numpy as np
+    import tensorflow as tf
+
+    import kiln
+    from tensorflow.python.ops import list_ops
+
+    w = tf.constant(np.random.default_rng(1).standard_normal((3, 3, 2, 2)).astype(np.float32))
+    case = op_sweep.Case("dw_nchw", (), lambda x: tf.nn.depthwise_conv2d(x, w, [1, 1, 1, 1], "SAME",
+                                                                        data_format="NCHW"), (op_sweep.f32(1, 2, 6, 6),))
+    model, _ = op_sweep.convert_kiln(op_sweep.concrete(case))
+    assert set(op_sweep.op_versions(model)) == {"TRANSPOSE", "DEPTHWISE_CONV_2D"}
+    values = op_sweep.feeds(case)
+    want = op_sweep.eager(case, values)[0]
+    for runtime in ("litert", "kiln"):
+        assert op_sweep.mismatch(op_sweep.run(model, values, runtime)[0], want, 1e-4) is None, runtime
+
+    def grow(x):
+        handle = list_ops.empty_tensor_list(element_shape=[4], element_dtype=tf.float32)
+        _, handle = tf.while_loop(lambda i, h: i < 3, lambda i, h: (i + 1, list_ops.tensor_list_push_back(h, x[i])),
+                                  (0, handle))
+        return list_ops.tensor_list_stack(handle, tf.float32, element_shape=[4])
+
+    with pytest.raises(kiln.ConversionError) as info:
+        op_sweep.convert_kiln(op_sweep.concrete(op_sweep.Case("grow", (), grow, (op_sweep.f32(3, 4),))))
+    assert any("grows inside a loop" in d for d in info.value.details)

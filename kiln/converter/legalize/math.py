@@ -115,11 +115,14 @@ def emit_leaky_relu(ctx: EmitContext):
     return ctx.emit1("LEAKY_RELU", [ctx.input(0)], alpha=float(ctx.attr("alpha")))
 
 
+_SELU = (1.0507009873554805, 1.6732632423543772)  # selu's scale and alpha
+
+
 @emits("Selu")
 def emit_selu(ctx: EmitContext):
     """selu(x) = scale * (x > 0 ? x : alpha * (exp(x) - 1)), built from builtins like TF."""
     x = ctx.input(0)
-    scale, alpha = 1.0507009873554805, 1.6732632423543772
+    scale, alpha = _SELU
     sig = x.signature
     zero = scalar(ctx, 0, x.dtype)
     positive = ctx.emit1("GREATER", [x, zero], ctx.temp("positive", DType.BOOL, sig))
@@ -168,14 +171,60 @@ def emit_log1p(ctx: EmitContext):
     return ctx.emit1("LOG", [p])
 
 
-@emits("DivNoNan")
-def emit_div_no_nan(ctx: EmitContext):
-    """y == 0 ? 0 : x / y, with a scalar zero SELECT_V2 broadcasts (as TF writes it)."""
+#: TF op -> (the operand whose zeros give zeros, the builtin on x and y), as lower_tf.td lowers them.
+_ZERO_GUARDED = {"DivNoNan": (1, "DIV"), "MulNoNan": (1, "MUL"), "Xdivy": (0, "DIV"), "Xlogy": (0, "MUL"),
+                 "Xlog1py": (0, "MUL")}
+
+
+@emits(*_ZERO_GUARDED)
+def emit_zero_guarded(ctx: EmitContext):
+    """op(x, y), but zero where the guarded operand is zero (even against NaN / inf in the
+    other): DivNoNan, MulNoNan (y == 0); Xdivy, Xlogy, Xlog1py (x == 0; x times log(y),
+    log(1 + y)). The scalar zero SELECT_V2 broadcasts, as TF writes it."""
     x, y = ctx.input(0), ctx.input(1)
-    zero = ctx.constant(np.zeros((), y.dtype.numpy), y.dtype)
-    is_zero = ctx.emit1("EQUAL", [y, zero], ctx.temp("is_zero", DType.BOOL, y.signature))
-    q = ctx.emit1("DIV", [x, y], ctx.temp("div", x.dtype, ctx.out_signature(0)))
-    return ctx.emit1("SELECT_V2", [is_zero, zero, q])
+    guard, op_type = _ZERO_GUARDED[ctx.type]
+    zero = scalar(ctx, 0, x.dtype)
+    is_zero = like(ctx, "EQUAL", (x, y)[guard], zero, dtype=DType.BOOL)
+    if ctx.type in ("Xlogy", "Xlog1py"):
+        y = like(ctx, "LOG", like(ctx, "ADD", y, scalar(ctx, 1, y.dtype)) if ctx.type == "Xlog1py" else y)
+    return ctx.emit1("SELECT_V2", [is_zero, zero, like(ctx, op_type, x, y, sig=ctx.out_signature(0))])
+
+
+@emits("SigmoidGrad", "TanhGrad", "RsqrtGrad", "SqrtGrad")
+def emit_activation_grad(ctx: EmitContext):
+    """dy * f'(x) from y = f(x), as lower_tf.td lowers them: sigmoid y (1 - y), tanh 1 - y^2,
+    rsqrt y^3 / -2, sqrt 1 / (2 y)."""
+    check_types(ctx)
+    y, dy = ctx.input(0), ctx.input(1)
+    one = scalar(ctx, 1, y.dtype)
+    if ctx.type == "SigmoidGrad":
+        slope = like(ctx, "MUL", y, like(ctx, "SUB", one, y))
+    elif ctx.type == "TanhGrad":
+        slope = like(ctx, "SUB", one, like(ctx, "SQUARE", y))
+    elif ctx.type == "RsqrtGrad":
+        slope = like(ctx, "MUL", like(ctx, "MUL", like(ctx, "MUL", y, y), y), scalar(ctx, -0.5, y.dtype))
+    else:
+        slope = like(ctx, "DIV", scalar(ctx, 0.5, y.dtype), y)
+    return ctx.emit1("MUL", [dy, slope])
+
+
+@emits("SeluGrad")
+def emit_selu_grad(ctx: EmitContext):
+    """gradients * (outputs > 0 ? scale : outputs + scale * alpha)."""
+    g, y = ctx.input(0), ctx.input(1)
+    scale, alpha = _SELU
+    positive = like(ctx, "GREATER", y, scalar(ctx, 0, y.dtype), dtype=DType.BOOL)
+    negative = like(ctx, "MUL", g, like(ctx, "ADD", y, scalar(ctx, scale * alpha, y.dtype)))
+    return ctx.emit1("SELECT_V2", [positive, like(ctx, "MUL", g, scalar(ctx, scale, g.dtype)), negative])
+
+
+@emits("BiasAddGrad")
+def emit_bias_add_grad(ctx: EmitContext):
+    """The sum over every axis but the channels' (the last, or 1 in NCHW)."""
+    rank = ctx.in_rank(0)
+    channel = 1 if ctx.attr("data_format", "NHWC") == "NCHW" else rank - 1
+    axes = int32_const(ctx, [a for a in range(rank) if a != channel], "axes")
+    return ctx.emit1("SUM", [ctx.input(0), axes], keep_dims=False)
 
 
 def _shape_of(ctx: EmitContext, x):
