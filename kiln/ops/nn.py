@@ -23,14 +23,7 @@ import numpy as np
 from ..errors import OpError
 from ..schema import Activation, DType, Padding
 from . import quantized_kernels
-from .record import (
-    KernelCall,
-    OpDef,
-    OptionsSpec,
-    input_dtype,
-    output_dtype,
-    reject_quantized,
-)
+from .record import KernelCall, OpDef, OptionsSpec, input_dtype, output_dtype, reject_quantized, takes
 from .traits import Shapes, Weights, elements, output_times_weights, own, shape_of
 from .windowed import (
     _add_bias,
@@ -161,7 +154,8 @@ FULLY_CONNECTED = OpDef(
     runtime_versions=("1.5.0", "1.10.0", "1.14.0", "1.14.0", "2.0.0", "2.1.0", "2.3.0", "2.3.0",
                       "2.3.0", "2.11.0", "2.15.0", "2.17.0", "2.18.0", "2.21.0"),
                       operands=("input", "weights", "bias"), weights=Weights((1,), axis=0, bias=2),
-    quantization=own(int4_weights=True, hybrid=True), macs=output_times_weights(lambda w: w[-1])
+    quantization=own(int4_weights=True, hybrid=True), macs=output_times_weights(lambda w: w[-1]),
+    types=takes("float32 int8 uint8 int16"),
 )
 
 
@@ -471,7 +465,8 @@ BATCH_MATMUL = OpDef(
     shape=_bmm_shape,
     runtime_versions=("2.3.0", "2.3.0", "2.4.0", "2.5.0"),
     quantization=own(0, 1),
-    macs=_batch_matmul_macs
+    macs=_batch_matmul_macs,
+    types=takes("float16 float32 int8 int16"),
 )
 
 

@@ -12,15 +12,7 @@ import numpy as np
 from ..errors import OpError
 from ..schema import Activation, DType, Padding
 from . import quantized_kernels
-from .record import (
-    KernelCall,
-    OpDef,
-    OptionsSpec,
-    activation_range,
-    input_dtype,
-    output_dtype,
-    reject_quantized,
-)
+from .record import KernelCall, OpDef, OptionsSpec, activation_range, input_dtype, output_dtype, reject_quantized, takes
 from .traits import same
 from .windowed import (
     _float_operand,
@@ -121,13 +113,15 @@ MAX_POOL_2D = OpDef(
     name="MAX_POOL_2D", kernel=_max_pool_kernel, options=_POOL_OPTIONS,
     version=_pool_version, max_version=3, shape=_pool_shape, fused_activation_host=True,
     runtime_versions=("1.5.0", "1.14.0", "2.3.0"), quantized=quantized_kernels.MAX_POOL_2D,
-    quantization=same()
+    quantization=same(),
+    types=takes("float32 int8 uint8 int16"),
 )
 AVERAGE_POOL_2D = OpDef(
     name="AVERAGE_POOL_2D", kernel=_avg_pool_kernel, options=_POOL_OPTIONS,
     version=_pool_version, max_version=3, shape=_pool_shape, fused_activation_host=True,
     runtime_versions=("1.5.0", "1.14.0", "2.3.0"), quantized=quantized_kernels.AVERAGE_POOL_2D,
-    quantization=same()
+    quantization=same(),
+    types=takes("float16 float32 int8 uint8 int16"),
 )
 
 

@@ -21,15 +21,7 @@ import numpy as np
 from ..errors import OpError
 from ..schema import DType
 from . import quantized_kernels
-from .record import (
-    KernelCall,
-    OpDef,
-    OptionsSpec,
-    input_dtype,
-    on_codes,
-    output_dtype,
-    reject_quantized,
-)
+from .record import KernelCall, OpDef, OptionsSpec, input_dtype, on_codes, output_dtype, reject_quantized, takes
 from .traits import INT8_ONLY, own, same
 
 # -- axes ---------------------------------------------------------------------------------
@@ -252,24 +244,24 @@ OPS: tuple[OpDef, ...] = (
     OpDef("MEAN", _reducer(_mean), _REDUCER, _MEAN_MAX_MIN, 3,
           runtime_versions=("1.6.0", "1.14.0", "2.4.0"), quantized=quantized_kernels.MEAN,
           quantization=own(),
-          reduces=True),
+          reduces=True, types=takes("float16 float32 int8 uint8 int16 int32 int64")),
     OpDef("SUM", _reducer(_sum), _REDUCER, _by_input_type({_I8: 2}), 2,
           runtime_versions=("1.10.0", "1.15.0"), quantized=quantized_kernels.SUM,
           # int8 only, as TF quantizes it (it leaves SUM float in 16x8); the kernel is LiteRT's
           # optimized one, bit-exact with its default resolver (its reference kernel is wrong)
-          quantization=own(types=INT8_ONLY), reduces=True),
+          quantization=own(types=INT8_ONLY), reduces=True, types=takes("float16 float32 int8 uint8 int16 int32 int64")),
     OpDef("REDUCE_PROD", _reducer(_prod), _REDUCER,
           _by_input_type({(DType.INT8, DType.INT16): 2}), 2,
           runtime_versions=("1.11.0", "2.6.0"),
-          reduces=True),
+          reduces=True, types=takes("float32 int8 uint8 int16 int32 int64")),
     OpDef("REDUCE_MAX", _REDUCE_MAX, _REDUCER, _MEAN_MAX_MIN, 3,
           runtime_versions=("1.11.0", "1.14.0", "2.5.0"), quantized=on_codes(_REDUCE_MAX),
           quantization=same(),
-          reduces=True),
+          reduces=True, types=takes("float16 float32 int8 uint8 int16 int32 int64")),
     OpDef("REDUCE_MIN", _REDUCE_MIN, _REDUCER, _MEAN_MAX_MIN, 3,
           runtime_versions=("1.11.0", "1.14.0", "2.5.0"), quantized=on_codes(_REDUCE_MIN),
           quantization=same(),
-          reduces=True),
+          reduces=True, types=takes("float16 float32 int8 uint8 int16 int32 int64")),
     OpDef("REDUCE_ANY", _reducer(_any), _REDUCER,
           runtime_versions=("1.11.0",),
           reduces=True),
@@ -278,15 +270,17 @@ OPS: tuple[OpDef, ...] = (
           reduces=True),
     OpDef("ARG_MAX", _ARG_MAX, OptionsSpec("ArgMaxOptions", {"output_type": DType.FLOAT32}),
           _by_input_type({(DType.BOOL,): 3, _I8: 2}), 3,
-          runtime_versions=("1.9.0", "1.14.0", "2.9.0"), quantized=on_codes(_ARG_MAX)),
+          runtime_versions=("1.9.0", "1.14.0", "2.9.0"), quantized=on_codes(_ARG_MAX),
+          types=takes("bool float32 int8 uint8 int32")),
     OpDef("ARG_MIN", _ARG_MIN, OptionsSpec("ArgMinOptions", {"output_type": DType.FLOAT32}),
           _by_input_type({(DType.BOOL,): 3, _I8: 2}), 3,
-          runtime_versions=("1.9.0", "1.14.0", "2.9.0"), quantized=on_codes(_ARG_MIN)),
+          runtime_versions=("1.9.0", "1.14.0", "2.9.0"), quantized=on_codes(_ARG_MIN),
+          types=takes("bool float32 int8 uint8 int32")),
     OpDef("TOPK_V2", _top_k, OptionsSpec("TopKV2Options"), _top_k_version, 3,
-          runtime_versions=("1.7.0", "1.14.0", "2.13.0")),
+          runtime_versions=("1.7.0", "1.14.0", "2.13.0"), types=takes("float32 int8 uint8 int16 int32 int64")),
     OpDef("CUMSUM", _cumsum,
           OptionsSpec("CumsumOptions", {"exclusive": False, "reverse": False}),
-          runtime_versions=("2.4.0",)),
+          runtime_versions=("2.4.0",), types=takes("float32 int32 int64")),
 )
 
 __all__ = ["OPS", "reduction_axes"]
