@@ -29,6 +29,7 @@ from .record import (
     input_dtype,
     output_dtype,
     reject_quantized,
+    takes,
 )
 from .traits import INT8_ONLY, fixed, own
 
@@ -256,7 +257,7 @@ OPS: tuple[OpDef, ...] = (
     OpDef("RELU6", _clamp_kernel(0, 6), None, _int16_8(3, 2), 3,
           runtime_versions=("1.5.0", "1.14.0", "2.5.0"), quantized=activation_kernels.RELU6,
           quantization=own(),
-          fuses_as=Activation.RELU6),
+          fuses_as=Activation.RELU6, types=takes("float16 float32 int8 uint8 int16")),
     OpDef("RELU_N1_TO_1", _clamp_kernel(-1, 1),
           runtime_versions=("1.5.0",), quantized=activation_kernels.RELU_N1_TO_1,
           quantization=own(types=INT8_ONLY),
@@ -264,7 +265,7 @@ OPS: tuple[OpDef, ...] = (
     OpDef("LEAKY_RELU", _leaky_relu, OptionsSpec("LeakyReluOptions", {"alpha": 0.0}),
           _leaky_relu_version, 2,
           runtime_versions=("1.13.1", "2.3.0"), quantized=activation_kernels.LEAKY_RELU,
-          quantization=own()),
+          quantization=own(), types=takes("float16 float32 int8 uint8 int16")),
     OpDef("PRELU", _prelu,
           runtime_versions=("1.8.0",), quantized=activation_kernels.PRELU,
           quantization=own(0, 1, symmetric=(1,))),
@@ -284,7 +285,7 @@ OPS: tuple[OpDef, ...] = (
           quantization=fixed((1 / 256, -128), (1 / 32768, 0))),
     OpDef("LOG_SOFTMAX", _log_softmax, OptionsSpec("LogSoftmaxOptions"), _log_softmax_version, 2,
           runtime_versions=("1.14.0", "1.14.0"), quantized=softmax_kernels.LOG_SOFTMAX,
-          quantization=fixed((16 / 256, 127))),
+          quantization=fixed((16 / 256, 127)), types=takes("float32 int8 uint8 int16")),
     OpDef("L2_NORMALIZATION", _l2_normalization,
           OptionsSpec("L2NormOptions", {"fused_activation_function": Activation.NONE}),
           _l2_version, 2,

@@ -27,6 +27,7 @@ from ..schema import Activation, DType
 from ..kernels import activations as activation_kernels
 from ..kernels import elementwise as elementwise_kernels
 from .record import (
+    FIXED_SIZE,
     UNLISTED,
     KernelCall,
     OpDef,
@@ -38,6 +39,7 @@ from .record import (
     on_codes,
     output_dtype,
     reject_quantized,
+    takes,
 )
 from .traits import INT8_ONLY, INT16, own, requantize
 
@@ -460,7 +462,9 @@ def _comparison(name, fn, table, rule, top, runtime) -> OpDef:
     shared parameters."""
     kernel, rescaled = _compare(fn), elementwise_kernels.comparison(fn)
     quantized = {**on_codes(kernel), "int8": rescaled, "uint8": rescaled}
-    return OpDef(name, kernel, _table(table), rule, top, runtime_versions=runtime, quantized=quantized)
+    types = "float16 float32 int8 uint8 int16 int32 int64" + (" bool string" if name in ("EQUAL", "NOT_EQUAL") else "")
+    return OpDef(name, kernel, _table(table), rule, top, runtime_versions=runtime, quantized=quantized,
+                 types=takes(types))
 
 
 #: Order-only kernels: on integer codes with shared parameters they give the quantized result.
@@ -472,33 +476,36 @@ OPS: tuple[OpDef, ...] = (
           _add_version, 6,
           runtime_versions=("1.5.0", "1.14.0", "2.4.0", "2.6.0", "2.13.0", "2.23.0"),
           fused_activation_host=True, quantized=elementwise_kernels.ADD,
-          quantization=own(0, 1), takes_raw=frozenset({INT16})),
+          quantization=own(0, 1), takes_raw=frozenset({INT16}),
+          types=takes("float16 float32 int8 uint8 int16 int32 int64")),
     OpDef("SUB", _binary(_sub, act=True, fresh=True, quiet_ints=True), _table("SubOptions", **_ADD_OPTS),
           _sub_version, 5,
           runtime_versions=("1.6.0", "1.14.0", "2.3.0", "2.4.0", "2.4.0"), fused_activation_host=True,
           quantized=elementwise_kernels.SUB,
-          quantization=own(0, 1)),
+          quantization=own(0, 1), types=takes("float16 float32 int8 uint8 int16 int32 int64")),
     OpDef("MUL", _binary(_mul, act=True, fresh=True, quiet_ints=True), _table("MulOptions", **_ACT_OPTS),
           _mul_version, 8,
           runtime_versions=("1.5.0", "1.14.0", "1.15.0", "2.3.0", "2.6.0", "2.11.0", "2.13.0", "2.23.0"),
           fused_activation_host=True, quantized=elementwise_kernels.MUL,
-          quantization=own(0, 1), takes_raw=frozenset({INT16})),
+          quantization=own(0, 1), takes_raw=frozenset({INT16}),
+          types=takes("float16 float32 complex64 int8 uint8 int16 int32 int64")),
     OpDef("DIV", _binary(_div, act=True, fresh=True), _table("DivOptions", **_ACT_OPTS),
           _div_version, 2,
-          runtime_versions=("1.6.0", "2.3.0"), fused_activation_host=True, quantized=elementwise_kernels.DIV),
+          runtime_versions=("1.6.0", "2.3.0"), fused_activation_host=True, quantized=elementwise_kernels.DIV,
+          types=takes("float16 float32 int8 uint8 int16 int32")),
     # other binary arithmetic
     OpDef("FLOOR_DIV", _binary(_floor_div), _table("FloorDivOptions"),
           _by_type({(_I16, _I8): 3, _F32: 2}), 3,
-          runtime_versions=("1.14.0", "1.14.0", "2.13.0")),
+          runtime_versions=("1.14.0", "1.14.0", "2.13.0"), types=takes("float32 int8 int16 int32")),
     OpDef("FLOOR_MOD", _binary(_floor_mod), _table("FloorModOptions"),
           _by_type({(_I16, _I8): 2}), 2,
-          runtime_versions=("1.13.0", "2.13.0")),
+          runtime_versions=("1.13.0", "2.13.0"), types=takes("float32 int8 int16 int32 int64")),
     OpDef("SQUARED_DIFFERENCE", _binary(_squared_difference), _table("SquaredDifferenceOptions"),
           _by_type({_I8: 2}), 2,
           runtime_versions=("1.13.1", "2.5.0"), quantized=elementwise_kernels.SQUARED_DIFFERENCE,
-          quantization=own(0, 1, types=INT8_ONLY)),
+          quantization=own(0, 1, types=INT8_ONLY), types=takes("float16 float32 int8 int32")),
     OpDef("POW", _binary(_pow), _table("PowOptions"),
-          runtime_versions=("1.10.0",)),
+          runtime_versions=("1.10.0",), types=takes("float32 int32")),
     OpDef("MAXIMUM", _MAXIMUM, _MAX_MIN, _max_min_version, 4,
           runtime_versions=("1.14.0", "1.14.0", "2.3.0", "2.3.0"), quantized=on_codes(_MAXIMUM),
           quantization=requantize()),
@@ -516,10 +523,10 @@ OPS: tuple[OpDef, ...] = (
           quantization=own()),
     OpDef("EXP", _unary_float("EXP"), _table("ExpOptions"), _by_type({(_I8, _I16): 2}), 2,
           runtime_versions=("1.7.0", "2.12.0"), quantized=activation_kernels.EXP,
-          quantization=own()),
+          quantization=own(), types=takes("float16 float32 int8 int16")),
     OpDef("LOG", _unary_float("LOG"), None, _by_type({(_I8, _I16): 2}), 2,
           runtime_versions=("1.14.0", "2.15.0"), quantized=activation_kernels.LOG,
-          quantization=own()),
+          quantization=own(), types=takes("float16 float32 int8 int16")),
     OpDef("SIN", _unary_float("SIN"), None, max_version=2,
           runtime_versions=("1.9.0", UNLISTED)),
     OpDef("COS", _unary_float("COS"), _table("CosOptions"), max_version=2,
@@ -531,14 +538,15 @@ OPS: tuple[OpDef, ...] = (
     OpDef("ROUND", _unary_float("ROUND"),
           runtime_versions=("1.14.0",)),
     OpDef("SQUARE", _unary(np.square), _table("SquareOptions"),
-          runtime_versions=("1.12.0",)),
+          runtime_versions=("1.12.0",), types=takes("float16 float32")),
     OpDef("NEG", _unary(np.negative), _table("NegOptions"),
           runtime_versions=("1.9.0",)),
     OpDef("ABS", _unary(np.abs), _table("AbsOptions"), _abs_version, 5,
           runtime_versions=("1.13.0", "2.4.0", "2.5.0", "2.6.0", "2.12.0"), quantized=activation_kernels.ABS,
-          quantization=own(), takes_raw=frozenset({INT16})),
+          quantization=own(), takes_raw=frozenset({INT16}),
+          types=takes("float16 float32 int8 int16 int32")),
     OpDef("SIGN", _unary(_sign), _table("SignOptions"), _by_type({_I32: 2}), 2,
-          runtime_versions=("2.11.0", "2.12.0")),
+          runtime_versions=("2.11.0", "2.12.0"), types=takes("float32 float64 int32")),
     # comparisons
     *(_comparison(*row) for row in _COMPARISONS),
     # logical
@@ -550,19 +558,21 @@ OPS: tuple[OpDef, ...] = (
           runtime_versions=("1.11.0",)),
     # select, cast, fill-like
     OpDef("SELECT", _select, _table("SelectOptions"), _select_version, 4,
-          runtime_versions=("1.14.0", "1.14.0", "2.12.0", "2.12.0"), quantized=on_codes(_select)),
+          runtime_versions=("1.14.0", "1.14.0", "2.12.0", "2.12.0"), quantized=on_codes(_select),
+          types=takes(FIXED_SIZE), typed_operand=1),
     OpDef("SELECT_V2", _select_v2, _table("SelectV2Options"),
           _by_type({DType.UINT32: 2}), 2,
-          runtime_versions=("2.2.0", "2.12.0"), quantized=on_codes(_select_v2)),
+          runtime_versions=("2.2.0", "2.12.0"), quantized=on_codes(_select_v2),
+          types=takes(FIXED_SIZE), typed_operand=1),
     OpDef("CAST", _cast, _table("CastOptions", in_data_type=DType.FLOAT32,
                                 out_data_type=DType.FLOAT32), _cast_version, 9,
           runtime_versions=("1.5.0", "2.7.0", "2.8.0", "2.9.0", "2.12.0", "2.15.0", "2.17.0", "2.21.0",
                             UNLISTED),
-                            converts=True),
+          converts=True, types=takes(FIXED_SIZE) - {"uint64"}),
     OpDef("ZEROS_LIKE", _zeros_like, _table("ZerosLikeOptions"),
-          runtime_versions=("1.12.0",)),
+          runtime_versions=("1.12.0",), types=takes("float32 int32 int64")),
     OpDef("ADD_N", _add_n, _table("AddNOptions"),
-          runtime_versions=("1.14.0",)),
+          runtime_versions=("1.14.0",), types=takes("float32 int32")),
 )
 
 __all__ = [

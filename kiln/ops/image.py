@@ -23,6 +23,7 @@ from .record import (
     is_quantized,
     on_codes,
     reject_quantized,
+    takes,
 )
 from .traits import INT8_ONLY, same
 
@@ -121,7 +122,8 @@ RESIZE_BILINEAR = OpDef(
     max_version=4,
     quantized=image_kernels.RESIZE_BILINEAR,
     runtime_versions=("1.7.0", "1.14.0", "2.2.0", "2.5.0"),
-    quantization=same()
+    quantization=same(),
+    types=takes("float32 int8 uint8 int16"),
 )
 
 
@@ -174,7 +176,8 @@ RESIZE_NEAREST_NEIGHBOR = OpDef(
     version=_resize_nearest_version,
     max_version=4,
     runtime_versions=("1.13.1", "1.14.0", "2.3.0", "2.4.0"),
-    quantization=same()
+    quantization=same(),
+    types=takes("float16 float32 int8 uint8 int16 uint16 int32"),
 )
 
 
@@ -231,16 +234,18 @@ def _space_to_depth_kernel(call: KernelCall, x):
     return y.reshape(out_shape).astype(call.out_dtypes[0], copy=False)
 
 
-def _block_rearrangement(name: str, kernel, shape, options: str, runtime_versions: tuple[str, ...]) -> OpDef:
+def _block_rearrangement(name: str, kernel, shape, options: str, runtime_versions: tuple[str, ...],
+                         types: str = "float32 int8 uint8 int32 int64") -> OpDef:
     """DEPTH_TO_SPACE / SPACE_TO_DEPTH: values moved between depth and blocks of space, so the
     int8 op runs the kernel on the codes (version 2)."""
     return OpDef(name=name, kernel=kernel, quantized=on_codes(kernel), options=OptionsSpec(options, {"block_size": 0}),
                  version=_int8_version, max_version=2, shape=shape, runtime_versions=runtime_versions,
-                 quantization=same(types=INT8_ONLY))
+                 quantization=same(types=INT8_ONLY), types=takes(types))
 
 
 DEPTH_TO_SPACE = _block_rearrangement("DEPTH_TO_SPACE", _depth_to_space_kernel, _depth_to_space_shape,
-                                      "DepthToSpaceOptions", ("2.1.0", "2.5.0"))
+                                      "DepthToSpaceOptions", ("2.1.0", "2.5.0"),
+                                      "float16 float32 int8 uint8 int32 int64")
 SPACE_TO_DEPTH = _block_rearrangement("SPACE_TO_DEPTH", _space_to_depth_kernel, _space_to_depth_shape,
                                       "SpaceToDepthOptions", ("1.5.0", "1.14.0"))
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import OpError
-from .record import KernelCall, OpDef, OptionsSpec, reject_quantized
+from .record import KernelCall, OpDef, OptionsSpec, reject_quantized, takes
 
 # -- LOCAL_RESPONSE_NORMALIZATION -----------------------------------------------------------------
 
@@ -332,11 +332,11 @@ def _table(name: str, **defaults) -> OptionsSpec:
 OPS: tuple[OpDef, ...] = (
     OpDef("LOCAL_RESPONSE_NORMALIZATION", _lrn,
           _table("LocalResponseNormalizationOptions", radius=0, bias=0.0, alpha=0.0, beta=0.0),
-          runtime_versions=("1.5.0",)),
+          runtime_versions=("1.5.0",), types=takes("float32")),
     OpDef("BUCKETIZE", _bucketize, _table("BucketizeOptions", boundaries=()),
           runtime_versions=("2.8.0",)),
     OpDef("BITWISE_XOR", _bitwise_xor,
-          runtime_versions=("2.13.0",)),
+          runtime_versions=("2.13.0",), types=takes("int8 uint8 int16 uint16 int32 uint32")),
     OpDef("RIGHT_SHIFT", _right_shift,
           runtime_versions=("2.13.0",)),
     OpDef("RFFT2D", _rfft2d,

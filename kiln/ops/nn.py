@@ -14,7 +14,7 @@ import math
 
 from ..kernels import conv, dense
 from ..schema import Activation, DType, Padding
-from .record import OpDef, OptionsSpec, family, input_dtype, output_dtype
+from .record import OpDef, OptionsSpec, family, input_dtype, output_dtype, takes
 from .traits import Shapes, Weights, elements, output_times_weights, own, shape_of
 
 
@@ -93,7 +93,8 @@ FULLY_CONNECTED = OpDef(
     runtime_versions=("1.5.0", "1.10.0", "1.14.0", "1.14.0", "2.0.0", "2.1.0", "2.3.0", "2.3.0",
                       "2.3.0", "2.11.0", "2.15.0", "2.17.0", "2.18.0", "2.21.0"),
                       operands=("input", "weights", "bias"), weights=Weights((1,), axis=0, bias=2),
-    quantization=own(int4_weights=True, hybrid=True), macs=output_times_weights(lambda w: w[-1])
+    quantization=own(int4_weights=True, hybrid=True), macs=output_times_weights(lambda w: w[-1]),
+    types=takes("float32 int8 uint8 int16"),
 )
 
 
@@ -226,7 +227,8 @@ BATCH_MATMUL = OpDef(
     shape=lambda opts, shapes: [dense.bmm_shape(opts, shapes[0], shapes[1])],
     runtime_versions=("2.3.0", "2.3.0", "2.4.0", "2.5.0"),
     quantization=own(0, 1),
-    macs=_batch_matmul_macs
+    macs=_batch_matmul_macs,
+    types=takes("float16 float32 int8 int16"),
 )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..kernels import pool
 from ..schema import Activation, DType, Padding
-from .record import OpDef, OptionsSpec, family, input_dtype, output_dtype
+from .record import OpDef, OptionsSpec, family, input_dtype, output_dtype, takes
 from .traits import same
 
 
@@ -36,13 +36,13 @@ MAX_POOL_2D = OpDef(
     name="MAX_POOL_2D", **family(pool.MAX_POOL_2D), options=_POOL_OPTIONS,
     version=_pool_version, max_version=3, shape=lambda opts, shapes: [pool.pool_shape(opts, shapes[0])],
     fused_activation_host=True, runtime_versions=("1.5.0", "1.14.0", "2.3.0"),
-    quantization=same()
+    quantization=same(), types=takes("float32 int8 uint8 int16"),
 )
 AVERAGE_POOL_2D = OpDef(
     name="AVERAGE_POOL_2D", **family(pool.AVERAGE_POOL_2D), options=_POOL_OPTIONS,
     version=_pool_version, max_version=3, shape=lambda opts, shapes: [pool.pool_shape(opts, shapes[0])],
     fused_activation_host=True, runtime_versions=("1.5.0", "1.14.0", "2.3.0"),
-    quantization=same()
+    quantization=same(), types=takes("float16 float32 int8 uint8 int16"),
 )
 
 

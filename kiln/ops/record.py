@@ -128,6 +128,25 @@ def unquantized_codes(op: "Operator", record: "OpDef") -> "Tensor | None":
     return None
 
 
+#: Every element type of a fixed size, by name: what a kernel that only moves bytes takes.
+FIXED_SIZE = "bool float16 float32 float64 complex64 int8 uint8 int16 uint16 int32 uint32 int64 uint64"
+
+
+def takes(names: str) -> frozenset[str]:
+    """`OpDef.types` from their names ("float32 int32")."""
+    return frozenset(names.split())
+
+
+def type_refusal(op: "Operator", record: "OpDef") -> str | None:
+    """Why LiteRT runs no node ``op``: its `OpDef.typed_operand` has a type outside
+    `OpDef.types` (None: it has not, or the record does not say)."""
+    i = record.typed_operand
+    t = op.inputs[i] if record.types and i < len(op.inputs) else None
+    if t is None or is_quantized(t) or t.dtype.name.lower() in record.types:
+        return None
+    return f"LiteRT's {op.op_type} takes no {t.dtype.name.lower()} operands ({', '.join(sorted(record.types))} only)"
+
+
 def signature(op: "Operator") -> str:
     """A node's operand types as "(INT8, INT8, INT32) -> INT8" (None: an omitted operand)."""
     def name(t):
@@ -224,6 +243,13 @@ class OpDef:
     #: Integer types LiteRT's kernel also takes as plain integers when they carry no quantization
     #: parameters, though its kernel for quantized ones rescales (int16 ADD, MUL, ABS).
     takes_raw: frozenset[str] = frozenset()
+    #: The element types LiteRT runs the op on (input ``typed_operand`` without quantization
+    #: parameters), read from its kernel and the op fuzz (tests/converter/test_op_fuzz.py; the
+    #: default XNNPACK delegate runs some float16 ones); empty: not stated. kiln's converter
+    #: writes the op for no other type, as TF's does not, and the LiteRT delegate leaves such
+    #: nodes to kiln's kernels.
+    types: frozenset[str] = frozenset()
+    typed_operand: int = 0
 
     # -- what it does to its data, for passes and backends that move ops around --------------
     #: Its output is input 0's data in another shape, in the same order (RESHAPE, SQUEEZE,
