@@ -27,6 +27,7 @@ from .record import (
     OpDef,
     OptionsSpec,
     input_dtype,
+    on_numpy,
     output_dtype,
     reject_quantized,
     takes,
@@ -102,10 +103,11 @@ def erfc(z: np.ndarray) -> np.ndarray:
     return np.where(z < 0, 2.0 - pos, pos)
 
 
-def _gelu(call: KernelCall, x: np.ndarray) -> np.ndarray:
+def gelu(xp, call: KernelCall, x, erfc=erfc):
+    """GELU over array namespace ``xp`` (NumPy here; kiln.xla passes jax.numpy and its erfc)."""
     if call.opts.approximate:
         inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)
-        return 0.5 * x * (1.0 + np.tanh(inner))
+        return 0.5 * x * (1.0 + xp.tanh(inner))
     return 0.5 * x * erfc(x * -math.sqrt(0.5))
 
 
@@ -273,7 +275,7 @@ OPS: tuple[OpDef, ...] = (
           runtime_versions=("1.14.0",), quantized=activation_kernels.ELU,
           # TF 2.21 keeps ELU float; LiteRT has an int8 lookup-table kernel
           quantization=own(types=INT8_ONLY)),
-    OpDef("GELU", _float_kernel(_gelu), OptionsSpec("GeluOptions", {"approximate": False}),
+    OpDef("GELU", _float_kernel(on_numpy(gelu)), OptionsSpec("GeluOptions", {"approximate": False}),
           _gelu_version, 3,
           runtime_versions=("2.9.0", "2.9.0", UNLISTED), quantized=activation_kernels.GELU,
           quantization=own()),
@@ -293,4 +295,4 @@ OPS: tuple[OpDef, ...] = (
           quantization=fixed((1 / 128, 0))),
 )
 
-__all__ = ["OPS", "erfc"]
+__all__ = ["OPS", "erfc", "gelu"]

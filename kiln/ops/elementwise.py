@@ -349,9 +349,9 @@ def _logical(fn: Callable):
     return kernel
 
 
-def _select(call: KernelCall, cond, x, y):
-    """SELECT (tf.where v1): x and y of one shape; cond of that shape or a rank-1 row mask."""
-    reject_quantized(call, shared_ok=True)
+def select(xp, call: KernelCall, cond, x, y):
+    """SELECT (tf.where v1) over array namespace ``xp`` (NumPy here, jax.numpy in kiln.xla):
+    x and y of one shape; cond of that shape or a rank-1 row mask."""
     if x.shape != y.shape:
         raise OpError(f"{call.op.name}: x {list(x.shape)} and y {list(y.shape)} differ in shape")
     if cond.shape != x.shape:
@@ -362,7 +362,12 @@ def _select(call: KernelCall, cond, x, y):
                 f"{call.op.name}: condition shape {list(cond.shape)} must equal the input "
                 f"shape {list(x.shape)} or be its first dimension"
             )
-    return np.where(cond.astype(bool), x, y)
+    return xp.where(xp.asarray(cond).astype(bool), x, y)
+
+
+def _select(call: KernelCall, cond, x, y):
+    reject_quantized(call, shared_ok=True)
+    return select(np, call, cond, x, y)
 
 
 def _select_v2(call: KernelCall, cond, x, y):
@@ -576,5 +581,5 @@ OPS: tuple[OpDef, ...] = (
 )
 
 __all__ = [
-    "OPS", "activation_range", "clamp_activation", "is_quantized", "reject_quantized",
+    "OPS", "activation_range", "clamp_activation", "is_quantized", "reject_quantized", "select",
 ]

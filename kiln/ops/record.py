@@ -158,6 +158,18 @@ def on_codes(kernel: "Kernel", types: Sequence[str] = CODE_TYPES) -> dict[str, "
     """The ``quantized`` entry of an op that only moves, selects or compares values: its
     kernel runs unchanged on the integer codes (input and output share their parameters)."""
     return dict.fromkeys(types, kernel)
+
+
+def on_numpy(fn: Callable) -> "Kernel":
+    """The reference kernel of ``fn(xp, call, *inputs)``: an op's arithmetic written once over
+    an array namespace, run here on NumPy (kiln.xla lowers the same ``fn`` over jax.numpy)."""
+    def kernel(call, *inputs):
+        return fn(np, call, *inputs)
+    kernel.__name__ = kernel.__qualname__ = fn.__name__
+    kernel.__module__ = fn.__module__
+    return kernel
+
+
 VersionRule = Callable[["Operator"], int]
 ShapeRule = Callable[[SimpleNamespace, Sequence[tuple[int, ...]]], list[tuple[int, ...]]]
 

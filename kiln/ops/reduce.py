@@ -178,18 +178,24 @@ def _top_k(call: KernelCall, x: np.ndarray, k: np.ndarray):
 
 # -- cumulative sum -----------------------------------------------------------------------
 
-def _cumsum(call: KernelCall, x: np.ndarray, axis: np.ndarray) -> np.ndarray:
-    reject_quantized(call)
+def cumsum(xp, call: KernelCall, x, axis):
+    """CUMSUM over array namespace ``xp`` (NumPy here, jax.numpy in kiln.xla)."""
     if x.ndim == 0:
         raise OpError("CUMSUM: input must have at least one dimension")
     ax = _single_axis(call, x, axis)
-    v = np.flip(x, ax) if call.opts.reverse else x
+    v = xp.flip(x, ax) if call.opts.reverse else x
     with np.errstate(all="ignore"):
-        out = np.cumsum(v, axis=ax, dtype=x.dtype)  # sequential, like LiteRT
+        out = xp.cumsum(v, axis=ax, dtype=x.dtype)  # sequential, like LiteRT
     if call.opts.exclusive:
-        head = np.zeros_like(np.take(out, [0], axis=ax))
-        out = np.concatenate([head, np.take(out, np.arange(x.shape[ax] - 1), axis=ax)], axis=ax)
-    return np.flip(out, ax) if call.opts.reverse else out
+        along = (slice(None),) * ax
+        head = xp.zeros_like(out[along + (slice(0, 1),)])
+        out = xp.concatenate([head, out[along + (slice(0, x.shape[ax] - 1),)]], axis=ax)
+    return xp.flip(out, ax) if call.opts.reverse else out
+
+
+def _cumsum(call: KernelCall, x: np.ndarray, axis: np.ndarray) -> np.ndarray:
+    reject_quantized(call)
+    return cumsum(np, call, x, axis)
 
 
 # -- records --------------------------------------------------------------------------------
@@ -266,4 +272,4 @@ OPS: tuple[OpDef, ...] = (
           runtime_versions=("2.4.0",), types=takes("float32 int32 int64")),
 )
 
-__all__ = ["OPS", "reduction_axes"]
+__all__ = ["OPS", "cumsum", "reduction_axes"]

@@ -30,6 +30,7 @@ from .record import (
     input_dtype,
     input_rank,
     on_codes,
+    on_numpy,
     output_dtype,
     takes,
 )
@@ -401,13 +402,14 @@ def _shape(call: KernelCall, x: np.ndarray):
     return np.asarray(x.shape, dtype=dt)
 
 
-def _fill(call: KernelCall, dims: np.ndarray, value: np.ndarray):
+def fill(xp, call: KernelCall, dims, value):
+    """FILL over array namespace ``xp`` (NumPy here, jax.numpy in kiln.xla; dims are static)."""
     shape = int_values(dims, "FILL", "dims")
     if any(d < 0 for d in shape):
         raise OpError(f"FILL: dims {shape} must be non-negative")
     if np.size(value) != 1:
         raise OpError(f"FILL: value must be a scalar, got shape {list(np.shape(value))}")
-    return np.full(shape, np.asarray(value).reshape(()), dtype=value.dtype)
+    return xp.full(shape, xp.asarray(value).reshape(()), dtype=value.dtype)
 
 
 def _fill_version(op) -> int:
@@ -626,7 +628,7 @@ OPS = (
     _movement("SHAPE", _shape, options=OptionsSpec("ShapeOptions", {"out_type": 0}),
               runtime_versions=("1.10.0",),
               reads_shape_only=True),
-    _movement("FILL", _fill, options=OptionsSpec("FillOptions"), version=_fill_version,
+    _movement("FILL", on_numpy(fill), options=OptionsSpec("FillOptions"), version=_fill_version,
               max_version=5,
               runtime_versions=("1.13.0", "2.3.0", "2.5.0", "2.12.0", UNLISTED)),
     OpDef("RANGE", _range, options=OptionsSpec("RangeOptions"), version=_range_version,

@@ -17,10 +17,13 @@ from jax import lax
 from jax.scipy.special import erfc
 
 from ..errors import OpError
-from ..ops.reduce import index_dtype, arg_extreme, reduction_axes
+from ..ops.activations import gelu
+from ..ops.elementwise import select
+from ..ops.misc import bitwise_xor, right_shift
+from ..ops.reduce import arg_extreme, cumsum, index_dtype, reduction_axes
 from ..schema import Activation
 from .lower_quant import int8_add_sub, int8_elementwise_check, int8_mul
-from .lowering import Rows, fused_range, is_float
+from .lowering import Rows, fused_range, is_float, on_jnp
 
 #: This module's entries of the XLA table (kiln/xla/table.py's `fill` registers them).
 ROWS = Rows()
@@ -163,19 +166,7 @@ ROWS.add("LOGICAL_OR", _logical(jnp.logical_or))
 ROWS.add("LOGICAL_NOT", _logical(jnp.logical_not))
 
 
-def _select(call, cond, x, y):
-    if x.shape != y.shape:
-        raise OpError(f"{call.op.name}: x {list(x.shape)} and y {list(y.shape)} differ in shape")
-    if cond.shape != x.shape:
-        if cond.ndim == 1 and x.ndim >= 1 and cond.shape[0] == x.shape[0]:
-            cond = jnp.reshape(cond, cond.shape + (1,) * (x.ndim - 1))
-        else:
-            raise OpError(f"{call.op.name}: condition shape {list(cond.shape)} must equal the input "
-                          f"shape {list(x.shape)} or be its first dimension")
-    return jnp.where(jnp.asarray(cond).astype(bool), x, y)
-
-
-ROWS.add("SELECT", _select)
+ROWS.add("SELECT", on_jnp(select))
 ROWS.add("SELECT_V2", lambda call, cond, x, y: jnp.where(jnp.asarray(cond).astype(bool), x, y))
 
 
@@ -220,13 +211,6 @@ ROWS.add("ADD_N", _add_n)
 
 
 # -- activations -------------------------------------------------------------------------------
-
-def _gelu(call, x):
-    if call.opts.approximate:
-        inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)
-        return 0.5 * x * (1.0 + jnp.tanh(inner))
-    return 0.5 * x * erfc(x * -math.sqrt(0.5))
-
 
 def _clamp(lo, hi):
     def lower(call, x):
@@ -284,7 +268,7 @@ ROWS.add("RELU_N1_TO_1", _clamp(-1, 1))
 ROWS.add("TANH", _float_input(lambda call, x: jnp.tanh(x)))
 ROWS.add("LOGISTIC", _float_input(lambda call, x: jax.nn.sigmoid(x)))
 ROWS.add("ELU", _float_input(lambda call, x: jnp.where(x < 0, jnp.expm1(x), x)))
-ROWS.add("GELU", _float_input(_gelu))
+ROWS.add("GELU", _float_input(on_jnp(gelu, erfc=erfc)))
 ROWS.add("HARD_SWISH", _float_input(_hard_swish))
 ROWS.add("LEAKY_RELU", _float_input(lambda call, x: jnp.where(x > 0, x, x * jnp.asarray(call.opts.alpha, x.dtype))))
 ROWS.add("PRELU", _float_input(_prelu))
@@ -344,13 +328,6 @@ ROWS.add("REDUCE_ANY", _reducer(lambda x, axes: jnp.any(x, axis=axes)), static=(
 ROWS.add("REDUCE_ALL", _reducer(lambda x, axes: jnp.all(x, axis=axes)), static=(1,))
 
 
-def _single_axis(call, x, axis) -> int:
-    axes = reduction_axes(call, x, axis)
-    if np.asarray(axis).size != 1:
-        raise OpError(f"{call.op.name}: expected one axis, got {np.asarray(axis).reshape(-1).tolist()}")
-    return axes[0]
-
-
 def _arg(pick_max: bool):
     def lower(call, x, axis):
         return arg_extreme(jnp, call, jnp.asarray(x), axis, pick_max)
@@ -381,47 +358,11 @@ def _top_k(call, x, k):
 ROWS.add("TOPK_V2", _top_k, static=(1,))
 
 
-def _cumsum(call, x, axis):
-    x = jnp.asarray(x)
-    if x.ndim == 0:
-        raise OpError("CUMSUM: input must have at least one dimension")
-    ax = _single_axis(call, x, axis)
-    v = jnp.flip(x, ax) if call.opts.reverse else x
-    out = jnp.cumsum(v, axis=ax, dtype=x.dtype)
-    if call.opts.exclusive:
-        out = jnp.concatenate([jnp.zeros_like(lax.slice_in_dim(out, 0, 1, axis=ax)),
-                               lax.slice_in_dim(out, 0, x.shape[ax] - 1, axis=ax)], axis=ax)
-    return jnp.flip(out, ax) if call.opts.reverse else out
-
-
-ROWS.add("CUMSUM", _cumsum, static=(1,))
+ROWS.add("CUMSUM", on_jnp(cumsum), static=(1,))
 
 
 
 # -- bit operations -------------------------------------------------------------------------------
 
-_BIT_TYPES = tuple(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32))
-
-
-def _bit_operands(call, a, b):
-    if a.dtype != b.dtype:
-        raise OpError(f"{call.op.name}: operand types {a.dtype} and {b.dtype} differ")
-    if np.dtype(a.dtype) not in _BIT_TYPES:
-        raise OpError(f"{call.op.name}: type {a.dtype} is not supported (8, 16 or 32-bit signed or unsigned "
-                      "integers)")
-
-
-def _bitwise_xor(call, a, b):
-    _bit_operands(call, a, b)
-    return jnp.bitwise_xor(a, b)
-
-
-def _right_shift(call, a, b):
-    _bit_operands(call, a, b)
-    bits = np.dtype(a.dtype).itemsize * 8
-    shift = jnp.clip(b, 0, bits - 1) if np.dtype(a.dtype).kind == "i" else jnp.minimum(b, bits - 1)
-    return jnp.right_shift(a, jnp.asarray(shift).astype(a.dtype))
-
-
-ROWS.add("BITWISE_XOR", _bitwise_xor)
-ROWS.add("RIGHT_SHIFT", _right_shift)
+ROWS.add("BITWISE_XOR", on_jnp(bitwise_xor))
+ROWS.add("RIGHT_SHIFT", on_jnp(right_shift))

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..errors import OpError
 from ..kernels.fixedpoint import activation_range, dtype_range, quantize_multiplier, xp_rescale
+from ..ops.quantize import dequantize
 from ..schema import Activation, DType
 from .lowering import CODES, Rows
 
@@ -38,18 +39,6 @@ def _channel_shape(ndim: int, axis: int) -> list[int]:
     shape = [1] * ndim
     shape[axis] = -1
     return shape
-
-
-def _dequantize(call, x):
-    if x.dtype == np.float16:
-        return x.astype(jnp.float32)
-    q = _qp(call.op.inputs[0], "DEQUANTIZE input")
-    if q.scale.size > 1:  # per channel, in float32
-        shape = _channel_shape(x.ndim, q.quantized_dimension)
-        centered = x.astype(jnp.int32) - q.zero_point.astype(np.int32).reshape(shape)
-        return centered.astype(jnp.float32) * q.scale.astype(np.float32).reshape(shape)
-    centered = x.astype(_I64) - int(q.zero_point[0])
-    return (np.float64(q.scale[0]) * centered.astype(jnp.float64)).astype(jnp.float32)
 
 
 def _quantize(call, x):
@@ -87,8 +76,8 @@ def _edges_check(op, opts):
 
 
 ROWS.add("QUANTIZE", _quantize, types=CODES, check=_edges_check)
-ROWS.add("DEQUANTIZE", _dequantize)   # float16 weights
-ROWS.add("DEQUANTIZE", _dequantize, types=CODES, check=_edges_check)
+ROWS.add("DEQUANTIZE", dequantize)   # float16 weights
+ROWS.add("DEQUANTIZE", dequantize, types=CODES, check=_edges_check)
 
 
 # -- int8 ADD / SUB / MUL (kiln.kernels.elementwise) ----------------------------------------

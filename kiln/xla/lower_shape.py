@@ -23,10 +23,11 @@ from jax import lax
 from .. import ops
 from ..errors import OpError
 from ..ops.record import KernelCall, apply_activation
+from ..ops.shape import fill
 from ..schema import Activation
 from .graph import static_tensors
 from .lower_lists import Window, assemble, window, window_check
-from .lowering import ALL_STATIC, Rows, is_float
+from .lowering import ALL_STATIC, Rows, is_float, on_jnp
 
 _I64 = np.dtype(np.int64)
 
@@ -376,16 +377,7 @@ ROWS.add("SHAPE", _shape)
 ROWS.add("RANK", lambda call, x: np.asarray(x.ndim, dtype=call.out_dtypes[0] or np.int32))
 
 
-def _fill(call, dims, value):
-    shape = [int(d) for d in np.asarray(dims).reshape(-1)]
-    if any(d < 0 for d in shape):
-        raise OpError(f"FILL: dims {shape} must be non-negative")
-    if np.size(value) != 1:
-        raise OpError(f"FILL: value must be a scalar, got shape {list(np.shape(value))}")
-    return jnp.full(shape, jnp.asarray(value).reshape(()))
-
-
-ROWS.add("FILL", _fill, static=(0,))
+ROWS.add("FILL", on_jnp(fill), static=(0,))
 
 
 def _one_hot(call, indices, depth, on_value, off_value):

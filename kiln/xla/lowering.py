@@ -98,6 +98,17 @@ class Rows(list):
         self.append(Row(op_name, fn, tuple(types), (), check, gap=True, float_check=float_check))
 
 
+def on_jnp(fn: Callable, **extra) -> Callable:
+    """The lowering of ``fn(xp, call, *inputs)``, an op's arithmetic written once over an array
+    namespace (its reference kernel runs it on NumPy), traced over jax.numpy."""
+    import jax.numpy as jnp
+
+    def lower(call, *inputs):
+        return fn(jnp, call, *inputs, **extra)
+    lower.__qualname__ = f"on_jnp({fn.__name__})"
+    return lower
+
+
 def all_of(*checks: Callable | None) -> Callable:
     """One check ``(op, opts) -> reason | None`` running ``checks`` in order (the first reason wins)."""
     def check(op, opts) -> str | None:
