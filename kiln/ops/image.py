@@ -14,6 +14,7 @@ import numpy as np
 from ..errors import OpError
 from ..schema import DType
 from ..kernels import image as image_kernels
+from ..kernels.family import float_dtype
 from .record import (
     KernelCall,
     OpDef,
@@ -87,11 +88,11 @@ def _resize_bilinear_version(op) -> int:
     return 1
 
 
-def _resize_bilinear_kernel(call: KernelCall, x, size):
-    reject_quantized(call)
+def resize_bilinear(xp, call: KernelCall, x, size):
+    """RESIZE_BILINEAR over array namespace ``xp`` (NumPy here, jax.numpy in kiln.xla, where
+    ``size`` is static): float inputs, computed in float32."""
     x = _nhwc(call, x)
-    if x.dtype.kind != "f":
-        raise OpError(f"RESIZE_BILINEAR: input type {x.dtype} is not implemented (float only)")
+    float_dtype(call, x, "input")
     opts = call.opts
     oh, ow = new_size(call, size)
     ac, hp = bool(opts.align_corners), bool(opts.half_pixel_centers)
@@ -99,7 +100,7 @@ def _resize_bilinear_kernel(call: KernelCall, x, size):
         raise OpError("RESIZE_BILINEAR: if half_pixel_centers is True, align_corners must be False")
     y0, y1, dy = bilinear_axis(x.shape[1], oh, ac, hp)
     x0, x1, dx = bilinear_axis(x.shape[2], ow, ac, hp)
-    xf = x.astype(_F32, copy=False)
+    xf = xp.asarray(x, _F32)
     top, bottom = xf[:, y0], xf[:, y1]
     dy = dy[None, :, None, None]
     dx = dx[None, None, :, None]
@@ -108,7 +109,12 @@ def _resize_bilinear_kernel(call: KernelCall, x, size):
            + bottom[:, :, x0] * dy * (one - dx)
            + top[:, :, x1] * (one - dy) * dx
            + bottom[:, :, x1] * dy * dx)
-    return out.astype(call.out_dtypes[0], copy=False)
+    return xp.asarray(out, call.out_dtypes[0])
+
+
+def _resize_bilinear_kernel(call: KernelCall, x, size):
+    reject_quantized(call)
+    return resize_bilinear(np, call, x, size)
 
 
 RESIZE_BILINEAR = OpDef(
@@ -154,15 +160,20 @@ def _resize_nearest_version(op) -> int:
     return 1
 
 
-def _resize_nearest_kernel(call: KernelCall, x, size):
-    reject_quantized(call, shared_ok=True)
+def resize_nearest(xp, call: KernelCall, x, size):
+    """RESIZE_NEAREST_NEIGHBOR over array namespace ``xp`` (``size`` static in kiln.xla)."""
     x = _nhwc(call, x)
     opts = call.opts
     oh, ow = new_size(call, size)
     ac, hp = bool(opts.align_corners), bool(opts.half_pixel_centers)
     rows = nearest_axis(x.shape[1], oh, ac, hp)
     cols = nearest_axis(x.shape[2], ow, ac, hp)
-    return x[:, rows][:, :, cols].astype(call.out_dtypes[0], copy=False)
+    return xp.asarray(xp.asarray(x)[:, rows][:, :, cols], call.out_dtypes[0])
+
+
+def _resize_nearest_kernel(call: KernelCall, x, size):
+    reject_quantized(call, shared_ok=True)
+    return resize_nearest(np, call, x, size)
 
 
 RESIZE_NEAREST_NEIGHBOR = OpDef(

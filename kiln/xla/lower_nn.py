@@ -1,10 +1,10 @@
-"""Lowerings of the NN ops without a kernel family (kiln/ops/conv3d.py, image.py resizes, local
-response normalization): 3-D convolutions as lax.conv_general_dilated with LiteRT's padding
-split (the 2-D weighted and windowed ops run their kernel families: lower_families.py).
+"""Lowerings of the NN ops without a kernel family (kiln/ops/conv3d.py, local response
+normalization, image.py's resizes): 3-D convolutions as lax.conv_general_dilated with LiteRT's
+padding split (the 2-D weighted and windowed ops run their kernel families: lower_families.py;
+the resizes are their reference arithmetic over jax.numpy).
 
-Geometry (output sizes, SAME padding before/after, resize source coordinates) comes from
-the reference kernels' own helpers, evaluated on static shapes while tracing, so it cannot
-drift from them.
+Geometry (output sizes, SAME padding before/after) comes from the reference kernels' own
+helpers, evaluated on static shapes while tracing, so it cannot drift from them.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from jax import lax
 from ..errors import OpError
 from ..kernels.windows import out_size
 from ..ops.conv3d import geometry, window_params
-from ..ops.image import bilinear_axis, nearest_axis, new_size
+from ..ops.image import resize_bilinear, resize_nearest
 from ..ops.misc import lrn_factor
-from .lowering import Rows, fused_range, is_float
+from .lowering import Rows, fused_range, is_float, on_jnp
 
 #: This module's entries of the XLA table (kiln/xla/table.py's `fill` registers them).
 ROWS = Rows()
@@ -29,12 +29,6 @@ def _float(call, x, what: str):
         raise OpError(f"{call.op.name}: {what} of type {x.dtype} is not supported (float only)")
     x = jnp.asarray(x)
     return x if x.dtype in (jnp.float64, jnp.bfloat16) else x.astype(jnp.float32)
-
-
-def _nhwc(call, x, what="input"):
-    if x.ndim != 4:
-        raise OpError(f"{call.op.name}: {what} must be 4-D NHWC, got shape {list(x.shape)}")
-    return x
 
 
 def _finish(call, y, bias, act):
@@ -131,39 +125,8 @@ def _local_response_normalization(call, x):
     scale = sums.astype(jnp.float32) + bias
     return x * lrn_factor(jnp, scale, beta)
 
-
-# -- resizing ------------------------------------------------------------------------------------
-
-def _resize_bilinear(call, x, size):
-    x = _nhwc(call, x)
-    if not is_float(x.dtype):
-        raise OpError(f"RESIZE_BILINEAR: input type {x.dtype} is not implemented (float only)")
-    oh, ow = new_size(call, size)
-    ac, hp = bool(call.opts.align_corners), bool(call.opts.half_pixel_centers)
-    if ac and hp:
-        raise OpError("RESIZE_BILINEAR: if half_pixel_centers is True, align_corners must be False")
-    y0, y1, dy = bilinear_axis(x.shape[1], oh, ac, hp)
-    x0, x1, dx = bilinear_axis(x.shape[2], ow, ac, hp)
-    xf = jnp.asarray(x).astype(jnp.float32)
-    top, bottom = xf[:, y0], xf[:, y1]
-    dy = jnp.asarray(dy)[None, :, None, None]
-    dx = jnp.asarray(dx)[None, None, :, None]
-    one = np.float32(1)
-    return (top[:, :, x0] * (one - dy) * (one - dx) + bottom[:, :, x0] * dy * (one - dx)
-            + top[:, :, x1] * (one - dy) * dx + bottom[:, :, x1] * dy * dx)
-
-
-def _resize_nearest(call, x, size):
-    x = _nhwc(call, x)
-    oh, ow = new_size(call, size)
-    ac, hp = bool(call.opts.align_corners), bool(call.opts.half_pixel_centers)
-    rows = nearest_axis(x.shape[1], oh, ac, hp)
-    cols = nearest_axis(x.shape[2], ow, ac, hp)
-    return jnp.asarray(x)[:, rows][:, :, cols]
-
-
 ROWS.add("CONV_3D", _conv3d)
 ROWS.add("CONV_3D_TRANSPOSE", _conv3d_transpose, static=(0,))
 ROWS.add("LOCAL_RESPONSE_NORMALIZATION", _local_response_normalization)
-ROWS.add("RESIZE_BILINEAR", _resize_bilinear, static=(1,))
-ROWS.add("RESIZE_NEAREST_NEIGHBOR", _resize_nearest, static=(1,))
+ROWS.add("RESIZE_BILINEAR", on_jnp(resize_bilinear), static=(1,))
+ROWS.add("RESIZE_NEAREST_NEIGHBOR", on_jnp(resize_nearest), static=(1,))
