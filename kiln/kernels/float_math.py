@@ -74,6 +74,20 @@ class Float32:
         axis of 1."""
         return np.cumsum(x, axis=-1, dtype=F32)[..., -1:]
 
+    def matmul(self, a, b):
+        """The float32 matrix product ``a @ b`` (NumPy's BLAS; a traced backend asks for its
+        highest precision)."""
+        return a @ b
+
+    def recur(self, step, h, xs, *, reverse: bool = False):
+        """``h_t = step(h_{t-1}, xs[t])`` over the leading axis of ``xs`` (last to first with
+        ``reverse``): (every ``h_t`` stacked, the last ``h``). NumPy loops over time; a traced
+        backend runs it as one loop primitive, compiled once whatever the number of steps."""
+        out = np.empty((len(xs),) + np.shape(h), np.result_type(h))
+        for t in (range(len(xs) - 1, -1, -1) if reverse else range(len(xs))):
+            h = out[t] = step(h, xs[t])
+        return out, h
+
 
 #: NumPy's float32 arithmetic, the default of the functions below.
 NUMPY = Float32()

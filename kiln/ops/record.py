@@ -349,20 +349,21 @@ def family(formats: Mapping[str | None, Any]) -> dict[str, Any]:
     return {"kernel": kernels.pop(None), "quantized": kernels, "formats": formats}
 
 
-def apply_activation(x: np.ndarray, act: int) -> np.ndarray:
-    """Apply a fused activation function (ActivationFunctionType) to a float result."""
+def apply_activation(x: np.ndarray, act: int, xp=np) -> np.ndarray:
+    """Apply a fused activation function (ActivationFunctionType) to a float result (over
+    array namespace ``xp``)."""
     if act == Activation.NONE:
         return x
     if act == Activation.RELU:
-        return np.maximum(x, 0).astype(x.dtype, copy=False)
+        return xp.maximum(x, 0).astype(x.dtype, copy=False)
     if act == Activation.RELU6:
-        return np.clip(x, 0, 6).astype(x.dtype, copy=False)
+        return xp.clip(x, 0, 6).astype(x.dtype, copy=False)
     if act == Activation.RELU_N1_TO_1:
-        return np.clip(x, -1, 1).astype(x.dtype, copy=False)
+        return xp.clip(x, -1, 1).astype(x.dtype, copy=False)
     if act == Activation.TANH:
-        return np.tanh(x).astype(x.dtype, copy=False)
+        return xp.tanh(x).astype(x.dtype, copy=False)
     if act == Activation.SIGN_BIT:
-        return np.signbit(x).astype(x.dtype)
+        return xp.signbit(x).astype(x.dtype)
     raise OpError(f"unknown fused activation function {act}")
 
 

@@ -68,6 +68,16 @@ class XlaFloat32(Float32):
         total, _ = lax.scan(lambda acc, column: (self.add(acc, column), None), columns[0], columns[1:])
         return total[..., None]
 
+    def matmul(self, a, b):
+        return jnp.matmul(a, b, precision=lax.Precision.HIGHEST)
+
+    def recur(self, step, h, xs, *, reverse: bool = False):
+        def scan_step(h, x_t):
+            h = step(h, x_t)
+            return h, h
+        h, out = lax.scan(scan_step, h, xs, reverse=reverse)
+        return out, h
+
 
 #: The float32 arithmetic of the families' runs on jax.numpy (kiln/xla/table.py's `fill` hands
 #: it to kiln.kernels.float_math).

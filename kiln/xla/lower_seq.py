@@ -14,17 +14,16 @@ import dataclasses
 
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from .. import ops
 from ..errors import OpError
 from ..ops.lstm import check_clips, check_lstm_sizes, optional_operand, state_operand, bidi_aux_routing
 from ..ops.record import with_state
-from ..ops.rnn import bidi_rnn_routing
+from ..ops.rnn import bidi_rnn, rnn, uni_rnn
 from ..schema import (BIDIRECTIONAL_LSTM_AUX_INPUT, BIDIRECTIONAL_LSTM_BW, BIDIRECTIONAL_LSTM_FW, UNIDIRECTIONAL_LSTM,
                       Activation)
-from .lower_rnn import _activation, lstm_scan, read_lstm
-from .lowering import Rows
+from .lower_rnn import lstm_scan, read_lstm
+from .lowering import Rows, on_jnp
 
 _BIDI_LSTM = "BIDIRECTIONAL_SEQUENCE_LSTM"
 
@@ -121,87 +120,8 @@ def _lstm_step_check(op, opts):
 ROWS.add("LSTM", _lstm_step, check=_lstm_step_check)
 
 
-# -- the plain RNN ops ---------------------------------------------------------------------------
+# -- the plain RNN ops: their reference arithmetic over jax.numpy ----------------------------------
 
-def _rnn_activation(act: int):
-    return (lambda v: v) if act == Activation.NONE else _activation(act)
-
-
-def _rnn_cell(name: str, x, w, r, b, h_in, batch: int):
-    """One cell's operands as float32 arrays, checked as kiln/ops/rnn.py checks them."""
-    if any(a is None for a in (x, w, r, b)):
-        raise OpError(f"{name}: input, weights, recurrent weights and bias are all required")
-    if x.dtype != np.float32 or w.dtype != np.float32:
-        raise OpError(f"{name}: input and weights must be float32, got {x.dtype} and {w.dtype}")
-    units = w.shape[0]
-    for what, a, shape in (("weights", w, (units, x.shape[-1])), ("recurrent weights", r, (units, units)),
-                           ("bias", b, (units,))):
-        if tuple(a.shape) != shape:
-            raise OpError(f"{name}: {what} have shape {list(a.shape)}, expected {list(shape)}")
-    if h_in is None:
-        raise OpError(f"{name}: the hidden state operand (a variable tensor) is missing")
-    if tuple(np.shape(h_in)) != (batch, units):
-        raise OpError(f"{name}: hidden state has shape {list(np.shape(h_in))}, expected {[batch, units]}")
-    return _f32(w), _f32(r), _f32(b), _f32(h_in)
-
-
-def rnn_scan(x, w, r, b, h, act: int, *, reverse=False, aux=None, aux_w=None):
-    """h_t = act(W·x_t [+ W_aux·aux_t] + R·h_{t-1} + b) over time-major ``x``: (outputs, h)."""
-    hp = lax.Precision.HIGHEST
-    part = jnp.einsum("tbi,ui->tbu", x, w, precision=hp) + b
-    if aux is not None and aux_w is not None:
-        part = part + jnp.einsum("tba,ua->tbu", aux, aux_w, precision=hp)
-    activate = _rnn_activation(act)
-
-    def step(h, p_t):
-        h = activate(p_t + jnp.dot(h, r.T, precision=hp))
-        return h, h
-
-    h, out = lax.scan(step, h, part, reverse=reverse)
-    return out, h
-
-
-def _rnn(call, x, w, r, b, h_in):
-    if x is None or x.ndim != 2:
-        raise OpError(f"RNN: input must be 2-D [batch, input], got {list(np.shape(x))}")
-    w, r, b, h0 = _rnn_cell("RNN", x, w, r, b, h_in, x.shape[0])
-    out, h = rnn_scan(_f32(x)[None], w, r, b, h0, call.opts.fused_activation_function)
-    return with_state(call, [out[0]], (h,))
-
-
-def _uni_rnn(call, x, w, r, b, h_in):
-    name = "UNIDIRECTIONAL_SEQUENCE_RNN"
-    if x is None or x.ndim != 3:
-        raise OpError(f"{name}: input must be 3-D, got {list(np.shape(x))}")
-    time_major = bool(call.opts.time_major)
-    xt = _time_major(_f32(x), time_major)
-    w, r, b, h0 = _rnn_cell(name, x, w, r, b, h_in, xt.shape[1])
-    out, h = rnn_scan(xt, w, r, b, h0, call.opts.fused_activation_function)
-    return with_state(call, [_time_major(out, time_major)], (h,))
-
-
-def _bidi_rnn(call, *inputs):
-    name = "BIDIRECTIONAL_SEQUENCE_RNN"
-    opts = call.opts
-    x = inputs[0]
-    if x is None or x.ndim != 3:
-        raise OpError(f"{name}: input must be 3-D, got {list(np.shape(x))}")
-    time_major = bool(opts.time_major)
-    xt = _time_major(_f32(x), time_major)
-    batch = xt.shape[1]
-    bw_x, real_aux, fw_aux_w, bw_aux_w = bidi_rnn_routing(name, inputs, xt, time_major,
-                                                          lambda a: _time_major(_f32(a), time_major))
-    fw_w, fw_r, fw_b, fw_h0 = _rnn_cell(name, x, *inputs[1:5], batch)
-    bw_w, bw_r, bw_b, bw_h0 = _rnn_cell(name, bw_x, *inputs[5:9], batch)
-    act = opts.fused_activation_function
-    fw_aux = None if fw_aux_w is None else _f32(fw_aux_w)
-    bw_aux = None if bw_aux_w is None else _f32(bw_aux_w)
-    fw_out, fw_h = rnn_scan(xt, fw_w, fw_r, fw_b, fw_h0, act, aux=real_aux, aux_w=fw_aux)
-    bw_out, bw_h = rnn_scan(bw_x, bw_w, bw_r, bw_b, bw_h0, act, reverse=True, aux=real_aux, aux_w=bw_aux)
-    outs = [jnp.concatenate([fw_out, bw_out], axis=-1)] if opts.merge_outputs else [fw_out, bw_out]
-    return with_state(call, [_time_major(o, time_major) for o in outs], (fw_h, bw_h))
-
-
-ROWS.add("RNN", _rnn)
-ROWS.add("UNIDIRECTIONAL_SEQUENCE_RNN", _uni_rnn)
-ROWS.add("BIDIRECTIONAL_SEQUENCE_RNN", _bidi_rnn)
+ROWS.add("RNN", on_jnp(rnn))
+ROWS.add("UNIDIRECTIONAL_SEQUENCE_RNN", on_jnp(uni_rnn))
+ROWS.add("BIDIRECTIONAL_SEQUENCE_RNN", on_jnp(bidi_rnn))
