@@ -49,67 +49,84 @@ def _single_axis(call: KernelCall, x: np.ndarray, axis: np.ndarray) -> int:
     return reduction_axes(call, x, np.asarray(values[:1]))[0]
 
 
-def _to_rows(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+def _to_rows(xp, x, axes: tuple[int, ...]):
     """Kept axes first, reduced axes flattened (row-major) into the last one."""
     kept = [i for i in range(x.ndim) if i not in axes]
-    moved = np.transpose(x, kept + list(axes))
+    moved = xp.transpose(x, kept + list(axes))
     k = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
     return moved.reshape([x.shape[i] for i in kept] + [k])
 
 
 # -- reducers -----------------------------------------------------------------------------
 
-def _reducer(fn, *, shared_ok: bool = False):
-    """Kernel for a reducer; ``fn(call, x, axes)`` returns the result without kept dims."""
+def _reducer(fn):
+    """A reducer over array namespace ``xp`` (NumPy here, jax.numpy in kiln.xla, where the axes
+    are static), ``fn(xp, x, axes)`` giving the result without kept dims."""
 
-    def kernel(call: KernelCall, x: np.ndarray, axis: np.ndarray) -> np.ndarray:
-        reject_quantized(call, shared_ok=shared_ok)
+    def reduce(xp, call: KernelCall, x, axis):
         axes = reduction_axes(call, x, axis)
         kept_shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
         with np.errstate(all="ignore"):
-            out = fn(call, x, axes)
-        result = np.asarray(out).astype(x.dtype, copy=False)
+            out = fn(xp, x, axes)
+        result = xp.asarray(out).astype(x.dtype, copy=False)
         return result.reshape(kept_shape) if call.opts.keep_dims else result
+
+    reduce.__name__ = reduce.__qualname__ = fn.__name__.lstrip("_")
+    return reduce
+
+
+def _kernel(reduce, *, shared_ok: bool = False):
+    def kernel(call: KernelCall, x: np.ndarray, axis: np.ndarray) -> np.ndarray:
+        reject_quantized(call, shared_ok=shared_ok)
+        return reduce(np, call, x, axis)
 
     return kernel
 
 
-def _prod(call, x, axes):
-    return np.prod(x, axis=axes, dtype=x.dtype)
+def _prod(xp, x, axes):
+    return xp.prod(x, axis=axes, dtype=x.dtype)
 
 
 def _extreme(pick_max: bool):
     """REDUCE_MAX / REDUCE_MIN with LiteRT's fold order (see the module docstring)."""
 
-    def fn(call, x, axes):
-        if x.dtype == np.bool_ or not np.issubdtype(x.dtype, np.floating):
-            info = np.iinfo(x.dtype) if x.dtype != np.bool_ else None
+    def fn(xp, x, axes):
+        dtype = np.dtype(x.dtype)
+        if dtype.kind != "f" and dtype.name != "bfloat16":   # bool and integers
+            info = np.iinfo(dtype) if dtype != np.bool_ else None
             init = (info.min if pick_max else info.max) if info else (not pick_max)
-            reduce = np.max if pick_max else np.min
+            reduce = xp.max if pick_max else xp.min
             return reduce(x, axis=axes, initial=init)
-        rows = _to_rows(x, axes)
+        rows = _to_rows(xp, x, axes)
         k = rows.shape[-1]
         if k == 0:
-            info = np.finfo(x.dtype)
-            return np.full(rows.shape[:-1], info.min if pick_max else info.max, x.dtype)
+            info = np.finfo(dtype)
+            return xp.full(rows.shape[:-1], info.min if pick_max else info.max, dtype)
         init = -np.inf if pick_max else np.inf
-        nan = np.isnan(rows)
+        nan = xp.isnan(rows)
         has_nan = nan.any(axis=-1)
-        last_nan = np.where(has_nan, k - 1 - np.argmax(nan[..., ::-1], axis=-1), -1)
-        after = np.arange(k) > last_nan[..., None]
-        tail = np.where(after, rows, init)
+        last_nan = xp.where(has_nan, k - 1 - xp.argmax(nan[..., ::-1], axis=-1), -1)
+        after = xp.arange(k) > last_nan[..., None]
+        tail = xp.where(after, rows, init)
         out = tail.max(axis=-1) if pick_max else tail.min(axis=-1)
-        return np.where(last_nan == k - 1, np.nan, out).astype(x.dtype)
+        return xp.where(last_nan == k - 1, np.nan, out).astype(dtype)
 
+    fn.__name__ = "reduce_max" if pick_max else "reduce_min"
     return fn
 
 
-def _any(call, x, axes):
-    return np.any(x, axis=axes)
+def _any(xp, x, axes):
+    return xp.any(x, axis=axes)
 
 
-def _all(call, x, axes):
-    return np.all(x, axis=axes)
+def _all(xp, x, axes):
+    return xp.all(x, axis=axes)
+
+
+#: REDUCE_PROD / MAX / MIN / ANY / ALL, each ``fn(xp, call, x, axis)``: the reference kernel on
+#: NumPy and the XLA lowering on jax.numpy.
+REDUCERS = {"REDUCE_PROD": _reducer(_prod), "REDUCE_MAX": _reducer(_extreme(True)),
+            "REDUCE_MIN": _reducer(_extreme(False)), "REDUCE_ANY": _reducer(_any), "REDUCE_ALL": _reducer(_all)}
 
 
 # -- arg max/min ----------------------------------------------------------------------------
@@ -225,7 +242,7 @@ def _top_k_version(op) -> int:
 
 
 # Order-only kernels: on integer codes they give the quantized result (shared parameters).
-_REDUCE_MAX, _REDUCE_MIN = _reducer(_extreme(True), shared_ok=True), _reducer(_extreme(False), shared_ok=True)
+_REDUCE_MAX, _REDUCE_MIN = (_kernel(REDUCERS[name], shared_ok=True) for name in ("REDUCE_MAX", "REDUCE_MIN"))
 _ARG_MAX, _ARG_MIN = _arg(True), _arg(False)
 
 OPS: tuple[OpDef, ...] = (
@@ -239,7 +256,7 @@ OPS: tuple[OpDef, ...] = (
           # optimized one, bit-exact with its default resolver (its reference kernel is wrong)
           quantization=own(types=INT8_ONLY), reduces=True,
           types=takes("float16 float32 int8 uint8 int16 int32 int64")),
-    OpDef("REDUCE_PROD", _reducer(_prod), _REDUCER,
+    OpDef("REDUCE_PROD", _kernel(REDUCERS["REDUCE_PROD"]), _REDUCER,
           _by_input_type({(DType.INT8, DType.INT16): 2}), 2,
           runtime_versions=("1.11.0", "2.6.0"),
           reduces=True, types=takes("float32 int8 uint8 int16 int32 int64")),
@@ -251,10 +268,10 @@ OPS: tuple[OpDef, ...] = (
           runtime_versions=("1.11.0", "1.14.0", "2.5.0"), quantized=on_codes(_REDUCE_MIN),
           quantization=same(),
           reduces=True, types=takes("float16 float32 int8 uint8 int16 int32 int64")),
-    OpDef("REDUCE_ANY", _reducer(_any), _REDUCER,
+    OpDef("REDUCE_ANY", _kernel(REDUCERS["REDUCE_ANY"]), _REDUCER,
           runtime_versions=("1.11.0",),
           reduces=True),
-    OpDef("REDUCE_ALL", _reducer(_all), _REDUCER,
+    OpDef("REDUCE_ALL", _kernel(REDUCERS["REDUCE_ALL"]), _REDUCER,
           runtime_versions=("2.6.0",),
           reduces=True),
     OpDef("ARG_MAX", _ARG_MAX, OptionsSpec("ArgMaxOptions", {"output_type": DType.FLOAT32}),
@@ -272,4 +289,4 @@ OPS: tuple[OpDef, ...] = (
           runtime_versions=("2.4.0",), types=takes("float32 int32 int64")),
 )
 
-__all__ = ["OPS", "cumsum", "reduction_axes"]
+__all__ = ["OPS", "REDUCERS", "cumsum", "reduction_axes"]

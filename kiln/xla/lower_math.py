@@ -8,7 +8,6 @@ fail inside a compiled program, so they give XLA's value instead of an OpError.
 
 from __future__ import annotations
 
-import math
 
 import jax
 import jax.numpy as jnp
@@ -20,7 +19,7 @@ from ..errors import OpError
 from ..ops.activations import gelu
 from ..ops.elementwise import select
 from ..ops.misc import bitwise_xor, right_shift
-from ..ops.reduce import arg_extreme, cumsum, index_dtype, reduction_axes
+from ..ops.reduce import REDUCERS, arg_extreme, cumsum, index_dtype
 from ..schema import Activation
 from .lower_quant import int8_add_sub, int8_elementwise_check, int8_mul
 from .lowering import Rows, fused_range, is_float, on_jnp
@@ -279,53 +278,8 @@ ROWS.add("L2_NORMALIZATION", _float_input(_l2_normalization))
 
 # -- reductions --------------------------------------------------------------------------------
 
-def _to_rows(x, axes):
-    kept = [i for i in range(x.ndim) if i not in axes]
-    k = math.prod(x.shape[a] for a in axes)
-    return jnp.transpose(x, kept + list(axes)).reshape([x.shape[i] for i in kept] + [k])
-
-
-def _extreme(pick_max: bool):
-    """REDUCE_MAX / MIN folding ``cur = cur > x ? cur : x`` in row-major order, as LiteRT:
-    everything before the last NaN is forgotten; a NaN survives only in the last place."""
-
-    def fn(x, axes):
-        dtype = np.dtype(x.dtype)
-        if dtype == np.bool_ or not is_float(dtype):
-            init = (not pick_max) if dtype == np.bool_ else \
-                (np.iinfo(dtype).min if pick_max else np.iinfo(dtype).max)
-            reduce = jnp.max if pick_max else jnp.min
-            return reduce(x, axis=axes, initial=init)
-        rows = _to_rows(x, axes)
-        k = rows.shape[-1]
-        if k == 0:
-            info = np.finfo(dtype)
-            return jnp.full(rows.shape[:-1], info.min if pick_max else info.max, dtype)
-        nan = jnp.isnan(rows)
-        last_nan = jnp.where(nan.any(axis=-1), k - 1 - jnp.argmax(nan[..., ::-1], axis=-1), -1)
-        tail = jnp.where(jnp.arange(k) > last_nan[..., None], rows, -jnp.inf if pick_max else jnp.inf)
-        out = tail.max(axis=-1) if pick_max else tail.min(axis=-1)
-        return jnp.where(last_nan == k - 1, jnp.nan, out)
-
-    return fn
-
-
-def _reducer(fn):
-    def lower(call, x, axis):
-        x = jnp.asarray(x)
-        axes = reduction_axes(call, x, axis)
-        out = _as(fn(x, axes), x)
-        if call.opts.keep_dims:
-            out = out.reshape(tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
-        return out
-    return lower
-
-
-ROWS.add("REDUCE_PROD", _reducer(lambda x, axes: jnp.prod(x, axis=axes, dtype=x.dtype)), static=(1,))
-ROWS.add("REDUCE_MAX", _reducer(_extreme(True)), static=(1,))
-ROWS.add("REDUCE_MIN", _reducer(_extreme(False)), static=(1,))
-ROWS.add("REDUCE_ANY", _reducer(lambda x, axes: jnp.any(x, axis=axes)), static=(1,))
-ROWS.add("REDUCE_ALL", _reducer(lambda x, axes: jnp.all(x, axis=axes)), static=(1,))
+for _name, _reduce in REDUCERS.items():
+    ROWS.add(_name, on_jnp(_reduce), static=(1,))
 
 
 def _arg(pick_max: bool):
