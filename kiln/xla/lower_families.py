@@ -17,7 +17,7 @@ from .. import ops
 from ..kernels.float_math import Float32
 from ..ops.record import HYBRID, operand_types
 from ..schema import Activation, DType
-from .lowering import CODES, Rows
+from .lowering import CODES, Rows, per_tensor
 
 F32, F64 = jnp.float32, jnp.float64
 
@@ -110,20 +110,6 @@ def is_hybrid(op, x: int = 0) -> bool:
             and op.outputs[0].dtype == DType.FLOAT32)
 
 
-def _per_tensor(op, kinds=(DType.INT8,)) -> str | None:
-    """None when every quantized tensor of ``op`` has one scale and one of ``kinds``."""
-    for t in (*op.inputs, *op.outputs):
-        if t is None or not t.dtype.name.startswith(("INT", "UINT")):
-            continue
-        q = t.quantization
-        if q is None or q.scale.size == 0:
-            continue
-        if t.dtype not in kinds or q.scale.size != 1:
-            return (f"{op.name}: quantized tensor {t.name!r} is {t.dtype.name} with {q.scale.size} scales; "
-                    f"lowered: {'/'.join(k.name for k in kinds)} with one scale")
-    return None
-
-
 def hybrid_check(op, opts):
     """None for a hybrid node lowered here, else why not."""
     w = op.inputs[1]
@@ -186,7 +172,7 @@ def weighted_check(op, opts):
 
 
 def _pool_check(op, opts):
-    reason = _per_tensor(op, (DType.INT8, DType.UINT8, DType.INT16))
+    reason = per_tensor(op, (DType.INT8, DType.UINT8, DType.INT16))
     if reason:
         return reason
     q_in, q_out = op.inputs[0].quantization, op.outputs[0].quantization
@@ -204,8 +190,8 @@ def _batch_matmul_check(op, opts):
     if op.inputs[0].dtype == DType.INT16:
         if operand_types(op) not in ops.require("BATCH_MATMUL").quantized:
             return f"{op.name}: kiln has no {operand_types(op)} BATCH_MATMUL kernel"
-        return _per_tensor(op, (DType.INT16, DType.INT8))
-    return _per_tensor(op)
+        return per_tensor(op, (DType.INT16, DType.INT8))
+    return per_tensor(op)
 
 
 #: Every family's entries of the XLA table: the float format, then the quantized ones.
@@ -223,6 +209,6 @@ for _name in ("MAX_POOL_2D", "AVERAGE_POOL_2D"):
     ROWS.add(_name, lowering(_name), types=CODES, check=_pool_check)
 ROWS.add("MEAN", lowering("MEAN"), static=(1,))
 ROWS.add("MEAN", lowering("MEAN"), types=("int8", "int16"), static=(1,),
-         check=lambda op, opts: _per_tensor(op, (DType.INT8, DType.INT16)))
+         check=lambda op, opts: per_tensor(op, (DType.INT8, DType.INT16)))
 ROWS.add("SUM", lowering("SUM"), static=(1,))
-ROWS.add("SUM", lowering("SUM"), types=("int8",), static=(1,), check=lambda op, opts: _per_tensor(op))
+ROWS.add("SUM", lowering("SUM"), types=("int8",), static=(1,), check=lambda op, opts: per_tensor(op))

@@ -42,7 +42,7 @@ from ..kernels.softmax import (
 from ..ops.record import KernelCall, operand_types
 from ..schema import DType
 from .lower_shape import ROWS as SHAPE_ROWS
-from .lowering import CODES, Rows
+from .lowering import CODES, Rows, per_tensor
 
 _I64 = jnp.int64
 
@@ -53,20 +53,6 @@ def _q(t):
 
 def _zp(t) -> int:
     return int(t.quantization.zero_point[0])
-
-
-def _per_tensor(op, kinds=(DType.INT8,)) -> str | None:
-    """None when every tensor of ``op`` is quantized per tensor with one of ``kinds``."""
-    for t in (*op.inputs, *op.outputs):
-        if t is None or not t.dtype.name.startswith(("INT", "UINT")):
-            continue
-        q = t.quantization
-        if q is None or q.scale.size == 0:
-            continue
-        if t.dtype not in kinds or q.scale.size != 1:
-            return (f"{op.name}: quantized tensor {t.name!r} is {t.dtype.name} with {q.scale.size} scales; "
-                    f"lowered: {'/'.join(k.name for k in kinds)} with one scale")
-    return None
 
 
 # -- data movement on the codes: kiln/xla/table.py's `fill` gives every op whose quantized kernel
@@ -110,7 +96,7 @@ def _unary_check(op, opts):
     key = operand_types(op)
     if key not in ops.require(op.op_type).quantized:
         return f"{op.name}: kiln has no {key} kernel to tabulate"
-    return _per_tensor(op, codes)
+    return per_tensor(op, codes)
 
 
 # -- 8-bit binary ops as lookups in their kernel's table over every pair of codes -------------------
@@ -152,7 +138,7 @@ def _binary_check(op, opts):
     key = operand_types(op)
     if key not in ops.require(op.op_type).quantized:
         return f"{op.name}: kiln has no {key} kernel to tabulate"
-    reason = _per_tensor(op, (DType.INT8, DType.UINT8))
+    reason = per_tensor(op, (DType.INT8, DType.UINT8))
     if reason is None:
         try:
             _pair_table(op, opts, [t.dtype.numpy for t in op.outputs])
@@ -229,7 +215,7 @@ def _softmax_check(op, opts):
     if kind == DType.INT16 and (operand_types(op) not in ops.require("SOFTMAX").quantized
                                 or any(t.quantization.zero_point.any() for t in (op.inputs[0], op.outputs[0]))):
         return f"{op.name}: 16x8 SOFTMAX needs zero points 0 (and kiln's int16 kernel)"
-    return _per_tensor(op, (kind,))
+    return per_tensor(op, (kind,))
 
 
 # -- SQUARED_DIFFERENCE, CONCATENATION / PACK ---------------------------------------------------------
@@ -258,7 +244,7 @@ def _same_params_check(op, opts):
 
 
 def _int8_check(op, opts):
-    return _per_tensor(op)
+    return per_tensor(op)
 
 
 def kernel_check(op) -> str | None:

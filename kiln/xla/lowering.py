@@ -22,6 +22,7 @@ from .. import ops
 from ..errors import KilnError
 from ..ops.backends import FLOAT, BackendTable
 from ..ops.record import KernelCall
+from ..schema import DType
 
 #: ``static`` value meaning "every operand": the op's output shape depends on its values
 #: (WHERE, UNIQUE, ...), so it is only computed while tracing, from static inputs.
@@ -151,20 +152,16 @@ def fused_range(act: int, dtype) -> tuple:
     return max(float(lo), float(info.min)), min(float(hi), float(info.max))
 
 
-def computed_once(x):
-    """``x`` unchanged, as a value XLA computes once and stores.
-
-    Window slices (an im2col's taps, a depthwise convolution's) each read the same padded
-    input; XLA's CPU fusion copies a cheap-looking producer into every one of them, so an
-    int8 requantization before a 3x3 convolution ran nine times. XLA never duplicates a
-    reduction, and the maximum of ``x`` and its type's lowest value is ``x`` exactly (NaN
-    stays NaN); ``lax.optimization_barrier`` would not do: XLA's CPU pipeline removes it
-    before fusing. Measured (bench/xla_quant_bench.py, bench/xla_bench.py): int8 CNN 1.7x,
-    int8 and 16x8 MobileNetV2 1.25x, float CNN / MobileNetV2 at batch 8 1.15-1.2x faster,
-    batch 1 float models unchanged.
-    """
-    import jax.numpy as jnp
-
-    kind = np.dtype(x.dtype)
-    lowest = -np.inf if is_float(kind) else np.iinfo(kind).min
-    return jnp.max(jnp.stack([x, jnp.full_like(x, lowest)]), axis=0)
+def per_tensor(op, kinds=(DType.INT8,)) -> str | None:
+    """None when every quantized tensor of ``op`` has one scale and one of ``kinds`` (a check
+    of the lowerings that take one scale per tensor)."""
+    for t in (*op.inputs, *op.outputs):
+        if t is None or not t.dtype.name.startswith(("INT", "UINT")):
+            continue
+        q = t.quantization
+        if q is None or q.scale.size == 0:
+            continue
+        if t.dtype not in kinds or q.scale.size != 1:
+            return (f"{op.name}: quantized tensor {t.name!r} is {t.dtype.name} with {q.scale.size} scales; "
+                    f"lowered: {'/'.join(k.name for k in kinds)} with one scale")
+    return None
