@@ -378,18 +378,17 @@ def _select_v2(call: KernelCall, cond, x, y):
 
 # -- cast and friends ---------------------------------------------------------------------
 
-def _float_to_int(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """Truncate toward zero and saturate; NaN becomes the type's maximum (as LiteRT)."""
+def float_to_int(x, dtype: np.dtype, xp=np):
+    """Truncate toward zero and saturate; NaN becomes the type's maximum (as LiteRT). Over
+    array namespace ``xp`` (kiln.xla's CAST passes jax.numpy)."""
     info = np.iinfo(dtype)
-    t = np.trunc(x.astype(np.float64))
+    t = xp.trunc(x.astype(np.float64))
     hi = t >= float(info.max) + 1.0
     lo = t <= float(info.min) - 1.0
-    nan = np.isnan(t)
-    safe = np.where(hi | lo | nan, 0.0, t)
-    out = safe.astype(dtype)
-    out[hi | nan] = info.max
-    out[lo] = info.min
-    return out
+    nan = xp.isnan(t)
+    out = xp.where(hi | lo | nan, 0.0, t).astype(dtype)
+    out = xp.where(hi | nan, xp.asarray(info.max, dtype), out)
+    return xp.where(lo, xp.asarray(info.min, dtype), out)
 
 
 def _cast(call: KernelCall, x: np.ndarray) -> np.ndarray:
@@ -402,7 +401,7 @@ def _cast(call: KernelCall, x: np.ndarray) -> np.ndarray:
         if dst == np.bool_:
             return x != 0
         if np.issubdtype(dst, np.integer) and np.issubdtype(x.dtype, np.floating):
-            return _float_to_int(x, dst)
+            return float_to_int(x, dst)
         if x.dtype == np.object_ or dst == np.object_:
             raise OpError(f"CAST: cannot cast {x.dtype} to {dst}")
         return x.astype(dst)
@@ -581,5 +580,5 @@ OPS: tuple[OpDef, ...] = (
 )
 
 __all__ = [
-    "OPS", "activation_range", "clamp_activation", "is_quantized", "reject_quantized", "select",
+    "OPS", "activation_range", "clamp_activation", "is_quantized", "float_to_int", "reject_quantized", "select",
 ]

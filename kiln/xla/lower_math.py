@@ -17,7 +17,7 @@ from jax.scipy.special import erfc
 
 from ..errors import OpError
 from ..ops.activations import gelu
-from ..ops.elementwise import select
+from ..ops.elementwise import float_to_int, select
 from ..ops.misc import bitwise_xor, right_shift
 from ..ops.reduce import REDUCERS, arg_extreme, cumsum, index_dtype
 from ..schema import Activation
@@ -169,18 +169,6 @@ ROWS.add("SELECT", on_jnp(select))
 ROWS.add("SELECT_V2", lambda call, cond, x, y: jnp.where(jnp.asarray(cond).astype(bool), x, y))
 
 
-def _float_to_int(x, dtype):
-    """Truncate toward zero and saturate; NaN becomes the type's maximum (as LiteRT)."""
-    info = np.iinfo(dtype)
-    t = jnp.trunc(x.astype(jnp.float64))
-    hi = t >= float(info.max) + 1.0
-    lo = t <= float(info.min) - 1.0
-    nan = jnp.isnan(t)
-    out = jnp.where(hi | lo | nan, 0.0, t).astype(dtype)
-    out = jnp.where(hi | nan, jnp.asarray(info.max, dtype), out)
-    return jnp.where(lo, jnp.asarray(info.min, dtype), out)
-
-
 def _cast(call, x):
     dst = np.dtype(call.out_dtypes[0])
     x = jnp.asarray(x)
@@ -189,7 +177,7 @@ def _cast(call, x):
     if dst == np.bool_:
         return x != 0
     if dst.kind in "iu" and is_float(x.dtype):
-        return _float_to_int(x, dst)
+        return float_to_int(x, dst, jnp)
     return x.astype(dst)
 
 
