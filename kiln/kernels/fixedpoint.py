@@ -22,10 +22,11 @@ from kiln.schema import Activation
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
 
-def round_half_away(x) -> np.ndarray:
-    """C's std::round (TfLiteRound): halves away from zero, unlike NumPy's half-to-even."""
-    x = np.asarray(x, np.float64)  # float32's x + 0.5 would round large values early
-    return np.sign(x) * np.floor(np.abs(x) + 0.5)
+def round_half_away(x, xp=np) -> np.ndarray:
+    """C's std::round (TfLiteRound): halves away from zero, unlike NumPy's half-to-even (over
+    array namespace ``xp``)."""
+    x = xp.asarray(x, np.float64)  # float32's x + 0.5 would round large values early
+    return xp.sign(x) * xp.floor(xp.abs(x) + 0.5)
 
 
 def quantize_multiplier(real_multiplier: float) -> tuple[int, int]:

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..errors import OpError
-from ..kernels.fixedpoint import activation_range, dtype_range, quantize_multiplier, xp_rescale
+from ..kernels.fixedpoint import activation_range, dtype_range, quantize_multiplier, round_half_away, xp_rescale
 from ..ops.quantize import dequantize
 from ..schema import Activation, DType
 from .lowering import CODES, Rows
@@ -58,7 +58,7 @@ def _quantize(call, x):
         # 140M values, half of them next to a .5 boundary).
         v = x.astype(jnp.float32).astype(jnp.float64) / np.asarray(scale, np.float64)
         v = v.astype(jnp.float32).astype(jnp.float64)
-        rounded = jnp.sign(v) * jnp.floor(jnp.abs(v) + 0.5)          # half away from zero
+        rounded = round_half_away(v, jnp)
         # Saturate in float first: the reference casts values far outside int64 to its minimum.
         q = jnp.clip(jnp.nan_to_num(rounded, nan=-2.0 ** 62), -2.0 ** 62, 2.0 ** 62).astype(_I64) + zp
         return jnp.clip(q, lo, hi).astype(out_dtype)

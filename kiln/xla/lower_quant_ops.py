@@ -29,6 +29,7 @@ from .. import ops
 from ..errors import KilnError
 from ..kernels.elementwise import xp_squared_difference
 from ..kernels.fixedpoint import dtype_range as _limits
+from ..kernels.fixedpoint import round_half_away
 from ..kernels.image import xp_resize_bilinear
 from ..kernels.softmax import (
     softmax_exp_table,
@@ -159,11 +160,6 @@ def _binary_tables(rows) -> None:
 
 # -- SOFTMAX (int8: the reference kernel's fixed point, kiln.kernels.softmax) -------------
 
-def _round_half_away(v):
-    v = v.astype(jnp.float64)
-    return jnp.sign(v) * jnp.floor(jnp.abs(v) + 0.5)
-
-
 def _softmax(call, x):
     """int8 SOFTMAX: `softmax_fixed_point`, the reference kernel's own arithmetic on
     jax.numpy; rows so wide and flat that BUILTIN_REF aborts get the kernel's fallback (the
@@ -194,7 +190,7 @@ def _softmax_float_table(call, x):
         cols = jnp.moveaxis(exps, -1, 0)
         total = lax.fori_loop(0, n, lambda j, acc: acc + cols[j], jnp.zeros(x.shape[:-1], jnp.float32))[..., None]
     inverse = jnp.float32(1) / (total * f32(q_y.scale[0]))
-    out = _round_half_away(exps * inverse) + _zp(call.op.outputs[0])
+    out = round_half_away(exps * inverse, jnp) + _zp(call.op.outputs[0])
     return jnp.clip(out, *_limits(call.out_dtypes[0]))
 
 
