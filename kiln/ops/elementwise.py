@@ -24,7 +24,8 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import Activation, DType
-from . import quantized_kernels
+from ..kernels import activations as activation_kernels
+from ..kernels import elementwise as elementwise_kernels
 from .record import (
     FIXED_SIZE,
     UNLISTED,
@@ -459,7 +460,7 @@ def _compare(fn: Callable) -> Callable:
 def _comparison(name, fn, table, rule, top, runtime) -> OpDef:
     """int8 and uint8 rescale both sides (LiteRT's comparisons); int16 compares codes of
     shared parameters."""
-    kernel, rescaled = _compare(fn), quantized_kernels.comparison(fn)
+    kernel, rescaled = _compare(fn), elementwise_kernels.comparison(fn)
     quantized = {**on_codes(kernel), "int8": rescaled, "uint8": rescaled}
     types = "float16 float32 int8 uint8 int16 int32 int64" + (" bool string" if name in ("EQUAL", "NOT_EQUAL") else "")
     return OpDef(name, kernel, _table(table), rule, top, runtime_versions=runtime, quantized=quantized,
@@ -474,23 +475,23 @@ OPS: tuple[OpDef, ...] = (
     OpDef("ADD", _binary(_add, act=True, fresh=True, quiet_ints=True), _table("AddOptions", **_ADD_OPTS),
           _add_version, 6,
           runtime_versions=("1.5.0", "1.14.0", "2.4.0", "2.6.0", "2.13.0", "2.23.0"),
-          fused_activation_host=True, quantized=quantized_kernels.ADD,
+          fused_activation_host=True, quantized=elementwise_kernels.ADD,
           quantization=own(0, 1), takes_raw=frozenset({INT16}),
           types=takes("float16 float32 int8 uint8 int16 int32 int64")),
     OpDef("SUB", _binary(_sub, act=True, fresh=True, quiet_ints=True), _table("SubOptions", **_ADD_OPTS),
           _sub_version, 5,
           runtime_versions=("1.6.0", "1.14.0", "2.3.0", "2.4.0", "2.4.0"), fused_activation_host=True,
-          quantized=quantized_kernels.SUB,
+          quantized=elementwise_kernels.SUB,
           quantization=own(0, 1), types=takes("float16 float32 int8 uint8 int16 int32 int64")),
     OpDef("MUL", _binary(_mul, act=True, fresh=True, quiet_ints=True), _table("MulOptions", **_ACT_OPTS),
           _mul_version, 8,
           runtime_versions=("1.5.0", "1.14.0", "1.15.0", "2.3.0", "2.6.0", "2.11.0", "2.13.0", "2.23.0"),
-          fused_activation_host=True, quantized=quantized_kernels.MUL,
+          fused_activation_host=True, quantized=elementwise_kernels.MUL,
           quantization=own(0, 1), takes_raw=frozenset({INT16}),
           types=takes("float16 float32 complex64 int8 uint8 int16 int32 int64")),
     OpDef("DIV", _binary(_div, act=True, fresh=True), _table("DivOptions", **_ACT_OPTS),
           _div_version, 2,
-          runtime_versions=("1.6.0", "2.3.0"), fused_activation_host=True, quantized=quantized_kernels.DIV,
+          runtime_versions=("1.6.0", "2.3.0"), fused_activation_host=True, quantized=elementwise_kernels.DIV,
           types=takes("float16 float32 int8 uint8 int16 int32")),
     # other binary arithmetic
     OpDef("FLOOR_DIV", _binary(_floor_div), _table("FloorDivOptions"),
@@ -501,7 +502,7 @@ OPS: tuple[OpDef, ...] = (
           runtime_versions=("1.13.0", "2.13.0"), types=takes("float32 int8 int16 int32 int64")),
     OpDef("SQUARED_DIFFERENCE", _binary(_squared_difference), _table("SquaredDifferenceOptions"),
           _by_type({_I8: 2}), 2,
-          runtime_versions=("1.13.1", "2.5.0"), quantized=quantized_kernels.SQUARED_DIFFERENCE,
+          runtime_versions=("1.13.1", "2.5.0"), quantized=elementwise_kernels.SQUARED_DIFFERENCE,
           quantization=own(0, 1, types=INT8_ONLY), types=takes("float16 float32 int8 int32")),
     OpDef("POW", _binary(_pow), _table("PowOptions"),
           runtime_versions=("1.10.0",), types=takes("float32 int32")),
@@ -515,16 +516,16 @@ OPS: tuple[OpDef, ...] = (
           runtime_versions=("2.10.0",)),
     # unary math
     OpDef("RSQRT", _unary_float("RSQRT"), None, _by_type({_I16: 3, _I8: 2}), 3,
-          runtime_versions=("1.10.0", "2.5.0", "2.15.0"), quantized=quantized_kernels.RSQRT,
+          runtime_versions=("1.10.0", "2.5.0", "2.15.0"), quantized=activation_kernels.RSQRT,
           quantization=own()),
     OpDef("SQRT", _unary_float("SQRT"), None, _by_type({(_I8, _I16): 2}), 2,
-          runtime_versions=("1.10.0", "2.21.0"), quantized=quantized_kernels.SQRT,
+          runtime_versions=("1.10.0", "2.21.0"), quantized=activation_kernels.SQRT,
           quantization=own()),
     OpDef("EXP", _unary_float("EXP"), _table("ExpOptions"), _by_type({(_I8, _I16): 2}), 2,
-          runtime_versions=("1.7.0", "2.12.0"), quantized=quantized_kernels.EXP,
+          runtime_versions=("1.7.0", "2.12.0"), quantized=activation_kernels.EXP,
           quantization=own(), types=takes("float16 float32 int8 int16")),
     OpDef("LOG", _unary_float("LOG"), None, _by_type({(_I8, _I16): 2}), 2,
-          runtime_versions=("1.14.0", "2.15.0"), quantized=quantized_kernels.LOG,
+          runtime_versions=("1.14.0", "2.15.0"), quantized=activation_kernels.LOG,
           quantization=own(), types=takes("float16 float32 int8 int16")),
     OpDef("SIN", _unary_float("SIN"), None, max_version=2,
           runtime_versions=("1.9.0", UNLISTED)),
@@ -541,8 +542,9 @@ OPS: tuple[OpDef, ...] = (
     OpDef("NEG", _unary(np.negative), _table("NegOptions"),
           runtime_versions=("1.9.0",)),
     OpDef("ABS", _unary(np.abs), _table("AbsOptions"), _abs_version, 5,
-          runtime_versions=("1.13.0", "2.4.0", "2.5.0", "2.6.0", "2.12.0"), quantized=quantized_kernels.ABS,
-          quantization=own(), takes_raw=frozenset({INT16}), types=takes("float16 float32 int8 int16 int32")),
+          runtime_versions=("1.13.0", "2.4.0", "2.5.0", "2.6.0", "2.12.0"), quantized=activation_kernels.ABS,
+          quantization=own(), takes_raw=frozenset({INT16}),
+          types=takes("float16 float32 int8 int16 int32")),
     OpDef("SIGN", _unary(_sign), _table("SignOptions"), _by_type({_I32: 2}), 2,
           runtime_versions=("2.11.0", "2.12.0"), types=takes("float32 float64 int32")),
     # comparisons

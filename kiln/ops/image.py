@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import DType
-from . import quantized_kernels
+from ..kernels import image as image_kernels
 from .record import (
     KernelCall,
     OpDef,
@@ -42,7 +42,7 @@ def _nhwc(call: KernelCall, x: np.ndarray) -> np.ndarray:
     return x
 
 
-def _new_size(call: KernelCall, size) -> tuple[int, int]:
+def new_size(call: KernelCall, size) -> tuple[int, int]:
     size = np.asarray(size).reshape(-1)
     if size.size != 2 or size.dtype.kind not in "iu":
         raise OpError(f"{call.op.name}: size must be an integer [new_height, new_width], got {size}")
@@ -61,7 +61,7 @@ def _scale(in_size: int, out_size: int, align_corners: bool) -> np.float32:
 
 # -- RESIZE_BILINEAR ----------------------------------------------------------------------------
 
-def _bilinear_axis(in_size: int, out_size: int, align_corners: bool, half_pixel: bool):
+def bilinear_axis(in_size: int, out_size: int, align_corners: bool, half_pixel: bool):
     """Per output index: lower and upper source index and the weight of the upper one."""
     scale = _scale(in_size, out_size, align_corners)
     pos = np.arange(out_size, dtype=_F32)
@@ -93,12 +93,12 @@ def _resize_bilinear_kernel(call: KernelCall, x, size):
     if x.dtype.kind != "f":
         raise OpError(f"RESIZE_BILINEAR: input type {x.dtype} is not implemented (float only)")
     opts = call.opts
-    oh, ow = _new_size(call, size)
+    oh, ow = new_size(call, size)
     ac, hp = bool(opts.align_corners), bool(opts.half_pixel_centers)
     if ac and hp:
         raise OpError("RESIZE_BILINEAR: if half_pixel_centers is True, align_corners must be False")
-    y0, y1, dy = _bilinear_axis(x.shape[1], oh, ac, hp)
-    x0, x1, dx = _bilinear_axis(x.shape[2], ow, ac, hp)
+    y0, y1, dy = bilinear_axis(x.shape[1], oh, ac, hp)
+    x0, x1, dx = bilinear_axis(x.shape[2], ow, ac, hp)
     xf = x.astype(_F32, copy=False)
     top, bottom = xf[:, y0], xf[:, y1]
     dy = dy[None, :, None, None]
@@ -120,7 +120,7 @@ RESIZE_BILINEAR = OpDef(
     }),
     version=_resize_bilinear_version,
     max_version=4,
-    quantized=quantized_kernels.RESIZE_BILINEAR,
+    quantized=image_kernels.RESIZE_BILINEAR,
     runtime_versions=("1.7.0", "1.14.0", "2.2.0", "2.5.0"),
     quantization=same(),
     types=takes("float32 int8 uint8 int16"),
@@ -135,7 +135,7 @@ def _round_half_away(v: np.ndarray) -> np.ndarray:
     return r + (v - r >= _F32(0.5))
 
 
-def _nearest_axis(in_size: int, out_size: int, align_corners: bool, half_pixel: bool):
+def nearest_axis(in_size: int, out_size: int, align_corners: bool, half_pixel: bool):
     scale = _scale(in_size, out_size, align_corners)
     offset = _F32(0.5) if half_pixel else _F32(0)
     src = (np.arange(out_size, dtype=_F32) + offset) * scale
@@ -158,10 +158,10 @@ def _resize_nearest_kernel(call: KernelCall, x, size):
     reject_quantized(call, shared_ok=True)
     x = _nhwc(call, x)
     opts = call.opts
-    oh, ow = _new_size(call, size)
+    oh, ow = new_size(call, size)
     ac, hp = bool(opts.align_corners), bool(opts.half_pixel_centers)
-    rows = _nearest_axis(x.shape[1], oh, ac, hp)
-    cols = _nearest_axis(x.shape[2], ow, ac, hp)
+    rows = nearest_axis(x.shape[1], oh, ac, hp)
+    cols = nearest_axis(x.shape[2], ow, ac, hp)
     return x[:, rows][:, :, cols].astype(call.out_dtypes[0], copy=False)
 
 

@@ -155,12 +155,12 @@ def _py_slice(start: int, end: int, stride: int) -> slice:
 
 def _strided_slice(call: KernelCall, x: np.ndarray, begin: np.ndarray, end: np.ndarray,
                    strides: np.ndarray):
-    eff_shape, index, out_shape = _strided_slice_plan(call.opts, x, begin, end, strides)
+    eff_shape, index, out_shape = strided_slice_plan(call.opts, x, begin, end, strides)
     out = x.reshape(eff_shape)[index]
     return dense(out).reshape(out_shape)
 
 
-def _strided_slice_plan(o, x: np.ndarray, begin, end, strides):
+def strided_slice_plan(o, x: np.ndarray, begin, end, strides):
     """(shape to view x as, index into that view, output shape) of a strided slice."""
     b = int_values(begin, "STRIDED_SLICE", "begin")
     e = int_values(end, "STRIDED_SLICE", "end")

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 import numpy as np
 
 from ..errors import OpError
+from ..kernels.family import QUANTIZABLE, float_range, is_quantized, reject_quantized, with_state  # noqa: F401 - the families' names
 from ..schema import BUILTIN_CODES, Activation, DType, options_defaults
 from .traits import HYBRID, INT8, INT16, UINT8, MacRule, Quantization, Weights
 
@@ -96,16 +97,7 @@ Kernel = Callable[..., Any]
 #: (LiteRT's dynamic-range kernels).
 #: The integer types a quantized activation may have.
 CODE_TYPES = (INT8, UINT8, INT16)
-_QUANTIZABLE = frozenset({DType.INT8, DType.UINT8, DType.INT16, DType.INT4})
 _FLOATS = frozenset({DType.FLOAT32, DType.FLOAT16})
-
-
-def is_quantized(tensor) -> bool:
-    """An integer tensor with affine quantization parameters."""
-    if tensor is None or tensor.dtype not in _QUANTIZABLE:
-        return False
-    q = tensor.quantization
-    return q is not None and q.scale.size > 0
 
 
 def operand_types(op: "Operator") -> str | None:
@@ -130,7 +122,7 @@ def unquantized_codes(op: "Operator", record: "OpDef") -> "Tensor | None":
     LiteRT's kernel reads as quantized (`OpDef.reads_scales`): on such a node LiteRT computes
     with a zero scale — wrong values, or an abort (ADD, SUB, the comparisons). None: no such operand."""
     for t in (*op.inputs, *op.outputs):
-        if t is not None and t.dtype in _QUANTIZABLE and t.dtype != DType.INT4 and not is_quantized(t) \
+        if t is not None and t.dtype in QUANTIZABLE and t.dtype != DType.INT4 and not is_quantized(t) \
                 and record.reads_scales(t.dtype.name.lower()):
             return t
     return None
@@ -232,6 +224,10 @@ class OpDef:
     #: Kernels for quantized operands, keyed by `operand_types` (INT8, UINT8, INT16, HYBRID);
     #: same contract as ``kernel``. A quantized node whose key is missing is refused.
     quantized: Mapping[str, Kernel] = field(default_factory=dict, hash=False)
+    #: The op's kernel family (kiln.kernels.family): per operand-types key (None: float) a
+    #: `Format` — ``prepare(call, inputs)`` then ``run(xp, prepared, *activations)`` — that
+    #: ``kernel`` and ``quantized`` run on NumPy and every backend runs the same way (`family`).
+    formats: Mapping[str | None, Any] = field(default_factory=dict, hash=False)
 
     #: Names of the input slots, in operand order ("input", "filter", "bias"; the fused
     #: LSTMs' layout is kiln.schema's). Empty where the positions need no names.
@@ -334,13 +330,11 @@ class OpDef:
 
 # -- helpers shared by the op families ------------------------------------------------------
 
-def with_state(call: KernelCall, outputs: Sequence, states: Sequence) -> tuple:
-    """A stateful kernel's result: its outputs padded to the node's output count (None for an
-    output the node omits), then the new values of the record's ``state_operands``."""
-    n = len(call.out_dtypes)
-    if len(outputs) > n:
-        raise OpError(f"{call.op.name}: computed {len(outputs)} outputs but the node has {n}")
-    return (*outputs, *([None] * (n - len(outputs))), *states)
+def family(formats: Mapping[str | None, Any]) -> dict[str, Any]:
+    """An OpDef's kernels from its kernel family: ``kernel`` (the float format's reference
+    kernel), ``quantized`` (the others') and ``formats`` (the family, for the backends)."""
+    kernels = {key: fmt.kernel for key, fmt in formats.items()}
+    return {"kernel": kernels.pop(None), "quantized": kernels, "formats": formats}
 
 
 def apply_activation(x: np.ndarray, act: int) -> np.ndarray:
@@ -386,52 +380,15 @@ def dtype_version(op: "Operator", table: Mapping[DType, int], i: int = 0, defaul
 
 # -- fused activations and quantized operands, for every family's kernels ----------------------
 
-def reject_quantized(call: KernelCall, *, shared_ok: bool = False) -> None:
-    """Refuse quantized operands (no quantized kernel yet).
-
-    With ``shared_ok`` an op that only compares, selects or moves raw values accepts them
-    when every quantized input and output uses the same scale and zero point, because its
-    result on the raw integers is then exactly the quantized result.
-    """
-    op = call.op
-    tensors = [t for t in (*op.inputs, *op.outputs) if t is not None]
-    quantized = [t for t in tensors if t.dtype in _QUANTIZABLE and is_quantized(t)]
-    if not quantized:
-        return
-    if shared_ok:
-        first = quantized[0].quantization
-        ints = [t for t in tensors if t.dtype in _QUANTIZABLE]
-        if len(ints) == len(quantized) and all(t.quantization == first for t in quantized):
-            return
-    t = quantized[0]
-    raise OpError(
-        f"{call.op.name}: quantized kernel not implemented yet (tensor {t.name!r} is "
-        f"{t.dtype.name} with quantization parameters)"
-    )
-
-
 def activation_range(act: int, dtype: np.dtype) -> tuple:
-    """The (min, max) clamp LiteRT applies for a fused activation on ``dtype`` outputs.
-
-    Mirrors LiteRT's CalculateActivationRange: TANH and SIGN_BIT have no range of their own
-    and fall back to the type's limits, like NONE.
-    """
+    """The (min, max) clamp LiteRT applies for a fused activation on ``dtype`` outputs
+    (kiln.kernels.family.float_range, kept per (activation, type))."""
     return _activation_range(act, np.dtype(dtype))
 
 
 @lru_cache(maxsize=None)
 def _activation_range(act: int, dtype: np.dtype) -> tuple:
-    info = np.finfo(dtype) if np.issubdtype(dtype, np.floating) else np.iinfo(dtype)
-    lo, hi = info.min, info.max
-    if act == Activation.RELU:
-        return 0, hi
-    if act == Activation.RELU6:
-        return 0, 6
-    if act == Activation.RELU_N1_TO_1:
-        return -1, 1
-    if act in (Activation.NONE, Activation.TANH, Activation.SIGN_BIT):
-        return lo, hi
-    raise OpError(f"unknown fused activation function {act}")
+    return float_range(act, dtype)
 
 
 def clamp_activation(x: np.ndarray, act: int, *, in_place: bool = False) -> np.ndarray:

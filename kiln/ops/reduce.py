@@ -14,14 +14,23 @@ LiteRT's builtin kernels reproduced here:
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..errors import OpError
 from ..schema import DType
-from . import quantized_kernels
-from .record import KernelCall, OpDef, OptionsSpec, input_dtype, on_codes, output_dtype, reject_quantized, takes
+from ..kernels import reduce
+from ..kernels.reduce import reduction_axes
+from .record import (
+    KernelCall,
+    OpDef,
+    OptionsSpec,
+    input_dtype,
+    family,
+    on_codes,
+    output_dtype,
+    reject_quantized,
+    takes,
+)
 from .traits import INT8_ONLY, own, same
 
 # -- axes ---------------------------------------------------------------------------------
@@ -33,22 +42,11 @@ def _axis_values(call: KernelCall, axis: np.ndarray) -> list[int]:
     return a.reshape(-1).tolist()
 
 
-def _normalize_axis(call: KernelCall, v: int, rank: int) -> int:
-    if not -rank <= v < rank:
-        raise OpError(f"{call.op.name}: axis {v} is out of range for an input of rank {rank}")
-    return v % rank
-
-
-def reduction_axes(call: KernelCall, x: np.ndarray, axis: np.ndarray) -> tuple[int, ...]:
-    """Sorted, de-duplicated, non-negative axes from a reducer's axis operand."""
-    return tuple(sorted({_normalize_axis(call, v, x.ndim) for v in _axis_values(call, axis)}))
-
-
 def _single_axis(call: KernelCall, x: np.ndarray, axis: np.ndarray) -> int:
     values = _axis_values(call, axis)
     if len(values) != 1:
         raise OpError(f"{call.op.name}: expected one axis, got {values}")
-    return _normalize_axis(call, values[0], x.ndim)
+    return reduction_axes(call, x, np.asarray(values[:1]))[0]
 
 
 def _to_rows(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
@@ -74,22 +72,6 @@ def _reducer(fn, *, shared_ok: bool = False):
         return result.reshape(kept_shape) if call.opts.keep_dims else result
 
     return kernel
-
-
-def _mean(call, x, axes):
-    count = math.prod(x.shape[a] for a in axes)
-    if x.dtype.kind in "iu":
-        total = np.sum(x, axis=axes, dtype=np.int64)
-        if count == 0:
-            return np.zeros_like(total)
-        q = np.abs(total) // count  # truncate toward zero, like C++ integer division
-        return np.where(total < 0, -q, q)
-    return np.add.reduce(x, axis=axes, dtype=np.float64) / count  # 0 / 0 -> NaN when empty
-
-
-def _sum(call, x, axes):
-    acc = np.float64 if x.dtype.kind == "f" else x.dtype
-    return np.add.reduce(x, axis=axes, dtype=acc)
 
 
 def _prod(call, x, axes):
@@ -132,7 +114,7 @@ def _all(call, x, axes):
 
 # -- arg max/min ----------------------------------------------------------------------------
 
-def _index_dtype(call: KernelCall, i: int, fallback) -> np.dtype:
+def index_dtype(call: KernelCall, i: int, fallback) -> np.dtype:
     """Index output type: the output tensor's type when it is an integer type."""
     dt = np.dtype(call.out_dtypes[i]) if len(call.out_dtypes) > i and call.out_dtypes[i] else None
     if dt is not None and dt.kind in "iu":
@@ -156,7 +138,7 @@ def arg_extreme(xp, call: KernelCall, x, axis, pick_max: bool):
     idx = xp.argmax(v, axis=ax) if pick_max else xp.argmin(v, axis=ax)
     if floating:
         idx = xp.where(xp.isnan(xp.take(x, 0, axis=ax)), 0, idx)
-    return xp.asarray(idx).astype(_index_dtype(call, 0, fallback))
+    return xp.asarray(idx).astype(index_dtype(call, 0, fallback))
 
 
 def _arg(pick_max: bool):
@@ -191,7 +173,7 @@ def _top_k(call: KernelCall, x: np.ndarray, k: np.ndarray):
     with np.errstate(invalid="ignore"):
         order = _descending_order(x)[..., :kk]
     values = np.take_along_axis(x, order, axis=-1)
-    return values, order.astype(_index_dtype(call, 1, np.int32))
+    return values, order.astype(index_dtype(call, 1, np.int32))
 
 
 # -- cumulative sum -----------------------------------------------------------------------
@@ -241,15 +223,16 @@ _REDUCE_MAX, _REDUCE_MIN = _reducer(_extreme(True), shared_ok=True), _reducer(_e
 _ARG_MAX, _ARG_MIN = _arg(True), _arg(False)
 
 OPS: tuple[OpDef, ...] = (
-    OpDef("MEAN", _reducer(_mean), _REDUCER, _MEAN_MAX_MIN, 3,
-          runtime_versions=("1.6.0", "1.14.0", "2.4.0"), quantized=quantized_kernels.MEAN,
+    OpDef("MEAN", options=_REDUCER, version=_MEAN_MAX_MIN, max_version=3, **family(reduce.MEAN),
+          runtime_versions=("1.6.0", "1.14.0", "2.4.0"),
           quantization=own(),
           reduces=True, types=takes("float16 float32 int8 uint8 int16 int32 int64")),
-    OpDef("SUM", _reducer(_sum), _REDUCER, _by_input_type({_I8: 2}), 2,
-          runtime_versions=("1.10.0", "1.15.0"), quantized=quantized_kernels.SUM,
+    OpDef("SUM", options=_REDUCER, version=_by_input_type({_I8: 2}), max_version=2, **family(reduce.SUM),
+          runtime_versions=("1.10.0", "1.15.0"),
           # int8 only, as TF quantizes it (it leaves SUM float in 16x8); the kernel is LiteRT's
           # optimized one, bit-exact with its default resolver (its reference kernel is wrong)
-          quantization=own(types=INT8_ONLY), reduces=True, types=takes("float16 float32 int8 uint8 int16 int32 int64")),
+          quantization=own(types=INT8_ONLY), reduces=True,
+          types=takes("float16 float32 int8 uint8 int16 int32 int64")),
     OpDef("REDUCE_PROD", _reducer(_prod), _REDUCER,
           _by_input_type({(DType.INT8, DType.INT16): 2}), 2,
           runtime_versions=("1.11.0", "2.6.0"),

@@ -14,7 +14,7 @@ from .lstm import (
     _check_float,
     _check_shape,
     _f32,
-    _get,
+    optional_operand,
     _hybrid_version,
     _swap_time_batch,
 )
@@ -75,7 +75,7 @@ def bidi_rnn_routing(name: str, inputs, xt, time_major: bool, to_time_major):
     routes it (also kiln.xla's lowering): (the backward direction's input, the aux input both
     directions add through their aux weights or None, the forward and backward aux weights).
     ``xt``: the time-major input; ``to_time_major``: the caller's conversion of the aux input."""
-    aux_in, fw_aux_w, bw_aux_w = (_get(inputs, i) for i in (9, 10, 11))
+    aux_in, fw_aux_w, bw_aux_w = (optional_operand(inputs, i) for i in (9, 10, 11))
     if (fw_aux_w is None) != (bw_aux_w is None):
         raise OpError(f"{name}: aux weights (operands 10, 11) must be given for both directions "
                       "or for neither")

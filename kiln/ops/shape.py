@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import DType, MirrorPadMode
-from . import quantized_kernels
+from ..kernels import elementwise as elementwise_kernels
 from .record import (
     FIXED_SIZE,
     UNLISTED,
@@ -164,10 +164,10 @@ def _expand_dims(call: KernelCall, x: np.ndarray, axis: np.ndarray):
 # -- TRANSPOSE ------------------------------------------------------------------------------
 
 def _transpose(call: KernelCall, x: np.ndarray, perm: np.ndarray):
-    return dense(np.transpose(x, _transpose_perm(x, perm)))
+    return dense(np.transpose(x, transpose_perm(x, perm)))
 
 
-def _transpose_perm(x: np.ndarray, perm: np.ndarray) -> list[int]:
+def transpose_perm(x: np.ndarray, perm: np.ndarray) -> list[int]:
     p = int_values(perm, "TRANSPOSE", "perm")
     if len(p) != x.ndim:
         raise OpError(f"TRANSPOSE: perm {p} has {len(p)} entries for a rank-{x.ndim} input")
@@ -594,11 +594,11 @@ OPS = (
     _movement("CONCATENATION", _concatenation,
               options=OptionsSpec("ConcatenationOptions", {"axis": 0, "fused_activation_function": 0}),
               version=_concat_version, max_version=7,
-              quantized={**on_codes(_concatenation), **quantized_kernels.CONCATENATION},
+              quantized={**on_codes(_concatenation), **elementwise_kernels.CONCATENATION},
               runtime_versions=("1.5.0", "1.14.0", "2.3.0", "2.14.0", "2.21.0", UNLISTED, UNLISTED),
               quantization=requantize(), types=takes("bool float16 float32 int8 uint8 int16 int32 uint32 int64")),
     _movement("PACK", _pack, options=OptionsSpec("PackOptions", {"values_count": 0, "axis": 0}),
-              version=_pack_version, max_version=5, quantized={**on_codes(_pack), **quantized_kernels.PACK},
+              version=_pack_version, max_version=5, quantized={**on_codes(_pack), **elementwise_kernels.PACK},
               runtime_versions=("1.11.0", "1.14.0", "2.3.0", "2.13.0", UNLISTED),
               quantization=requantize(), types=takes("float32 int8 uint8 int16 int32 uint32 int64")),
     _movement("UNPACK", _unpack, options=OptionsSpec("UnpackOptions", {"num": 0, "axis": 0}),

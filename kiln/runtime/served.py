@@ -8,12 +8,12 @@ TensorFlow). Interpreters are not thread-safe, so every thread asks `ServedModel
 for its own; the interpreters of one model share its weights.
 
 Nothing here imports TensorFlow, LiteRT or JAX until a backend that needs them is opened. The
-``xla`` backend names `kiln.xla` (a higher layer) and loads it by name on use.
+``xla`` backend lives in a higher layer (`kiln.xla`): that layer registers it here
+(`register_backend`, called by kiln/__init__.py), so the runtime never imports upward.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,6 +35,18 @@ PREDICT_METHOD = "tensorflow/serving/predict"
 SHAPE_CACHE = 8
 #: Compiled XLA functions an XLA interpreter keeps (one per input shape).
 XLA_SHAPES = 16
+#: Backends of kiln's Interpreter that a higher layer provides: name -> ``load()``, called when
+#: a model is opened on it (raising if the backend cannot run here), returning a function that
+#: gives each new interpreter its delegates.
+_DELEGATE_BACKENDS: dict[str, Callable[[], Callable[[], list]]] = {}
+
+
+def register_backend(name: str, load: Callable[[], Callable[[], list]]) -> None:
+    """Make ``open(model, backend=name)`` run kiln's Interpreter with the delegates ``load()``
+    provides (`kiln.xla`'s "xla" is registered by kiln/__init__.py)."""
+    if name not in BACKENDS:
+        raise UnsupportedError(f"register_backend: {name!r} is not one of the backends {', '.join(BACKENDS)}")
+    _DELEGATE_BACKENDS[name] = load
 
 
 def _passes_values(op) -> bool:
@@ -290,13 +302,13 @@ def _interpreter_factory(ir, content: bytes, backend: str, num_threads, resolver
                               experimental_preserve_all_tensors=preserve)
     from .interpreter import Interpreter
 
-    if backend == "xla":
-        xla = importlib.import_module("kiln.xla")  # a higher layer: loaded by name, on use
-        xla.require_jax()
+    if backend in _DELEGATE_BACKENDS:
+        delegates = _DELEGATE_BACKENDS[backend]()
         return lambda: Interpreter(model_content=ir, num_threads=num_threads,
                                    experimental_op_resolver_type=resolver_type,
-                                   experimental_preserve_all_tensors=preserve,
-                                   experimental_delegates=[xla.XlaDelegate(cache_size=XLA_SHAPES)])
+                                   experimental_preserve_all_tensors=preserve, experimental_delegates=delegates())
+    if backend != "kiln":
+        raise UnsupportedError(f"backend {backend!r} is not available here (nothing registered it)")
     return lambda: Interpreter(model_content=ir, num_threads=num_threads, experimental_op_resolver_type=resolver_type,
                                experimental_preserve_all_tensors=preserve)
 
@@ -424,4 +436,5 @@ class _Calls:
 
 
 __all__ = ["BACKENDS", "DEFAULT_SIGNATURE", "Runner", "ServedModel", "Signature", "SignatureNotFound",
-           "TensorSpec", "find_model_file", "index_range", "model_signatures", "open", "pick_signature"]
+           "TensorSpec", "find_model_file", "index_range", "model_signatures", "open", "pick_signature",
+           "register_backend"]

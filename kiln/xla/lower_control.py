@@ -23,7 +23,10 @@ from jax import lax
 
 from ..errors import OpError
 from .graph import is_resource_op, prepare_nodes, run_nodes, static_tensors, why_not_lowered
-from .table import node_options, register_lowering
+from .lowering import Rows, node_options
+
+#: This module's entries of the XLA table (kiln/xla/table.py's `fill` registers them).
+ROWS = Rows()
 
 
 #: Constants of called subgraphs that a trace passes as parameters (to_jax's ``params``):
@@ -195,5 +198,5 @@ def _check(op, opts):
     return problem
 
 
-register_lowering("WHILE", _while, check=_check)
-register_lowering("IF", _if, check=_check)
+ROWS.add("WHILE", _while, check=_check)
+ROWS.add("IF", _if, check=_check)

@@ -20,12 +20,15 @@ import numpy as np
 from jax import lax
 
 from ..errors import OpError
-from ..ops.lstm import _GATES, _check_clips, _check_lstm_sizes, _read_lstm, _state
+from ..ops.lstm import GATES, check_clips, check_lstm_sizes, read_operands, state_operand
 from ..ops.record import with_state
 from ..schema import UNIDIRECTIONAL_LSTM, Activation
-from .table import register_lowering
+from .lowering import Rows
 
 _NAME = "UNIDIRECTIONAL_SEQUENCE_LSTM"
+
+#: This module's entries of the XLA table (kiln/xla/table.py's `fill` registers them).
+ROWS = Rows()
 
 
 def _activation(act: int):
@@ -70,12 +73,12 @@ def read_lstm(name: str, inputs, lay):
     """kiln.ops.lstm's reader for a lowering: its checks, made on the operands' shapes, and its
     structure, holding the weights as given (constants, or parameters being traced)."""
     stand_ins = [None if a is None else np.broadcast_to(np.float32(0), np.shape(a)) for a in inputs]
-    checked = _read_lstm(name, stand_ins, lay)
+    checked = read_operands(name, stand_ins, lay)
 
     def get(i):
         return inputs[i] if i < len(inputs) else None
 
-    def gather(indices, names=_GATES):
+    def gather(indices, names=GATES):
         return {g: _weight(get(i)) for g, i in zip(names, indices) if get(i) is not None}
 
     return dataclasses.replace(
@@ -142,13 +145,13 @@ def _uni_lstm(call, *inputs):
     if x.ndim != 3:
         raise OpError(f"{_NAME}: input must be 3-D, got shape {list(x.shape)}")
     xt = inputs[0] if time_major else jnp.swapaxes(inputs[0], 0, 1)
-    _check_clips(_NAME, opts)
+    check_clips(_NAME, opts)
     p = read_lstm(_NAME, inputs, UNIDIRECTIONAL_LSTM)
-    _check_lstm_sizes(_NAME, p, xt.shape[2], None)
+    check_lstm_sizes(_NAME, p, xt.shape[2], None)
     batch = xt.shape[1]
     h_in, c_in = inputs[UNIDIRECTIONAL_LSTM.output_state], inputs[UNIDIRECTIONAL_LSTM.cell_state]
     for what, a, cols in (("output/activation state", h_in, p.n_output), ("cell_state", c_in, p.n_cell)):
-        _state(_NAME, what, np.zeros(np.shape(a)) if a is not None else None, batch, cols)  # size check
+        state_operand(_NAME, what, np.zeros(np.shape(a)) if a is not None else None, batch, cols)  # size check
     h0 = jnp.asarray(h_in).astype(jnp.float32).reshape(batch, p.n_output)
     c0 = jnp.asarray(c_in).astype(jnp.float32).reshape(batch, p.n_cell)
     out, h, c = lstm_scan(p, jnp.asarray(xt).astype(jnp.float32), h0, c0, opts)
@@ -164,4 +167,4 @@ def uni_lstm_check(op, opts):
     return None
 
 
-register_lowering(_NAME, _uni_lstm, check=uni_lstm_check)
+ROWS.add(_NAME, _uni_lstm, check=uni_lstm_check)

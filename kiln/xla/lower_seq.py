@@ -18,15 +18,18 @@ from jax import lax
 
 from .. import ops
 from ..errors import OpError
-from ..ops.lstm import _check_clips, _check_lstm_sizes, _get, _state, bidi_aux_routing
+from ..ops.lstm import check_clips, check_lstm_sizes, optional_operand, state_operand, bidi_aux_routing
 from ..ops.record import with_state
 from ..ops.rnn import bidi_rnn_routing
 from ..schema import (BIDIRECTIONAL_LSTM_AUX_INPUT, BIDIRECTIONAL_LSTM_BW, BIDIRECTIONAL_LSTM_FW, UNIDIRECTIONAL_LSTM,
                       Activation)
 from .lower_rnn import _activation, lstm_scan, read_lstm
-from .table import register_lowering
+from .lowering import Rows
 
 _BIDI_LSTM = "BIDIRECTIONAL_SEQUENCE_LSTM"
+
+#: This module's entries of the XLA table (kiln/xla/table.py's `fill` registers them).
+ROWS = Rows()
 
 
 def _time_major(x, time_major: bool):
@@ -38,7 +41,7 @@ def _f32(x):
 
 
 def _state0(name, what, value, rows, cols):
-    _state(name, what, np.zeros(np.shape(value)) if value is not None else None, rows, cols)  # size check
+    state_operand(name, what, np.zeros(np.shape(value)) if value is not None else None, rows, cols)  # size check
     return _f32(value).reshape(rows, cols)
 
 
@@ -50,17 +53,17 @@ def _with_aux(p):
 def _bidi_lstm(call, *inputs):
     opts = call.opts
     x = inputs[0]
-    if x is None or _get(inputs, 4) is None:
+    if x is None or optional_operand(inputs, 4) is None:
         raise OpError(f"{_BIDI_LSTM}: the input (operand 0) and input_to_output weights (operand 4) are required")
     if x.dtype != np.float32 or inputs[4].dtype != np.float32:
         raise OpError(f"{_BIDI_LSTM}: input and weights must be float32, got {x.dtype} and {inputs[4].dtype}")
     if x.ndim != 3:
         raise OpError(f"{_BIDI_LSTM}: input must be 3-D, got shape {list(x.shape)}")
     time_major = bool(opts.time_major)
-    _check_clips(_BIDI_LSTM, opts)
+    check_clips(_BIDI_LSTM, opts)
     xt = _time_major(_f32(x), time_major)
     fw, bw = read_lstm(_BIDI_LSTM, inputs, BIDIRECTIONAL_LSTM_FW), read_lstm(_BIDI_LSTM, inputs, BIDIRECTIONAL_LSTM_BW)
-    aux_in = _get(inputs, BIDIRECTIONAL_LSTM_AUX_INPUT)
+    aux_in = optional_operand(inputs, BIDIRECTIONAL_LSTM_AUX_INPUT)
     cross_linked = bidi_aux_routing(_BIDI_LSTM, fw, bw, x.shape, None if aux_in is None else aux_in.shape)
     aux_t = None if aux_in is None else _time_major(_f32(aux_in), time_major)
     bw_x = xt if cross_linked else aux_t
@@ -69,8 +72,8 @@ def _bidi_lstm(call, *inputs):
     updates, outs = {}, []
     for p, lay, src, reverse in ((fw, BIDIRECTIONAL_LSTM_FW, xt, False), (bw, BIDIRECTIONAL_LSTM_BW, bw_x, True)):
         h0 = _state0(_BIDI_LSTM, f"output/activation state (operand {lay.output_state})",
-                     _get(inputs, lay.output_state), batch, p.n_output)
-        c0 = _state0(_BIDI_LSTM, f"cell_state (operand {lay.cell_state})", _get(inputs, lay.cell_state),
+                     optional_operand(inputs, lay.output_state), batch, p.n_output)
+        c0 = _state0(_BIDI_LSTM, f"cell_state (operand {lay.cell_state})", optional_operand(inputs, lay.cell_state),
                      batch, p.n_cell)
         if aux is not None:
             p, src = _with_aux(p), jnp.concatenate([src, aux], axis=-1)
@@ -87,7 +90,7 @@ def _bidi_lstm_check(op, opts):
     return None
 
 
-register_lowering(_BIDI_LSTM, _bidi_lstm, check=_bidi_lstm_check)
+ROWS.add(_BIDI_LSTM, _bidi_lstm, check=_bidi_lstm_check)
 
 
 def _lstm_step(call, *inputs):
@@ -97,12 +100,12 @@ def _lstm_step(call, *inputs):
         raise OpError("LSTM: only the FULL kernel type is lowered")
     if x is None or x.ndim != 2 or x.dtype != np.float32:
         raise OpError(f"LSTM: input must be 2-D float32, got {None if x is None else (list(x.shape), x.dtype)}")
-    _check_clips("LSTM", call.opts)
+    check_clips("LSTM", call.opts)
     p = read_lstm("LSTM", inputs, UNIDIRECTIONAL_LSTM)
-    _check_lstm_sizes("LSTM", p, x.shape[1], None)
+    check_lstm_sizes("LSTM", p, x.shape[1], None)
     batch = x.shape[0]
-    h0 = _state0("LSTM", "output/activation state", _get(inputs, UNIDIRECTIONAL_LSTM.output_state), batch, p.n_output)
-    c0 = _state0("LSTM", "cell_state", _get(inputs, UNIDIRECTIONAL_LSTM.cell_state), batch, p.n_cell)
+    h0 = _state0("LSTM", "output/activation state", optional_operand(inputs, UNIDIRECTIONAL_LSTM.output_state), batch, p.n_output)
+    c0 = _state0("LSTM", "cell_state", optional_operand(inputs, UNIDIRECTIONAL_LSTM.cell_state), batch, p.n_cell)
     out, h, c = lstm_scan(p, _f32(x)[None], h0, c0, call.opts)
     return with_state(call, [out[0]], (h, c))
 
@@ -115,7 +118,7 @@ def _lstm_step_check(op, opts):
     return None
 
 
-register_lowering("LSTM", _lstm_step, check=_lstm_step_check)
+ROWS.add("LSTM", _lstm_step, check=_lstm_step_check)
 
 
 # -- the plain RNN ops ---------------------------------------------------------------------------
@@ -199,6 +202,6 @@ def _bidi_rnn(call, *inputs):
     return with_state(call, [_time_major(o, time_major) for o in outs], (fw_h, bw_h))
 
 
-register_lowering("RNN", _rnn)
-register_lowering("UNIDIRECTIONAL_SEQUENCE_RNN", _uni_rnn)
-register_lowering("BIDIRECTIONAL_SEQUENCE_RNN", _bidi_rnn)
+ROWS.add("RNN", _rnn)
+ROWS.add("UNIDIRECTIONAL_SEQUENCE_RNN", _uni_rnn)
+ROWS.add("BIDIRECTIONAL_SEQUENCE_RNN", _bidi_rnn)
