@@ -138,22 +138,3 @@ def fused_range(act: int, dtype) -> tuple:
     lo, hi = activation_range(act, np.dtype(np.float32))
     info = ml_dtypes.finfo(dtype)
     return max(float(lo), float(info.min)), min(float(hi), float(info.max))
-
-
-def computed_once(x):
-    """``x`` unchanged, as a value XLA computes once and stores.
-
-    Window slices (an im2col's taps, a depthwise convolution's) each read the same padded
-    input; XLA's CPU fusion copies a cheap-looking producer into every one of them, so an
-    int8 requantization before a 3x3 convolution ran nine times. XLA never duplicates a
-    reduction, and the maximum of ``x`` and its type's lowest value is ``x`` exactly (NaN
-    stays NaN); ``lax.optimization_barrier`` would not do: XLA's CPU pipeline removes it
-    before fusing. Measured (bench/xla_quant_bench.py, bench/xla_bench.py): int8 CNN 1.7x,
-    int8 and 16x8 MobileNetV2 1.25x, float CNN / MobileNetV2 at batch 8 1.15-1.2x faster,
-    batch 1 float models unchanged.
-    """
-    import jax.numpy as jnp
-
-    kind = np.dtype(x.dtype)
-    lowest = -np.inf if is_float(kind) else np.iinfo(kind).min
-    return jnp.max(jnp.stack([x, jnp.full_like(x, lowest)]), axis=0)
