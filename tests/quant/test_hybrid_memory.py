@@ -65,6 +65,7 @@ def _peak_allocated_mib(path, depth: int) -> int:
         tracemalloc.stop()
 
 
+@pytest.mark.slow  # a 96 MiB model (the fast lane checks the blocked products bit for bit, above)
 def test_a_large_model_is_not_widened_whole(tmp_path, monkeypatch):
     """A 96 MiB int8 FULLY_CONNECTED (dynamic range) on the NumPy delegate allocates small
     blocks, not a float copy of 4-8 bytes a weight; the control run, with the widening budget
