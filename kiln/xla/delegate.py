@@ -28,7 +28,7 @@ import numpy as np
 from ..errors import KilnError, OpError, UnsupportedError
 from ..schema import DType
 from ..runtime.delegate import DelegateKernel, NodeInfo, Partition, ReportingDelegate
-from ._jax import require_jax, x64
+from ._jax import enable_compilation_cache, require_jax, x64
 from .graph import param_tensors, prepare_nodes, run_nodes, static_tensors, why_not_lowered
 from .partition_vars import PartitionVariables
 from .partition_vars import why_not as why_not_vars
@@ -86,6 +86,18 @@ def _signature(x) -> tuple:
     """A run-time input's part of the compile key (no host copy of a device array)."""
     return (tuple(x.shape), np.dtype(x.dtype).char) if hasattr(x, "dtype") else \
         (np.shape(x), np.asarray(x).dtype.char)
+
+
+def _free_batch(t) -> bool:
+    """A tensor of rank >= 1 whose first dimension is free (the batch)."""
+    sig = t.shape_signature
+    return sig is not None and len(sig) >= 1 and int(sig[0]) == -1
+
+
+def _pad_rows(x, size: int) -> np.ndarray:
+    """``x`` with its last row repeated up to ``size`` rows (real values: no 0/0 in the padding)."""
+    x = np.asarray(x)
+    return np.concatenate([x, np.repeat(x[-1:], size - x.shape[0], axis=0)])
 
 
 class Executable:
@@ -170,6 +182,8 @@ class XlaPartitionKernel(DelegateKernel):
             self.param_values = [self._param_value(t, float_dtype) for t in self.param_tensors]
         self.cache: OrderedDict = OrderedDict()
         self.compiles = 0
+        #: (padded inputs, sliced outputs) when batches are padded to the delegate's batch_sizes.
+        self.buckets = self._bucketing(delegate.batch_sizes)
         #: Seconds the first invoke spent tracing and compiling (and running once).
         self.compile_seconds: float | None = None
 
@@ -254,6 +268,52 @@ class XlaPartitionKernel(DelegateKernel):
             return exc
         return self.delegate.refused_at_run(self, [node], f"XLA cannot lower it for these inputs: {exc}")
 
+    def _bucketing(self, sizes: Sequence[int]) -> tuple | None:
+        """(padded input positions, sliced output positions) when this partition's batches can be
+        padded up to ``sizes``: every run-time input is a model input whose first dimension is
+        free (the batch), as TF Serving's batching pads them; else None (compiled per shape)."""
+        if not sizes or self.variables is not None or self.state_inputs or not self.dynamic_inputs:
+            return None
+        sg = self.partition.nodes[0].op.subgraph
+        model_inputs = {id(t) for t in sg.inputs} if sg is not None else set()
+        for k in self.dynamic_inputs:
+            t = self.partition.inputs[k]
+            if id(t) not in model_inputs or not _free_batch(t):
+                return None
+        return (tuple(range(len(self.dynamic_inputs))),
+                frozenset(k for k, t in enumerate(self.partition.outputs) if _free_batch(t)))
+
+    def _padded_rows(self, values) -> tuple[int, int] | None:
+        """(rows, bucket) when this call's batch is padded up to a larger bucket, else None."""
+        if self.buckets is None:
+            return None
+        rows = {np.shape(x)[0] if np.ndim(x) else None for x in values}
+        if len(rows) != 1 or None in rows:
+            return None
+        (n,) = rows
+        if n == 0:
+            return None
+        size = next((b for b in self.delegate.batch_sizes if b >= n), n)
+        return (n, size) if size != n else None
+
+    def warmup(self) -> int:
+        """Compile every batch bucket now (at load) for the model's other dimensions: the number
+        compiled. Partitions with inputs known only at run time (static values, variables) or
+        other free dimensions compile on their first invoke instead."""
+        if self.buckets is None or self.static_inputs:
+            return 0
+        tensors = [self.partition.inputs[k] for k in self.dynamic_inputs]
+        if any(-1 in list(t.shape_signature)[1:] for t in tensors if t.shape_signature is not None):
+            return 0
+        jax, done = require_jax(), 0
+        for size in self.delegate.batch_sizes:
+            specs = [jax.ShapeDtypeStruct((size, *t.shape[1:]), np.dtype(t.dtype.numpy)) for t in tensors]
+            key = tuple(_signature(x) for x in specs)
+            if key not in self.cache:
+                self._executable(key, {}, specs)
+                done += 1
+        return done
+
     def _executable(self, key, static_values, dynamic_values, plan=None):
         """Compile for ``key`` and keep it (the least recently used one goes past cache_size)."""
         with x64():
@@ -269,6 +329,9 @@ class XlaPartitionKernel(DelegateKernel):
 
     def invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         dynamic_values = [inputs[k] for k in self.dynamic_inputs]
+        rows = self._padded_rows(dynamic_values)
+        if rows is not None:
+            dynamic_values = [_pad_rows(x, rows[1]) for x in dynamic_values]
         key = tuple(_signature(x) for x in dynamic_values)
         if self.static_inputs:
             static_values = {k: np.asarray(inputs[k]) for k in self.static_inputs}
@@ -308,9 +371,11 @@ class XlaPartitionKernel(DelegateKernel):
                 raise OpError(f"{self.label}: cannot write the final state of variable "
                               f"{self.partition.inputs[k].name!r} back (its buffer is read-only)")
             np.copyto(buffer, np.asarray(value).reshape(buffer.shape))
-        # Outputs only this delegate reads stay on the device.
-        keep = self.delegate.on_device(self)
+        # Outputs only this delegate reads stay on the device; padded rows are cut on the host.
+        keep = self.delegate.on_device(self) if rows is None else frozenset()
         results = [o if k in keep else np.asarray(o) for k, o in enumerate(outs)]
+        if rows is not None:
+            results = [o[:rows[0]] if k in self.buckets[1] else o for k, o in enumerate(results)]
         for k in self.variable_outputs:
             results[k] = np.array(results[k])
         return results
@@ -328,6 +393,10 @@ class XlaDelegate(ReportingDelegate):
       weights: "arguments" (the partitions' weights are device-resident arguments of their
         executables), "constants" (HLO literals), or None: arguments, except on a CPU for a
         partition whose weights total under `CPU_LITERAL_BYTES` (there literals run faster).
+      batch_sizes: batch buckets (kiln serve's ``allowed_batch_sizes``): a partition whose
+        inputs are model inputs of free batch pads a batch up to the next bucket and slices
+        its outputs back (rows must not mix, as for TF Serving's batching), and compiles every
+        bucket when the interpreter prepares it; a batch past the last bucket compiles as is.
       compiler_options: XLA options for its compiles, as ``jax.stages.Lowered.compile`` takes
         them (e.g. ``{"xla_cpu_multi_thread_eigen": True}``); on a CPU they extend
         `CPU_COMPILER_OPTIONS` (single-threaded, YNNPACK fusions off; see `cpu_defaults`).
@@ -341,8 +410,9 @@ class XlaDelegate(ReportingDelegate):
 
     def __init__(self, device=None, dtype_policy: str | None = None, cache_size: int = 8,
                  ops: Iterable[str] | None = None, compiler_options: dict | None = None,
-                 weights: str | None = None):
+                 weights: str | None = None, batch_sizes: Sequence[int] | None = None):
         require_jax()
+        enable_compilation_cache()
         super().__init__()
         known = set(lowered_ops())
         self.ops = frozenset(known if ops is None else ops)
@@ -361,7 +431,11 @@ class XlaDelegate(ReportingDelegate):
             import jax.numpy as jnp
 
             self.float_dtype = jnp.bfloat16
-        self.cache_size = cache_size
+        sizes = [] if batch_sizes is None else list(batch_sizes)
+        if any(isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1 for b in sizes):
+            raise UnsupportedError(f"XlaDelegate: batch_sizes must be positive ints, got {batch_sizes!r}")
+        self.batch_sizes = sorted({int(b) for b in sizes})
+        self.cache_size = max(cache_size, len(self.batch_sizes) + 1)
         if weights not in (None, "arguments", "constants"):
             raise UnsupportedError(f"XlaDelegate: weights must be 'arguments', 'constants' or None, got {weights!r}")
         self.weights = weights
@@ -424,7 +498,9 @@ class XlaDelegate(ReportingDelegate):
         return why_not_lowered(node.op, node.registration, self._static_set(node.op))
 
     def make_kernel(self, partition: Partition) -> XlaPartitionKernel:
-        return XlaPartitionKernel(self, partition)
+        kernel = XlaPartitionKernel(self, partition)
+        kernel.warmup()
+        return kernel
 
     @property
     def compile_seconds(self) -> float:

@@ -1,9 +1,15 @@
 """The XLA delegate's device path (issue #33): weights as device-resident arguments, outputs kept
-on the device between partitions."""
+on the device between partitions, the persistent compilation cache and batch buckets."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -114,3 +120,98 @@ def test_outputs_only_the_delegate_reads_stay_on_the_device(zoo):
         assert isinstance(value, jax.Array) == (k in kept)
     assert not any(first.partition.outputs[k].name in gelu_inputs for k in kept)
 
+
+_SECOND_PROCESS = textwrap.dedent("""
+    import json, sys, time
+    import numpy as np
+    import jax
+    from jax import monitoring
+    import kiln
+    from kiln.xla import XlaDelegate
+    from jax._src.dispatch import BACKEND_COMPILE_EVENT
+    counts = {"requests": 0, "hits": 0}  # executables wanted (compiled, or read from the cache)
+    monitoring.register_event_duration_secs_listener(
+        lambda event, secs, **kw: counts.__setitem__("requests", counts["requests"] + (event == BACKEND_COMPILE_EVENT)))
+    monitoring.register_event_listener(
+        lambda event, **kw: counts.__setitem__("hits", counts["hits"] + (event == "/jax/compilation_cache/cache_hits")))
+    start = time.perf_counter()
+    d = XlaDelegate()
+    it = kiln.Interpreter(model_path=sys.argv[1], experimental_delegates=[d])
+    it.allocate_tensors()
+    for t in it.get_input_details():
+        it.set_tensor(t["index"], np.ones(t["shape"], t["dtype"]))
+    it.invoke()
+    out = it.get_tensor(it.get_output_details()[0]["index"])
+    counts["compiles"] = counts["requests"] - counts["hits"]
+    print(json.dumps({**counts, "seconds": time.perf_counter() - start, "out": out.ravel()[:8].tolist(),
+                      "dir": jax.config.jax_compilation_cache_dir}))
+""")
+
+
+def _second_process(model, **env) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "TF_CPP_MIN_LOG_LEVEL": "3", **env}
+    for name in ("JAX_COMPILATION_CACHE_DIR", "KILN_XLA_CACHE"):
+        if env.get(name) is None:
+            env.pop(name, None)
+    proc = subprocess.run([sys.executable, "-c", _SECOND_PROCESS, str(model)], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_a_second_process_compiles_nothing(zoo, tmp_path):
+    """JAX's persistent cache, on by default in $KILN_XLA_CACHE: the second process loading the
+    model gets every partition's executable from it."""
+    model = tmp_path / "mobilenet.tflite"
+    model.write_bytes(zoo.bytes("mobilenet"))
+    cache = tmp_path / "cache"
+    first = _second_process(model, KILN_XLA_CACHE=str(cache), JAX_COMPILATION_CACHE_DIR=None)
+    second = _second_process(model, KILN_XLA_CACHE=str(cache), JAX_COMPILATION_CACHE_DIR=None)
+    assert first["dir"] == second["dir"] == str(cache)
+    assert first["compiles"] >= 1 and first["hits"] == 0
+    assert second["compiles"] == 0 and second["hits"] == first["compiles"]
+    assert first["out"] == second["out"]
+    assert any(cache.iterdir())
+
+
+def test_cache_folder_opt_out_and_the_users_own_jax_setting(zoo, tmp_path):
+    model = tmp_path / "mlp.tflite"
+    model.write_bytes(zoo.bytes("mlp"))
+    off = _second_process(model, KILN_XLA_CACHE="", JAX_COMPILATION_CACHE_DIR=None)
+    assert off["dir"] is None and off["hits"] == 0
+    mine = tmp_path / "mine"
+    users = _second_process(model, KILN_XLA_CACHE=str(tmp_path / "kiln"), JAX_COMPILATION_CACHE_DIR=str(mine))
+    assert users["dir"] == str(mine) and not (tmp_path / "kiln").exists()
+
+
+def _count_compiles():
+    """A list that grows by one per executable JAX compiles or takes from its persistent cache."""
+    from jax import monitoring
+    from jax._src.dispatch import BACKEND_COMPILE_EVENT
+
+    seen = []
+    monitoring.register_event_duration_secs_listener(
+        lambda event, secs, **kw: seen.append(event) if event == BACKEND_COMPILE_EVENT else None)
+    return seen
+
+
+def test_batch_buckets_compile_once_at_load_then_pad_and_slice(zoo):
+    data = zoo.bytes("dynamic_batch")
+    delegate = XlaDelegate(batch_sizes=[8, 2])
+    ours = kiln.Interpreter(model_content=data, experimental_delegates=[delegate])
+    ref = kiln.Interpreter(model_content=data)
+    seen = _count_compiles()
+    ours.allocate_tensors()
+    (kernel,) = delegate.kernels
+    assert kernel.buckets is not None and kernel.compiles == len(seen) == 2  # buckets 2 and 8, at load
+    for batch in (1, 2, 5, 8, 3):
+        x = sample_inputs(ours.get_input_details(), batch, batch=batch)
+        (a,), (e,) = feed(ours, x), feed(ref, x)
+        assert a.shape == e.shape and a.shape[0] == batch
+        np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6)
+    assert kernel.compiles == len(seen) == 2, "every batch ran on a bucket compiled at load"
+    x = sample_inputs(ours.get_input_details(), 0, batch=11)  # past the last bucket: compiled as is
+    np.testing.assert_allclose(feed(ours, x)[0], feed(ref, x)[0], rtol=1e-5, atol=1e-6)
+    assert kernel.compiles == len(seen) == 3
+    with pytest.raises(kiln.KilnError, match="batch_sizes must be positive ints"):
+        XlaDelegate(batch_sizes=[0, 4])
