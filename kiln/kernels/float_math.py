@@ -45,6 +45,10 @@ class Float32:
         """float64 ``x`` rounded to float32."""
         return x.astype(F32)
 
+    def matmul(self, a, b):
+        """A float product (matrix, or a batch of them) as the reference kernels' BLAS call takes it."""
+        return self.xp.matmul(a, b)
+
     def mul(self, a, b):
         return np.multiply(a, b, dtype=F32)
 

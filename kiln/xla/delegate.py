@@ -114,6 +114,15 @@ class Executable:
         return self.compiled.as_text()
 
 
+def _eval_jaxpr():
+    """JAX's jaxpr evaluator (public in jax.core; its private home should that name move)."""
+    jax = require_jax()
+    found = getattr(jax.core, "eval_jaxpr", None)
+    if found is None:
+        from jax._src.core import eval_jaxpr as found
+    return found
+
+
 def hoisted(fn, specs: Sequence, put, hoists=lambda total: True) -> tuple:
     """``fn`` traced for ``specs``, as ``(g, weights)``: ``g(weights, *args)`` computes what ``fn``
     does, with each constant of the trace of at least `ARG_MIN_BYTES` taken from ``weights``
@@ -136,7 +145,7 @@ def hoisted(fn, specs: Sequence, put, hoists=lambda total: True) -> tuple:
         values = list(consts)
         for k, w in zip(big, weights):
             values[k] = w
-        return jax.tree_util.tree_unflatten(tree, jax.core.eval_jaxpr(jaxpr, values, *args))
+        return jax.tree_util.tree_unflatten(tree, _eval_jaxpr()(jaxpr, values, *args))
 
     return g, weights
 
@@ -217,7 +226,9 @@ class XlaPartitionKernel(DelegateKernel):
             for k, value in static_values.items():
                 env[id(inputs[k])] = value
             for k, value in zip(dynamic, dynamic_values):
-                if float_dtype is not None and value.dtype == np.float32:
+                # under the policy, float32 inputs compute in bfloat16; states (an LSTM's, in
+                # variable tensors) stay float32, as LiteRT keeps them
+                if float_dtype is not None and value.dtype == np.float32 and k not in state_inputs:
                     value = value.astype(float_dtype)
                 env[id(inputs[k])] = value
             updates = run_nodes(nodes, env, float_dtype)

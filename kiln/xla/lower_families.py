@@ -17,7 +17,7 @@ from .. import ops
 from ..kernels.float_math import Float32
 from ..ops.record import HYBRID, operand_types
 from ..schema import Activation, DType
-from .lowering import CODES, Rows
+from .lowering import CODES, Rows, policy_product
 
 F32, F64 = jnp.float32, jnp.float64
 
@@ -57,6 +57,11 @@ class XlaFloat32(Float32):
 
     def sqrt(self, a):
         return self.round(jnp.sqrt(self._wide(a)))
+
+    def matmul(self, a, b):
+        """At full precision (no TF32 on GPUs), or under the bfloat16 dtype_policy on bfloat16
+        operands accumulating in float32 (the tensor cores' mode)."""
+        return policy_product(jnp.matmul, a, b)
 
     def divide_exactly(self, a, constant: float):
         """A divisor XLA cannot fold into a product with its reciprocal."""

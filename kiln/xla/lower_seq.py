@@ -24,7 +24,7 @@ from ..ops.rnn import bidi_rnn_routing
 from ..schema import (BIDIRECTIONAL_LSTM_AUX_INPUT, BIDIRECTIONAL_LSTM_BW, BIDIRECTIONAL_LSTM_FW, UNIDIRECTIONAL_LSTM,
                       Activation)
 from .lower_rnn import _activation, lstm_scan, read_lstm
-from .lowering import Rows
+from .lowering import Rows, policy_dot, policy_float
 
 _BIDI_LSTM = "BIDIRECTIONAL_SEQUENCE_LSTM"
 
@@ -55,7 +55,7 @@ def _bidi_lstm(call, *inputs):
     x = inputs[0]
     if x is None or optional_operand(inputs, 4) is None:
         raise OpError(f"{_BIDI_LSTM}: the input (operand 0) and input_to_output weights (operand 4) are required")
-    if x.dtype != np.float32 or inputs[4].dtype != np.float32:
+    if not (policy_float(x.dtype) and policy_float(inputs[4].dtype)):
         raise OpError(f"{_BIDI_LSTM}: input and weights must be float32, got {x.dtype} and {inputs[4].dtype}")
     if x.ndim != 3:
         raise OpError(f"{_BIDI_LSTM}: input must be 3-D, got shape {list(x.shape)}")
@@ -98,7 +98,7 @@ def _lstm_step(call, *inputs):
     x = inputs[0]
     if call.opts.kernel_type != 0:
         raise OpError("LSTM: only the FULL kernel type is lowered")
-    if x is None or x.ndim != 2 or x.dtype != np.float32:
+    if x is None or x.ndim != 2 or not policy_float(x.dtype):
         raise OpError(f"LSTM: input must be 2-D float32, got {None if x is None else (list(x.shape), x.dtype)}")
     check_clips("LSTM", call.opts)
     p = read_lstm("LSTM", inputs, UNIDIRECTIONAL_LSTM)
@@ -131,7 +131,7 @@ def _rnn_cell(name: str, x, w, r, b, h_in, batch: int):
     """One cell's operands as float32 arrays, checked as kiln/ops/rnn.py checks them."""
     if any(a is None for a in (x, w, r, b)):
         raise OpError(f"{name}: input, weights, recurrent weights and bias are all required")
-    if x.dtype != np.float32 or w.dtype != np.float32:
+    if not (policy_float(x.dtype) and policy_float(w.dtype)):
         raise OpError(f"{name}: input and weights must be float32, got {x.dtype} and {w.dtype}")
     units = w.shape[0]
     for what, a, shape in (("weights", w, (units, x.shape[-1])), ("recurrent weights", r, (units, units)),
@@ -147,14 +147,13 @@ def _rnn_cell(name: str, x, w, r, b, h_in, batch: int):
 
 def rnn_scan(x, w, r, b, h, act: int, *, reverse=False, aux=None, aux_w=None):
     """h_t = act(W·x_t [+ W_aux·aux_t] + R·h_{t-1} + b) over time-major ``x``: (outputs, h)."""
-    hp = lax.Precision.HIGHEST
-    part = jnp.einsum("tbi,ui->tbu", x, w, precision=hp) + b
+    part = policy_dot("tbi,ui->tbu", x, w) + b
     if aux is not None and aux_w is not None:
-        part = part + jnp.einsum("tba,ua->tbu", aux, aux_w, precision=hp)
+        part = part + policy_dot("tba,ua->tbu", aux, aux_w)
     activate = _rnn_activation(act)
 
     def step(h, p_t):
-        h = activate(p_t + jnp.dot(h, r.T, precision=hp))
+        h = activate(p_t + policy_dot("bv,uv->bu", h, r))
         return h, h
 
     h, out = lax.scan(step, h, part, reverse=reverse)

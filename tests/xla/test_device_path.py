@@ -1,5 +1,6 @@
 """The XLA delegate's device path (issue #33): weights as device-resident arguments, outputs kept
-on the device between partitions, the persistent compilation cache and batch buckets."""
+on the device between partitions, the persistent compilation cache, batch buckets and the
+bfloat16 policy over recurrent models."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ import kiln.xla  # noqa: E402
 from kiln.xla import XlaDelegate  # noqa: E402
 from kiln.xla._jax import x64  # noqa: E402
 from kiln.xla.delegate import ARG_MIN_BYTES, hoisted  # noqa: E402
-from tests.harness import feed  # noqa: E402
+from kiln.schema import Activation  # noqa: E402
+from tests.harness import Const, Var, feed, single_op_model  # noqa: E402
 from tests.runtime.zoo import sample_inputs  # noqa: E402
 
 _CONSTANT = re.compile(r"stablehlo\.constant dense<.*?> : tensor<([0-9x]*)([a-z]+[0-9]*)>")
@@ -215,3 +217,41 @@ def test_batch_buckets_compile_once_at_load_then_pad_and_slice(zoo):
     assert kernel.compiles == len(seen) == 3
     with pytest.raises(kiln.KilnError, match="batch_sizes must be positive ints"):
         XlaDelegate(batch_sizes=[0, 4])
+
+
+def _bf16_against_float32(data, inputs=None):
+    """(relative error of the bfloat16 policy's first output against float32's, its delegate, its interpreter)."""
+    f32 = kiln.Interpreter(model_content=data, experimental_delegates=[XlaDelegate()])
+    delegate = XlaDelegate(dtype_policy="bfloat16")
+    bf16 = kiln.Interpreter(model_content=data, experimental_delegates=[delegate])
+    inputs = inputs if inputs is not None else sample_inputs(f32.get_input_details(), 0)
+    (e, *_), (a, *_) = feed(f32, inputs), feed(bf16, inputs)
+    assert a.dtype == e.dtype == np.float32
+    return float(np.max(np.abs(a - e))) / max(1.0, float(np.max(np.abs(e)))), delegate, bf16
+
+
+@pytest.mark.parametrize("name", ["lstm", "bilstm", "control_flow"])
+def test_bfloat16_policy_lowers_recurrent_models_whole(zoo, name):
+    """Sequence LSTMs and loop bodies lower under the policy too (they went back to the CPU):
+    products on bfloat16 operands accumulate in float32, states stay float32; the error against
+    float32 is the order of test_delegate's bfloat16 bound (5% of the output's scale)."""
+    err, delegate, interp = _bf16_against_float32(zoo.bytes(name))
+    assert delegate.rejected == {}
+    assert err < 0.05
+    if name != "control_flow":
+        dots = re.findall(r"stablehlo\.dot_general .*?: \(tensor<[0-9x]*(\w+)>, tensor<[0-9x]*(\w+)>\) -> "
+                          r"tensor<[0-9x]*(\w+)>", "\n".join(_lowered_texts(delegate, interp)))
+        assert dots and all(d == ("bf16", "bf16", "f32") for d in dots), dots
+
+
+def test_bfloat16_policy_lowers_the_sequence_rnn_and_keeps_its_state_float32():
+    rng = np.random.default_rng(3)
+    w, r, b = (rng.standard_normal(s).astype(np.float32) * 0.5 for s in ((5, 3), (5, 5), (5,)))
+    x = rng.standard_normal((2, 4, 3)).astype(np.float32)
+    model = single_op_model("UNIDIRECTIONAL_SEQUENCE_RNN",
+                            [x, Const(w), Const(r), Const(b), Var(np.zeros((2, 5), np.float32))],
+                            options={"fused_activation_function": Activation.TANH})
+    err, delegate, interp = _bf16_against_float32(model, [x])
+    assert delegate.rejected == {} and err < 0.05
+    state = next(d for d in interp.get_tensor_details() if d["name"] == "var4")
+    assert state["dtype"] == np.float32 and interp.get_tensor(state["index"]).any()
