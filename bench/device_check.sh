@@ -14,7 +14,8 @@ DEVICE_DIR=bench/.device
 
 if [ "${1:-}" = "prepare" ]; then
     set -e
-    grep -qx '/bench/.device/' .git/info/exclude 2>/dev/null || echo '/bench/.device/' >> "$(git rev-parse --git-path info/exclude)"
+    EXCLUDE=$(git rev-parse --git-path info/exclude)   # the folder travels only as carry, never committed
+    grep -qx '/bench/.device/' "$EXCLUDE" 2>/dev/null || echo '/bench/.device/' >> "$EXCLUDE"
     PY=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
     PYTHONPATH=$PWD "$PY" bench/xla_bench.py --build "$DEVICE_DIR/models"
     # the device's python is 3.12; tflite (kiln's schema) and ai-edge-litert (the LiteRT column)
