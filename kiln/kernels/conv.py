@@ -185,7 +185,7 @@ def _grouped(xp, groups: int, cols, taps: int, w_mat):
     [m, KH*KW*Cin] times its filters (one batched product)."""
     m = cols.shape[0]
     pat = cols.reshape(m, taps, groups, -1).transpose(2, 0, 1, 3).reshape(groups, m, -1)
-    out = xp.matmul(pat, w_mat) if xp is np else xp.matmul(pat, w_mat, precision="highest")
+    out = float_dot(xp, pat, w_mat)
     return out.transpose(1, 0, 2).reshape(m, -1)
 
 

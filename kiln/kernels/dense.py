@@ -60,8 +60,9 @@ HYBRID, INT8, INT16, UINT8 = "hybrid", "int8", "int16", "uint8"
 
 
 def float_dot(xp, a, b):
-    """A float product as the reference kernel's BLAS call takes it (XLA: at full precision)."""
-    return a @ b if xp is np else xp.dot(a, b, precision="highest")
+    """A float product (a batch of them for 3-D operands) as the reference kernel's BLAS call
+    takes it: the backend's (XLA: at full precision, or in bfloat16 under its dtype_policy)."""
+    return a @ b if xp is np else float_math.arithmetic(xp).matmul(a, b)
 
 
 # -- FULLY_CONNECTED ------------------------------------------------------------------------------
@@ -320,7 +321,7 @@ def prepare_float_bmm(call, inputs) -> FloatBmm:
 
 def run_float_bmm(xp, p: FloatBmm, a, b):
     a, b = _adjoint(xp, as_float(a, p.dtype_a), as_float(b, p.dtype_b), p.opts)
-    y = xp.matmul(a, b) if xp is np else xp.matmul(a, b, precision="highest")
+    y = float_dot(xp, a, b)
     return y.astype(p.out_dtype) if xp is not np else y.astype(p.out_dtype, copy=False)
 
 

@@ -45,6 +45,10 @@ class Float32:
         """float64 ``x`` rounded to float32."""
         return x.astype(F32)
 
+    def matmul(self, a, b):
+        """A float product (matrix, or a batch of them) as the reference kernels' BLAS call takes it."""
+        return self.xp.matmul(a, b)
+
     def mul(self, a, b):
         return np.multiply(a, b, dtype=F32)
 
@@ -73,11 +77,6 @@ class Float32:
         """The sum over the last axis as a C loop adds it (left to right, float32), kept as an
         axis of 1."""
         return np.cumsum(x, axis=-1, dtype=F32)[..., -1:]
-
-    def matmul(self, a, b):
-        """The float32 matrix product ``a @ b`` (NumPy's BLAS; a traced backend asks for its
-        highest precision)."""
-        return a @ b
 
     def recur(self, step, h, xs, *, reverse: bool = False):
         """``h_t = step(h_{t-1}, xs[t])`` over the leading axis of ``xs`` (last to first with

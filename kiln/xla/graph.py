@@ -17,7 +17,7 @@ import numpy as np
 from .. import ops
 from ..ops.record import KernelCall, signature
 from ..schema import DType
-from .lowering import ALL_STATIC, LOWERINGS, Lowering, LoweringCall, make_call
+from .lowering import ALL_STATIC, FLOAT_POLICY, LOWERINGS, Lowering, LoweringCall, make_call
 
 
 def is_resource_op(op_type: str) -> bool:
@@ -134,9 +134,20 @@ def _is_static(value) -> bool:
 def run_nodes(nodes: Sequence[TracedNode], env: dict, float_dtype=None) -> dict:
     """Evaluate ``nodes`` in order; ``env`` maps id(tensor) -> value, filled with the results.
 
-    ``float_dtype`` (the bfloat16 policy) replaces float32 as the type of computed values.
+    ``float_dtype`` (the bfloat16 policy) replaces float32 as the type of computed values; by
+    default the policy of the trace this one runs in (a WHILE body's nodes: their loop's).
     Returns {id(variable tensor): final value} for the variables the nodes leave state in.
     """
+    if float_dtype is None:
+        float_dtype = FLOAT_POLICY.get()
+    token = FLOAT_POLICY.set(float_dtype)
+    try:
+        return _run_nodes(nodes, env, float_dtype)
+    finally:
+        FLOAT_POLICY.reset(token)
+
+
+def _run_nodes(nodes: Sequence[TracedNode], env: dict, float_dtype) -> dict:
     updates: dict = {}
     import jax.numpy as jnp
 

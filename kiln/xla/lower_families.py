@@ -17,7 +17,7 @@ from .. import ops
 from ..kernels.float_math import Float32
 from ..ops.record import HYBRID, operand_types
 from ..schema import Activation, DType
-from .lowering import CODES, Rows, per_tensor
+from .lowering import CODES, Rows, per_tensor, policy_product
 
 F32, F64 = jnp.float32, jnp.float64
 
@@ -58,6 +58,11 @@ class XlaFloat32(Float32):
     def sqrt(self, a):
         return self.round(jnp.sqrt(self._wide(a)))
 
+    def matmul(self, a, b):
+        """At full precision (no TF32 on GPUs), or under the bfloat16 dtype_policy on bfloat16
+        operands accumulating in float32 (the tensor cores' mode)."""
+        return policy_product(jnp.matmul, a, b)
+
     def divide_exactly(self, a, constant: float):
         """A divisor XLA cannot fold into a product with its reciprocal."""
         return a / lax.optimization_barrier(jnp.full(jnp.shape(a), constant, F64))
@@ -67,9 +72,6 @@ class XlaFloat32(Float32):
         columns = jnp.moveaxis(jnp.asarray(x).astype(F32), -1, 0)
         total, _ = lax.scan(lambda acc, column: (self.add(acc, column), None), columns[0], columns[1:])
         return total[..., None]
-
-    def matmul(self, a, b):
-        return jnp.matmul(a, b, precision=lax.Precision.HIGHEST)
 
     def recur(self, step, h, xs, *, reverse: bool = False):
         def scan_step(h, x_t):

@@ -23,7 +23,7 @@ from ..errors import OpError
 from ..ops.lstm import GATES, check_clips, check_lstm_sizes, read_operands, state_operand
 from ..ops.record import with_state
 from ..schema import UNIDIRECTIONAL_LSTM, Activation
-from .lowering import Rows
+from .lowering import Rows, policy_dot, policy_float
 
 _NAME = "UNIDIRECTIONAL_SEQUENCE_LSTM"
 
@@ -89,7 +89,9 @@ def read_lstm(name: str, inputs, lay):
 
 
 def lstm_scan(p, xt, h0, c0, opts, reverse: bool = False):
-    """One direction over time-major ``xt`` [T, B, I]; returns (outputs [T, B, O], h, c)."""
+    """One direction over time-major ``xt`` [T, B, I]; returns (outputs [T, B, O], h, c). The
+    products are `policy_dot`'s (bfloat16 under the dtype_policy); gates and states stay float32,
+    as LiteRT keeps them."""
     gates = p.gates
     act = _activation(opts.fused_activation_function)
     cell_clip, proj_clip = float(opts.cell_clip), float(opts.proj_clip)
@@ -98,7 +100,7 @@ def lstm_scan(p, xt, h0, c0, opts, reverse: bool = False):
     bias = jnp.concatenate([np.zeros(n, np.float32) if g in p.layer_norm else p.bias[g] for g in gates])
     recurrent = jnp.concatenate([p.recurrent_w[g] for g in gates]).T         # [O, G*C]
     T, B, _ = xt.shape
-    part = (jnp.dot(xt.reshape(T * B, -1), stacked.T, precision=lax.Precision.HIGHEST) + bias)
+    part = policy_dot("ki,gi->kg", xt.reshape(T * B, -1), stacked) + bias
     part = part.reshape(T, B, len(gates) * n)
     column = {g: k for k, g in enumerate(gates)}
     proj_w = None if p.projection_w is None else p.projection_w.T
@@ -110,7 +112,7 @@ def lstm_scan(p, xt, h0, c0, opts, reverse: bool = False):
 
     def step(carry, x_part):
         h, c = carry
-        pre_all = x_part + jnp.dot(h, recurrent, precision=lax.Precision.HIGHEST)
+        pre_all = x_part + policy_dot("bo,og->bg", h, recurrent)
         pre = {g: pre_all[:, column[g] * n:(column[g] + 1) * n] for g in gates}
         for g in ("i", "f"):
             if g in pre and g in p.peephole:
@@ -124,7 +126,7 @@ def lstm_scan(p, xt, h0, c0, opts, reverse: bool = False):
         o = _sigmoid(finish("o", pre["o"]))
         m = o * act(c)
         if proj_w is not None:
-            m = jnp.dot(m, proj_w, precision=lax.Precision.HIGHEST)
+            m = policy_dot("bc,co->bo", m, proj_w)
             if p.projection_b is not None:
                 m = m + p.projection_b
             m = _clip(m, proj_clip)
@@ -140,7 +142,7 @@ def _uni_lstm(call, *inputs):
     x = inputs[0]
     if x is None or len(inputs) <= 4 or inputs[4] is None:
         raise OpError(f"{_NAME}: the input (operand 0) and input_to_output weights (operand 4) are required")
-    if x.dtype != np.float32 or inputs[4].dtype != np.float32:
+    if not (policy_float(x.dtype) and policy_float(inputs[4].dtype)):
         raise OpError(f"{_NAME}: input and weights must be float32, got {x.dtype} and {inputs[4].dtype}")
     if x.ndim != 3:
         raise OpError(f"{_NAME}: input must be 3-D, got shape {list(x.shape)}")

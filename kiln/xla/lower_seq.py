@@ -23,7 +23,7 @@ from ..ops.rnn import bidi_rnn, rnn, uni_rnn
 from ..schema import (BIDIRECTIONAL_LSTM_AUX_INPUT, BIDIRECTIONAL_LSTM_BW, BIDIRECTIONAL_LSTM_FW, UNIDIRECTIONAL_LSTM,
                       Activation)
 from .lower_rnn import lstm_scan, read_lstm
-from .lowering import Rows, on_jnp
+from .lowering import Rows, on_jnp, policy_float
 
 _BIDI_LSTM = "BIDIRECTIONAL_SEQUENCE_LSTM"
 
@@ -54,7 +54,7 @@ def _bidi_lstm(call, *inputs):
     x = inputs[0]
     if x is None or optional_operand(inputs, 4) is None:
         raise OpError(f"{_BIDI_LSTM}: the input (operand 0) and input_to_output weights (operand 4) are required")
-    if x.dtype != np.float32 or inputs[4].dtype != np.float32:
+    if not (policy_float(x.dtype) and policy_float(inputs[4].dtype)):
         raise OpError(f"{_BIDI_LSTM}: input and weights must be float32, got {x.dtype} and {inputs[4].dtype}")
     if x.ndim != 3:
         raise OpError(f"{_BIDI_LSTM}: input must be 3-D, got shape {list(x.shape)}")
@@ -97,7 +97,7 @@ def _lstm_step(call, *inputs):
     x = inputs[0]
     if call.opts.kernel_type != 0:
         raise OpError("LSTM: only the FULL kernel type is lowered")
-    if x is None or x.ndim != 2 or x.dtype != np.float32:
+    if x is None or x.ndim != 2 or not policy_float(x.dtype):
         raise OpError(f"LSTM: input must be 2-D float32, got {None if x is None else (list(x.shape), x.dtype)}")
     check_clips("LSTM", call.opts)
     p = read_lstm("LSTM", inputs, UNIDIRECTIONAL_LSTM)
@@ -122,6 +122,19 @@ ROWS.add("LSTM", _lstm_step, check=_lstm_step_check)
 
 # -- the plain RNN ops: their reference arithmetic over jax.numpy ----------------------------------
 
-ROWS.add("RNN", on_jnp(rnn))
-ROWS.add("UNIDIRECTIONAL_SEQUENCE_RNN", on_jnp(uni_rnn))
-ROWS.add("BIDIRECTIONAL_SEQUENCE_RNN", on_jnp(bidi_rnn))
+def _widened(fn):
+    """``fn``'s lowering with operands in the bfloat16 dtype_policy's type widened to float32:
+    the shared RNN arithmetic takes float32, and its products (XlaFloat32.matmul) narrow them
+    again to bfloat16, accumulating in float32 — the policy's mode, state kept in float32."""
+    lower = on_jnp(fn)
+
+    def widened(call, *inputs):
+        return lower(call, *[x if x is None or x.dtype == jnp.float32 or not policy_float(x.dtype) else _f32(x)
+                             for x in inputs])
+    widened.__qualname__ = lower.__qualname__
+    return widened
+
+
+ROWS.add("RNN", _widened(rnn))
+ROWS.add("UNIDIRECTIONAL_SEQUENCE_RNN", _widened(uni_rnn))
+ROWS.add("BIDIRECTIONAL_SEQUENCE_RNN", _widened(bidi_rnn))

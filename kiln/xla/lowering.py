@@ -12,6 +12,7 @@ imported); kiln/xla/table.py's `fill` puts every module's rows into `LOWERINGS`,
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Callable, Iterable
@@ -135,6 +136,38 @@ def is_float(dtype) -> bool:
     """Floating point, bfloat16 included (NumPy files bfloat16 under kind 'V')."""
     dtype = np.dtype(dtype)
     return dtype.kind == "f" or dtype.name == "bfloat16"
+
+
+#: The dtype_policy's compute type (jnp.bfloat16) while nodes trace under it, else None: set by
+#: kiln/xla/graph.py's `run_nodes`, so subgraphs a WHILE / IF traces inherit it and the recurrent
+#: lowerings, which keep their state in float32, know which type their products take.
+FLOAT_POLICY: ContextVar = ContextVar("kiln_xla_float_policy", default=None)
+
+
+def policy_float(dtype) -> bool:
+    """float32, or the dtype_policy's type while tracing under it: what a float lowering takes."""
+    policy = FLOAT_POLICY.get()
+    return np.dtype(dtype) == np.float32 or (policy is not None and np.dtype(dtype) == np.dtype(policy))
+
+
+def policy_product(product, a, b):
+    """``product(a, b)`` (jnp.matmul, an einsum) of float operands: at full precision (no TF32 on
+    GPUs), or under the bfloat16 policy on bfloat16 operands accumulating in float32 (the tensor
+    cores' mode; float64 operands keep full precision)."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    policy = FLOAT_POLICY.get()
+    if policy is None or not all(policy_float(np.dtype(v.dtype)) for v in (a, b)):
+        return product(a, b, precision=lax.Precision.HIGHEST)
+    return product(jnp.asarray(a).astype(policy), jnp.asarray(b).astype(policy), preferred_element_type=jnp.float32)
+
+
+def policy_dot(spec: str, a, b):
+    """``einsum(spec, a, b)`` as `policy_product` computes it (the recurrent lowerings' products)."""
+    import jax.numpy as jnp
+
+    return policy_product(lambda x, y, **kw: jnp.einsum(spec, x, y, **kw), a, b)
 
 
 def fused_range(act: int, dtype) -> tuple:
