@@ -13,6 +13,7 @@ machine that serves models), so a test that needs them free fails everywhere, no
 
 import os
 import socket
+import zlib
 
 import pytest
 
@@ -38,6 +39,24 @@ def pytest_configure(config):
         delegate._DEFAULT_DELEGATES[:] = [f for f in _REGISTERED if f is not litert.default_litert_delegate]
     elif backend == "ref":
         delegate._DEFAULT_DELEGATES.clear()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Sweeps too long for `make test` run a share of their cases there and the rest in the
+    slow lane: a module that sets ``FAST_LANE_SHARE = n`` keeps, per test function, its first
+    case and one case in n (by a stable hash of the case's id), and marks the others slow, so
+    the two lanes together run the whole sweep once and every function runs in both."""
+    seen = set()
+    for item in items:
+        share = getattr(item.module, "FAST_LANE_SHARE", None) if hasattr(item, "module") else None
+        if not share:
+            continue
+        function = (item.module.__name__, getattr(item, "originalname", item.name))
+        first = function not in seen
+        seen.add(function)
+        if not first and zlib.crc32(item.nodeid.encode()) % share:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

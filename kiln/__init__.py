@@ -30,6 +30,7 @@ from .runtime import (
     SignatureRunner,
 )
 from .delegates import LiteRtDelegate  # importing kiln.delegates registers the default delegates
+from .runtime import register_backend
 from .schema import Activation, DType, Padding
 
 __version__ = "0.1.0"
@@ -50,6 +51,21 @@ _LAZY = {
 
 #: Subpackages reachable as attributes of ``kiln`` without importing them up front.
 _SUBPACKAGES = frozenset({"beam", "inference", "quant", "serve", "xla"})
+
+
+def _xla_backend(batch_sizes=None):
+    """`kiln.runtime.open`'s "xla" backend: kiln.xla sits above the runtime, so this facade
+    hands it over (JAX is imported, and its absence reported, only when a model opens on it).
+    Each interpreter's delegate keeps its weights on the device and compiles ``batch_sizes``'
+    buckets as it loads."""
+    from .runtime.served import XLA_SHAPES
+    from .xla import XlaDelegate, require_jax
+
+    require_jax()
+    return lambda: [XlaDelegate(cache_size=XLA_SHAPES, batch_sizes=batch_sizes)]
+
+
+register_backend("xla", _xla_backend)
 
 
 def __getattr__(name: str):

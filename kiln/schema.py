@@ -19,12 +19,18 @@ import numpy as np
 from tflite.BuiltinOperator import BuiltinOperator as _BuiltinOperator
 from tflite.BuiltinOptions import BuiltinOptions as _BuiltinOptions
 
-try:  # bfloat16 is optional: ml_dtypes ships with TensorFlow and JAX, not with the runtime.
-    import ml_dtypes as _ml_dtypes
 
-    _BF16 = np.dtype(_ml_dtypes.bfloat16)
-except ImportError:  # pragma: no cover - depends on the environment
-    _BF16 = np.dtype(np.uint16)
+
+@functools.cache
+def _bfloat16() -> np.dtype:
+    """NumPy's bfloat16 from ml_dtypes (it ships with TensorFlow and JAX, not with the runtime),
+    else its raw bits as uint16. Imported on first use: it costs a third of a second of CPU,
+    which every `kiln` command would pay for a type few models hold."""
+    try:
+        import ml_dtypes
+    except ImportError:  # pragma: no cover - depends on the environment
+        return np.dtype(np.uint16)
+    return np.dtype(ml_dtypes.bfloat16)
 
 
 class DType(enum.IntEnum):
@@ -53,7 +59,7 @@ class DType(enum.IntEnum):
     @property
     def numpy(self) -> np.dtype:
         """The NumPy dtype that holds this type's elements (int4 is stored one per int8)."""
-        return _TO_NUMPY[self]
+        return _bfloat16() if self is DType.BFLOAT16 else _TO_NUMPY[self]
 
     @property
     def itemsize(self) -> int:
@@ -71,6 +77,8 @@ class DType(enum.IntEnum):
         except KeyError:
             if dt.kind in ("U", "S", "O"):
                 return cls.STRING
+            if dt.name == "bfloat16" and dt == _bfloat16():
+                return cls.BFLOAT16
             raise ValueError(f"no LiteRT tensor type for numpy dtype {dt}") from None
 
 
@@ -93,7 +101,6 @@ _TO_NUMPY = {
     DType.UINT32: np.dtype(np.uint32),
     DType.UINT16: np.dtype(np.uint16),
     DType.INT4: np.dtype(np.int8),
-    DType.BFLOAT16: _BF16,
 }
 _FROM_NUMPY = {
     np.dtype(np.float32): DType.FLOAT32,
@@ -111,8 +118,6 @@ _FROM_NUMPY = {
     np.dtype(np.uint32): DType.UINT32,
     np.dtype(np.uint16): DType.UINT16,
 }
-if _BF16 != np.dtype(np.uint16):
-    _FROM_NUMPY[_BF16] = DType.BFLOAT16
 
 
 class Activation(enum.IntEnum):

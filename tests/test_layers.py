@@ -1,8 +1,10 @@
 """kiln's package layers (docs/architecture.md), checked over the import graph.
 
-Every ``import`` in kiln's sources — module-level and function-local — is read with `ast` and
-must go to the importing module's own unit or to a unit of a lower layer. Imports under
-``if TYPE_CHECKING:`` are exempt: they never run, so they cannot form a cycle.
+Every ``import`` in kiln's sources — module-level and function-local, and ``importlib.import_module``
+/ ``__import__`` of a literal name — is read with `ast` and must go to the importing module's own
+unit or to a unit of a lower layer. Imports under ``if TYPE_CHECKING:`` are exempt: they never
+run, so they cannot form a cycle. A name-computed import of a kiln module is allowed only where
+`DYNAMIC_IMPORTS` says why, and no module imports another package's private (``_name``) names.
 """
 
 from __future__ import annotations
@@ -48,6 +50,11 @@ LAYERS: list[set[str]] = [
     {"kiln.__main__"},
 ]
 FACADES = {"kiln", "kiln.converter"}
+#: Modules that import kiln modules by a computed name, and why that cannot go upward.
+DYNAMIC_IMPORTS = {
+    "kiln": "PEP 562 lazy public names (_LAZY, _SUBPACKAGES): modules below the facade",
+    "kiln.fusion": "its own modules, named in its _LAZY table",
+}
 RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
 
 
@@ -79,8 +86,18 @@ def _type_checking_only(tree: ast.Module) -> set[int]:
     return skip
 
 
-def imports_of(module: str) -> list[tuple[int, str]]:
-    """(line, imported kiln module) for every import in ``module``'s source, each once."""
+def _import_call(node: ast.AST):
+    """The argument of ``importlib.import_module(...)`` / ``__import__(...)``, else None."""
+    if not isinstance(node, ast.Call) or not node.args:
+        return None
+    f = node.func
+    name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+    return node.args[0] if name in ("import_module", "__import__") else None
+
+
+def import_statements(module: str) -> list[tuple[int, str, tuple[str, ...]]]:
+    """(line, imported kiln module, names taken from it) for every import in ``module``'s
+    source; ``names`` is empty where a whole module is imported."""
     path = MODULES[module]
     tree = ast.parse(path.read_text(), str(path))
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
@@ -90,7 +107,7 @@ def imports_of(module: str) -> list[tuple[int, str]]:
         if id(node) in skip:
             continue
         if isinstance(node, ast.Import):
-            found += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "kiln"]
+            found += [(node.lineno, a.name, ()) for a in node.names if a.name.split(".")[0] == "kiln"]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
@@ -101,8 +118,17 @@ def imports_of(module: str) -> list[tuple[int, str]]:
                 continue
             for alias in node.names:  # "from . import ops" imports the module kiln.ops
                 sub = f"{target}.{alias.name}"
-                found.append((node.lineno, sub if sub in MODULES else target))
-    return sorted(set(found))
+                found.append((node.lineno, sub, ()) if sub in MODULES else (node.lineno, target, (alias.name,)))
+        else:
+            arg = _import_call(node)
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.split(".")[0] == "kiln":
+                found.append((node.lineno, arg.value, ()))
+    return found
+
+
+def imports_of(module: str) -> list[tuple[int, str]]:
+    """(line, imported kiln module) for every import in ``module``'s source, each once."""
+    return sorted({(line, target) for line, target, _ in import_statements(module)})
 
 
 def test_every_module_has_a_layer():
@@ -168,3 +194,48 @@ def test_no_package_cycle():
 
     for package in sorted(graph):
         visit(package, [])
+
+
+def _may_name_kiln(arg: ast.AST) -> bool:
+    """Whether a computed module name can be a kiln module (an f-string starting with another
+    package's name cannot)."""
+    if isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant):
+        return str(arg.values[0].value).split(".")[0] == "kiln"
+    return not isinstance(arg, ast.Constant)
+
+
+def test_computed_imports_are_accounted_for():
+    """`importlib` cannot hide an upward import: literal names are layer-checked above, and a
+    computed name of a kiln module appears only where `DYNAMIC_IMPORTS` says why."""
+    unexplained = []
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            arg = _import_call(node)
+            if arg is not None and _may_name_kiln(arg) and module not in DYNAMIC_IMPORTS:
+                unexplained.append(f"{path.relative_to(ROOT.parent)}:{node.lineno}")
+    assert not unexplained, f"kiln modules imported by a computed name: {unexplained}"
+
+
+def test_the_rule_sees_importlib(tmp_path, monkeypatch):
+    """An upward import through importlib (runtime -> xla) is reported like a plain one."""
+    fake = tmp_path / "kiln" / "runtime" / "upward.py"
+    fake.parent.mkdir(parents=True)
+    fake.write_text("import importlib\n\ndef f():\n    return importlib.import_module('kiln.xla')\n")
+    monkeypatch.setitem(MODULES, "kiln.runtime.upward", fake)
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path / "kiln")
+    with pytest.raises(AssertionError, match="imports kiln.xla"):
+        test_imports_respect_the_layers("kiln.runtime.upward")
+
+
+def test_no_private_names_across_packages():
+    """A ``_name`` is its package's own business: another package that needs it gets a public
+    name (or the code moves to where it is used)."""
+    private = []
+    for module in MODULES:
+        for line, target, names in import_statements(module):
+            if package_of(target) == package_of(module):
+                continue
+            private += [f"{MODULES[module].relative_to(ROOT.parent)}:{line} imports {target}.{n}"
+                        for n in names if n.startswith("_") and not n.startswith("__")]
+    assert not private, "private names imported across packages:\n" + "\n".join(private)

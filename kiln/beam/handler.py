@@ -91,11 +91,20 @@ class KilnModelHandler(ModelHandler[Any, PredictionResult, KilnModel]):
     def load_model(self) -> KilnModel:
         """Called once per worker process (or once per machine with large_model/model_copies)."""
         try:
-            model = KilnModel(self._read(), self._signature_key, self._backend, self._num_threads)
+            model = KilnModel(self._read(), self._signature_key, self._backend, self._num_threads,
+                              self._xla_buckets())
         except KilnError as e:
             raise _located(e, self._where()) from None
         self._spec = model.spec
         return model
+
+    def _xla_buckets(self) -> list[int] | None:
+        """On the xla backend, the batch sizes KilnModel feeds (powers of two) for the smallest and
+        largest batch Beam makes: the delegate compiles them at load and pads other batches up."""
+        if self._backend != "xla" or not self.spec().batched or self.spec().fixed_batch is not None:
+            return None
+        kwargs = self.batch_elements_kwargs()
+        return sorted({1 << (int(kwargs[k]) - 1).bit_length() for k in ("min_batch_size", "max_batch_size")})
 
     def update_model_path(self, model_path: str | None = None):
         """Beam's model refresh: the next load_model reads ``model_path``."""

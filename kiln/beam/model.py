@@ -84,10 +84,10 @@ class KilnModel:
     """
 
     def __init__(self, content: bytes, signature_key: str | None = None, backend: str = "kiln",
-                 num_threads: int | None = None):
+                 num_threads: int | None = None, batch_sizes=None):
         if backend not in BACKENDS:
             raise UnsupportedError(f"backend {backend!r} is not one of {list(BACKENDS)}")
-        self._model = served.open(content, backend, num_threads=num_threads)
+        self._model = served.open(content, backend, num_threads=num_threads, batch_sizes=batch_sizes)
         self.spec = _with_inputs(self._model.signature(signature_key))
         self.backend = backend
         self._runner = self._model.new_runner()

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import ConversionError
 from ..ir import Operator, Subgraph, Tensor
-from ..ops import unquantized_codes
+from ..ops import type_refusal, unquantized_codes
 from ..passes.fold import evaluate
 from ..schema import DType
 from .tfutil import shape_signature, static_shape, to_dtype
@@ -189,7 +189,7 @@ class EmitContext:
             raise self.fail(f"LiteRT's {op_type} takes {codes.dtype.name.lower()} operands as quantized values, and "
                             f"{codes.name!r} has no quantization parameters (LiteRT would compute with a zero scale "
                             "or abort); cast it to int32 first, or quantize the model")
-        elif (refusal := _complex_refusal(op_type, [*inputs, *outputs])) is not None:
+        elif (refusal := _complex_refusal(op_type, [*inputs, *outputs]) or type_refusal(op)) is not None:
             self.sg.remove_operator(op)
             raise self.fail(refusal)
         if op_type != "CUSTOM":

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import partial
 from itertools import repeat
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -32,13 +32,11 @@ from ..errors import KilnError, OpError
 from ..ir import Operator
 from ..ops.backends import FLOAT
 from ..ops.elementwise import activation_range, is_quantized
+from ..kernels.family import Shaped
 from ..ops.record import KernelCall
-from ..runtime.delegate import DelegateKernel, Partition
+from ..runtime.delegate import DelegateKernel, Partition, ReportingDelegate
 from ..schema import Activation, DType
-from .windowed import clamp
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .delegate import NumpyDelegate
 
 F32 = np.dtype(np.float32)
 
@@ -93,6 +91,25 @@ def float_check(support: "CompiledSupport", op: Operator) -> str | None:
     return None
 
 
+def clamp(lo, hi):
+    """An in-place clamp of a float32 array to [lo, hi], bit for bit ``np.clip``'s.
+
+    With two non-zero bounds it is np.maximum then np.minimum, two plain ufunc calls: a value
+    equal to a bound is that bound either way and NaN passes both. A zero bound keeps
+    ``ndarray.clip``, which leaves -0.0 as it is (as LiteRT's std::max does) where np.maximum
+    may not.
+    """
+    lo, hi = F32.type(lo), F32.type(hi)
+    if lo != 0 and hi != 0:
+        def apply(y):
+            np.maximum(y, lo, out=y)
+            np.minimum(y, hi, out=y)
+    else:
+        def apply(y):
+            y.clip(lo, hi, out=y)
+    return apply
+
+
 # -- compilation -------------------------------------------------------------------------------
 
 @dataclass
@@ -129,31 +146,28 @@ def _operand(node: _Node, k: int):
     return node.in_slots[k], (node.consts[k] if k < len(node.consts) else None)
 
 
-def lower_fully_connected(node: _Node):
-    x_shape = node.in_shapes[0]
-    w = np.asarray(node.consts[1], F32)
-    units, depth = w.shape
-    size = int(np.prod(x_shape)) if x_shape else 1
-    if depth == 0 or size % depth or (node.opts.keep_num_dims and x_shape[-1] != depth):
-        raise node.error(f"input {list(x_shape)} does not fit weights {list(w.shape)}")
-    rows = size // depth
-    out_shape = (*x_shape[:-1], units) if node.opts.keep_num_dims else (rows, units)
-    w_t = w.T  # the reference kernel's layout, so BLAS sums in the same order
-    bias = node.consts[2] if len(node.consts) > 2 and node.consts[2] is not None else None
-    bias = None if bias is None else np.asarray(bias, F32).reshape(units)
-    clamp_y = clamp(*activation_range(node.opts.fused_activation_function, F32))
-    get = node.output(0, (rows, units))
-    xi, oi = node.in_slots[0], node.out_slots[0]
+def lower_family(node: _Node):
+    """An op with a kernel family (kiln.kernels.family): its float format prepared once per
+    input shape — weights laid out, geometry, padded buffers — and run on each invoke: the
+    reference kernel's own arithmetic, so its bits."""
+    fmt = ops.require(node.op.op_type).formats[FLOAT]
+    call = KernelCall(node.opts, node.op, [F32 for _ in node.op.outputs])
+    inputs = [c if c is not None else (None if shape is None else Shaped(shape, F32))
+              for shape, c in zip(node.in_shapes, node.consts)]
+    try:
+        prepared = fmt.prepare(call, inputs)
+    except OpError as exc:
+        raise node.error(str(exc)) from None
+    operands = [_operand(node, k) if k < len(node.in_slots) else (-1, None) for k in fmt.activations]
+    run, oi = fmt.run, node.out_slots[0]
+    with np.errstate(all="ignore"):
+        probe = run(np, prepared, *[c if c is not None else (None if s < 0 else np.zeros(node.in_shapes[k], F32))
+                                    for k, (s, c) in zip(fmt.activations, operands)])
 
-    def run(slots):
-        y = get()
-        np.dot(slots[xi].reshape(rows, depth), w_t, out=y)
-        if bias is not None:
-            y += bias
-        clamp_y(y)
-        slots[oi] = y.reshape(out_shape)
+    def step(slots):
+        slots[oi] = run(np, prepared, *[c if c is not None else (slots[s] if s >= 0 else None) for s, c in operands])
 
-    return run, [out_shape]
+    return step, [probe.shape]
 
 
 def lower_binary(ufunc) -> "Lowering":
@@ -246,27 +260,6 @@ def _lower_reference(node: _Node):
     return run, shapes
 
 
-def lower_mean(node: _Node):
-    """MEAN over constant axes: a float64 sum divided into the output buffer (as the kernel)."""
-    kernel, call = _reference_call(node)
-    (probe,) = _probe(node, kernel, call)
-    rank = len(node.in_shapes[0])
-    axes = tuple(sorted({int(a) % rank for a in np.asarray(node.consts[1]).reshape(-1)})) if rank else ()
-    count = int(np.prod([node.in_shapes[0][a] for a in axes], dtype=np.int64))
-    keep = bool(node.opts.keep_dims)
-    if count == 0 or np.sum(np.zeros(node.in_shapes[0]), axis=axes, keepdims=keep).shape != probe.shape:
-        return _lower_reference(node)  # empty or unusual reductions: the kernel's own rules
-    get = node.output(0, probe.shape)
-    xi, oi = node.in_slots[0], node.out_slots[0]
-
-    def run(slots):
-        y = get()
-        np.divide(np.sum(slots[xi], axis=axes, dtype=np.float64, keepdims=keep), count, out=y, casting="unsafe")
-        slots[oi] = y
-
-    return run, [probe.shape]
-
-
 @dataclass(frozen=True)
 class CompiledSupport:
     """What the delegate knows of one op: the versions it claims (higher versions add integer,
@@ -301,7 +294,7 @@ class ChainKernel(DelegateKernel):
 
     MAX_PLANS = 8
 
-    def __init__(self, delegate: "NumpyDelegate", partition: Partition):
+    def __init__(self, delegate: ReportingDelegate, partition: Partition):
         self.delegate = delegate
         self.partition = partition
         self.nodes = partition.nodes

@@ -26,11 +26,8 @@ from ..ops.backends import FLOAT, KEYS, BackendTable, key_name
 from ..ops.record import HYBRID, operand_types
 from ..runtime.delegate import DelegateKernel, NodeInfo, Partition, ReportingDelegate
 from . import float_lowerings as flt
-from . import hybrid_lowerings as hyb
-from . import integer_lowerings as low
 from . import more_lowerings as more
-from . import transpose_lowerings as tconv
-from .compiled import ChainKernel, CompiledSupport, lower_binary, lower_fully_connected, lower_mean, lower_view
+from .compiled import ChainKernel, CompiledSupport, lower_binary, lower_family, lower_view
 from .quantized import (
     CODE_TYPES,
     Lowering,
@@ -40,12 +37,8 @@ from .quantized import (
     lower_binary_table,
     lower_unary_table,
 )
+from .quantized import lower_family as lower_codes_family
 from .quantized import lower_view as lower_code_view
-from .windowed import lower_avg_pool, lower_conv, lower_depthwise, lower_max_pool
-
-#: What the NumPy delegate runs, per (op, operand types).
-LOWERINGS: BackendTable = BackendTable("numpy delegate")
-
 
 def register_float(name: str, support: CompiledSupport, *, override: bool = False) -> None:
     """Run ``name``'s float32 nodes in the float chains (``support.lower``; None: its reference
@@ -67,53 +60,46 @@ def _by_input(integer: Lowering, from_float: Lowering) -> Lowering:
     return lower
 
 
-def _register_all() -> None:
-    """The delegate's table: every (op, operand types) it runs and how."""
+def fill(table: BackendTable) -> None:
+    """The delegate's table: every (op, operand types) it runs and how — the one place kiln's
+    entries are made (`LOWERINGS` calls it on first use: the delegate's constructor)."""
     def f(names, versions=(1,), const_operands=(), lower=None, constant_data=None):
         data = lower is None if constant_data is None else constant_data   # a kernel takes constants
         for name in names:
-            register_float(name, CompiledSupport(frozenset(versions), tuple(const_operands), lower, data))
+            support = CompiledSupport(frozenset(versions), tuple(const_operands), lower, data)
+            table.register(name, support, check=support.check)
 
     def q(names, lower=None, const_operands=(), types=CODE_TYPES, constant_data=False, shape_operands=()):
         for name in names:   # the keys the op has reference kernels for: what the chain checks against
             keys = [k for k in types if k in ops.require(name).quantized]
-            register_quantized(name, QuantizedSupport(tuple(const_operands), lower, constant_data,
-                                                      tuple(shape_operands)), keys)
+            support = QuantizedSupport(tuple(const_operands), lower, constant_data, tuple(shape_operands))
+            table.register(name, support, types=keys, check=support.check)
 
-    # float32 nodes
-    f(["FULLY_CONNECTED"], (1, 5, 6), (1, 2), lower_fully_connected)   # plain, keep_num_dims, no bias
-    f(["CONV_2D"], (1,), (1, 2), lower_conv)
-    f(["DEPTHWISE_CONV_2D"], (1, 2), (1, 2), lower_depthwise)          # 2: dilation
+    # float32 nodes (kernel families: their float format, prepared when a partition is planned)
+    f(["FULLY_CONNECTED"], (1, 5, 6), (1, 2), lower_family)   # plain, keep_num_dims, no bias
+    f(["CONV_2D"], (1,), (1, 2), lower_family)
+    f(["DEPTHWISE_CONV_2D"], (1, 2), (1, 2), lower_family)          # 2: dilation
     for name, ufunc in (("ADD", np.add), ("SUB", np.subtract), ("MUL", np.multiply)):
         f([name], lower=lower_binary(ufunc), constant_data=True)
     f(["RESHAPE", "EXPAND_DIMS"], const_operands=(1,), lower=lower_view)
     f(["SQUEEZE"], lower=lower_view)
-    f(["MEAN"], const_operands=(1,), lower=lower_mean)
-    f(["MAX_POOL_2D"], lower=lower_max_pool)
-    f(["AVERAGE_POOL_2D"], lower=lower_avg_pool)
+    f(["MEAN"], const_operands=(1,), lower=lower_family)
+    f(["MAX_POOL_2D", "AVERAGE_POOL_2D"], lower=lower_family)
     f(["UNIDIRECTIONAL_SEQUENCE_LSTM"], const_operands=flt.LSTM_WEIGHTS, lower=flt.lower_uni_lstm)
     f(["STRIDED_SLICE"], const_operands=(1, 2, 3), lower=flt.lower_strided_slice)
     f(["REVERSE_V2"], const_operands=(1,), lower=flt.lower_reverse)
     f(["TRANSPOSE"], const_operands=(1,), lower=flt.lower_transpose)
-    f(["BATCH_MATMUL"], lower=flt.lower_batch_matmul, constant_data=True)
+    f(["BATCH_MATMUL"], lower=lower_family, constant_data=True)
     f(["SOFTMAX"], lower=flt.lower_softmax)
     f(["RELU", "RELU6", "RELU_N1_TO_1", "LOGISTIC", "TANH", "HARD_SWISH", "GELU", "CONCATENATION",
        "SQUARED_DIFFERENCE", "RSQRT", "NEG"])                              # their kernels, in the chain
-    # integer and hybrid nodes
-    weighted = ((1, 2), (1, 2), (1, 2))
-    for name, integer, hybrid, consts in zip(
-            ("FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D"),
-            (low.lower_fully_connected, low.lower_conv, low.lower_depthwise),
-            (hyb.lower_hybrid_fully_connected, hyb.lower_hybrid_conv, hyb.lower_hybrid_depthwise), weighted):
-        q([name], integer, consts)
-        q([name], hybrid, consts, types=(HYBRID,))
-    q(["TRANSPOSE_CONV"], tconv.lower_transpose_conv, (0, 1, 3), constant_data=True, shape_operands=(0,))
-    q(["TRANSPOSE_CONV"], tconv.lower_hybrid_transpose_conv, (0, 1, 3), types=(HYBRID,), constant_data=True,
-      shape_operands=(0,))
-    q(["BATCH_MATMUL"], low.lower_batch_matmul, constant_data=True)
-    q(["MAX_POOL_2D"], low.lower_max_pool)
-    q(["AVERAGE_POOL_2D"], low.lower_avg_pool)
-    q(["MEAN"], low.lower_mean, (1,), shape_operands=(1,))
+    # integer and hybrid nodes (kernel families: prepared on the partition's first run)
+    for types in (CODE_TYPES, (HYBRID,)):
+        q(["FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D"], lower_codes_family, (1, 2), types=types)
+        q(["TRANSPOSE_CONV"], lower_codes_family, (0, 1, 3), types=types, constant_data=True, shape_operands=(0,))
+    q(["BATCH_MATMUL"], lower_codes_family, constant_data=True)
+    q(["MAX_POOL_2D", "AVERAGE_POOL_2D"], lower_codes_family)
+    q(["MEAN"], lower_codes_family, (1,), shape_operands=(1,))
     q(["ADD", "SUB", "MUL", "SQUARED_DIFFERENCE"], lower_binary_table, types=("int8", "uint8"), constant_data=True)
     q(["ADD", "SUB", "MUL", "SQUARED_DIFFERENCE"], more.lower_binary_int16, types=("int16",), constant_data=True)
     q(["LOGISTIC", "TANH", "RELU", "RELU6", "RELU_N1_TO_1", "LEAKY_RELU", "GELU", "HARD_SWISH", "DEQUANTIZE",
@@ -129,7 +115,8 @@ def _register_all() -> None:
     q(["UNIDIRECTIONAL_SEQUENCE_LSTM"], types=(HYBRID,))                          # its hybrid kernel, likewise
 
 
-_register_all()
+#: What the NumPy delegate runs, per (op, operand types): `fill`'s entries and any registered since.
+LOWERINGS: BackendTable = BackendTable("numpy delegate", fill=fill)
 
 
 def _is_float(info: NodeInfo) -> bool:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ops.activations import _softmax_values
-from ..ops.indexing import _strided_slice_plan
-from ..ops.lstm import _is_plain, _packed, _read_lstm, uni_lstm_run
-from ..ops.shape import _transpose_perm, dense, int_values, norm_axis
+from ..ops.activations import softmax_values
+from ..ops.indexing import strided_slice_plan
+from ..ops.lstm import is_plain_cell, pack_gates, read_operands, uni_lstm_run
+from ..ops.shape import transpose_perm, dense, int_values, norm_axis
 from ..schema import UNIDIRECTIONAL_LSTM
 from .compiled import F32, _Node, _probe, _reference_call
 
@@ -35,9 +35,9 @@ def lower_uni_lstm(node: _Node):
     (out, *_) = _probe(node, kernel, call)  # every check the kernel makes, for these shapes
     probe_inputs = [c if c is not None else (None if s is None else np.zeros(s, F32))
                     for s, c in zip(node.in_shapes, node.consts)]
-    p = _read_lstm("UNIDIRECTIONAL_SEQUENCE_LSTM", probe_inputs, UNIDIRECTIONAL_LSTM,
+    p = read_operands("UNIDIRECTIONAL_SEQUENCE_LSTM", probe_inputs, UNIDIRECTIONAL_LSTM,
                    diagonal=bool(node.opts.diagonal_recurrent_tensors))
-    packed = _packed(p) if _is_plain(p, node.opts.fused_activation_function) else None
+    packed = pack_gates(p) if is_plain_cell(p, node.opts.fused_activation_function) else None
     pairs = list(zip(node.in_slots, node.consts))
     oi = node.out_slots[0]
     state_slots = [node.in_slots[UNIDIRECTIONAL_LSTM.output_state], node.in_slots[UNIDIRECTIONAL_LSTM.cell_state]]
@@ -57,7 +57,7 @@ def lower_strided_slice(node: _Node):
     """STRIDED_SLICE with constant begin / end / strides: the view worked out once."""
     kernel, call = _reference_call(node)
     (probe,) = _probe(node, kernel, call)
-    eff_shape, index, out_shape = _strided_slice_plan(node.opts, np.zeros(node.in_shapes[0], F32), *node.consts[1:4])
+    eff_shape, index, out_shape = strided_slice_plan(node.opts, np.zeros(node.in_shapes[0], F32), *node.consts[1:4])
     index = tuple(index)
     xi, oi, own = node.in_slots[0], node.out_slots[0], _owned if node.fresh[0] else dense
 
@@ -86,7 +86,7 @@ def lower_transpose(node: _Node):
     """TRANSPOSE by a constant permutation."""
     kernel, call = _reference_call(node)
     (probe,) = _probe(node, kernel, call)
-    perm = _transpose_perm(np.zeros(node.in_shapes[0], F32), node.consts[1])
+    perm = transpose_perm(np.zeros(node.in_shapes[0], F32), node.consts[1])
     xi, oi, own = node.in_slots[0], node.out_slots[0], _owned if node.fresh[0] else dense
 
     def run(slots):
@@ -123,6 +123,6 @@ def lower_softmax(node: _Node):
     xi, oi = node.in_slots[0], node.out_slots[0]
 
     def run(slots):
-        slots[oi] = _softmax_values(slots[xi], beta)
+        slots[oi] = softmax_values(slots[xi], beta)
 
     return run, [probe.shape]

@@ -12,13 +12,14 @@ overrides run in kiln between partitions.
 What LiteRT can run is LiteRT's to say: once the claims are grouped (`review`), each
 partition is built and allocated in LiteRT, and the nodes it refuses (an op version or a
 type only kiln registers, a shape its kernels reject) are given back to kiln's own delegates
-and reference kernels. Tensors that cannot cross into LiteRT (strings, resources, variants)
-keep their producers and readers in kiln. Resource variables (VAR_HANDLE ... CALL_ONCE) live
-in one store, so LiteRT runs them only when it runs the whole of the model's one entry
-subgraph; otherwise they stay with kiln's store. Variable tensors (sequence-LSTM states) are
-variables in the partition model too: LiteRT updates them in place, and the kernel hands the
-new values back as state, which it writes in again before the next invoke (kiln may have
-reset it, or a custom op changed it).
+and reference kernels; so, before that, are the nodes whose operand type the op record says
+LiteRT does not run (`OpDef.types`: some fail only once invoked). Tensors that cannot cross
+into LiteRT (strings, resources, variants) keep their producers and readers in kiln. Resource
+variables (VAR_HANDLE ... CALL_ONCE) live in one store, so LiteRT runs them only when it runs
+the whole of the model's one entry subgraph; otherwise they stay with kiln's store. Variable
+tensors (sequence-LSTM states) are variables in the partition model too: LiteRT updates them
+in place, and the kernel hands the new values back as state, which it writes in again before
+the next invoke (kiln may have reset it, or a custom op changed it).
 
 ai-edge-litert is imported when a partition is first built, so kiln runs without it; the
 default Interpreter then runs on kiln's own kernels (`default_litert_delegate` logs a
@@ -42,7 +43,7 @@ import numpy as np
 from ..errors import KilnError, OpError, UnsupportedError
 from ..format import write_model
 from ..ir import Operator, Subgraph
-from ..ops import states, unquantized_codes
+from ..ops import states, type_refusal, unquantized_codes
 from ..runtime.delegate import DelegateKernel, NodeInfo, Partition, ReportingDelegate
 from ..schema import DType
 from .litert_model import PartitionModel, partition_model, reachable_subgraphs
@@ -137,7 +138,7 @@ class LiteRtDelegate(ReportingDelegate):
             return f"custom op {node.name!r} runs in kiln"
         if not _is_builtin_registration(node.registration):
             return f"{node.name} is overridden by a Python registration"
-        return _known_wrong(op)
+        return _known_wrong(op) or type_refusal(op)
 
     def review(self, partitions: Sequence[Partition]) -> set[int]:
         """Give back what only kiln can run, then what LiteRT refuses when it builds a partition."""

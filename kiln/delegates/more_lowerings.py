@@ -16,17 +16,22 @@ import numpy as np
 
 from ..kernels import softmax as sm
 from ..kernels import elementwise
-from ..kernels import nn as nn_kernels
-from ..kernels.fixedpoint import (
-    multiply_by_quantized_multiplier_double_rounding as rescale,
-)
+from ..kernels.fixedpoint import Requantizer, activation_range
+from ..kernels.fixedpoint import multiply_by_quantized_multiplier_double_rounding as rescale
 from ..schema import Activation
-from .integer_lowerings import I64, Requantizer, _in_qp, _out_qp
 
 if TYPE_CHECKING:  # pragma: no cover
     from .quantized import QNode
 
-F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
+F32, F64, I64 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int64)
+
+
+def _in_qp(node: "QNode", k: int):
+    return node.op.inputs[k].quantization
+
+
+def _out_qp(node: "QNode"):
+    return node.op.outputs[0].quantization
 
 
 def _operand(node: "QNode", k: int):
@@ -151,7 +156,7 @@ def lower_binary_int16(node: "QNode") -> Callable | None:
     a_qp, b_qp, out_qp = _in_qp(node, 0), _in_qp(node, 1), _out_qp(node)
     out_dtype = node.call.out_dtypes[0]
     activation = Activation(getattr(node.opts, "fused_activation_function", Activation.NONE))
-    lo, hi = nn_kernels.activation_range(activation, out_qp, out_dtype)
+    lo, hi = activation_range(activation, out_qp, out_dtype)
     za, zb, zy = int(a_qp.zero_point[0]), int(b_qp.zero_point[0]), int(out_qp.zero_point[0])
     (sa, ca), (sb, cb) = _operand(node, 0), _operand(node, 1)
     oi = node.out_slots[0]

@@ -30,18 +30,17 @@ whose lowering disagrees keeps its reference kernel, and the delegate records wh
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from .. import ops
 from ..errors import KilnError
 from ..ir import Operator
+from ..kernels.family import Shaped
 from ..ops.record import INT8, INT16, UINT8, KernelCall, operand_types
-from ..runtime.delegate import DelegateKernel, Partition
+from ..runtime.delegate import DelegateKernel, Partition, ReportingDelegate
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .delegate import NumpyDelegate
 
 #: The integer operand types of the chains (hybrid nodes run there too, for weighted ops).
 CODE_TYPES = (INT8, UINT8, INT16)
@@ -223,6 +222,24 @@ def lower_view(node: QNode) -> Callable | None:
     return run
 
 
+def lower_family(node: QNode) -> Callable | None:
+    """An op with a kernel family (kiln.kernels.family): the node's format prepared on the
+    partition's first run — constants and the plan's shape operands as values, the other
+    operands as shapes — then run on each invoke (the reference kernel's arithmetic)."""
+    record = ops.require(node.op.op_type)
+    fmt = record.formats[operand_types(node.op)]
+    inputs = [a if a is None or c is not None or _shape_like(t) else Shaped(a.shape, a.dtype)
+              for a, c, t in zip(node.ins, node.consts, node.op.inputs)]
+    prepared = fmt.prepare(node.call, inputs)
+    operands = [(node.in_slots[k], node.consts[k]) if k < len(node.in_slots) else (-1, None) for k in fmt.activations]
+    run, oi = fmt.run, node.out_slots[0]
+
+    def step(slots):
+        slots[oi] = run(np, prepared, *[c if c is not None else (slots[s] if s >= 0 else None) for s, c in operands])
+
+    return step
+
+
 # -- the chain ----------------------------------------------------------------------------------
 
 def _reference_step(node: QNode) -> Callable:
@@ -257,7 +274,7 @@ class QuantizedChain(DelegateKernel):
 
     MAX_PLANS = 8
 
-    def __init__(self, delegate: "NumpyDelegate", partition: Partition):
+    def __init__(self, delegate: ReportingDelegate, partition: Partition):
         self.delegate = delegate
         self.nodes = partition.nodes
         slot: dict[int, int] = {}

@@ -16,6 +16,8 @@ import numpy as np
 from kiln.ir import QuantParams
 from kiln.schema import Activation
 
+from ..errors import OpError
+from .family import INT8, INT16, UINT8, checked, int16_zero_points, out_params, params
 from .fixedpoint import (
     INT32_MAX,
     INT32_MIN,
@@ -248,22 +250,6 @@ def abs_(x_q, x_qp: QuantParams, out_qp: QuantParams, *, out_dtype=np.int8) -> n
     m, shift = quantize_multiplier(float(x_qp.scale[0]) / float(out_qp.scale[0]))
     out = rescale(np.abs(np.asarray(x_q, np.int64) - int(x_qp.zero_point[0])), m, shift).astype(np.int64)
     return np.clip(out + int(out_qp.zero_point[0]), *dtype_range(out_dtype)).astype(out_dtype)
-
-
-def log_softmax(x_q, x_qp: QuantParams, out_qp: QuantParams, *, out_dtype=np.int8) -> np.ndarray:
-    """int8 LOG_SOFTMAX over the last axis. Measured: LiteRT 2.3's BUILTIN_REF matches the
-    float32 ``(x − max) − log(Σ exp(x − max))`` of the dequantized row, divided by ``s_y``
-    and rounded half away (0 of 9 216 outputs differ over 6 input parameter sets)."""
-    x = np.asarray(x_q)
-    if x.ndim == 0:
-        raise IntegerKernelError("LOG_SOFTMAX: input must have at least one dimension")
-    real = (F32(x_qp.scale[0]) * (x.astype(np.int64) - int(x_qp.zero_point[0])).astype(F32)).astype(F32)
-    shifted = (real - real.max(axis=-1, keepdims=True)).astype(F32)
-    with np.errstate(under="ignore"):   # NumPy's exp, which kiln.xla's lowering mirrors table for table
-        total = np.exp(shifted).astype(F32).sum(axis=-1, keepdims=True, dtype=F32)
-    result = (shifted - np.log(total).astype(F32)).astype(F32)
-    out = round_half_away((result / F32(out_qp.scale[0])).astype(F32)) + int(out_qp.zero_point[0])
-    return np.clip(out, *dtype_range(out_dtype)).astype(out_dtype)
 
 
 def lut16(transform, input_scale: float, input_zero_point: int, output_scale: float,
@@ -592,3 +578,114 @@ def elu(x_q, x_qp: QuantParams, out_qp: QuantParams, *, out_dtype=np.int8) -> np
     def transform(v):
         return np.where(v < 0, np.expm1(v), v).astype(F32)
     return lookup_table(x_q, x_qp, out_qp, transform, out_dtype)
+
+
+# -- the records' ``quantized`` kernels: a node's operands and options to the arithmetic above -----
+
+def _int16_table(fn):
+    """A 16x8 table kernel: int16 in and out (zero points 0, checked by ``fn``)."""
+    def kernel(call, x):
+        if call.out_dtypes[0] != np.int16:
+            raise OpError(f"{call.op.name}: int16 input needs an int16 output, got {np.dtype(call.out_dtypes[0])}")
+        return fn(x, params(call, 0, "input"), out_params(call))
+    return kernel
+
+
+def _abs(call, x):
+    if x.dtype == np.int16:
+        int16_zero_points(call, 0, -1)
+    return abs_(x, params(call, 0, "input"), out_params(call), out_dtype=call.out_dtypes[0])
+
+
+def _unary(fn, **fixed):
+    def kernel(call, x):
+        return fn(x, params(call, 0, "input"), out_params(call), out_dtype=call.out_dtypes[0], **fixed)
+    return kernel
+
+
+def _int16_unary(fn):
+    """A 16x8 activation with Q0.15 output (LOGISTIC, TANH): int16 in, int16 out, zero points 0."""
+    def kernel(call, x):
+        if call.out_dtypes[0] != np.int16:
+            raise OpError(f"{call.op.name}: int16 input needs an int16 output, got {np.dtype(call.out_dtypes[0])}")
+        int16_zero_points(call, 0, -1)
+        return fn(x, params(call, 0, "input"), out_params(call))
+    return kernel
+
+
+def _leaky_relu(call, x):
+    if x.dtype == np.int16:
+        int16_zero_points(call, 0, -1)
+    return leaky_relu(x, params(call, 0, "input"), out_params(call), alpha=float(call.opts.alpha),
+                          out_dtype=call.out_dtypes[0])
+
+
+def _gelu(call, x):
+    if x.dtype == np.int16:
+        int16_zero_points(call, 0, -1)
+        return gelu_int16(x, params(call, 0, "input"), out_params(call), approximate=bool(call.opts.approximate))
+    return gelu(x, params(call, 0, "input"), out_params(call), approximate=bool(call.opts.approximate),
+                    out_dtype=call.out_dtypes[0])
+
+
+def _hard_swish(call, x):
+    return hard_swish(x, params(call, 0, "input"), out_params(call), out_dtype=call.out_dtypes[0])
+
+
+def _relu(activation: Activation):
+    unary = _unary(relu, activation=activation)
+
+    def kernel(call, x):
+        if x.dtype == np.int16:   # the same rescale and clamp, LiteRT checks zero points 0
+            int16_zero_points(call, 0, -1)
+        return unary(call, x)
+    return kernel
+
+
+def _prelu(call, x, alpha):
+    try:
+        np.broadcast_to(alpha, x.shape)
+    except ValueError as exc:
+        raise OpError(f"{call.op.name}: alpha shape {list(alpha.shape)} does not broadcast into the input shape "
+                      f"{list(x.shape)}") from exc
+    return prelu(x, params(call, 0, "input"), alpha, params(call, 1, "alpha"), out_params(call),
+                      out_dtype=call.out_dtypes[0])
+
+
+def _l2_normalization(call, x):
+    if Activation(call.opts.fused_activation_function) != Activation.NONE:
+        raise OpError(f"{call.op.name}: fused activation {Activation(call.opts.fused_activation_function).name} is "
+                      "not supported (LiteRT's L2_NORMALIZATION takes NONE only)")
+    out_q = out_params(call)
+    if np.float32(out_q.scale[0]) != np.float32(1 / 128) or int(out_q.zero_point[0]) != 0:
+        raise OpError(f"{call.op.name}: int8 output must have scale 1/128 and zero point 0 (LiteRT's Prepare), got "
+                      f"{out_q.scale[0]} / {out_q.zero_point[0]}")
+    return checked(call, l2_normalization, x, params(call, 0, "input"), out_dtype=call.out_dtypes[0])
+
+
+def _sqrt(call, x):
+    if x.dtype == np.int16:   # 16x8: LiteRT's elementwise Prepare checks zero points 0
+        int16_zero_points(call, 0, -1)
+    return checked(call, sqrt, x, params(call, 0, "input"), out_params(call), out_dtype=call.out_dtypes[0])
+
+
+def _elu(call, x):
+    return elu(x, params(call, 0, "input"), out_params(call), out_dtype=call.out_dtypes[0])
+
+
+LOGISTIC = {INT8: _unary(logistic), INT16: _int16_unary(logistic_int16)}
+TANH = {INT8: _unary(tanh), INT16: _int16_unary(tanh_int16)}
+RELU = dict.fromkeys((INT8, UINT8, INT16), _relu(Activation.RELU))
+RELU6 = dict.fromkeys((INT8, UINT8, INT16), _relu(Activation.RELU6))
+RELU_N1_TO_1 = {INT8: _relu(Activation.RELU_N1_TO_1), UINT8: _relu(Activation.RELU_N1_TO_1)}
+LEAKY_RELU = {INT8: _leaky_relu, INT16: _leaky_relu}
+GELU = {INT8: _gelu, INT16: _gelu}
+HARD_SWISH = {INT8: _hard_swish}
+RSQRT = {INT8: _unary(rsqrt), INT16: _int16_table(rsqrt_int16)}
+EXP = {INT8: _unary(exp), INT16: _int16_table(exp_int16)}
+LOG = {INT8: _unary(log), INT16: _int16_table(log_int16)}
+ABS = {INT8: _abs, INT16: _abs}
+PRELU = {INT8: _prelu, UINT8: _prelu, INT16: _prelu}   # 16x8: int16 input and output, int8 alpha
+L2_NORMALIZATION = {INT8: _l2_normalization}
+SQRT = {INT8: _sqrt, INT16: _sqrt}
+ELU = {INT8: _elu}

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import KilnError
+
 F32 = np.float32
 PACKET = 4   # SSE Packet4f: 16-byte alignment
 
@@ -43,6 +45,10 @@ class Float32:
         """float64 ``x`` rounded to float32."""
         return x.astype(F32)
 
+    def matmul(self, a, b):
+        """A float product (matrix, or a batch of them) as the reference kernels' BLAS call takes it."""
+        return self.xp.matmul(a, b)
+
     def mul(self, a, b):
         return np.multiply(a, b, dtype=F32)
 
@@ -58,6 +64,11 @@ class Float32:
     def sqrt(self, a):
         return np.sqrt(a, dtype=F32)
 
+    def divide_exactly(self, a, constant: float):
+        """float64 ``a / constant``, correctly rounded (a compiler may divide by a constant
+        through its reciprocal; NumPy does not)."""
+        return a / constant
+
     def madd(self, a, b, c):
         """Eigen's pmadd without FMA: a product and a sum, each rounded to float32."""
         return self.add(self.mul(a, b), c)
@@ -67,9 +78,31 @@ class Float32:
         axis of 1."""
         return np.cumsum(x, axis=-1, dtype=F32)[..., -1:]
 
+    def recur(self, step, h, xs, *, reverse: bool = False):
+        """``h_t = step(h_{t-1}, xs[t])`` over the leading axis of ``xs`` (last to first with
+        ``reverse``): (every ``h_t`` stacked, the last ``h``). NumPy loops over time; a traced
+        backend runs it as one loop primitive, compiled once whatever the number of steps."""
+        out = np.empty((len(xs),) + np.shape(h), np.result_type(h))
+        for t in (range(len(xs) - 1, -1, -1) if reverse else range(len(xs))):
+            h = out[t] = step(h, xs[t])
+        return out, h
+
 
 #: NumPy's float32 arithmetic, the default of the functions below.
 NUMPY = Float32()
+#: Array namespace name -> its float32 arithmetic, for namespaces whose compiler needs its own
+#: (kiln.xla adds jax.numpy's when it fills its table).
+ARITHMETIC: dict[str, Float32] = {}
+
+
+def arithmetic(xp) -> Float32:
+    """The float32 arithmetic over array namespace ``xp`` that rounds as LiteRT's C++ does."""
+    if xp is np:
+        return NUMPY
+    try:
+        return ARITHMETIC[xp.__name__]
+    except KeyError:
+        raise KilnError(f"no float32 arithmetic for array namespace {xp.__name__} (its backend adds one)") from None
 
 # glibc's expf: 2^(i/32) as doubles less i·2^47 (so adding k·2^47 scales by 2^(k//32)), the
 # cubic's coefficients pre-scaled by 1/32^n, and 32/ln2.

@@ -27,20 +27,31 @@ product is exactly zero then, so computing it changes nothing.
 LiteRT's quirk with activation NONE is kept: the cell activation leaves its buffer alone, so
 ``m = o · g`` (the raw cell gate), not ``o · c``.
 
-The arithmetic (`input_part`, `step`) is written once over a `Backend`: NumPy's here (`run`
-loops over time), XLA's in kiln.xla.lower_quant_lstm (one lax.scan); the scratch-buffer
-layout is static, so the logistic's scalar positions are constant masks under tracing.
+The arithmetic (`input_part`, `step`) is written once over an array namespace: NumPy's here
+(`run` loops over time), jax.numpy's in kiln.xla.lower_quant_lstm (one lax.scan); the
+scratch-buffer layout is static, so the logistic's scalar positions are constant masks under
+tracing.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from functools import cached_property
 
 import numpy as np
 
+from ..errors import OpError
+from ..schema import (
+    BIDIRECTIONAL_LSTM_AUX_INPUT,
+    BIDIRECTIONAL_LSTM_BW,
+    BIDIRECTIONAL_LSTM_FW,
+    UNIDIRECTIONAL_LSTM,
+    LstmLayout,
+)
 from . import float_math
-from .hybrid import int_matmul, quantize_rows_asymmetric, quantize_rows_symmetric
+from .family import params, with_state
+from .fixedpoint import ExactProduct
+from .hybrid import quantize_rows
 
 F32 = np.float32
 #: LiteRT's TfLiteFusedActivation codes used by the LSTM (the schema's ActivationFunctionType).
@@ -55,6 +66,11 @@ class Matrix:
     q: np.ndarray
     scale: np.ndarray
     row_sums: np.ndarray
+
+    @cached_property
+    def product(self) -> ExactProduct:
+        """``q_rows @ W^T`` exactly, for int8 rows (|q| <= 128)."""
+        return ExactProduct(self.q.T, 128)
 
     @classmethod
     def stack(cls, parts: list[tuple[np.ndarray, float]]) -> "Matrix":
@@ -85,29 +101,6 @@ class Cell:
     @property
     def n_cell(self) -> int:
         return self.bias.size // len(self.gates)
-
-
-@dataclass(frozen=True)
-class Backend:
-    """What the step needs of an array backend: float32 arithmetic rounded as LiteRT's
-    (`float_math.Float32`, whose ``xp`` is the namespace), LiteRT's per-row quantization of
-    float rows ``quantize_rows(rows, asymmetric) -> (q, scale float32, zero_point)`` and an
-    exact integer product ``int_dot(q [n, k], w int8 [m, k]) -> [n, m]``."""
-
-    f: float_math.Float32
-    quantize_rows: Callable
-    int_dot: Callable
-
-
-def _numpy_rows(rows: np.ndarray, asymmetric: bool):
-    if asymmetric:
-        return quantize_rows_asymmetric(rows)
-    q, scale = quantize_rows_symmetric(rows)
-    return q, scale, np.zeros(rows.shape[0], np.int32)
-
-
-#: kiln's NumPy kernels (BatchQuantizeFloats of kernels.hybrid, products through float64 BLAS).
-NUMPY = Backend(float_math.NUMPY, _numpy_rows, lambda q, w: int_matmul(q, w.T))
 
 
 def activate(x, activation: int, scalar: np.ndarray | None = None, f: float_math.Float32 = float_math.NUMPY):
@@ -145,14 +138,15 @@ def scalar_masks(gates: str, batch: int, n_cell: int, time_major: bool) -> dict[
     return masks
 
 
-def _quantized_product(k: Backend, rows, m: Matrix, asymmetric: bool):
+def _quantized_product(xp, rows, m: Matrix, asymmetric: bool):
     """``float32(W·q − zp·ΣW) · (s_row · s_W)`` for every row of float ``rows`` [n, cols]
     (BatchQuantizeFloats, then MatrixBatchVectorMultiplyAccumulate's product)."""
-    q, sf, zp = k.quantize_rows(rows, asymmetric)
-    dot = k.int_dot(q, m.q) - zp.astype(np.int64)[:, None] * m.row_sums[None, :]
+    f = float_math.arithmetic(xp)
+    q, sf, zp = quantize_rows(xp, rows, asymmetric)
+    dot = m.product(xp, q) - zp.astype(xp.int64)[:, None] * m.row_sums[None, :]
     # int32 in LiteRT; its conversion to float rounds to nearest
-    scale = k.f.mul(sf[:, None], m.scale[None, :])
-    return k.f.mul(dot.astype(np.int32).astype(F32), scale)
+    scale = f.mul(sf[:, None], m.scale[None, :])
+    return f.mul(dot.astype(xp.int32).astype(F32), scale)
 
 
 def _mean_stddev_normalization(f: float_math.Float32, x):
@@ -174,24 +168,25 @@ def _finish(f: float_math.Float32, cell: Cell, g: str, value, k: int, activation
     return value if activation == NONE else activate(value, activation, scalar, f)
 
 
-def input_part(k: Backend, cell: Cell, x, aux=None):
+def input_part(xp, cell: Cell, x, aux=None):
     """The gates' input (and aux input) contributions, which do not depend on the recurrence,
     for every step at once: time-major ``x`` [T, B, I] (``aux`` [T, B, A]) -> [T, B, G*C],
     the bias in (unless layer norm adds it later)."""
     steps, batch = x.shape[:2]
     start = np.zeros_like(cell.bias) if cell.layer_norm else cell.bias
-    pre = k.f.add(start, _quantized_product(k, x.reshape(steps * batch, -1), cell.input, cell.asymmetric))
+    f = float_math.arithmetic(xp)
+    pre = f.add(start, _quantized_product(xp, x.reshape(steps * batch, -1), cell.input, cell.asymmetric))
     if aux is not None and cell.aux is not None:
-        pre = k.f.add(pre, _quantized_product(k, aux.reshape(steps * batch, -1), cell.aux, cell.asymmetric))
+        pre = f.add(pre, _quantized_product(xp, aux.reshape(steps * batch, -1), cell.aux, cell.asymmetric))
     return pre.reshape(steps, batch, -1)
 
 
-def step(k: Backend, cell: Cell, masks: dict, pre_x, h, c):
+def step(xp, cell: Cell, masks: dict, pre_x, h, c):
     """One time step for the batch: ``pre_x`` [B, G*C] from `input_part`, states ``h`` [B, O]
     and ``c`` [B, C] float32; returns the new (h, c) (h is also the step's output).
     ``masks``: `scalar_masks` for the node's batch and layout."""
-    f, xp, n = k.f, k.f.xp, cell.n_cell
-    pre = f.add(pre_x, _quantized_product(k, h, cell.recurrent, cell.asymmetric))
+    f, n = float_math.arithmetic(xp), cell.n_cell
+    pre = f.add(pre_x, _quantized_product(xp, h, cell.recurrent, cell.asymmetric))
     column = {g: j for j, g in enumerate(cell.gates)}
 
     def gate(g: str, activation: int, state):
@@ -212,7 +207,7 @@ def step(k: Backend, cell: Cell, masks: dict, pre_x, h, c):
     if cell.projection is not None:
         # LiteRT fills the output with the bias (or zeros) and accumulates the product into it
         base = F32(0) if cell.projection_bias is None else cell.projection_bias
-        m = f.add(base, _quantized_product(k, m, cell.projection, cell.asymmetric))
+        m = f.add(base, _quantized_product(xp, m, cell.projection, cell.asymmetric))
         if cell.proj_clip > 0:
             m = xp.clip(m, F32(-cell.proj_clip), F32(cell.proj_clip))
     return m, c
@@ -224,12 +219,176 @@ def run(cell: Cell, x: np.ndarray, h: np.ndarray, c: np.ndarray, *, aux: np.ndar
     [B, O] and ``c`` [B, C], in NumPy; returns (outputs [T, B, O], h, c), all float32.
     ``time_major``: the node's layout, which decides how LiteRT steps the batch (`scalar_masks`)."""
     x = np.asarray(x, F32)
-    pre_x = input_part(NUMPY, cell, x, None if aux is None else np.asarray(aux, F32))
+    pre_x = input_part(np, cell, x, None if aux is None else np.asarray(aux, F32))
     steps, batch = x.shape[:2]
     h, c = np.array(h, F32), np.array(c, F32)
     out = np.empty((steps, batch, h.shape[1]), F32)
     masks = scalar_masks(cell.gates, batch, cell.n_cell, time_major)
     for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
-        h, c = step(NUMPY, cell, masks, pre_x[t], h, c)
+        h, c = step(np, cell, masks, pre_x[t], h, c)
         out[t] = h
     return out, h, c
+
+
+# -- a node's operands, read and checked as LiteRT's Prepare reads them; the records' kernels -------
+
+def _operand(inputs, i):
+    return inputs[i] if i < len(inputs) else None
+
+
+def _hybrid_matrix(call, inputs, i: int, what: str, shape: tuple) -> tuple[np.ndarray, float]:
+    """Operand ``i``: int8 weights of ``shape`` with one scale (LiteRT reads params.scale)."""
+    w = _operand(inputs, i)
+    if w is None:
+        raise OpError(f"{call.op.name}: operand {i} ({what}) is missing")
+    if w.dtype != np.int8:
+        raise OpError(f"{call.op.name}: hybrid LSTM operand {i} ({what}) must be int8, got {w.dtype}")
+    if w.shape != shape:
+        raise OpError(f"{call.op.name}: operand {i} ({what}) has shape {list(w.shape)}, expected {list(shape)}")
+    q = params(call, i, what)
+    return w, float(np.float32(q.scale[0]))
+
+
+def _float_operand(call, inputs, i: int, what: str, size: int) -> np.ndarray | None:
+    a = _operand(inputs, i)
+    if a is None:
+        return None
+    if a.dtype != np.float32 or a.size != size:
+        raise OpError(f"{call.op.name}: operand {i} ({what}) must be float32 with {size} values, got "
+                      f"{a.dtype} {list(a.shape)}")
+    return a.reshape(-1)
+
+
+def hybrid_lstm_cell(call, inputs, lay: LstmLayout, n_input: int, n_aux: int | None) -> Cell:
+    """One direction's operands, checked as LiteRT's Prepare checks them (sizes, types)."""
+    name, opts = call.op.name, call.opts
+    forget = _operand(inputs, lay.input_weights[1])
+    recurrent = _operand(inputs, lay.recurrent_weights[1])
+    if forget is None or recurrent is None or forget.ndim != 2 or recurrent.ndim != 2:
+        raise OpError(f"{name}: input_to_forget and recurrent_to_forget weights (operands {lay.input_weights[1]}, "
+                      f"{lay.recurrent_weights[1]}) must be 2-D (diagonal recurrent weights have no hybrid kernel)")
+    n_cell, n_output = recurrent.shape
+    cifg = _operand(inputs, lay.input_weights[0]) is None
+    gates = "fco" if cifg else "ifco"
+    if cifg and any(_operand(inputs, i) is not None for i in (lay.recurrent_weights[0], lay.biases[0])):
+        raise OpError(f"{name}: a CIFG LSTM (no input_to_input weights) must have no input gate recurrent weights "
+                      "or bias")
+    first = 1 if cifg else 0
+    pick = range(first, 4)
+    x_parts = [_hybrid_matrix(call, inputs, lay.input_weights[g], f"input_to_{'ifco'[g]} weights", (n_cell, n_input))
+               for g in pick]
+    h_parts = [_hybrid_matrix(call, inputs, lay.recurrent_weights[g], f"recurrent_to_{'ifco'[g]} weights",
+                              (n_cell, n_output)) for g in pick]
+    biases = []
+    for g in pick:
+        b = _float_operand(call, inputs, lay.biases[g], f"{'ifco'[g]} gate bias", n_cell)
+        if b is None:
+            raise OpError(f"{name}: operand {lay.biases[g]} ({'ifco'[g]} gate bias) is missing")
+        biases.append(b)
+    aux = None
+    if n_aux is not None and lay.aux_weights:
+        aux = Matrix.stack([_hybrid_matrix(call, inputs, lay.aux_weights[g], f"aux_input_to_{'ifco'[g]} "
+                                                       "weights", (n_cell, n_aux)) for g in pick])
+    peephole = {}
+    for g, i in zip("ifo", lay.peepholes):
+        w = _operand(inputs, i)
+        if w is None or (cifg and g == "i"):
+            continue
+        q, scale = _hybrid_matrix(call, inputs, i, f"cell_to_{g} weights", (n_cell,))
+        peephole[g] = (q.astype(np.float32) * np.float32(scale)).astype(np.float32)
+    if peephole and len(peephole) != (2 if cifg else 3):
+        raise OpError(f"{name}: peephole weights must be given for every gate or none")
+    layer_norm = {}
+    for g, i in zip("ifco", lay.layer_norm):
+        coefficients = _float_operand(call, inputs, i, f"{g} layer norm coefficients", n_cell)
+        if coefficients is not None and not (cifg and g == "i"):
+            layer_norm[g] = coefficients
+    if layer_norm and set(layer_norm) != set(gates):
+        raise OpError(f"{name}: layer norm coefficients must be given for every gate or none")
+    projection = projection_bias = None
+    if _operand(inputs, lay.projection_weights) is not None:
+        projection = Matrix.stack([_hybrid_matrix(call, inputs, lay.projection_weights,
+                                                              "projection weights", (n_output, n_cell))])
+        projection_bias = _float_operand(call, inputs, lay.projection_bias, "projection bias", n_output)
+    elif _operand(inputs, lay.projection_bias) is not None:
+        raise OpError(f"{name}: projection bias given without projection weights")
+    elif n_output != n_cell:
+        raise OpError(f"{name}: {n_output} outputs for {n_cell} cells without a projection")
+    if opts.cell_clip < 0 or opts.proj_clip < 0:
+        raise OpError(f"{name}: cell_clip and proj_clip must be >= 0, got {opts.cell_clip} and {opts.proj_clip}")
+    return Cell(
+        gates, Matrix.stack(x_parts), Matrix.stack(h_parts),
+        np.concatenate(biases).astype(np.float32), aux=aux, peephole=peephole, layer_norm=layer_norm,
+        projection=projection, projection_bias=projection_bias, activation=int(opts.fused_activation_function),
+        cell_clip=float(np.float32(opts.cell_clip)), proj_clip=float(np.float32(opts.proj_clip)),
+        asymmetric=bool(opts.asymmetric_quantize_inputs))
+
+
+def hybrid_lstm_states(call, inputs, lay: LstmLayout, batch: int, cell: Cell):
+    h, c = _operand(inputs, lay.output_state), _operand(inputs, lay.cell_state)
+    n_output = cell.recurrent.q.shape[1]
+    for a, what, size in ((h, "output state", n_output), (c, "cell state", cell.n_cell)):
+        if a is None:
+            raise OpError(f"{call.op.name}: the {what} operand (a variable tensor) is missing")
+        if a.dtype != np.float32 or a.size != batch * size:
+            raise OpError(f"{call.op.name}: the hybrid LSTM's {what} must be float32 with batch {batch} x {size} "
+                          f"values, got {a.dtype} {list(a.shape)}")
+    return h.reshape(batch, -1), c.reshape(batch, -1)
+
+
+def hybrid_lstm_input(call, x) -> np.ndarray:
+    if x is None or x.dtype != np.float32 or x.ndim != 3:
+        raise OpError(f"{call.op.name}: the hybrid LSTM takes a 3-D float32 input, got "
+                      f"{None if x is None else (x.dtype, list(x.shape))}")
+    return x if call.opts.time_major else x.transpose(1, 0, 2)
+
+
+def hybrid_bidi_lstm_sources(call, inputs):
+    """What feeds each direction of a hybrid BIDIRECTIONAL_SEQUENCE_LSTM: (the input
+    time-major, the aux input time-major or None, whether it is cross-linked — the aux input
+    feeding both directions through aux weights, or absent — and the aux width the cells take).
+    Not cross-linked, the aux input is the backward direction's input. Over any array type."""
+    xt = hybrid_lstm_input(call, inputs[0])
+    aux_in = _operand(inputs, BIDIRECTIONAL_LSTM_AUX_INPUT)
+    aux_t = None if aux_in is None else hybrid_lstm_input(call, aux_in)
+    if aux_t is not None and aux_t.shape[:2] != xt.shape[:2]:
+        raise OpError(f"{call.op.name}: aux input shape {list(aux_in.shape)} does not match the input's time and "
+                      f"batch dims {list(inputs[0].shape)}")
+    has_aux_weights = _operand(inputs, BIDIRECTIONAL_LSTM_FW.aux_weights[1]) is not None
+    if has_aux_weights and aux_t is None:
+        raise OpError(f"{call.op.name}: aux weights given but no aux input (operand {BIDIRECTIONAL_LSTM_AUX_INPUT})")
+    cross_linked = aux_t is None or has_aux_weights
+    n_aux = aux_t.shape[2] if cross_linked and aux_t is not None else None
+    return xt, aux_t, cross_linked, n_aux
+
+
+def uni_lstm_hybrid(call, *inputs):
+    """UNIDIRECTIONAL_SEQUENCE_LSTM v2 / v3: float input, int8 weights (lstm_eval.cc EvalHybrid)."""
+    if call.opts.diagonal_recurrent_tensors:
+        raise OpError(f"{call.op.name}: diagonal recurrent weights have no hybrid kernel")
+    xt = hybrid_lstm_input(call, inputs[0])
+    cell = hybrid_lstm_cell(call, inputs, UNIDIRECTIONAL_LSTM, xt.shape[2], None)
+    h0, c0 = hybrid_lstm_states(call, inputs, UNIDIRECTIONAL_LSTM, xt.shape[1], cell)
+    out, h, c = run(cell, xt, h0, c0, time_major=bool(call.opts.time_major))
+    out = out if call.opts.time_major else out.transpose(1, 0, 2)
+    lay = UNIDIRECTIONAL_LSTM
+    return with_state(call, [out], (h.reshape(inputs[lay.output_state].shape), c.reshape(inputs[lay.cell_state].shape)))
+
+
+def bidi_lstm_hybrid(call, *inputs):
+    """BIDIRECTIONAL_SEQUENCE_LSTM v2 / v3 (bidirectional_sequence_lstm.cc's hybrid path): the
+    aux input feeds both directions when aux weights are given, else it is the backward
+    direction's input (stacked layers without cross links)."""
+    xt, aux_t, cross_linked, n_aux = hybrid_bidi_lstm_sources(call, inputs)
+    outs, states = [], []
+    for lay, reverse in ((BIDIRECTIONAL_LSTM_FW, False), (BIDIRECTIONAL_LSTM_BW, True)):
+        src = xt if (cross_linked or not reverse) else aux_t
+        cell = hybrid_lstm_cell(call, inputs, lay, src.shape[2], n_aux)
+        h0, c0 = hybrid_lstm_states(call, inputs, lay, xt.shape[1], cell)
+        out, h, c = run(cell, src, h0, c0, aux=aux_t if cross_linked else None, reverse=reverse,
+                                    time_major=bool(call.opts.time_major))
+        outs.append(out if call.opts.time_major else out.transpose(1, 0, 2))
+        states += [h.reshape(inputs[lay.output_state].shape), c.reshape(inputs[lay.cell_state].shape)]
+    if call.opts.merge_outputs:
+        outs = [np.concatenate(outs, axis=-1)]
+    return with_state(call, outs, states)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import OpError
+from .family import INT8, INT16, checked
 from .fixedpoint import IntegerKernelError
 
 # -- RESIZE_BILINEAR ---------------------------------------------------------------------------
@@ -56,3 +58,14 @@ def xp_resize_bilinear(xp, x, out_hw, align_corners: bool, half_pixel_centers: b
              + top[:, :, x1] * (one - dy) * dx + bottom[:, :, x1] * dy * dx)
     rounded = total + xp.where(total > 0, 1 << 19, -(1 << 19))
     return xp.sign(rounded) * (xp.abs(rounded) // (1 << 20))      # C's truncating division
+
+
+def _resize_bilinear(call, x, size):
+    size = np.asarray(size).reshape(-1)
+    if size.size != 2 or size.dtype.kind not in "iu" or np.any(size <= 0):
+        raise OpError(f"{call.op.name}: size must be a positive integer [new_height, new_width], got {size}")
+    return checked(call, resize_bilinear, x, (int(size[0]), int(size[1])),
+                align_corners=bool(call.opts.align_corners), half_pixel_centers=bool(call.opts.half_pixel_centers))
+
+
+RESIZE_BILINEAR = {INT8: _resize_bilinear, INT16: _resize_bilinear}   # on the codes: any width

@@ -38,6 +38,7 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import UNIDIRECTIONAL_LSTM as LAYOUT
+from .family import with_state
 from .fixedpoint import quantize_multiplier, xp_clamp, xp_divide_by_pot, xp_rescale
 from .gemmlowp import logistic_table, tanh_table
 
@@ -322,3 +323,15 @@ def run(p: Prepared, x: np.ndarray, h: np.ndarray, c: np.ndarray, time_major: bo
     if not time_major:
         out = out.transpose(1, 0, 2)
     return out, hs.astype(np.int8).reshape(np.shape(h)), cs.astype(np.int16).reshape(np.shape(c))
+
+
+def uni_lstm_int8(call, *inputs):
+    op, opts = call.op, call.opts
+    check_operands(op, inputs)
+    if opts.cell_clip < 0 or opts.proj_clip < 0:
+        raise OpError(f"{NAME}: cell_clip and proj_clip must be >= 0, got {opts.cell_clip} "
+                      f"and {opts.proj_clip}")
+    p = prepare(op, inputs, cell_clip=float(opts.cell_clip), proj_clip=float(opts.proj_clip))
+    out, h, c = run(p, np.asarray(inputs[0]), np.asarray(inputs[LAYOUT.output_state]),
+                                 np.asarray(inputs[LAYOUT.cell_state]), bool(opts.time_major))
+    return with_state(call, [out], (h, c))

@@ -102,6 +102,20 @@ def unquantized_codes(op):
     return None if record is None else _record.unquantized_codes(op, record)
 
 
+def type_refusal(op):
+    """Why LiteRT runs no node ``op`` of its operand type (`kiln.ops.record.type_refusal`);
+    None when it does or kiln's record does not say."""
+    record = OPS.get(op.op_type)
+    return None if record is None else _record.type_refusal(op, record)
+
+
+def takes_type(op_type: str, dtype) -> bool:
+    """Whether LiteRT runs builtin ``op_type`` on ``dtype`` operands (its record's `OpDef.types`;
+    True where the record does not say)."""
+    record = OPS.get(op_type)
+    return record is None or not record.types or dtype.name.lower() in record.types
+
+
 def subgraph_fields(op) -> tuple[str, ...]:
     """Options fields of IR operator ``op`` that name a subgraph: its record's; for an op kiln
     has no record of (CALL, STABLEHLO_COMPOSITE read from a file), each stored field the schema

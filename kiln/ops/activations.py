@@ -19,15 +19,18 @@ from numpy.polynomial import chebyshev
 
 from ..errors import OpError
 from ..schema import Activation, DType
-from . import quantized_kernels
+from ..kernels import activations as activation_kernels
+from ..kernels import softmax as softmax_kernels
 from .record import (
     UNLISTED,
     KernelCall,
     OpDef,
     OptionsSpec,
     input_dtype,
+    on_numpy,
     output_dtype,
     reject_quantized,
+    takes,
 )
 from .traits import INT8_ONLY, fixed, own
 
@@ -100,10 +103,11 @@ def erfc(z: np.ndarray) -> np.ndarray:
     return np.where(z < 0, 2.0 - pos, pos)
 
 
-def _gelu(call: KernelCall, x: np.ndarray) -> np.ndarray:
+def gelu(xp, call: KernelCall, x, erfc=erfc):
+    """GELU over array namespace ``xp`` (NumPy here; kiln.xla passes jax.numpy and its erfc)."""
     if call.opts.approximate:
         inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)
-        return 0.5 * x * (1.0 + np.tanh(inner))
+        return 0.5 * x * (1.0 + xp.tanh(inner))
     return 0.5 * x * erfc(x * -math.sqrt(0.5))
 
 
@@ -169,10 +173,10 @@ def _last_axis_input(call: KernelCall, x: np.ndarray) -> None:
 
 def _softmax(call: KernelCall, x: np.ndarray) -> np.ndarray:
     _last_axis_input(call, x)
-    return _softmax_values(x, float(call.opts.beta))
+    return softmax_values(x, float(call.opts.beta))
 
 
-def _softmax_values(x: np.ndarray, beta: float) -> np.ndarray:
+def softmax_values(x: np.ndarray, beta: float) -> np.ndarray:
     """SOFTMAX of a checked float input, evaluated in float64 (also the compiled delegate's)."""
     with np.errstate(all="ignore"):
         v = x.astype(np.float64)
@@ -242,53 +246,53 @@ def _log_softmax_version(op) -> int:
 
 OPS: tuple[OpDef, ...] = (
     OpDef("TANH", _float_kernel(_tanh), None, _tanh_logistic_version, 3,
-          runtime_versions=("1.14.0", "1.14.0", "2.3.0"), quantized=quantized_kernels.TANH,
+          runtime_versions=("1.14.0", "1.14.0", "2.3.0"), quantized=activation_kernels.TANH,
           quantization=fixed((1 / 128, 0), (1 / 32768, 0))),
     OpDef("LOGISTIC", _float_kernel(_logistic), None, _tanh_logistic_version, 3,
-          runtime_versions=("1.14.0", "1.14.0", "2.3.0"), quantized=quantized_kernels.LOGISTIC,
+          runtime_versions=("1.14.0", "1.14.0", "2.3.0"), quantized=activation_kernels.LOGISTIC,
           quantization=fixed((1 / 256, -128), (1 / 32768, 0))),
     OpDef("RELU", _clamp_kernel(0, None), None,
           _int16_8(3, 2, i8_types=(DType.INT8, DType.UINT8)), 3,
-          runtime_versions=("1.5.0", "2.1.0", "2.5.0"), quantized=quantized_kernels.RELU,
+          runtime_versions=("1.5.0", "2.1.0", "2.5.0"), quantized=activation_kernels.RELU,
           quantization=own(),
           fuses_as=Activation.RELU),
     OpDef("RELU6", _clamp_kernel(0, 6), None, _int16_8(3, 2), 3,
-          runtime_versions=("1.5.0", "1.14.0", "2.5.0"), quantized=quantized_kernels.RELU6,
+          runtime_versions=("1.5.0", "1.14.0", "2.5.0"), quantized=activation_kernels.RELU6,
           quantization=own(),
-          fuses_as=Activation.RELU6),
+          fuses_as=Activation.RELU6, types=takes("float16 float32 int8 uint8 int16")),
     OpDef("RELU_N1_TO_1", _clamp_kernel(-1, 1),
-          runtime_versions=("1.5.0",), quantized=quantized_kernels.RELU_N1_TO_1,
+          runtime_versions=("1.5.0",), quantized=activation_kernels.RELU_N1_TO_1,
           quantization=own(types=INT8_ONLY),
           fuses_as=Activation.RELU_N1_TO_1),
     OpDef("LEAKY_RELU", _leaky_relu, OptionsSpec("LeakyReluOptions", {"alpha": 0.0}),
           _leaky_relu_version, 2,
-          runtime_versions=("1.13.1", "2.3.0"), quantized=quantized_kernels.LEAKY_RELU,
-          quantization=own()),
+          runtime_versions=("1.13.1", "2.3.0"), quantized=activation_kernels.LEAKY_RELU,
+          quantization=own(), types=takes("float16 float32 int8 uint8 int16")),
     OpDef("PRELU", _prelu,
-          runtime_versions=("1.8.0",), quantized=quantized_kernels.PRELU,
+          runtime_versions=("1.8.0",), quantized=activation_kernels.PRELU,
           quantization=own(0, 1, symmetric=(1,))),
     OpDef("ELU", _float_kernel(_elu),
-          runtime_versions=("1.14.0",), quantized=quantized_kernels.ELU,
+          runtime_versions=("1.14.0",), quantized=activation_kernels.ELU,
           # TF 2.21 keeps ELU float; LiteRT has an int8 lookup-table kernel
           quantization=own(types=INT8_ONLY)),
-    OpDef("GELU", _float_kernel(_gelu), OptionsSpec("GeluOptions", {"approximate": False}),
+    OpDef("GELU", _float_kernel(on_numpy(gelu)), OptionsSpec("GeluOptions", {"approximate": False}),
           _gelu_version, 3,
-          runtime_versions=("2.9.0", "2.9.0", UNLISTED), quantized=quantized_kernels.GELU,
+          runtime_versions=("2.9.0", "2.9.0", UNLISTED), quantized=activation_kernels.GELU,
           quantization=own()),
     OpDef("HARD_SWISH", _hard_swish, OptionsSpec("HardSwishOptions"),
-          runtime_versions=("1.15.0",), quantized=quantized_kernels.HARD_SWISH,
+          runtime_versions=("1.15.0",), quantized=activation_kernels.HARD_SWISH,
           quantization=own(types=INT8_ONLY)),
     OpDef("SOFTMAX", _softmax, OptionsSpec("SoftmaxOptions", {"beta": 0.0}), _int16_8(3, 2), 4,
-          runtime_versions=("1.5.0", "1.14.0", "2.3.0", UNLISTED), quantized=quantized_kernels.SOFTMAX,
+          runtime_versions=("1.5.0", "1.14.0", "2.3.0", UNLISTED), quantized=softmax_kernels.SOFTMAX,
           quantization=fixed((1 / 256, -128), (1 / 32768, 0))),
     OpDef("LOG_SOFTMAX", _log_softmax, OptionsSpec("LogSoftmaxOptions"), _log_softmax_version, 2,
-          runtime_versions=("1.14.0", "1.14.0"), quantized=quantized_kernels.LOG_SOFTMAX,
-          quantization=fixed((16 / 256, 127))),
+          runtime_versions=("1.14.0", "1.14.0"), quantized=softmax_kernels.LOG_SOFTMAX,
+          quantization=fixed((16 / 256, 127)), types=takes("float32 int8 uint8 int16")),
     OpDef("L2_NORMALIZATION", _l2_normalization,
           OptionsSpec("L2NormOptions", {"fused_activation_function": Activation.NONE}),
           _l2_version, 2,
-          runtime_versions=("1.5.0", "1.14.0"), quantized=quantized_kernels.L2_NORMALIZATION,
+          runtime_versions=("1.5.0", "1.14.0"), quantized=activation_kernels.L2_NORMALIZATION,
           quantization=fixed((1 / 128, 0))),
 )
 
-__all__ = ["OPS", "erfc"]
+__all__ = ["OPS", "erfc", "gelu"]

@@ -67,18 +67,28 @@ class Entry(Generic[V]):
 
 
 class BackendTable(Generic[V]):
-    """``(op name, operand types) -> Entry`` for one backend; see the module docstring."""
+    """``(op name, operand types) -> Entry`` for one backend; see the module docstring.
 
-    def __init__(self, backend: str):
+    ``fill(table)``, when given, is the one function that puts the backend's own entries in:
+    the table calls it on its first use (a lookup, or a registration of one's own)."""
+
+    def __init__(self, backend: str, fill: Callable[["BackendTable[V]"], None] | None = None):
         self.backend = backend
         self._entries: dict[tuple[str, str | None], Entry[V]] = {}
         self._unchecked: list[str] = []
+        self._fill = fill
+
+    def _filled(self) -> None:
+        fill, self._fill = self._fill, None
+        if fill is not None:
+            fill(self)
 
     # -- registering ----------------------------------------------------------------------------
     def register(self, op_name: str, value: V, *, types: Iterable[str | None] = (FLOAT,),
                  check: Check | None = None, override: bool = False) -> V:
         """Add ``value`` for builtin ``op_name``'s nodes with each operand-types key in
         ``types`` (default: float nodes), under ``check``; returns ``value``."""
+        self._filled()
         keys = tuple(types)
         for key in keys:
             if key not in KEYS:
@@ -95,6 +105,7 @@ class BackendTable(Generic[V]):
 
     def unregister(self, op_name: str, types: Iterable[str | None] | None = None) -> None:
         """Drop ``op_name``'s entries for ``types`` (None: every key)."""
+        self._filled()
         for key in (KEYS if types is None else tuple(types)):
             self._entries.pop((op_name, key), None)
 
@@ -114,6 +125,7 @@ class BackendTable(Generic[V]):
 
     @property
     def _checked(self) -> dict[tuple[str, str | None], Entry[V]]:
+        self._filled()
         if self._unchecked:
             self._check_names()
         return self._entries

@@ -20,10 +20,10 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import OpError
+from ..kernels.windows import Window, out_size, pad_before_after, windows
 from ..schema import Activation, Padding
 from .record import KernelCall, OpDef, OptionsSpec, clamp_activation, reject_quantized
 from .traits import Shapes, Weights, elements, output_times_weights
-from .windowed import out_size, pad_before_after
 
 #: Element budget of one im2col patch matrix; larger convolutions run in depth-slice chunks.
 _IM2COL_BUDGET = 1 << 24
@@ -44,7 +44,7 @@ def _rank5(call: KernelCall, x: np.ndarray, what: str) -> np.ndarray:
     return x
 
 
-def _window_params(call: KernelCall):
+def window_params(call: KernelCall):
     """((stride_d, stride_h, stride_w), (dilation_d, dilation_h, dilation_w)), checked."""
     o = call.opts
     strides = (o.stride_d, o.stride_h, o.stride_w)
@@ -57,7 +57,7 @@ def _window_params(call: KernelCall):
     return strides, dilations
 
 
-def _geometry(call: KernelCall, sizes: Sequence[int], kernel: Sequence[int], strides, dilations):
+def geometry(call: KernelCall, sizes: Sequence[int], kernel: Sequence[int], strides, dilations):
     """Output extents and (before, after) padding per spatial axis, as LiteRT computes them."""
     outs, pads = [], []
     for axis, size, k, s, d in zip(_AXES, sizes, kernel, strides, dilations):
@@ -90,18 +90,6 @@ def _finish(call: KernelCall, y: np.ndarray, bias) -> np.ndarray:
 
 # -- CONV_3D --------------------------------------------------------------------------------------
 
-def _windows(xp: np.ndarray, kernel, out, strides, dilations) -> np.ndarray:
-    """Read-only view [N, OD, OH, OW, KD, KH, KW, C] of every window of the padded input."""
-    n, _, _, _, c = xp.shape
-    sn, sd, sh, sw, sc = xp.strides
-    (kd, kh, kw), (od, oh, ow) = kernel, out
-    (td, th, tw), (dd, dh, dw) = strides, dilations
-    return np.lib.stride_tricks.as_strided(
-        xp, shape=(n, od, oh, ow, kd, kh, kw, c),
-        strides=(sn, sd * td, sh * th, sw * tw, sd * dd, sh * dh, sw * dw, sc),
-        writeable=False)
-
-
 def _conv3d_kernel(call: KernelCall, x, w, bias=None):
     reject_quantized(call)
     x = _float(call, _rank5(call, x, "input"), "input")
@@ -112,8 +100,8 @@ def _conv3d_kernel(call: KernelCall, x, w, bias=None):
         raise OpError(f"CONV_3D: filter {list(w.shape)} [KD, KH, KW, Cin, Cout] expects {wcin} "
                       f"input channels, the input {list(x.shape)} has {cin}")
     b = _bias(call, bias, cout)
-    strides, dilations = _window_params(call)
-    (od, oh, ow), pads = _geometry(call, (d, h, wd), (kd, kh, kw), strides, dilations)
+    strides, dilations = window_params(call)
+    (od, oh, ow), pads = geometry(call, (d, h, wd), (kd, kh, kw), strides, dilations)
     dtype = np.result_type(x, w)
     y = np.empty((n, od, oh, ow, cout), dtype)
     if y.size == 0:
@@ -122,10 +110,10 @@ def _conv3d_kernel(call: KernelCall, x, w, bias=None):
         x = np.pad(x, ((0, 0), *pads, (0, 0)))
     depth = kd * kh * kw * cin
     wmat = w.reshape(depth, cout)
-    windows = _windows(x, (kd, kh, kw), (od, oh, ow), strides, dilations)
+    windows_ = windows(np, x, Window((kd, kh, kw), (od, oh, ow), pads, strides, dilations))
     rows = max(1, _IM2COL_BUDGET // max(1, n * oh * ow * depth))
     for z0 in range(0, od, rows):
-        chunk = windows[:, z0:z0 + rows]
+        chunk = windows_[:, z0:z0 + rows]
         m = chunk.shape[0] * chunk.shape[1] * oh * ow
         y[:, z0:z0 + rows] = (chunk.reshape(m, depth) @ wmat).reshape(chunk.shape[:4] + (cout,))
     return _finish(call, y, b)
@@ -158,10 +146,10 @@ def _conv3d_transpose_kernel(call: KernelCall, output_shape, w, x, bias=None):
         raise OpError(f"CONV_3D_TRANSPOSE: input {list(x.shape)}, filter {list(w.shape)} "
                       f"[KD, KH, KW, Cout, Cin] and output_shape {dims} disagree")
     b = _bias(call, bias, cout)
-    strides, dilations = _window_params(call)
+    strides, dilations = window_params(call)
     out_sp = tuple(dims[1:4])
     # LiteRT pads as if the output were the input of the forward convolution.
-    fwd, pads = _geometry(call, out_sp, (kd, kh, kw), strides, dilations)
+    fwd, pads = geometry(call, out_sp, (kd, kh, kw), strides, dilations)
     if fwd != (d, h, wd):
         raise OpError(f"CONV_3D_TRANSPOSE: output_shape {dims} convolved with filter "
                       f"{[kd, kh, kw]} gives spatial extents {list(fwd)}, not the input's "

@@ -24,8 +24,10 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import Activation, DType
-from . import quantized_kernels
+from ..kernels import activations as activation_kernels
+from ..kernels import elementwise as elementwise_kernels
 from .record import (
+    FIXED_SIZE,
     UNLISTED,
     KernelCall,
     OpDef,
@@ -37,6 +39,7 @@ from .record import (
     on_codes,
     output_dtype,
     reject_quantized,
+    takes,
 )
 from .traits import INT8_ONLY, INT16, own, requantize
 
@@ -346,9 +349,9 @@ def _logical(fn: Callable):
     return kernel
 
 
-def _select(call: KernelCall, cond, x, y):
-    """SELECT (tf.where v1): x and y of one shape; cond of that shape or a rank-1 row mask."""
-    reject_quantized(call, shared_ok=True)
+def select(xp, call: KernelCall, cond, x, y):
+    """SELECT (tf.where v1) over array namespace ``xp`` (NumPy here, jax.numpy in kiln.xla):
+    x and y of one shape; cond of that shape or a rank-1 row mask."""
     if x.shape != y.shape:
         raise OpError(f"{call.op.name}: x {list(x.shape)} and y {list(y.shape)} differ in shape")
     if cond.shape != x.shape:
@@ -359,7 +362,12 @@ def _select(call: KernelCall, cond, x, y):
                 f"{call.op.name}: condition shape {list(cond.shape)} must equal the input "
                 f"shape {list(x.shape)} or be its first dimension"
             )
-    return np.where(cond.astype(bool), x, y)
+    return xp.where(xp.asarray(cond).astype(bool), x, y)
+
+
+def _select(call: KernelCall, cond, x, y):
+    reject_quantized(call, shared_ok=True)
+    return select(np, call, cond, x, y)
 
 
 def _select_v2(call: KernelCall, cond, x, y):
@@ -370,18 +378,17 @@ def _select_v2(call: KernelCall, cond, x, y):
 
 # -- cast and friends ---------------------------------------------------------------------
 
-def _float_to_int(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """Truncate toward zero and saturate; NaN becomes the type's maximum (as LiteRT)."""
+def float_to_int(x, dtype: np.dtype, xp=np):
+    """Truncate toward zero and saturate; NaN becomes the type's maximum (as LiteRT). Over
+    array namespace ``xp`` (kiln.xla's CAST passes jax.numpy)."""
     info = np.iinfo(dtype)
-    t = np.trunc(x.astype(np.float64))
+    t = xp.trunc(x.astype(np.float64))
     hi = t >= float(info.max) + 1.0
     lo = t <= float(info.min) - 1.0
-    nan = np.isnan(t)
-    safe = np.where(hi | lo | nan, 0.0, t)
-    out = safe.astype(dtype)
-    out[hi | nan] = info.max
-    out[lo] = info.min
-    return out
+    nan = xp.isnan(t)
+    out = xp.where(hi | lo | nan, 0.0, t).astype(dtype)
+    out = xp.where(hi | nan, xp.asarray(info.max, dtype), out)
+    return xp.where(lo, xp.asarray(info.min, dtype), out)
 
 
 def _cast(call: KernelCall, x: np.ndarray) -> np.ndarray:
@@ -394,7 +401,7 @@ def _cast(call: KernelCall, x: np.ndarray) -> np.ndarray:
         if dst == np.bool_:
             return x != 0
         if np.issubdtype(dst, np.integer) and np.issubdtype(x.dtype, np.floating):
-            return _float_to_int(x, dst)
+            return float_to_int(x, dst)
         if x.dtype == np.object_ or dst == np.object_:
             raise OpError(f"CAST: cannot cast {x.dtype} to {dst}")
         return x.astype(dst)
@@ -457,9 +464,11 @@ def _compare(fn: Callable) -> Callable:
 def _comparison(name, fn, table, rule, top, runtime) -> OpDef:
     """int8 and uint8 rescale both sides (LiteRT's comparisons); int16 compares codes of
     shared parameters."""
-    kernel, rescaled = _compare(fn), quantized_kernels.comparison(fn)
+    kernel, rescaled = _compare(fn), elementwise_kernels.comparison(fn)
     quantized = {**on_codes(kernel), "int8": rescaled, "uint8": rescaled}
-    return OpDef(name, kernel, _table(table), rule, top, runtime_versions=runtime, quantized=quantized)
+    types = "float16 float32 int8 uint8 int16 int32 int64" + (" bool string" if name in ("EQUAL", "NOT_EQUAL") else "")
+    return OpDef(name, kernel, _table(table), rule, top, runtime_versions=runtime, quantized=quantized,
+                 types=takes(types))
 
 
 #: Order-only kernels: on integer codes with shared parameters they give the quantized result.
@@ -470,34 +479,37 @@ OPS: tuple[OpDef, ...] = (
     OpDef("ADD", _binary(_add, act=True, fresh=True, quiet_ints=True), _table("AddOptions", **_ADD_OPTS),
           _add_version, 6,
           runtime_versions=("1.5.0", "1.14.0", "2.4.0", "2.6.0", "2.13.0", "2.23.0"),
-          fused_activation_host=True, quantized=quantized_kernels.ADD,
-          quantization=own(0, 1), takes_raw=frozenset({INT16})),
+          fused_activation_host=True, quantized=elementwise_kernels.ADD,
+          quantization=own(0, 1), takes_raw=frozenset({INT16}),
+          types=takes("float16 float32 int8 uint8 int16 int32 int64")),
     OpDef("SUB", _binary(_sub, act=True, fresh=True, quiet_ints=True), _table("SubOptions", **_ADD_OPTS),
           _sub_version, 5,
           runtime_versions=("1.6.0", "1.14.0", "2.3.0", "2.4.0", "2.4.0"), fused_activation_host=True,
-          quantized=quantized_kernels.SUB,
-          quantization=own(0, 1)),
+          quantized=elementwise_kernels.SUB,
+          quantization=own(0, 1), types=takes("float16 float32 int8 uint8 int16 int32 int64")),
     OpDef("MUL", _binary(_mul, act=True, fresh=True, quiet_ints=True), _table("MulOptions", **_ACT_OPTS),
           _mul_version, 8,
           runtime_versions=("1.5.0", "1.14.0", "1.15.0", "2.3.0", "2.6.0", "2.11.0", "2.13.0", "2.23.0"),
-          fused_activation_host=True, quantized=quantized_kernels.MUL,
-          quantization=own(0, 1), takes_raw=frozenset({INT16})),
+          fused_activation_host=True, quantized=elementwise_kernels.MUL,
+          quantization=own(0, 1), takes_raw=frozenset({INT16}),
+          types=takes("float16 float32 complex64 int8 uint8 int16 int32 int64")),
     OpDef("DIV", _binary(_div, act=True, fresh=True), _table("DivOptions", **_ACT_OPTS),
           _div_version, 2,
-          runtime_versions=("1.6.0", "2.3.0"), fused_activation_host=True, quantized=quantized_kernels.DIV),
+          runtime_versions=("1.6.0", "2.3.0"), fused_activation_host=True, quantized=elementwise_kernels.DIV,
+          types=takes("float16 float32 int8 uint8 int16 int32")),
     # other binary arithmetic
     OpDef("FLOOR_DIV", _binary(_floor_div), _table("FloorDivOptions"),
           _by_type({(_I16, _I8): 3, _F32: 2}), 3,
-          runtime_versions=("1.14.0", "1.14.0", "2.13.0")),
+          runtime_versions=("1.14.0", "1.14.0", "2.13.0"), types=takes("float32 int8 int16 int32")),
     OpDef("FLOOR_MOD", _binary(_floor_mod), _table("FloorModOptions"),
           _by_type({(_I16, _I8): 2}), 2,
-          runtime_versions=("1.13.0", "2.13.0")),
+          runtime_versions=("1.13.0", "2.13.0"), types=takes("float32 int8 int16 int32 int64")),
     OpDef("SQUARED_DIFFERENCE", _binary(_squared_difference), _table("SquaredDifferenceOptions"),
           _by_type({_I8: 2}), 2,
-          runtime_versions=("1.13.1", "2.5.0"), quantized=quantized_kernels.SQUARED_DIFFERENCE,
-          quantization=own(0, 1, types=INT8_ONLY)),
+          runtime_versions=("1.13.1", "2.5.0"), quantized=elementwise_kernels.SQUARED_DIFFERENCE,
+          quantization=own(0, 1, types=INT8_ONLY), types=takes("float16 float32 int8 int32")),
     OpDef("POW", _binary(_pow), _table("PowOptions"),
-          runtime_versions=("1.10.0",)),
+          runtime_versions=("1.10.0",), types=takes("float32 int32")),
     OpDef("MAXIMUM", _MAXIMUM, _MAX_MIN, _max_min_version, 4,
           runtime_versions=("1.14.0", "1.14.0", "2.3.0", "2.3.0"), quantized=on_codes(_MAXIMUM),
           quantization=requantize()),
@@ -508,17 +520,17 @@ OPS: tuple[OpDef, ...] = (
           runtime_versions=("2.10.0",)),
     # unary math
     OpDef("RSQRT", _unary_float("RSQRT"), None, _by_type({_I16: 3, _I8: 2}), 3,
-          runtime_versions=("1.10.0", "2.5.0", "2.15.0"), quantized=quantized_kernels.RSQRT,
+          runtime_versions=("1.10.0", "2.5.0", "2.15.0"), quantized=activation_kernels.RSQRT,
           quantization=own()),
     OpDef("SQRT", _unary_float("SQRT"), None, _by_type({(_I8, _I16): 2}), 2,
-          runtime_versions=("1.10.0", "2.21.0"), quantized=quantized_kernels.SQRT,
+          runtime_versions=("1.10.0", "2.21.0"), quantized=activation_kernels.SQRT,
           quantization=own()),
     OpDef("EXP", _unary_float("EXP"), _table("ExpOptions"), _by_type({(_I8, _I16): 2}), 2,
-          runtime_versions=("1.7.0", "2.12.0"), quantized=quantized_kernels.EXP,
-          quantization=own()),
+          runtime_versions=("1.7.0", "2.12.0"), quantized=activation_kernels.EXP,
+          quantization=own(), types=takes("float16 float32 int8 int16")),
     OpDef("LOG", _unary_float("LOG"), None, _by_type({(_I8, _I16): 2}), 2,
-          runtime_versions=("1.14.0", "2.15.0"), quantized=quantized_kernels.LOG,
-          quantization=own()),
+          runtime_versions=("1.14.0", "2.15.0"), quantized=activation_kernels.LOG,
+          quantization=own(), types=takes("float16 float32 int8 int16")),
     OpDef("SIN", _unary_float("SIN"), None, max_version=2,
           runtime_versions=("1.9.0", UNLISTED)),
     OpDef("COS", _unary_float("COS"), _table("CosOptions"), max_version=2,
@@ -530,14 +542,15 @@ OPS: tuple[OpDef, ...] = (
     OpDef("ROUND", _unary_float("ROUND"),
           runtime_versions=("1.14.0",)),
     OpDef("SQUARE", _unary(np.square), _table("SquareOptions"),
-          runtime_versions=("1.12.0",)),
+          runtime_versions=("1.12.0",), types=takes("float16 float32")),
     OpDef("NEG", _unary(np.negative), _table("NegOptions"),
           runtime_versions=("1.9.0",)),
     OpDef("ABS", _unary(np.abs), _table("AbsOptions"), _abs_version, 5,
-          runtime_versions=("1.13.0", "2.4.0", "2.5.0", "2.6.0", "2.12.0"), quantized=quantized_kernels.ABS,
-          quantization=own(), takes_raw=frozenset({INT16})),
+          runtime_versions=("1.13.0", "2.4.0", "2.5.0", "2.6.0", "2.12.0"), quantized=activation_kernels.ABS,
+          quantization=own(), takes_raw=frozenset({INT16}),
+          types=takes("float16 float32 int8 int16 int32")),
     OpDef("SIGN", _unary(_sign), _table("SignOptions"), _by_type({_I32: 2}), 2,
-          runtime_versions=("2.11.0", "2.12.0")),
+          runtime_versions=("2.11.0", "2.12.0"), types=takes("float32 float64 int32")),
     # comparisons
     *(_comparison(*row) for row in _COMPARISONS),
     # logical
@@ -549,21 +562,23 @@ OPS: tuple[OpDef, ...] = (
           runtime_versions=("1.11.0",)),
     # select, cast, fill-like
     OpDef("SELECT", _select, _table("SelectOptions"), _select_version, 4,
-          runtime_versions=("1.14.0", "1.14.0", "2.12.0", "2.12.0"), quantized=on_codes(_select)),
+          runtime_versions=("1.14.0", "1.14.0", "2.12.0", "2.12.0"), quantized=on_codes(_select),
+          types=takes(FIXED_SIZE), typed_operand=1),
     OpDef("SELECT_V2", _select_v2, _table("SelectV2Options"),
           _by_type({DType.UINT32: 2}), 2,
-          runtime_versions=("2.2.0", "2.12.0"), quantized=on_codes(_select_v2)),
+          runtime_versions=("2.2.0", "2.12.0"), quantized=on_codes(_select_v2),
+          types=takes(FIXED_SIZE), typed_operand=1),
     OpDef("CAST", _cast, _table("CastOptions", in_data_type=DType.FLOAT32,
                                 out_data_type=DType.FLOAT32), _cast_version, 9,
           runtime_versions=("1.5.0", "2.7.0", "2.8.0", "2.9.0", "2.12.0", "2.15.0", "2.17.0", "2.21.0",
                             UNLISTED),
-                            converts=True),
+          converts=True, types=takes(FIXED_SIZE) - {"uint64"}),
     OpDef("ZEROS_LIKE", _zeros_like, _table("ZerosLikeOptions"),
-          runtime_versions=("1.12.0",)),
+          runtime_versions=("1.12.0",), types=takes("float32 int32 int64")),
     OpDef("ADD_N", _add_n, _table("AddNOptions"),
-          runtime_versions=("1.14.0",)),
+          runtime_versions=("1.14.0",), types=takes("float32 int32")),
 )
 
 __all__ = [
-    "OPS", "activation_range", "clamp_activation", "is_quantized", "reject_quantized",
+    "OPS", "activation_range", "clamp_activation", "is_quantized", "float_to_int", "reject_quantized", "select",
 ]

@@ -13,7 +13,8 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import DType
-from . import quantized_kernels
+from ..kernels import image as image_kernels
+from ..kernels.family import float_dtype
 from .record import (
     KernelCall,
     OpDef,
@@ -23,6 +24,7 @@ from .record import (
     is_quantized,
     on_codes,
     reject_quantized,
+    takes,
 )
 from .traits import INT8_ONLY, same
 
@@ -41,7 +43,7 @@ def _nhwc(call: KernelCall, x: np.ndarray) -> np.ndarray:
     return x
 
 
-def _new_size(call: KernelCall, size) -> tuple[int, int]:
+def new_size(call: KernelCall, size) -> tuple[int, int]:
     size = np.asarray(size).reshape(-1)
     if size.size != 2 or size.dtype.kind not in "iu":
         raise OpError(f"{call.op.name}: size must be an integer [new_height, new_width], got {size}")
@@ -60,7 +62,7 @@ def _scale(in_size: int, out_size: int, align_corners: bool) -> np.float32:
 
 # -- RESIZE_BILINEAR ----------------------------------------------------------------------------
 
-def _bilinear_axis(in_size: int, out_size: int, align_corners: bool, half_pixel: bool):
+def bilinear_axis(in_size: int, out_size: int, align_corners: bool, half_pixel: bool):
     """Per output index: lower and upper source index and the weight of the upper one."""
     scale = _scale(in_size, out_size, align_corners)
     pos = np.arange(out_size, dtype=_F32)
@@ -86,19 +88,19 @@ def _resize_bilinear_version(op) -> int:
     return 1
 
 
-def _resize_bilinear_kernel(call: KernelCall, x, size):
-    reject_quantized(call)
+def resize_bilinear(xp, call: KernelCall, x, size):
+    """RESIZE_BILINEAR over array namespace ``xp`` (NumPy here, jax.numpy in kiln.xla, where
+    ``size`` is static): float inputs, computed in float32."""
     x = _nhwc(call, x)
-    if x.dtype.kind != "f":
-        raise OpError(f"RESIZE_BILINEAR: input type {x.dtype} is not implemented (float only)")
+    float_dtype(call, x, "input")
     opts = call.opts
-    oh, ow = _new_size(call, size)
+    oh, ow = new_size(call, size)
     ac, hp = bool(opts.align_corners), bool(opts.half_pixel_centers)
     if ac and hp:
         raise OpError("RESIZE_BILINEAR: if half_pixel_centers is True, align_corners must be False")
-    y0, y1, dy = _bilinear_axis(x.shape[1], oh, ac, hp)
-    x0, x1, dx = _bilinear_axis(x.shape[2], ow, ac, hp)
-    xf = x.astype(_F32, copy=False)
+    y0, y1, dy = bilinear_axis(x.shape[1], oh, ac, hp)
+    x0, x1, dx = bilinear_axis(x.shape[2], ow, ac, hp)
+    xf = xp.asarray(x, _F32)
     top, bottom = xf[:, y0], xf[:, y1]
     dy = dy[None, :, None, None]
     dx = dx[None, None, :, None]
@@ -107,7 +109,12 @@ def _resize_bilinear_kernel(call: KernelCall, x, size):
            + bottom[:, :, x0] * dy * (one - dx)
            + top[:, :, x1] * (one - dy) * dx
            + bottom[:, :, x1] * dy * dx)
-    return out.astype(call.out_dtypes[0], copy=False)
+    return xp.asarray(out, call.out_dtypes[0])
+
+
+def _resize_bilinear_kernel(call: KernelCall, x, size):
+    reject_quantized(call)
+    return resize_bilinear(np, call, x, size)
 
 
 RESIZE_BILINEAR = OpDef(
@@ -119,9 +126,10 @@ RESIZE_BILINEAR = OpDef(
     }),
     version=_resize_bilinear_version,
     max_version=4,
-    quantized=quantized_kernels.RESIZE_BILINEAR,
+    quantized=image_kernels.RESIZE_BILINEAR,
     runtime_versions=("1.7.0", "1.14.0", "2.2.0", "2.5.0"),
-    quantization=same()
+    quantization=same(),
+    types=takes("float32 int8 uint8 int16"),
 )
 
 
@@ -133,7 +141,7 @@ def _round_half_away(v: np.ndarray) -> np.ndarray:
     return r + (v - r >= _F32(0.5))
 
 
-def _nearest_axis(in_size: int, out_size: int, align_corners: bool, half_pixel: bool):
+def nearest_axis(in_size: int, out_size: int, align_corners: bool, half_pixel: bool):
     scale = _scale(in_size, out_size, align_corners)
     offset = _F32(0.5) if half_pixel else _F32(0)
     src = (np.arange(out_size, dtype=_F32) + offset) * scale
@@ -152,15 +160,20 @@ def _resize_nearest_version(op) -> int:
     return 1
 
 
-def _resize_nearest_kernel(call: KernelCall, x, size):
-    reject_quantized(call, shared_ok=True)
+def resize_nearest(xp, call: KernelCall, x, size):
+    """RESIZE_NEAREST_NEIGHBOR over array namespace ``xp`` (``size`` static in kiln.xla)."""
     x = _nhwc(call, x)
     opts = call.opts
-    oh, ow = _new_size(call, size)
+    oh, ow = new_size(call, size)
     ac, hp = bool(opts.align_corners), bool(opts.half_pixel_centers)
-    rows = _nearest_axis(x.shape[1], oh, ac, hp)
-    cols = _nearest_axis(x.shape[2], ow, ac, hp)
-    return x[:, rows][:, :, cols].astype(call.out_dtypes[0], copy=False)
+    rows = nearest_axis(x.shape[1], oh, ac, hp)
+    cols = nearest_axis(x.shape[2], ow, ac, hp)
+    return xp.asarray(xp.asarray(x)[:, rows][:, :, cols], call.out_dtypes[0])
+
+
+def _resize_nearest_kernel(call: KernelCall, x, size):
+    reject_quantized(call, shared_ok=True)
+    return resize_nearest(np, call, x, size)
 
 
 RESIZE_NEAREST_NEIGHBOR = OpDef(
@@ -174,7 +187,8 @@ RESIZE_NEAREST_NEIGHBOR = OpDef(
     version=_resize_nearest_version,
     max_version=4,
     runtime_versions=("1.13.1", "1.14.0", "2.3.0", "2.4.0"),
-    quantization=same()
+    quantization=same(),
+    types=takes("float16 float32 int8 uint8 int16 uint16 int32"),
 )
 
 
@@ -231,16 +245,18 @@ def _space_to_depth_kernel(call: KernelCall, x):
     return y.reshape(out_shape).astype(call.out_dtypes[0], copy=False)
 
 
-def _block_rearrangement(name: str, kernel, shape, options: str, runtime_versions: tuple[str, ...]) -> OpDef:
+def _block_rearrangement(name: str, kernel, shape, options: str, runtime_versions: tuple[str, ...],
+                         types: str = "float32 int8 uint8 int32 int64") -> OpDef:
     """DEPTH_TO_SPACE / SPACE_TO_DEPTH: values moved between depth and blocks of space, so the
     int8 op runs the kernel on the codes (version 2)."""
     return OpDef(name=name, kernel=kernel, quantized=on_codes(kernel), options=OptionsSpec(options, {"block_size": 0}),
                  version=_int8_version, max_version=2, shape=shape, runtime_versions=runtime_versions,
-                 quantization=same(types=INT8_ONLY))
+                 quantization=same(types=INT8_ONLY), types=takes(types))
 
 
 DEPTH_TO_SPACE = _block_rearrangement("DEPTH_TO_SPACE", _depth_to_space_kernel, _depth_to_space_shape,
-                                      "DepthToSpaceOptions", ("2.1.0", "2.5.0"))
+                                      "DepthToSpaceOptions", ("2.1.0", "2.5.0"),
+                                      "float16 float32 int8 uint8 int32 int64")
 SPACE_TO_DEPTH = _block_rearrangement("SPACE_TO_DEPTH", _space_to_depth_kernel, _space_to_depth_shape,
                                       "SpaceToDepthOptions", ("1.5.0", "1.14.0"))
 

@@ -15,16 +15,7 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import DType
-from .record import (
-    HYBRID,
-    UNLISTED,
-    KernelCall,
-    OpDef,
-    OptionsSpec,
-    input_dtype,
-    input_rank,
-    on_codes,
-)
+from .record import HYBRID, UNLISTED, KernelCall, OpDef, OptionsSpec, input_dtype, input_rank, on_codes, takes
 from .shape import dense, int_scalar, int_values, norm_axis
 from .traits import same
 
@@ -164,12 +155,12 @@ def _py_slice(start: int, end: int, stride: int) -> slice:
 
 def _strided_slice(call: KernelCall, x: np.ndarray, begin: np.ndarray, end: np.ndarray,
                    strides: np.ndarray):
-    eff_shape, index, out_shape = _strided_slice_plan(call.opts, x, begin, end, strides)
+    eff_shape, index, out_shape = strided_slice_plan(call.opts, x, begin, end, strides)
     out = x.reshape(eff_shape)[index]
     return dense(out).reshape(out_shape)
 
 
-def _strided_slice_plan(o, x: np.ndarray, begin, end, strides):
+def strided_slice_plan(o, x: np.ndarray, begin, end, strides):
     """(shape to view x as, index into that view, output shape) of a strided slice."""
     b = int_values(begin, "STRIDED_SLICE", "begin")
     e = int_values(end, "STRIDED_SLICE", "end")
@@ -534,10 +525,12 @@ OPS = (
               version=_gather_version, max_version=8,
               runtime_versions=("1.6.0", "1.14.0", "1.15.0", "2.4.0", "2.5.0", "2.13.0", "2.15.0",
                                 UNLISTED),
-                                quantization=same(table=True)),
+                                quantization=same(table=True),
+                                types=takes("bool float16 float32 int8 uint8 int16 int32 int64 string")),
     _movement("GATHER_ND", _gather_nd, options=OptionsSpec("GatherNdOptions"),
               version=_gather_nd_version, max_version=6,
-              runtime_versions=("1.14.0", "2.3.0", "2.5.0", "2.13.0", "2.16.0", UNLISTED)),
+              runtime_versions=("1.14.0", "2.3.0", "2.5.0", "2.13.0", "2.16.0", UNLISTED),
+              types=takes("bool float16 float32 int8 uint8 int16 int32 int64 string")),
     OpDef("EMBEDDING_LOOKUP", _embedding_lookup,
           version=_embedding_lookup_version, max_version=5,
           quantized={**on_codes(_embedding_lookup), HYBRID: _embedding_lookup},
@@ -546,7 +539,7 @@ OPS = (
               version=lambda op: 1 if input_dtype(op, 0) == DType.BOOL else 2, max_version=2,
               runtime_versions=("1.14.0", "2.8.0")),
     _movement("SCATTER_ND", _scatter_nd, options=OptionsSpec("ScatterNdOptions"),
-              runtime_versions=("2.1.0",)),
+              runtime_versions=("2.1.0",), types=takes("bool float32 int8 uint8 int32 int64"), typed_operand=1),
     _movement("SPARSE_TO_DENSE", _sparse_to_dense, options=OptionsSpec("SparseToDenseOptions"),
               version=_sparse_to_dense_version, max_version=3,
               runtime_versions=("1.9.0", "1.14.0", "1.15.0")),
@@ -557,7 +550,7 @@ OPS = (
     _movement("ONE_HOT", _one_hot, options=OptionsSpec("OneHotOptions", {"axis": 0}),
               runtime_versions=("1.11.0",)),
     _movement("UNIQUE", _unique, options=OptionsSpec("UniqueOptions", {"idx_out_type": 2}),
-              runtime_versions=("1.14.0",)),
+              runtime_versions=("1.14.0",), types=takes("float32 int8 uint8 int16 int32 int64")),
     _movement("MATRIX_DIAG", _matrix_diag, options=OptionsSpec("MatrixDiagOptions"),
               runtime_versions=("1.14.0",)),
     _movement("MATRIX_SET_DIAG", _matrix_set_diag, options=OptionsSpec("MatrixSetDiagOptions"),

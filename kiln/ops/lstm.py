@@ -33,8 +33,11 @@ from ..schema import (
     DType,
     LstmLayout,
 )
-from . import quantized_kernels
+from ..kernels import hybrid_lstm
+from ..kernels import lstm as lstm_kernels
 from .record import (
+    HYBRID,
+    INT8,
     KernelCall,
     OpDef,
     OptionsSpec,
@@ -45,7 +48,7 @@ from .record import (
 )
 from .traits import INT8_ONLY, OutputScale, Quantization, Shapes, Weights, elements, shape_of
 
-_GATES = ("i", "f", "c", "o")  # input, forget, cell (candidate), output — LiteRT's operand order
+GATES = ("i", "f", "c", "o")  # input, forget, cell (candidate), output — LiteRT's operand order
 _QUANTIZED = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))
 
 
@@ -92,7 +95,7 @@ def _check_shape(op_name: str, what: str, a: np.ndarray | None, shape: tuple[int
         raise OpError(f"{op_name}: {what} has shape {list(a.shape)}, expected {list(shape)}")
 
 
-def _state(op_name: str, what: str, a: np.ndarray | None, rows: int, cols: int) -> np.ndarray:
+def state_operand(op_name: str, what: str, a: np.ndarray | None, rows: int, cols: int) -> np.ndarray:
     """A state operand as [rows, cols]; LiteRT accepts any shape with that many elements."""
     if a is None:
         raise OpError(f"{op_name}: the {what} operand (a variable tensor) is missing")
@@ -141,7 +144,7 @@ class _Lstm:
 
     @property
     def gates(self) -> tuple[str, ...]:
-        return tuple(g for g in _GATES if g in self.input_w)
+        return tuple(g for g in GATES if g in self.input_w)
 
     @property
     def cifg(self) -> bool:
@@ -157,7 +160,7 @@ class _Lstm:
         return rec.shape[0] if self.diagonal else rec.shape[1]
 
 
-def _gather(inputs, indices, names=_GATES) -> dict[str, np.ndarray]:
+def _gather(inputs, indices, names=GATES) -> dict[str, np.ndarray]:
     found = {}
     for name, idx in zip(names, indices):
         a = inputs[idx] if idx < len(inputs) else None
@@ -166,7 +169,7 @@ def _gather(inputs, indices, names=_GATES) -> dict[str, np.ndarray]:
     return found
 
 
-def _read_lstm(op_name: str, inputs, lay: LstmLayout, diagonal: bool = False) -> _Lstm:
+def read_operands(op_name: str, inputs, lay: LstmLayout, diagonal: bool = False) -> _Lstm:
     """Collect and check one direction's operands (the checks LiteRT's Prepare makes)."""
     def get(i):
         return inputs[i] if i < len(inputs) else None
@@ -201,7 +204,7 @@ def _read_lstm(op_name: str, inputs, lay: LstmLayout, diagonal: bool = False) ->
     return p
 
 
-def _check_lstm_sizes(op_name: str, p: _Lstm, n_input: int, n_aux: int | None) -> None:
+def check_lstm_sizes(op_name: str, p: _Lstm, n_input: int, n_aux: int | None) -> None:
     n_cell, n_output = p.n_cell, p.n_output
     if p.diagonal and n_output != n_cell:
         raise OpError(f"{op_name}: diagonal recurrent weights need n_output == n_cell")
@@ -265,12 +268,12 @@ def _run_lstm(
     """Run one direction over time-major ``x`` [T, B, I]; returns (outputs [T, B, O], h, c).
 
     ``n_inputs`` [T, B] (only needed when the activation is NONE) counts, per step and row,
-    the input matmuls LiteRT performs (it skips all-zero inputs). ``packed``: `_packed(p)`,
+    the input matmuls LiteRT performs (it skips all-zero inputs). ``packed``: `pack_gates(p)`,
     when the caller already has it (the compiled delegate packs constant weights once).
     """
     act = opts.fused_activation_function
     cell_clip, proj_clip = float(opts.cell_clip), float(opts.proj_clip)
-    if _is_plain(p, act):
+    if is_plain_cell(p, act):
         return _run_plain_lstm(p, x, aux, h, c, act, cell_clip, proj_clip, reverse, packed)
     gates = p.gates
     x_part = _input_part(p, x, aux)
@@ -310,7 +313,7 @@ def _run_lstm(
     return out, h, c.astype(np.float32, copy=False)
 
 
-def _packed(p: _Lstm) -> tuple:
+def pack_gates(p: _Lstm) -> tuple:
     """Gate weights stacked: input [G*C, I], bias [G*C], aux [G*C, A], recurrent [O, G*C]."""
     gates = p.gates
     stacked = np.concatenate([p.input_w[g] for g in gates])
@@ -320,7 +323,7 @@ def _packed(p: _Lstm) -> tuple:
     return stacked, bias, aux, recurrent
 
 
-def _is_plain(p: _Lstm, act: int) -> bool:
+def is_plain_cell(p: _Lstm, act: int) -> bool:
     """The common cell `_run_plain_lstm` runs: no peephole, layer norm or diagonal recurrence,
     a real activation."""
     return act != Activation.NONE and not (p.diagonal or p.peephole or p.layer_norm)
@@ -328,9 +331,9 @@ def _is_plain(p: _Lstm, act: int) -> bool:
 
 def _run_plain_lstm(p: _Lstm, x, aux, h, c, act, cell_clip: float, proj_clip: float, reverse: bool,
                     packed: tuple | None = None):
-    """`_run_lstm` for the common cell (`_is_plain`): the same operations on the gates side by
+    """`_run_lstm` for the common cell (`is_plain_cell`): the same operations on the gates side by
     side in one [B, G*C] array, so a step is a handful of NumPy calls instead of a few per gate."""
-    stacked, bias, stacked_aux, recurrent = packed if packed is not None else _packed(p)
+    stacked, bias, stacked_aux, recurrent = packed if packed is not None else pack_gates(p)
     T, B, _ = x.shape
     n = p.n_cell
     part = x.reshape(T * B, -1) @ stacked.T
@@ -381,10 +384,10 @@ def _lstm_pass(name: str, inputs, lay: LstmLayout, p: _Lstm, x: np.ndarray,
     """One direction over time-major ``x`` from its states. Returns the outputs
     [T, B, n_output] and the final (output, cell) states, shaped like the state operands."""
     batch = x.shape[1]
-    h_in, c_in = _get(inputs, lay.output_state), _get(inputs, lay.cell_state)
-    h0 = _state(name, f"output/activation state (operand {lay.output_state})", h_in, batch,
+    h_in, c_in = optional_operand(inputs, lay.output_state), optional_operand(inputs, lay.cell_state)
+    h0 = state_operand(name, f"output/activation state (operand {lay.output_state})", h_in, batch,
                 p.n_output)
-    c0 = _state(name, f"cell_state (operand {lay.cell_state})", c_in, batch, p.n_cell)
+    c0 = state_operand(name, f"cell_state (operand {lay.cell_state})", c_in, batch, p.n_cell)
     counts = None
     if opts.fused_activation_function == Activation.NONE:
         counts = _matmul_counts(x, aux, time_major)
@@ -393,7 +396,7 @@ def _lstm_pass(name: str, inputs, lay: LstmLayout, p: _Lstm, x: np.ndarray,
 
 
 def _lstm_input(name: str, inputs, rank: int) -> np.ndarray:
-    x, w = _get(inputs, 0), _get(inputs, 4)
+    x, w = optional_operand(inputs, 0), optional_operand(inputs, 4)
     if x is None or w is None:
         raise OpError(f"{name}: the input (operand 0) and input_to_output weights (operand 4) "
                       "are required")
@@ -409,14 +412,14 @@ def _uni_lstm_kernel(call: KernelCall, *inputs):
     opts = call.opts
     time_major = bool(opts.time_major)
     xt = _swap_time_batch(_lstm_input(name, inputs, 3), time_major)
-    _check_clips(name, opts)
-    p = _read_lstm(name, inputs, UNIDIRECTIONAL_LSTM, diagonal=bool(opts.diagonal_recurrent_tensors))
-    _check_lstm_sizes(name, p, xt.shape[2], None)
+    check_clips(name, opts)
+    p = read_operands(name, inputs, UNIDIRECTIONAL_LSTM, diagonal=bool(opts.diagonal_recurrent_tensors))
+    check_lstm_sizes(name, p, xt.shape[2], None)
     return uni_lstm_run(call, inputs, p)
 
 
 def uni_lstm_run(call: KernelCall, inputs, p: _Lstm, packed: tuple | None = None):
-    """UNIDIRECTIONAL_SEQUENCE_LSTM on checked operands ``p`` (`_read_lstm`, sizes checked):
+    """UNIDIRECTIONAL_SEQUENCE_LSTM on checked operands ``p`` (`read_operands`, sizes checked):
     the kernel after its checks, also run by the compiled delegate with ``packed`` weights."""
     time_major = bool(call.opts.time_major)
     xt = _swap_time_batch(inputs[0], time_major)
@@ -434,9 +437,9 @@ def _lstm_kernel(call: KernelCall, *inputs):
         raise OpError(f"{name}: the BASIC kernel type (kernel_type=1) is not implemented yet; "
                       "kiln runs the FULL kernel")
     x = _lstm_input(name, inputs, 2)
-    _check_clips(name, opts)
-    p = _read_lstm(name, inputs, UNIDIRECTIONAL_LSTM)
-    _check_lstm_sizes(name, p, x.shape[1], None)
+    check_clips(name, opts)
+    p = read_operands(name, inputs, UNIDIRECTIONAL_LSTM)
+    check_lstm_sizes(name, p, x.shape[1], None)
     out, states = _lstm_pass(name, inputs, UNIDIRECTIONAL_LSTM, p, x[None], None, opts, time_major=True)
     return with_state(call, [out[0]], states)
 
@@ -446,10 +449,10 @@ def _bidi_lstm_kernel(call: KernelCall, *inputs):
     opts = call.opts
     time_major = bool(opts.time_major)
     xt = _swap_time_batch(_lstm_input(name, inputs, 3), time_major)
-    _check_clips(name, opts)
-    fw = _read_lstm(name, inputs, BIDIRECTIONAL_LSTM_FW)
-    bw = _read_lstm(name, inputs, BIDIRECTIONAL_LSTM_BW)
-    aux_in = _get(inputs, BIDIRECTIONAL_LSTM_AUX_INPUT)
+    check_clips(name, opts)
+    fw = read_operands(name, inputs, BIDIRECTIONAL_LSTM_FW)
+    bw = read_operands(name, inputs, BIDIRECTIONAL_LSTM_BW)
+    aux_in = optional_operand(inputs, BIDIRECTIONAL_LSTM_AUX_INPUT)
     cross_linked = bidi_aux_routing(name, fw, bw, np.shape(inputs[0]), None if aux_in is None else np.shape(aux_in))
     aux_t = None if aux_in is None else _swap_time_batch(np.asarray(aux_in, np.float32), time_major)
     bw_x = xt if cross_linked else aux_t
@@ -478,8 +481,8 @@ def bidi_aux_routing(name: str, fw: _Lstm, bw: _Lstm, x_shape, aux_shape) -> boo
                       f"time and batch dims {list(x_shape)}")
     cross_linked = aux_shape is None or has_aux_weights
     n_aux = aux_shape[2] if cross_linked and aux_shape is not None else None
-    _check_lstm_sizes(name, fw, x_shape[2], n_aux)
-    _check_lstm_sizes(name, bw, x_shape[2] if cross_linked else aux_shape[2], n_aux)
+    check_lstm_sizes(name, fw, x_shape[2], n_aux)
+    check_lstm_sizes(name, bw, x_shape[2] if cross_linked else aux_shape[2], n_aux)
     return cross_linked
 
 
@@ -495,13 +498,13 @@ def _check_aux_weights(name: str, fw: _Lstm, bw: _Lstm) -> bool:
     return all(present)
 
 
-def _check_clips(name: str, opts) -> None:
+def check_clips(name: str, opts) -> None:
     if opts.cell_clip < 0 or opts.proj_clip < 0:
         raise OpError(f"{name}: cell_clip and proj_clip must be >= 0 (0 = no clipping), got "
                       f"{opts.cell_clip} and {opts.proj_clip}")
 
 
-def _get(inputs, i):
+def optional_operand(inputs, i):
     return inputs[i] if i < len(inputs) else None
 
 
@@ -577,7 +580,7 @@ OPS: tuple = (
         version=_uni_lstm_version, max_version=4,
         runtime_versions=("1.13.1", "1.14.0", "2.3.0", "2.12.0"),
         state_operands=UNIDIRECTIONAL_LSTM.states,
-        quantized=quantized_kernels.UNIDIRECTIONAL_SEQUENCE_LSTM,
+        quantized={INT8: lstm_kernels.uni_lstm_int8, HYBRID: hybrid_lstm.uni_lstm_hybrid},
         weights=Weights(UNIDIRECTIONAL_LSTM.matrices, axis=None),
         quantization=Quantization(OutputScale.LSTM, types=INT8_ONLY, hybrid=True),
         macs=_sequence_lstm_macs(UNIDIRECTIONAL_LSTM)
@@ -600,7 +603,7 @@ OPS: tuple = (
         version=_hybrid_version(1), max_version=3,
         runtime_versions=("1.14.0", "1.14.0", "1.14.0"),
         state_operands=BIDIRECTIONAL_LSTM_FW.states + BIDIRECTIONAL_LSTM_BW.states,
-        quantized=quantized_kernels.BIDIRECTIONAL_SEQUENCE_LSTM,
+        quantized={HYBRID: hybrid_lstm.bidi_lstm_hybrid},
         weights=Weights(BIDIRECTIONAL_LSTM_FW.matrices + BIDIRECTIONAL_LSTM_BW.matrices, axis=None),
         # no integer kernel: the integer quantizer splits it into two unidirectional LSTMs
         quantization=Quantization(OutputScale.LSTM, types=frozenset(), hybrid=True),

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import OpError
-from .record import KernelCall, OpDef, OptionsSpec, reject_quantized
+from .record import KernelCall, OpDef, OptionsSpec, on_numpy, reject_quantized, takes
 
 # -- LOCAL_RESPONSE_NORMALIZATION -----------------------------------------------------------------
 
@@ -93,11 +93,11 @@ def _bucketize(call: KernelCall, x):
 _BIT_TYPES = {np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32)}
 
 
-def _bit_operands(call: KernelCall, a: np.ndarray, b: np.ndarray) -> None:
+def _bit_operands(call: KernelCall, a, b) -> None:
     reject_quantized(call)
     if a.dtype != b.dtype:
         raise OpError(f"{call.op.name}: operand types {a.dtype} and {b.dtype} differ")
-    if a.dtype not in _BIT_TYPES:
+    if np.dtype(a.dtype) not in _BIT_TYPES:
         raise OpError(f"{call.op.name}: type {a.dtype} is not supported (8, 16 or 32-bit "
                       "signed or unsigned integers)")
     if a.shape == b.shape:
@@ -109,16 +109,19 @@ def _bit_operands(call: KernelCall, a: np.ndarray, b: np.ndarray) -> None:
                       "not broadcast") from None
 
 
-def _bitwise_xor(call: KernelCall, a, b):
+def bitwise_xor(xp, call: KernelCall, a, b):
+    """BITWISE_XOR over array namespace ``xp`` (NumPy here, jax.numpy in kiln.xla)."""
     _bit_operands(call, a, b)
-    return np.bitwise_xor(a, b)
+    return xp.bitwise_xor(a, b)
 
 
-def _right_shift(call: KernelCall, a, b):
+def right_shift(xp, call: KernelCall, a, b):
+    """RIGHT_SHIFT over ``xp``: the shift clamped to the type's width (as LiteRT)."""
     _bit_operands(call, a, b)
-    bits = a.dtype.itemsize * 8
-    shift = np.clip(b, 0, bits - 1) if a.dtype.kind == "i" else np.minimum(b, bits - 1)
-    return np.right_shift(a, shift.astype(a.dtype, copy=False))
+    dtype = np.dtype(a.dtype)
+    bits = dtype.itemsize * 8
+    shift = xp.clip(b, 0, bits - 1) if dtype.kind == "i" else xp.minimum(b, bits - 1)
+    return xp.right_shift(a, xp.asarray(shift).astype(dtype))
 
 
 # -- spectral --------------------------------------------------------------------------------------
@@ -332,12 +335,12 @@ def _table(name: str, **defaults) -> OptionsSpec:
 OPS: tuple[OpDef, ...] = (
     OpDef("LOCAL_RESPONSE_NORMALIZATION", _lrn,
           _table("LocalResponseNormalizationOptions", radius=0, bias=0.0, alpha=0.0, beta=0.0),
-          runtime_versions=("1.5.0",)),
+          runtime_versions=("1.5.0",), types=takes("float32")),
     OpDef("BUCKETIZE", _bucketize, _table("BucketizeOptions", boundaries=()),
           runtime_versions=("2.8.0",)),
-    OpDef("BITWISE_XOR", _bitwise_xor,
-          runtime_versions=("2.13.0",)),
-    OpDef("RIGHT_SHIFT", _right_shift,
+    OpDef("BITWISE_XOR", on_numpy(bitwise_xor),
+          runtime_versions=("2.13.0",), types=takes("int8 uint8 int16 uint16 int32 uint32")),
+    OpDef("RIGHT_SHIFT", on_numpy(right_shift),
           runtime_versions=("2.13.0",)),
     OpDef("RFFT2D", _rfft2d,
           runtime_versions=("2.5.0",)),
@@ -356,4 +359,4 @@ OPS: tuple[OpDef, ...] = (
           runtime_versions=("2.1.0",)),
 )
 
-__all__ = ["OPS"]
+__all__ = ["OPS", "bitwise_xor", "right_shift"]

@@ -35,16 +35,17 @@ def _channel_shape(x: np.ndarray, axis: int) -> list[int]:
     return shape
 
 
-def _dequantize(call, x):
+def dequantize(call, x):
+    """DEQUANTIZE in array methods only, so the same kernel traces over jax.numpy (kiln.xla)."""
     if x.dtype == np.float16:
         return x.astype(np.float32)
     q = _params(call.in_quant(0), "DEQUANTIZE input")
     if q.scale.size > 1:  # per channel, in float (PerChannelDequantize)
         shape = _channel_shape(x, q.quantized_dimension)
         centered = x.astype(np.int32) - q.zero_point.astype(np.int32).reshape(shape)
-        return (centered.astype(np.float32) * q.scale.reshape(shape)).astype(np.float32)
+        return centered.astype(np.float32) * q.scale.reshape(shape)   # scales are float32
     centered = x.astype(np.int64) - int(q.zero_point[0])
-    return (np.float64(q.scale[0]) * centered).astype(np.float32)
+    return (np.float64(q.scale[0]) * centered.astype(np.float64)).astype(np.float32)
 
 
 def _limits(dtype) -> tuple[int, int]:
@@ -102,8 +103,8 @@ def _quantize_version(op) -> int:
 
 
 OPS = (
-    OpDef(name="DEQUANTIZE", kernel=_dequantize, version=_dequantize_version, max_version=5,
-          quantized=on_codes(_dequantize),
+    OpDef(name="DEQUANTIZE", kernel=dequantize, version=_dequantize_version, max_version=5,
+          quantized=on_codes(dequantize),
           runtime_versions=("1.13.1", "1.14.0", "1.15.0", "2.2.0", "2.7.0", "2.18.0"),
           converts=True),
     OpDef(name="QUANTIZE", kernel=_quantize, version=_quantize_version, max_version=3,
@@ -111,3 +112,6 @@ OPS = (
           runtime_versions=("1.14.0", "1.15.0", "2.7.0", "2.21.0"),
           converts=True),
 )
+
+
+__all__ = ["OPS", "dequantize"]

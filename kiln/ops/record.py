@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 import numpy as np
 
 from ..errors import OpError
+from ..kernels.family import QUANTIZABLE, float_range, is_quantized, reject_quantized, with_state  # noqa: F401 - the families' names
 from ..schema import BUILTIN_CODES, Activation, DType, options_defaults
 from .traits import HYBRID, INT8, INT16, UINT8, MacRule, Quantization, Weights
 
@@ -96,16 +97,7 @@ Kernel = Callable[..., Any]
 #: (LiteRT's dynamic-range kernels).
 #: The integer types a quantized activation may have.
 CODE_TYPES = (INT8, UINT8, INT16)
-_QUANTIZABLE = frozenset({DType.INT8, DType.UINT8, DType.INT16, DType.INT4})
 _FLOATS = frozenset({DType.FLOAT32, DType.FLOAT16})
-
-
-def is_quantized(tensor) -> bool:
-    """An integer tensor with affine quantization parameters."""
-    if tensor is None or tensor.dtype not in _QUANTIZABLE:
-        return False
-    q = tensor.quantization
-    return q is not None and q.scale.size > 0
 
 
 def operand_types(op: "Operator") -> str | None:
@@ -130,10 +122,29 @@ def unquantized_codes(op: "Operator", record: "OpDef") -> "Tensor | None":
     LiteRT's kernel reads as quantized (`OpDef.reads_scales`): on such a node LiteRT computes
     with a zero scale — wrong values, or an abort (ADD, SUB, the comparisons). None: no such operand."""
     for t in (*op.inputs, *op.outputs):
-        if t is not None and t.dtype in _QUANTIZABLE and t.dtype != DType.INT4 and not is_quantized(t) \
+        if t is not None and t.dtype in QUANTIZABLE and t.dtype != DType.INT4 and not is_quantized(t) \
                 and record.reads_scales(t.dtype.name.lower()):
             return t
     return None
+
+
+#: Every element type of a fixed size, by name: what a kernel that only moves bytes takes.
+FIXED_SIZE = "bool float16 float32 float64 complex64 int8 uint8 int16 uint16 int32 uint32 int64 uint64"
+
+
+def takes(names: str) -> frozenset[str]:
+    """`OpDef.types` from their names ("float32 int32")."""
+    return frozenset(names.split())
+
+
+def type_refusal(op: "Operator", record: "OpDef") -> str | None:
+    """Why LiteRT runs no node ``op``: its `OpDef.typed_operand` has a type outside
+    `OpDef.types` (None: it has not, or the record does not say)."""
+    i = record.typed_operand
+    t = op.inputs[i] if record.types and i < len(op.inputs) else None
+    if t is None or is_quantized(t) or t.dtype.name.lower() in record.types:
+        return None
+    return f"LiteRT's {op.op_type} takes no {t.dtype.name.lower()} operands ({', '.join(sorted(record.types))} only)"
 
 
 def signature(op: "Operator") -> str:
@@ -147,6 +158,18 @@ def on_codes(kernel: "Kernel", types: Sequence[str] = CODE_TYPES) -> dict[str, "
     """The ``quantized`` entry of an op that only moves, selects or compares values: its
     kernel runs unchanged on the integer codes (input and output share their parameters)."""
     return dict.fromkeys(types, kernel)
+
+
+def on_numpy(fn: Callable) -> "Kernel":
+    """The reference kernel of ``fn(xp, call, *inputs)``: an op's arithmetic written once over
+    an array namespace, run here on NumPy (kiln.xla lowers the same ``fn`` over jax.numpy)."""
+    def kernel(call, *inputs):
+        return fn(np, call, *inputs)
+    kernel.__name__ = kernel.__qualname__ = fn.__name__
+    kernel.__module__ = fn.__module__
+    return kernel
+
+
 VersionRule = Callable[["Operator"], int]
 ShapeRule = Callable[[SimpleNamespace, Sequence[tuple[int, ...]]], list[tuple[int, ...]]]
 
@@ -213,6 +236,10 @@ class OpDef:
     #: Kernels for quantized operands, keyed by `operand_types` (INT8, UINT8, INT16, HYBRID);
     #: same contract as ``kernel``. A quantized node whose key is missing is refused.
     quantized: Mapping[str, Kernel] = field(default_factory=dict, hash=False)
+    #: The op's kernel family (kiln.kernels.family): per operand-types key (None: float) a
+    #: `Format` — ``prepare(call, inputs)`` then ``run(xp, prepared, *activations)`` — that
+    #: ``kernel`` and ``quantized`` run on NumPy and every backend runs the same way (`family`).
+    formats: Mapping[str | None, Any] = field(default_factory=dict, hash=False)
 
     #: Names of the input slots, in operand order ("input", "filter", "bias"; the fused
     #: LSTMs' layout is kiln.schema's). Empty where the positions need no names.
@@ -228,6 +255,13 @@ class OpDef:
     #: Integer types LiteRT's kernel also takes as plain integers when they carry no quantization
     #: parameters, though its kernel for quantized ones rescales (int16 ADD, MUL, ABS).
     takes_raw: frozenset[str] = frozenset()
+    #: The element types LiteRT runs the op on (input ``typed_operand`` without quantization
+    #: parameters), read from its kernel and the op fuzz (tests/converter/test_op_fuzz.py; the
+    #: default XNNPACK delegate runs some float16 ones); empty: not stated. kiln's converter
+    #: writes the op for no other type, as TF's does not, and the LiteRT delegate leaves such
+    #: nodes to kiln's kernels.
+    types: frozenset[str] = frozenset()
+    typed_operand: int = 0
 
     # -- what it does to its data, for passes and backends that move ops around --------------
     #: Its output is input 0's data in another shape, in the same order (RESHAPE, SQUEEZE,
@@ -308,29 +342,28 @@ class OpDef:
 
 # -- helpers shared by the op families ------------------------------------------------------
 
-def with_state(call: KernelCall, outputs: Sequence, states: Sequence) -> tuple:
-    """A stateful kernel's result: its outputs padded to the node's output count (None for an
-    output the node omits), then the new values of the record's ``state_operands``."""
-    n = len(call.out_dtypes)
-    if len(outputs) > n:
-        raise OpError(f"{call.op.name}: computed {len(outputs)} outputs but the node has {n}")
-    return (*outputs, *([None] * (n - len(outputs))), *states)
+def family(formats: Mapping[str | None, Any]) -> dict[str, Any]:
+    """An OpDef's kernels from its kernel family: ``kernel`` (the float format's reference
+    kernel), ``quantized`` (the others') and ``formats`` (the family, for the backends)."""
+    kernels = {key: fmt.kernel for key, fmt in formats.items()}
+    return {"kernel": kernels.pop(None), "quantized": kernels, "formats": formats}
 
 
-def apply_activation(x: np.ndarray, act: int) -> np.ndarray:
-    """Apply a fused activation function (ActivationFunctionType) to a float result."""
+def apply_activation(x: np.ndarray, act: int, xp=np) -> np.ndarray:
+    """Apply a fused activation function (ActivationFunctionType) to a float result (over
+    array namespace ``xp``)."""
     if act == Activation.NONE:
         return x
     if act == Activation.RELU:
-        return np.maximum(x, 0).astype(x.dtype, copy=False)
+        return xp.maximum(x, 0).astype(x.dtype, copy=False)
     if act == Activation.RELU6:
-        return np.clip(x, 0, 6).astype(x.dtype, copy=False)
+        return xp.clip(x, 0, 6).astype(x.dtype, copy=False)
     if act == Activation.RELU_N1_TO_1:
-        return np.clip(x, -1, 1).astype(x.dtype, copy=False)
+        return xp.clip(x, -1, 1).astype(x.dtype, copy=False)
     if act == Activation.TANH:
-        return np.tanh(x).astype(x.dtype, copy=False)
+        return xp.tanh(x).astype(x.dtype, copy=False)
     if act == Activation.SIGN_BIT:
-        return np.signbit(x).astype(x.dtype)
+        return xp.signbit(x).astype(x.dtype)
     raise OpError(f"unknown fused activation function {act}")
 
 
@@ -360,52 +393,15 @@ def dtype_version(op: "Operator", table: Mapping[DType, int], i: int = 0, defaul
 
 # -- fused activations and quantized operands, for every family's kernels ----------------------
 
-def reject_quantized(call: KernelCall, *, shared_ok: bool = False) -> None:
-    """Refuse quantized operands (no quantized kernel yet).
-
-    With ``shared_ok`` an op that only compares, selects or moves raw values accepts them
-    when every quantized input and output uses the same scale and zero point, because its
-    result on the raw integers is then exactly the quantized result.
-    """
-    op = call.op
-    tensors = [t for t in (*op.inputs, *op.outputs) if t is not None]
-    quantized = [t for t in tensors if t.dtype in _QUANTIZABLE and is_quantized(t)]
-    if not quantized:
-        return
-    if shared_ok:
-        first = quantized[0].quantization
-        ints = [t for t in tensors if t.dtype in _QUANTIZABLE]
-        if len(ints) == len(quantized) and all(t.quantization == first for t in quantized):
-            return
-    t = quantized[0]
-    raise OpError(
-        f"{call.op.name}: quantized kernel not implemented yet (tensor {t.name!r} is "
-        f"{t.dtype.name} with quantization parameters)"
-    )
-
-
 def activation_range(act: int, dtype: np.dtype) -> tuple:
-    """The (min, max) clamp LiteRT applies for a fused activation on ``dtype`` outputs.
-
-    Mirrors LiteRT's CalculateActivationRange: TANH and SIGN_BIT have no range of their own
-    and fall back to the type's limits, like NONE.
-    """
+    """The (min, max) clamp LiteRT applies for a fused activation on ``dtype`` outputs
+    (kiln.kernels.family.float_range, kept per (activation, type))."""
     return _activation_range(act, np.dtype(dtype))
 
 
 @lru_cache(maxsize=None)
 def _activation_range(act: int, dtype: np.dtype) -> tuple:
-    info = np.finfo(dtype) if np.issubdtype(dtype, np.floating) else np.iinfo(dtype)
-    lo, hi = info.min, info.max
-    if act == Activation.RELU:
-        return 0, hi
-    if act == Activation.RELU6:
-        return 0, 6
-    if act == Activation.RELU_N1_TO_1:
-        return -1, 1
-    if act in (Activation.NONE, Activation.TANH, Activation.SIGN_BIT):
-        return lo, hi
-    raise OpError(f"unknown fused activation function {act}")
+    return float_range(act, dtype)
 
 
 def clamp_activation(x: np.ndarray, act: int, *, in_place: bool = False) -> np.ndarray:

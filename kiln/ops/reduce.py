@@ -14,21 +14,22 @@ LiteRT's builtin kernels reproduced here:
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..errors import OpError
 from ..schema import DType
-from . import quantized_kernels
+from ..kernels import reduce
+from ..kernels.reduce import reduction_axes
 from .record import (
     KernelCall,
     OpDef,
     OptionsSpec,
     input_dtype,
+    family,
     on_codes,
     output_dtype,
     reject_quantized,
+    takes,
 )
 from .traits import INT8_ONLY, own, same
 
@@ -41,106 +42,96 @@ def _axis_values(call: KernelCall, axis: np.ndarray) -> list[int]:
     return a.reshape(-1).tolist()
 
 
-def _normalize_axis(call: KernelCall, v: int, rank: int) -> int:
-    if not -rank <= v < rank:
-        raise OpError(f"{call.op.name}: axis {v} is out of range for an input of rank {rank}")
-    return v % rank
-
-
-def reduction_axes(call: KernelCall, x: np.ndarray, axis: np.ndarray) -> tuple[int, ...]:
-    """Sorted, de-duplicated, non-negative axes from a reducer's axis operand."""
-    return tuple(sorted({_normalize_axis(call, v, x.ndim) for v in _axis_values(call, axis)}))
-
-
 def _single_axis(call: KernelCall, x: np.ndarray, axis: np.ndarray) -> int:
     values = _axis_values(call, axis)
     if len(values) != 1:
         raise OpError(f"{call.op.name}: expected one axis, got {values}")
-    return _normalize_axis(call, values[0], x.ndim)
+    return reduction_axes(call, x, np.asarray(values[:1]))[0]
 
 
-def _to_rows(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+def _to_rows(xp, x, axes: tuple[int, ...]):
     """Kept axes first, reduced axes flattened (row-major) into the last one."""
     kept = [i for i in range(x.ndim) if i not in axes]
-    moved = np.transpose(x, kept + list(axes))
+    moved = xp.transpose(x, kept + list(axes))
     k = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
     return moved.reshape([x.shape[i] for i in kept] + [k])
 
 
 # -- reducers -----------------------------------------------------------------------------
 
-def _reducer(fn, *, shared_ok: bool = False):
-    """Kernel for a reducer; ``fn(call, x, axes)`` returns the result without kept dims."""
+def _reducer(fn):
+    """A reducer over array namespace ``xp`` (NumPy here, jax.numpy in kiln.xla, where the axes
+    are static), ``fn(xp, x, axes)`` giving the result without kept dims."""
 
-    def kernel(call: KernelCall, x: np.ndarray, axis: np.ndarray) -> np.ndarray:
-        reject_quantized(call, shared_ok=shared_ok)
+    def reduce(xp, call: KernelCall, x, axis):
         axes = reduction_axes(call, x, axis)
         kept_shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
         with np.errstate(all="ignore"):
-            out = fn(call, x, axes)
-        result = np.asarray(out).astype(x.dtype, copy=False)
+            out = fn(xp, x, axes)
+        result = xp.asarray(out).astype(x.dtype, copy=False)
         return result.reshape(kept_shape) if call.opts.keep_dims else result
+
+    reduce.__name__ = reduce.__qualname__ = fn.__name__.lstrip("_")
+    return reduce
+
+
+def _kernel(reduce, *, shared_ok: bool = False):
+    def kernel(call: KernelCall, x: np.ndarray, axis: np.ndarray) -> np.ndarray:
+        reject_quantized(call, shared_ok=shared_ok)
+        return reduce(np, call, x, axis)
 
     return kernel
 
 
-def _mean(call, x, axes):
-    count = math.prod(x.shape[a] for a in axes)
-    if x.dtype.kind in "iu":
-        total = np.sum(x, axis=axes, dtype=np.int64)
-        if count == 0:
-            return np.zeros_like(total)
-        q = np.abs(total) // count  # truncate toward zero, like C++ integer division
-        return np.where(total < 0, -q, q)
-    return np.add.reduce(x, axis=axes, dtype=np.float64) / count  # 0 / 0 -> NaN when empty
-
-
-def _sum(call, x, axes):
-    acc = np.float64 if x.dtype.kind == "f" else x.dtype
-    return np.add.reduce(x, axis=axes, dtype=acc)
-
-
-def _prod(call, x, axes):
-    return np.prod(x, axis=axes, dtype=x.dtype)
+def _prod(xp, x, axes):
+    return xp.prod(x, axis=axes, dtype=x.dtype)
 
 
 def _extreme(pick_max: bool):
     """REDUCE_MAX / REDUCE_MIN with LiteRT's fold order (see the module docstring)."""
 
-    def fn(call, x, axes):
-        if x.dtype == np.bool_ or not np.issubdtype(x.dtype, np.floating):
-            info = np.iinfo(x.dtype) if x.dtype != np.bool_ else None
+    def fn(xp, x, axes):
+        dtype = np.dtype(x.dtype)
+        if dtype.kind != "f" and dtype.name != "bfloat16":   # bool and integers
+            info = np.iinfo(dtype) if dtype != np.bool_ else None
             init = (info.min if pick_max else info.max) if info else (not pick_max)
-            reduce = np.max if pick_max else np.min
+            reduce = xp.max if pick_max else xp.min
             return reduce(x, axis=axes, initial=init)
-        rows = _to_rows(x, axes)
+        rows = _to_rows(xp, x, axes)
         k = rows.shape[-1]
         if k == 0:
-            info = np.finfo(x.dtype)
-            return np.full(rows.shape[:-1], info.min if pick_max else info.max, x.dtype)
+            info = np.finfo(dtype)
+            return xp.full(rows.shape[:-1], info.min if pick_max else info.max, dtype)
         init = -np.inf if pick_max else np.inf
-        nan = np.isnan(rows)
+        nan = xp.isnan(rows)
         has_nan = nan.any(axis=-1)
-        last_nan = np.where(has_nan, k - 1 - np.argmax(nan[..., ::-1], axis=-1), -1)
-        after = np.arange(k) > last_nan[..., None]
-        tail = np.where(after, rows, init)
+        last_nan = xp.where(has_nan, k - 1 - xp.argmax(nan[..., ::-1], axis=-1), -1)
+        after = xp.arange(k) > last_nan[..., None]
+        tail = xp.where(after, rows, init)
         out = tail.max(axis=-1) if pick_max else tail.min(axis=-1)
-        return np.where(last_nan == k - 1, np.nan, out).astype(x.dtype)
+        return xp.where(last_nan == k - 1, np.nan, out).astype(dtype)
 
+    fn.__name__ = "reduce_max" if pick_max else "reduce_min"
     return fn
 
 
-def _any(call, x, axes):
-    return np.any(x, axis=axes)
+def _any(xp, x, axes):
+    return xp.any(x, axis=axes)
 
 
-def _all(call, x, axes):
-    return np.all(x, axis=axes)
+def _all(xp, x, axes):
+    return xp.all(x, axis=axes)
+
+
+#: REDUCE_PROD / MAX / MIN / ANY / ALL, each ``fn(xp, call, x, axis)``: the reference kernel on
+#: NumPy and the XLA lowering on jax.numpy.
+REDUCERS = {"REDUCE_PROD": _reducer(_prod), "REDUCE_MAX": _reducer(_extreme(True)),
+            "REDUCE_MIN": _reducer(_extreme(False)), "REDUCE_ANY": _reducer(_any), "REDUCE_ALL": _reducer(_all)}
 
 
 # -- arg max/min ----------------------------------------------------------------------------
 
-def _index_dtype(call: KernelCall, i: int, fallback) -> np.dtype:
+def index_dtype(call: KernelCall, i: int, fallback) -> np.dtype:
     """Index output type: the output tensor's type when it is an integer type."""
     dt = np.dtype(call.out_dtypes[i]) if len(call.out_dtypes) > i and call.out_dtypes[i] else None
     if dt is not None and dt.kind in "iu":
@@ -164,7 +155,7 @@ def arg_extreme(xp, call: KernelCall, x, axis, pick_max: bool):
     idx = xp.argmax(v, axis=ax) if pick_max else xp.argmin(v, axis=ax)
     if floating:
         idx = xp.where(xp.isnan(xp.take(x, 0, axis=ax)), 0, idx)
-    return xp.asarray(idx).astype(_index_dtype(call, 0, fallback))
+    return xp.asarray(idx).astype(index_dtype(call, 0, fallback))
 
 
 def _arg(pick_max: bool):
@@ -199,23 +190,29 @@ def _top_k(call: KernelCall, x: np.ndarray, k: np.ndarray):
     with np.errstate(invalid="ignore"):
         order = _descending_order(x)[..., :kk]
     values = np.take_along_axis(x, order, axis=-1)
-    return values, order.astype(_index_dtype(call, 1, np.int32))
+    return values, order.astype(index_dtype(call, 1, np.int32))
 
 
 # -- cumulative sum -----------------------------------------------------------------------
 
-def _cumsum(call: KernelCall, x: np.ndarray, axis: np.ndarray) -> np.ndarray:
-    reject_quantized(call)
+def cumsum(xp, call: KernelCall, x, axis):
+    """CUMSUM over array namespace ``xp`` (NumPy here, jax.numpy in kiln.xla)."""
     if x.ndim == 0:
         raise OpError("CUMSUM: input must have at least one dimension")
     ax = _single_axis(call, x, axis)
-    v = np.flip(x, ax) if call.opts.reverse else x
+    v = xp.flip(x, ax) if call.opts.reverse else x
     with np.errstate(all="ignore"):
-        out = np.cumsum(v, axis=ax, dtype=x.dtype)  # sequential, like LiteRT
+        out = xp.cumsum(v, axis=ax, dtype=x.dtype)  # sequential, like LiteRT
     if call.opts.exclusive:
-        head = np.zeros_like(np.take(out, [0], axis=ax))
-        out = np.concatenate([head, np.take(out, np.arange(x.shape[ax] - 1), axis=ax)], axis=ax)
-    return np.flip(out, ax) if call.opts.reverse else out
+        along = (slice(None),) * ax
+        head = xp.zeros_like(out[along + (slice(0, 1),)])
+        out = xp.concatenate([head, out[along + (slice(0, x.shape[ax] - 1),)]], axis=ax)
+    return xp.flip(out, ax) if call.opts.reverse else out
+
+
+def _cumsum(call: KernelCall, x: np.ndarray, axis: np.ndarray) -> np.ndarray:
+    reject_quantized(call)
+    return cumsum(np, call, x, axis)
 
 
 # -- records --------------------------------------------------------------------------------
@@ -245,48 +242,51 @@ def _top_k_version(op) -> int:
 
 
 # Order-only kernels: on integer codes they give the quantized result (shared parameters).
-_REDUCE_MAX, _REDUCE_MIN = _reducer(_extreme(True), shared_ok=True), _reducer(_extreme(False), shared_ok=True)
+_REDUCE_MAX, _REDUCE_MIN = (_kernel(REDUCERS[name], shared_ok=True) for name in ("REDUCE_MAX", "REDUCE_MIN"))
 _ARG_MAX, _ARG_MIN = _arg(True), _arg(False)
 
 OPS: tuple[OpDef, ...] = (
-    OpDef("MEAN", _reducer(_mean), _REDUCER, _MEAN_MAX_MIN, 3,
-          runtime_versions=("1.6.0", "1.14.0", "2.4.0"), quantized=quantized_kernels.MEAN,
+    OpDef("MEAN", options=_REDUCER, version=_MEAN_MAX_MIN, max_version=3, **family(reduce.MEAN),
+          runtime_versions=("1.6.0", "1.14.0", "2.4.0"),
           quantization=own(),
-          reduces=True),
-    OpDef("SUM", _reducer(_sum), _REDUCER, _by_input_type({_I8: 2}), 2,
-          runtime_versions=("1.10.0", "1.15.0"), quantized=quantized_kernels.SUM,
+          reduces=True, types=takes("float16 float32 int8 uint8 int16 int32 int64")),
+    OpDef("SUM", options=_REDUCER, version=_by_input_type({_I8: 2}), max_version=2, **family(reduce.SUM),
+          runtime_versions=("1.10.0", "1.15.0"),
           # int8 only, as TF quantizes it (it leaves SUM float in 16x8); the kernel is LiteRT's
           # optimized one, bit-exact with its default resolver (its reference kernel is wrong)
-          quantization=own(types=INT8_ONLY), reduces=True),
-    OpDef("REDUCE_PROD", _reducer(_prod), _REDUCER,
+          quantization=own(types=INT8_ONLY), reduces=True,
+          types=takes("float16 float32 int8 uint8 int16 int32 int64")),
+    OpDef("REDUCE_PROD", _kernel(REDUCERS["REDUCE_PROD"]), _REDUCER,
           _by_input_type({(DType.INT8, DType.INT16): 2}), 2,
           runtime_versions=("1.11.0", "2.6.0"),
-          reduces=True),
+          reduces=True, types=takes("float32 int8 uint8 int16 int32 int64")),
     OpDef("REDUCE_MAX", _REDUCE_MAX, _REDUCER, _MEAN_MAX_MIN, 3,
           runtime_versions=("1.11.0", "1.14.0", "2.5.0"), quantized=on_codes(_REDUCE_MAX),
           quantization=same(),
-          reduces=True),
+          reduces=True, types=takes("float16 float32 int8 uint8 int16 int32 int64")),
     OpDef("REDUCE_MIN", _REDUCE_MIN, _REDUCER, _MEAN_MAX_MIN, 3,
           runtime_versions=("1.11.0", "1.14.0", "2.5.0"), quantized=on_codes(_REDUCE_MIN),
           quantization=same(),
-          reduces=True),
-    OpDef("REDUCE_ANY", _reducer(_any), _REDUCER,
+          reduces=True, types=takes("float16 float32 int8 uint8 int16 int32 int64")),
+    OpDef("REDUCE_ANY", _kernel(REDUCERS["REDUCE_ANY"]), _REDUCER,
           runtime_versions=("1.11.0",),
           reduces=True),
-    OpDef("REDUCE_ALL", _reducer(_all), _REDUCER,
+    OpDef("REDUCE_ALL", _kernel(REDUCERS["REDUCE_ALL"]), _REDUCER,
           runtime_versions=("2.6.0",),
           reduces=True),
     OpDef("ARG_MAX", _ARG_MAX, OptionsSpec("ArgMaxOptions", {"output_type": DType.FLOAT32}),
           _by_input_type({(DType.BOOL,): 3, _I8: 2}), 3,
-          runtime_versions=("1.9.0", "1.14.0", "2.9.0"), quantized=on_codes(_ARG_MAX)),
+          runtime_versions=("1.9.0", "1.14.0", "2.9.0"), quantized=on_codes(_ARG_MAX),
+          types=takes("bool float32 int8 uint8 int32")),
     OpDef("ARG_MIN", _ARG_MIN, OptionsSpec("ArgMinOptions", {"output_type": DType.FLOAT32}),
           _by_input_type({(DType.BOOL,): 3, _I8: 2}), 3,
-          runtime_versions=("1.9.0", "1.14.0", "2.9.0"), quantized=on_codes(_ARG_MIN)),
+          runtime_versions=("1.9.0", "1.14.0", "2.9.0"), quantized=on_codes(_ARG_MIN),
+          types=takes("bool float32 int8 uint8 int32")),
     OpDef("TOPK_V2", _top_k, OptionsSpec("TopKV2Options"), _top_k_version, 3,
-          runtime_versions=("1.7.0", "1.14.0", "2.13.0")),
+          runtime_versions=("1.7.0", "1.14.0", "2.13.0"), types=takes("float32 int8 uint8 int16 int32 int64")),
     OpDef("CUMSUM", _cumsum,
           OptionsSpec("CumsumOptions", {"exclusive": False, "reverse": False}),
-          runtime_versions=("2.4.0",)),
+          runtime_versions=("2.4.0",), types=takes("float32 int32 int64")),
 )
 
-__all__ = ["OPS", "reduction_axes"]
+__all__ = ["OPS", "REDUCERS", "cumsum", "reduction_axes"]

@@ -24,7 +24,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import OpError
-from .record import KernelCall, OpDef, reject_quantized
+from .record import KernelCall, OpDef, reject_quantized, takes
 
 _DATA_TYPES = (np.dtype(np.float32), np.dtype(np.int32))
 
@@ -163,15 +163,15 @@ def _largest(dtype: np.dtype):
 # Their options tables are empty and TF's converter writes none (options=None keeps it so).
 OPS: tuple[OpDef, ...] = (
     OpDef("SEGMENT_SUM", _segment_sum,
-          runtime_versions=("2.2.0",)),
+          runtime_versions=("2.2.0",), types=takes("float32 int32")),
     OpDef("UNSORTED_SEGMENT_SUM", _unsorted(lambda dt: 0, np.add),
-          runtime_versions=("2.10.0",)),
+          runtime_versions=("2.10.0",), types=takes("float32 int32")),
     OpDef("UNSORTED_SEGMENT_PROD", _unsorted(lambda dt: 1, np.multiply),
-          runtime_versions=("2.10.0",)),
+          runtime_versions=("2.10.0",), types=takes("float32 int32")),
     OpDef("UNSORTED_SEGMENT_MAX", _unsorted(_lowest, np.maximum, nan_ignored=True),
-          runtime_versions=("2.10.0",)),
+          runtime_versions=("2.10.0",), types=takes("float32 int32")),
     OpDef("UNSORTED_SEGMENT_MIN", _unsorted(_largest, np.minimum, nan_ignored=True),
-          runtime_versions=("2.11.0",)),
+          runtime_versions=("2.11.0",), types=takes("float32 int32")),
 )
 
 __all__ = ["OPS"]

@@ -19,8 +19,9 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import DType, MirrorPadMode
-from . import quantized_kernels
+from ..kernels import elementwise as elementwise_kernels
 from .record import (
+    FIXED_SIZE,
     UNLISTED,
     KernelCall,
     OpDef,
@@ -29,7 +30,9 @@ from .record import (
     input_dtype,
     input_rank,
     on_codes,
+    on_numpy,
     output_dtype,
+    takes,
 )
 from .traits import requantize, same
 
@@ -162,10 +165,10 @@ def _expand_dims(call: KernelCall, x: np.ndarray, axis: np.ndarray):
 # -- TRANSPOSE ------------------------------------------------------------------------------
 
 def _transpose(call: KernelCall, x: np.ndarray, perm: np.ndarray):
-    return dense(np.transpose(x, _transpose_perm(x, perm)))
+    return dense(np.transpose(x, transpose_perm(x, perm)))
 
 
-def _transpose_perm(x: np.ndarray, perm: np.ndarray) -> list[int]:
+def transpose_perm(x: np.ndarray, perm: np.ndarray) -> list[int]:
     p = int_values(perm, "TRANSPOSE", "perm")
     if len(p) != x.ndim:
         raise OpError(f"TRANSPOSE: perm {p} has {len(p)} entries for a rank-{x.ndim} input")
@@ -399,13 +402,14 @@ def _shape(call: KernelCall, x: np.ndarray):
     return np.asarray(x.shape, dtype=dt)
 
 
-def _fill(call: KernelCall, dims: np.ndarray, value: np.ndarray):
+def fill(xp, call: KernelCall, dims, value):
+    """FILL over array namespace ``xp`` (NumPy here, jax.numpy in kiln.xla; dims are static)."""
     shape = int_values(dims, "FILL", "dims")
     if any(d < 0 for d in shape):
         raise OpError(f"FILL: dims {shape} must be non-negative")
     if np.size(value) != 1:
         raise OpError(f"FILL: value must be a scalar, got shape {list(np.shape(value))}")
-    return np.full(shape, np.asarray(value).reshape(()), dtype=value.dtype)
+    return xp.full(shape, xp.asarray(value).reshape(()), dtype=value.dtype)
 
 
 def _fill_version(op) -> int:
@@ -588,28 +592,29 @@ OPS = (
               version=_transpose_version, max_version=9,
               runtime_versions=("1.6.0", "1.14.0", "1.15.0", "2.3.0", "2.4.0", "2.12.0", "2.14.4",
                                 "2.22.0", UNLISTED),
-                                quantization=same()),
+                                quantization=same(), types=takes(FIXED_SIZE)),
     _movement("CONCATENATION", _concatenation,
               options=OptionsSpec("ConcatenationOptions", {"axis": 0, "fused_activation_function": 0}),
               version=_concat_version, max_version=7,
-              quantized={**on_codes(_concatenation), **quantized_kernels.CONCATENATION},
+              quantized={**on_codes(_concatenation), **elementwise_kernels.CONCATENATION},
               runtime_versions=("1.5.0", "1.14.0", "2.3.0", "2.14.0", "2.21.0", UNLISTED, UNLISTED),
-              quantization=requantize()),
+              quantization=requantize(), types=takes("bool float16 float32 int8 uint8 int16 int32 uint32 int64")),
     _movement("PACK", _pack, options=OptionsSpec("PackOptions", {"values_count": 0, "axis": 0}),
-              version=_pack_version, max_version=5, quantized={**on_codes(_pack), **quantized_kernels.PACK},
+              version=_pack_version, max_version=5, quantized={**on_codes(_pack), **elementwise_kernels.PACK},
               runtime_versions=("1.11.0", "1.14.0", "2.3.0", "2.13.0", UNLISTED),
-              quantization=requantize()),
+              quantization=requantize(), types=takes("float32 int8 uint8 int16 int32 uint32 int64")),
     _movement("UNPACK", _unpack, options=OptionsSpec("UnpackOptions", {"num": 0, "axis": 0}),
               version=_unpack_version, max_version=6,
-              runtime_versions=("1.11.0", "1.14.0", "2.2.0", "2.3.0", "2.22.0", UNLISTED)),
+              runtime_versions=("1.11.0", "1.14.0", "2.2.0", "2.3.0", "2.22.0", UNLISTED),
+              types=takes("bool float16 float32 int8 uint8 int16 int32")),
     _movement("SPLIT", _split, options=OptionsSpec("SplitOptions", {"num_splits": 0}),
               version=_split_version, max_version=5,
               runtime_versions=("1.5.0", "1.14.0", "1.14.0", "2.3.0", UNLISTED),
-              quantization=same(1)),
+              quantization=same(1), types=takes("float16 float32 int8 uint8 int16 int32 int64"), typed_operand=1),
     _movement("SPLIT_V", _split_v, options=OptionsSpec("SplitVOptions", {"num_splits": 0}),
               version=_first_input_version({DType.INT8: 2}), max_version=3,
               runtime_versions=("1.13.1", "2.3.0", UNLISTED),
-              quantization=same()),
+              quantization=same(), types=takes("float32 int8 uint8 int16 int32 int64")),
     _movement("TILE", _tile, options=OptionsSpec("TileOptions"),
               version=_first_input_version({DType.INT8: 3, DType.STRING: 2}), max_version=3,
               runtime_versions=("1.10.1", "2.2.0", "2.8.0"),
@@ -617,34 +622,35 @@ OPS = (
     _movement("BROADCAST_TO", _broadcast_to, options=OptionsSpec("BroadcastToOptions"),
               version=_broadcast_to_version, max_version=4,
               runtime_versions=(UNLISTED, "2.5.0", "2.5.0", UNLISTED),
-              quantization=same()),
+              quantization=same(), types=takes(FIXED_SIZE)),
     OpDef("BROADCAST_ARGS", _broadcast_args,
           runtime_versions=("2.6.0",)),
     _movement("SHAPE", _shape, options=OptionsSpec("ShapeOptions", {"out_type": 0}),
               runtime_versions=("1.10.0",),
               reads_shape_only=True),
-    _movement("FILL", _fill, options=OptionsSpec("FillOptions"), version=_fill_version,
+    _movement("FILL", on_numpy(fill), options=OptionsSpec("FillOptions"), version=_fill_version,
               max_version=5,
               runtime_versions=("1.13.0", "2.3.0", "2.5.0", "2.12.0", UNLISTED)),
     OpDef("RANGE", _range, options=OptionsSpec("RangeOptions"), version=_range_version,
           max_version=2,
-          runtime_versions=("1.13.0", "2.14.0")),
+          runtime_versions=("1.13.0", "2.14.0"), types=takes("float32 int32 int64")),
     _movement("PAD", _pad, options=OptionsSpec("PadOptions"), version=_pad_version, max_version=6,
               runtime_versions=("1.5.0", "1.14.0", "2.4.0", "2.6.0", "2.20.0", UNLISTED),
-              quantization=same()),
+              quantization=same(), types=takes("bool float16 float32 int8 uint8 int16 int32 int64")),
     _movement("PADV2", _padv2, options=OptionsSpec("PadV2Options"), version=_pad_version,
               max_version=6,
               runtime_versions=("1.9.0", "1.14.0", "2.4.0", "2.6.0", "2.20.0", UNLISTED),
-              quantization=same(0, 2)),  # the pad value too: LiteRT wants its type
+              quantization=same(0, 2),  # the pad value too: LiteRT wants its type
+              types=takes("bool float16 float32 int8 uint8 int16 int32 int64")),
     _movement("MIRROR_PAD", _mirror_pad, options=OptionsSpec("MirrorPadOptions", {"mode": 0}),
               version=_first_input_version({DType.INT16: 3, DType.INT8: 2}), max_version=3,
-              runtime_versions=("1.13.1", "2.3.0", "2.12.0")),
+              runtime_versions=("1.13.1", "2.3.0", "2.12.0"), types=takes(FIXED_SIZE)),
     _movement("REVERSE_V2", _reverse_v2, options=OptionsSpec("ReverseV2Options"),
               version=_reverse_v2_version, max_version=4,
               runtime_versions=("1.14.0", "2.2.0", "2.5.0", UNLISTED),
-              quantization=same()),
+              quantization=same(), types=takes("bool float16 float32 int8 uint8 int16 int32 int64")),
     OpDef("BITCAST", _bitcast, runtime_versions=("2.13.0",)),
     _movement("REVERSE_SEQUENCE", _reverse_sequence,
               options=OptionsSpec("ReverseSequenceOptions", {"seq_dim": 0, "batch_dim": 0}),
-              runtime_versions=("1.14.0",)),
+              runtime_versions=("1.14.0",), types=takes("float32 uint8 int16 int32 int64")),
 )

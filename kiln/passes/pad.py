@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ops.windowed import out_size, pad_before_after
+from ..kernels.windows import out_size, pad_before_after
 from ..rules import Rule
 from ..schema import Padding
 from .manager import RulePass

@@ -88,8 +88,9 @@ class DelegateKernel:
     ``hidden_state``: True when an invoke changes state the interpreter cannot snapshot and
     restore (resource variables a delegate keeps itself), so the interpreter never runs the
     partition speculatively (to learn output shapes after a resize).
-    ``exact_outputs``: True when invoke returns fresh NumPy arrays of the output tensors'
-    own types, which the interpreter then stores without checking them.
+    ``exact_outputs``: True when invoke returns arrays of the output tensors' own types, which
+    the interpreter then stores without checking them: NumPy arrays, or the delegate's device
+    arrays for outputs only its own kernels read (get_tensor copies any of them to NumPy).
     """
 
     hidden_state = False

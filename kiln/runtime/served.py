@@ -8,12 +8,12 @@ TensorFlow). Interpreters are not thread-safe, so every thread asks `ServedModel
 for its own; the interpreters of one model share its weights.
 
 Nothing here imports TensorFlow, LiteRT or JAX until a backend that needs them is opened. The
-``xla`` backend names `kiln.xla` (a higher layer) and loads it by name on use.
+``xla`` backend lives in a higher layer (`kiln.xla`): that layer registers it here
+(`register_backend`, called by kiln/__init__.py), so the runtime never imports upward.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,6 +35,18 @@ PREDICT_METHOD = "tensorflow/serving/predict"
 SHAPE_CACHE = 8
 #: Compiled XLA functions an XLA interpreter keeps (one per input shape).
 XLA_SHAPES = 16
+#: Backends of kiln's Interpreter that a higher layer provides: name -> ``load(batch_sizes)``,
+#: called when a model is opened on it (raising if the backend cannot run here), returning a
+#: function that gives each new interpreter its delegates (prepared for those batch buckets).
+_DELEGATE_BACKENDS: dict[str, Callable[..., Callable[[], list]]] = {}
+
+
+def register_backend(name: str, load: Callable[..., Callable[[], list]]) -> None:
+    """Make ``open(model, backend=name)`` run kiln's Interpreter with the delegates ``load()``
+    provides (`kiln.xla`'s "xla" is registered by kiln/__init__.py)."""
+    if name not in BACKENDS:
+        raise UnsupportedError(f"register_backend: {name!r} is not one of the backends {', '.join(BACKENDS)}")
+    _DELEGATE_BACKENDS[name] = load
 
 
 def _passes_values(op) -> bool:
@@ -208,7 +220,7 @@ def find_model_file(path) -> tuple[str, Path]:
 
 
 def open(model, backend: str | None = None, *, num_threads: int | None = None,  # noqa: A001 - kiln.runtime.open
-         op_resolver_type=None, preserve_all_tensors: bool = False) -> ServedModel:
+         op_resolver_type=None, preserve_all_tensors: bool = False, batch_sizes=None) -> ServedModel:
     """Open ``model`` on ``backend`` and return its signatures and runners.
 
     Args:
@@ -221,6 +233,8 @@ def open(model, backend: str | None = None, *, num_threads: int | None = None,  
       op_resolver_type: an `OpResolverType` (kiln's or LiteRT's; e.g. BUILTIN_REF for the
         reference kernels alone).
       preserve_all_tensors: keep every intermediate readable (debugging).
+      batch_sizes: the batch buckets the model will be fed (kiln serve's allowed_batch_sizes):
+        the xla backend pads other batches up to them and compiles each when an interpreter loads.
     """
     if backend is not None and backend not in BACKENDS:
         raise UnsupportedError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
@@ -246,14 +260,14 @@ def open(model, backend: str | None = None, *, num_threads: int | None = None,  
         except OSError as exc:
             raise ModelError(f"{path}: cannot read: {exc}") from None
     return _open_tflite(content, None if path is None else os.fspath(path), backend, num_threads,
-                        op_resolver_type, preserve_all_tensors)
+                        op_resolver_type, preserve_all_tensors, batch_sizes)
 
 
-def _open_tflite(content: bytes, path, backend, num_threads, resolver_type, preserve) -> ServedModel:
+def _open_tflite(content: bytes, path, backend, num_threads, resolver_type, preserve, batch_sizes=None) -> ServedModel:
     from ..format import read_model
 
     ir = read_model(content, name=path)  # validated; kiln's interpreters share it (and its weights)
-    make = _interpreter_factory(ir, content, backend, num_threads, resolver_type, preserve)
+    make = _interpreter_factory(ir, content, backend, num_threads, resolver_type, preserve, batch_sizes)
     signatures = model_signatures(ir)
     has_defs = bool(ir.signatures)
     cache = SHAPE_CACHE if backend == "kiln" else 1
@@ -276,7 +290,7 @@ def _open_tflite(content: bytes, path, backend, num_threads, resolver_type, pres
     return ServedModel(path, "tflite", backend, signatures, new_runner, first_or_new)
 
 
-def _interpreter_factory(ir, content: bytes, backend: str, num_threads, resolver_type, preserve):
+def _interpreter_factory(ir, content: bytes, backend: str, num_threads, resolver_type, preserve, batch_sizes=None):
     if backend == "litert":
         try:
             from ai_edge_litert.interpreter import Interpreter as LiteRT, OpResolverType as LiteRTResolver
@@ -290,13 +304,13 @@ def _interpreter_factory(ir, content: bytes, backend: str, num_threads, resolver
                               experimental_preserve_all_tensors=preserve)
     from .interpreter import Interpreter
 
-    if backend == "xla":
-        xla = importlib.import_module("kiln.xla")  # a higher layer: loaded by name, on use
-        xla.require_jax()
+    if backend in _DELEGATE_BACKENDS:
+        delegates = _DELEGATE_BACKENDS[backend](batch_sizes)
         return lambda: Interpreter(model_content=ir, num_threads=num_threads,
                                    experimental_op_resolver_type=resolver_type,
-                                   experimental_preserve_all_tensors=preserve,
-                                   experimental_delegates=[xla.XlaDelegate(cache_size=XLA_SHAPES)])
+                                   experimental_preserve_all_tensors=preserve, experimental_delegates=delegates())
+    if backend != "kiln":
+        raise UnsupportedError(f"backend {backend!r} is not available here (nothing registered it)")
     return lambda: Interpreter(model_content=ir, num_threads=num_threads, experimental_op_resolver_type=resolver_type,
                                experimental_preserve_all_tensors=preserve)
 
@@ -424,4 +438,5 @@ class _Calls:
 
 
 __all__ = ["BACKENDS", "DEFAULT_SIGNATURE", "Runner", "ServedModel", "Signature", "SignatureNotFound",
-           "TensorSpec", "find_model_file", "index_range", "model_signatures", "open", "pick_signature"]
+           "TensorSpec", "find_model_file", "index_range", "model_signatures", "open", "pick_signature",
+           "register_backend"]

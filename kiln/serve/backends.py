@@ -29,13 +29,15 @@ def find_model_file(version_dir: Path) -> tuple[str, Path]:
         raise LoadError(str(exc)) from None
 
 
-def load(version_dir, backend: str = "kiln", num_threads: int | None = None) -> ServedModel:
-    """Load ``version_dir`` with ``backend`` (SavedModels always load with TensorFlow)."""
+def load(version_dir, backend: str = "kiln", num_threads: int | None = None, batch_sizes=None) -> ServedModel:
+    """Load ``version_dir`` with ``backend`` (SavedModels always load with TensorFlow), prepared
+    for the batching's ``batch_sizes`` (the xla backend compiles each at load)."""
     kind, path = find_model_file(Path(version_dir))
     if kind == "tflite" and backend == "tf":
         raise LoadError(f"{path}: --backend tf serves SavedModels; a .tflite file needs kiln, litert or xla")
     try:
-        return served.open(path, "tf" if kind == "savedmodel" else backend, num_threads=num_threads)
+        return served.open(path, "tf" if kind == "savedmodel" else backend, num_threads=num_threads,
+                           batch_sizes=batch_sizes)
     except Exception as exc:  # any loader failure becomes the version's error status
         raise LoadError(f"{path}: cannot load with backend {backend!r}: {type(exc).__name__}: {exc}") from exc
 

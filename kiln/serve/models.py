@@ -133,8 +133,9 @@ class ModelManager:
         with self._lock:
             model.states[version] = ("LOADING", "OK", "")
         try:
-            loaded = load(path, self.backend, self.num_threads)
-            executor, batching = self._executor(name, version, loaded, self._batching_for(path))
+            options = self._batching_for(path)
+            loaded = load(path, self.backend, self.num_threads, options.allowed_batch_sizes if options else None)
+            executor, batching = self._executor(name, version, loaded, options)
         except Exception as exc:
             model.failed[version] = mtime
             message = str(exc) if isinstance(exc, LoadError) else f"{type(exc).__name__}: {exc}"

@@ -5,12 +5,19 @@ static shapes, so a partition is compiled once per input signature — the shape
 its run-time inputs plus the values of its static inputs — and the compiled functions live
 in a bounded LRU cache. A node that turns out not to lower for the inputs it meets (a loop
 whose carried shape changes) is handed back while tracing (NodesRefused): the interpreter
-runs it on its reference kernel from then on, and the rest of the partition stays with XLA. Weights are constants of the compiled function, so a call passes only
-the partition's run-time inputs.
+runs it on its reference kernel from then on, and the rest of the partition stays with XLA.
+
+Weights live on the device: every constant a traced partition reads that is at least
+`ARG_MIN_BYTES` big (weights, and what the kernels' ``prepare`` computed from them) becomes an
+argument of its executable, put on the device once (shared by every input signature and
+partition of the delegate) and handed to each call, never an HLO literal (XLA GPU folds and
+compiles large literals slowly). Outputs that only this delegate's nodes read stay device
+arrays between partitions.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from collections import OrderedDict
@@ -21,7 +28,7 @@ import numpy as np
 from ..errors import KilnError, OpError, UnsupportedError
 from ..schema import DType
 from ..runtime.delegate import DelegateKernel, NodeInfo, Partition, ReportingDelegate
-from ._jax import require_jax, x64
+from ._jax import enable_compilation_cache, require_jax, x64
 from .graph import param_tensors, prepare_nodes, run_nodes, static_tensors, why_not_lowered
 from .partition_vars import PartitionVariables
 from .partition_vars import why_not as why_not_vars
@@ -63,14 +70,93 @@ def resolve_device(device):
     return device
 
 
+#: Constants of a traced partition this big or bigger become device-resident arguments of its
+#: executable; smaller ones (shapes, scalars, small tables) stay HLO literals XLA can fold.
+ARG_MIN_BYTES = 1024
+#: On a CPU, a partition whose large constants total less than this keeps them as literals
+#: (``weights=None``). Measured on the shared 2-core CPU (jax 0.10, docs/xla.md): arguments cost
+#: about 0.3 us each per call and the folding XLA does on literals, so batch-1 invokes of small
+#: models ran 10-20% slower (MobileNetV2 0.35 at 32x32: 69 arguments, 0.108 -> 0.128 ms; the
+#: LSTM 2x128: 0.54 -> 0.61 ms), while MobileNetV2 1.0 at 224 (14 MB) and the 2-block
+#: transformer (6 MB) ran within noise and compiled faster with arguments (3.3 -> 2.7 s, 1.9 -> 1.7 s).
+CPU_LITERAL_BYTES = 4 << 20
+
+
+def _signature(x) -> tuple:
+    """A run-time input's part of the compile key (no host copy of a device array)."""
+    return (tuple(x.shape), np.dtype(x.dtype).char) if hasattr(x, "dtype") else \
+        (np.shape(x), np.asarray(x).dtype.char)
+
+
+def _free_batch(t) -> bool:
+    """A tensor of rank >= 1 whose first dimension is free (the batch)."""
+    sig = t.shape_signature
+    return sig is not None and len(sig) >= 1 and int(sig[0]) == -1
+
+
+def _pad_rows(x, size: int) -> np.ndarray:
+    """``x`` with its last row repeated up to ``size`` rows (real values: no 0/0 in the padding)."""
+    x = np.asarray(x)
+    return np.concatenate([x, np.repeat(x[-1:], size - x.shape[0], axis=0)])
+
+
+class Executable:
+    """A compiled partition and the device arrays of its hoisted constants, passed every call."""
+
+    def __init__(self, compiled, weights: list):
+        self.compiled, self.weights = compiled, weights
+
+    def __call__(self, *args):
+        return self.compiled(self.weights, *args)
+
+    def as_text(self) -> str:
+        """The optimized HLO XLA compiled."""
+        return self.compiled.as_text()
+
+
+def _eval_jaxpr():
+    """JAX's jaxpr evaluator (public in jax.core; its private home should that name move)."""
+    jax = require_jax()
+    found = getattr(jax.core, "eval_jaxpr", None)
+    if found is None:
+        from jax._src.core import eval_jaxpr as found
+    return found
+
+
+def hoisted(fn, specs: Sequence, put, hoists=lambda total: True) -> tuple:
+    """``fn`` traced for ``specs``, as ``(g, weights)``: ``g(weights, *args)`` computes what ``fn``
+    does, with each constant of the trace of at least `ARG_MIN_BYTES` taken from ``weights``
+    (``put(array)`` -> its device array) instead of being baked into the HLO — unless
+    ``hoists(their total bytes)`` says no."""
+    jax = require_jax()
+    closed, shape = jax.make_jaxpr(fn, return_shape=True)(*specs)
+    tree = jax.tree_util.tree_structure(shape)
+    consts = list(closed.consts)
+    size = [np.size(c) * np.dtype(c.dtype).itemsize for c in consts]
+    big = [k for k, n in enumerate(size) if n >= ARG_MIN_BYTES]
+    if not hoists(sum(size[k] for k in big)):
+        big = []
+    weights = [put(consts[k]) for k in big]
+    for k in big:
+        consts[k] = None  # the host copy is not kept
+    jaxpr = closed.jaxpr
+
+    def g(weights, *args):
+        values = list(consts)
+        for k, w in zip(big, weights):
+            values[k] = w
+        return jax.tree_util.tree_unflatten(tree, _eval_jaxpr()(jaxpr, values, *args))
+
+    return g, weights
+
+
 class XlaPartitionKernel(DelegateKernel):
     """One claimed partition: an XLA executable per input signature, LRU-cached.
 
-    The partition's weights are closed over, so XLA sees them as constants (it can fold and
-    re-lay them out at compile time) and a call hands the executable only the run-time
-    inputs: with a hundred weight arguments, JAX's argument handling alone cost more than
-    a small model's whole LiteRT invoke (bench/xla_bench.py).
+    The trace's large constants are hoisted into device-resident arguments (`hoisted`).
     """
+
+    exact_outputs = True
 
     def __init__(self, delegate: "XlaDelegate", partition: Partition):
         self.delegate = delegate
@@ -102,9 +188,11 @@ class XlaPartitionKernel(DelegateKernel):
         self.variable_outputs = [k for k, t in enumerate(partition.outputs) if t.is_variable]
         float_dtype = delegate.float_dtype
         with x64():
-            self.weights = [self._param_value(t, float_dtype) for t in self.param_tensors]
+            self.param_values = [self._param_value(t, float_dtype) for t in self.param_tensors]
         self.cache: OrderedDict = OrderedDict()
         self.compiles = 0
+        #: (padded inputs, sliced outputs) when batches are padded to the delegate's batch_sizes.
+        self.buckets = self._bucketing(delegate.batch_sizes)
         #: Seconds the first invoke spent tracing and compiling (and running once).
         self.compile_seconds: float | None = None
 
@@ -123,7 +211,7 @@ class XlaPartitionKernel(DelegateKernel):
         partition, nodes = self.partition, self.nodes
         inputs, params, dynamic = partition.inputs, self.param_tensors, self.dynamic_inputs
         float_dtype = self.delegate.float_dtype
-        state_inputs, weights = self.state_inputs, self.weights
+        state_inputs, weights = self.state_inputs, self.param_values
         variables = self.variables
 
         def fn(*args):
@@ -138,7 +226,9 @@ class XlaPartitionKernel(DelegateKernel):
             for k, value in static_values.items():
                 env[id(inputs[k])] = value
             for k, value in zip(dynamic, dynamic_values):
-                if float_dtype is not None and value.dtype == np.float32:
+                # under the policy, float32 inputs compute in bfloat16; states (an LSTM's, in
+                # variable tensors) stay float32, as LiteRT keeps them
+                if float_dtype is not None and value.dtype == np.float32 and k not in state_inputs:
                     value = value.astype(float_dtype)
                 env[id(inputs[k])] = value
             updates = run_nodes(nodes, env, float_dtype)
@@ -153,27 +243,31 @@ class XlaPartitionKernel(DelegateKernel):
         return fn
 
     def _compile(self, static_values: dict[int, np.ndarray], dynamic_values: Sequence, plan=None):
-        """Trace, lower and compile once for these input shapes: calling the executable skips
-        jax.jit's per-call cache lookup."""
+        """Trace once for these input shapes, hoist the large constants into device arguments,
+        lower and compile: calling the executable skips jax.jit's per-call cache lookup."""
         jax = require_jax()
         from jax.sharding import SingleDeviceSharding
 
         where = SingleDeviceSharding(self.delegate.device)
-        specs = [jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype, sharding=where) for x in dynamic_values]
-        lowered = jax.jit(self._trace_fn(static_values, plan)).lower(*specs)
+        specs = [jax.ShapeDtypeStruct(shape, np.dtype(code), sharding=where) for shape, code in map(_signature, dynamic_values)]
+        fn, weights = hoisted(self._trace_fn(static_values, plan), specs, self.delegate.device_weight,
+                              self.delegate.hoists)
+        lowered = jax.jit(fn).lower([jax.ShapeDtypeStruct(w.shape, w.dtype, sharding=where) for w in weights], *specs)
         try:
-            return lowered.compile(self.delegate.compiler_options or None)
+            compiled = lowered.compile(self.delegate.compiler_options or None)
         except Exception as exc:  # XLA's own errors (an unknown compiler option, say)
             raise OpError(f"{self.label}: XLA cannot compile the partition for input shapes "
                           f"{[list(np.shape(x)) for x in dynamic_values]}: {type(exc).__name__}: {exc}") from exc
+        return Executable(compiled, weights)
 
     def _call(self, run, dynamic_values):
         # On the default device NumPy inputs go straight in (the call transfers them, much
-        # faster than a device_put of its own); elsewhere they are put there first.
+        # faster than a device_put of its own); elsewhere they are put there first. Device
+        # arrays (another partition's outputs) are passed as they are.
         if self.delegate.device_is_default:
             return run(*dynamic_values)
-        put = require_jax().device_put
-        return run(*[put(x, self.delegate.device) for x in dynamic_values])
+        put, device = require_jax().device_put, self.delegate.device
+        return run(*[x if getattr(x, "device", None) == device else put(x, device) for x in dynamic_values])
 
     def _refusal(self, exc: KilnError) -> Exception:
         """A node that cannot be lowered for these inputs (a loop whose carried shapes change,
@@ -185,10 +279,71 @@ class XlaPartitionKernel(DelegateKernel):
             return exc
         return self.delegate.refused_at_run(self, [node], f"XLA cannot lower it for these inputs: {exc}")
 
+    def _bucketing(self, sizes: Sequence[int]) -> tuple | None:
+        """(padded input positions, sliced output positions) when this partition's batches can be
+        padded up to ``sizes``: every run-time input is a model input whose first dimension is
+        free (the batch), as TF Serving's batching pads them; else None (compiled per shape)."""
+        if not sizes or self.variables is not None or self.state_inputs or not self.dynamic_inputs:
+            return None
+        sg = self.partition.nodes[0].op.subgraph
+        model_inputs = {id(t) for t in sg.inputs} if sg is not None else set()
+        for k in self.dynamic_inputs:
+            t = self.partition.inputs[k]
+            if id(t) not in model_inputs or not _free_batch(t):
+                return None
+        return (tuple(range(len(self.dynamic_inputs))),
+                frozenset(k for k, t in enumerate(self.partition.outputs) if _free_batch(t)))
+
+    def _padded_rows(self, values) -> tuple[int, int] | None:
+        """(rows, bucket) when this call's batch is padded up to a larger bucket, else None."""
+        if self.buckets is None:
+            return None
+        rows = {np.shape(x)[0] if np.ndim(x) else None for x in values}
+        if len(rows) != 1 or None in rows:
+            return None
+        (n,) = rows
+        if n == 0:
+            return None
+        size = next((b for b in self.delegate.batch_sizes if b >= n), n)
+        return (n, size) if size != n else None
+
+    def warmup(self) -> int:
+        """Compile every batch bucket now (at load) for the model's other dimensions: the number
+        compiled. Partitions with inputs known only at run time (static values, variables) or
+        other free dimensions compile on their first invoke instead."""
+        if self.buckets is None or self.static_inputs:
+            return 0
+        tensors = [self.partition.inputs[k] for k in self.dynamic_inputs]
+        if any(-1 in list(t.shape_signature)[1:] for t in tensors if t.shape_signature is not None):
+            return 0
+        jax, done = require_jax(), 0
+        for size in self.delegate.batch_sizes:
+            specs = [jax.ShapeDtypeStruct((size, *t.shape[1:]), np.dtype(t.dtype.numpy)) for t in tensors]
+            key = tuple(_signature(x) for x in specs)
+            if key not in self.cache:
+                self._executable(key, {}, specs)
+                done += 1
+        return done
+
+    def _executable(self, key, static_values, dynamic_values, plan=None):
+        """Compile for ``key`` and keep it (the least recently used one goes past cache_size)."""
+        with x64():
+            try:
+                run = self._compile(static_values, dynamic_values, plan)
+            except KilnError as exc:
+                raise self._refusal(exc) from None
+        self.cache[key] = run
+        self.compiles += 1
+        while len(self.cache) > self.delegate.cache_size:
+            self.cache.popitem(last=False)
+        return run
+
     def invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         dynamic_values = [inputs[k] for k in self.dynamic_inputs]
-        key = tuple((x.shape, x.dtype.char) if isinstance(x, np.ndarray) else (np.shape(x), np.asarray(x).dtype.char)
-                    for x in dynamic_values)
+        rows = self._padded_rows(dynamic_values)
+        if rows is not None:
+            dynamic_values = [_pad_rows(x, rows[1]) for x in dynamic_values]
+        key = tuple(_signature(x) for x in dynamic_values)
         if self.static_inputs:
             static_values = {k: np.asarray(inputs[k]) for k in self.static_inputs}
             key += tuple((v.shape, v.dtype.str, v.tobytes()) for v in static_values.values())
@@ -207,15 +362,7 @@ class XlaPartitionKernel(DelegateKernel):
         fresh = run is None
         if fresh:
             start = time.perf_counter()
-            with x64():
-                try:
-                    run = self._compile(static_values if self.static_inputs else {}, dynamic_values, plan)
-                except KilnError as exc:
-                    raise self._refusal(exc) from None
-            self.cache[key] = run
-            self.compiles += 1
-            while len(self.cache) > self.delegate.cache_size:
-                self.cache.popitem(last=False)
+            run = self._executable(key, static_values if self.static_inputs else {}, dynamic_values, plan)
         else:
             self.cache.move_to_end(key)
         if wide:
@@ -235,7 +382,11 @@ class XlaPartitionKernel(DelegateKernel):
                 raise OpError(f"{self.label}: cannot write the final state of variable "
                               f"{self.partition.inputs[k].name!r} back (its buffer is read-only)")
             np.copyto(buffer, np.asarray(value).reshape(buffer.shape))
-        results = [np.asarray(o) for o in outs]
+        # Outputs only this delegate reads stay on the device; padded rows are cut on the host.
+        keep = self.delegate.on_device(self) if rows is None else frozenset()
+        results = [o if k in keep else np.asarray(o) for k, o in enumerate(outs)]
+        if rows is not None:
+            results = [o[:rows[0]] if k in self.buckets[1] else o for k, o in enumerate(results)]
         for k in self.variable_outputs:
             results[k] = np.array(results[k])
         return results
@@ -250,6 +401,13 @@ class XlaDelegate(ReportingDelegate):
         weights and activations computed in bfloat16; outputs come back as float32).
       cache_size: compiled input signatures kept per partition (least recently used dropped).
       ops: restrict the delegate to these op names (default: every op with a lowering).
+      weights: "arguments" (the partitions' weights are device-resident arguments of their
+        executables), "constants" (HLO literals), or None: arguments, except on a CPU for a
+        partition whose weights total under `CPU_LITERAL_BYTES` (there literals run faster).
+      batch_sizes: batch buckets (kiln serve's ``allowed_batch_sizes``): a partition whose
+        inputs are model inputs of free batch pads a batch up to the next bucket and slices
+        its outputs back (rows must not mix, as for TF Serving's batching), and compiles every
+        bucket when the interpreter prepares it; a batch past the last bucket compiles as is.
       compiler_options: XLA options for its compiles, as ``jax.stages.Lowered.compile`` takes
         them (e.g. ``{"xla_cpu_multi_thread_eigen": True}``); on a CPU they extend
         `CPU_COMPILER_OPTIONS` (single-threaded, YNNPACK fusions off; see `cpu_defaults`).
@@ -262,8 +420,10 @@ class XlaDelegate(ReportingDelegate):
     name = "xla"
 
     def __init__(self, device=None, dtype_policy: str | None = None, cache_size: int = 8,
-                 ops: Iterable[str] | None = None, compiler_options: dict | None = None):
+                 ops: Iterable[str] | None = None, compiler_options: dict | None = None,
+                 weights: str | None = None, batch_sizes: Sequence[int] | None = None):
         require_jax()
+        enable_compilation_cache()
         super().__init__()
         known = set(lowered_ops())
         self.ops = frozenset(known if ops is None else ops)
@@ -282,12 +442,56 @@ class XlaDelegate(ReportingDelegate):
             import jax.numpy as jnp
 
             self.float_dtype = jnp.bfloat16
-        self.cache_size = cache_size
+        sizes = [] if batch_sizes is None else list(batch_sizes)
+        if any(isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1 for b in sizes):
+            raise UnsupportedError(f"XlaDelegate: batch_sizes must be positive ints, got {batch_sizes!r}")
+        self.batch_sizes = sorted({int(b) for b in sizes})
+        self.cache_size = max(cache_size, len(self.batch_sizes) + 1)
+        if weights not in (None, "arguments", "constants"):
+            raise UnsupportedError(f"XlaDelegate: weights must be 'arguments', 'constants' or None, got {weights!r}")
+        self.weights = weights
         if compiler_options is not None and not isinstance(compiler_options, dict):
             raise UnsupportedError(f"XlaDelegate: compiler_options must be a dict, got {compiler_options!r}")
         defaults = cpu_defaults() if self.device.platform == "cpu" else {}
         self.compiler_options = {**defaults, **(compiler_options or {})}
         self._static: dict[int, set[int]] = {}
+        self._weights: dict[tuple, object] = {}
+        self._kept: dict[int, tuple] = {}
+
+    def hoists(self, total_bytes: int) -> bool:
+        """Whether a partition's large constants (``total_bytes`` together) become arguments."""
+        if self.weights is not None:
+            return self.weights == "arguments"
+        return self.device.platform != "cpu" or total_bytes >= CPU_LITERAL_BYTES
+
+    def device_weight(self, value):
+        """``value``'s array on the device, put there once: equal constants (one weight traced for
+        two batch sizes, or read by two partitions) share one device buffer."""
+        data = np.asarray(value)
+        key = (data.shape, data.dtype.str, hashlib.blake2b(data.tobytes(), digest_size=16).digest())
+        if key not in self._weights:
+            self._weights[key] = require_jax().device_put(data, self.device)
+        return self._weights[key]
+
+    def on_device(self, kernel: XlaPartitionKernel) -> frozenset:
+        """Positions of ``kernel``'s outputs it returns as device arrays: those every reader of
+        is a node of another partition of this delegate (never a subgraph output or a variable,
+        which get_tensor reads). Recomputed when the partitions change (a node refused at run)."""
+        stamp = tuple(id(k) for k in self.kernels)
+        kept = self._kept.get(id(kernel))
+        if kept is None or kept[0] != stamp:
+            ours = {id(info.op) for k in self.kernels for info in k.partition.nodes}
+            sg = kernel.partition.nodes[0].op.subgraph
+            ends = {id(t) for t in sg.outputs} if sg is not None else None
+            keep = set()
+            for k, t in enumerate(kernel.partition.outputs):
+                if ends is None or id(t) in ends or t.is_variable:
+                    continue
+                readers = [op for op in sg.operators if any(x is t for x in op.inputs)]
+                if readers and all(id(op) in ours for op in readers):
+                    keep.add(k)
+            kept = self._kept[id(kernel)] = (stamp, frozenset(keep))
+        return kept[1]
 
     def _static_set(self, op) -> set[int]:
         sg = op.subgraph
@@ -305,7 +509,9 @@ class XlaDelegate(ReportingDelegate):
         return why_not_lowered(node.op, node.registration, self._static_set(node.op))
 
     def make_kernel(self, partition: Partition) -> XlaPartitionKernel:
-        return XlaPartitionKernel(self, partition)
+        kernel = XlaPartitionKernel(self, partition)
+        kernel.warmup()
+        return kernel
 
     @property
     def compile_seconds(self) -> float:

@@ -24,8 +24,9 @@ import numpy as np
 
 from ..errors import KilnError, UnsupportedError
 from ..runtime.environment import reset_value
-from ._jax import require_jax, x64
+from ._jax import x64
 from .graph import is_resource_op, param_tensors, prepare_nodes, run_nodes, static_tensors, why_not_lowered
+from .table import fill
 
 
 def _load(model):
@@ -61,7 +62,7 @@ def to_jax(model, signature_key: str | None = None):
     """(fn, params) for the main subgraph of ``model`` (a Model, .tflite bytes or path), or for
     the subgraph of signature ``signature_key``. Raises a KilnError naming every op it
     cannot lower."""
-    require_jax()
+    fill()
     from .lower_control import subgraph_parameters
     from .lower_vars import VariableStore, using
 

@@ -17,7 +17,7 @@ import numpy as np
 from .. import ops
 from ..ops.record import KernelCall, signature
 from ..schema import DType
-from .table import ALL_STATIC, LOWERINGS, Lowering, LoweringCall, lowering_for, make_call
+from .lowering import ALL_STATIC, FLOAT_POLICY, LOWERINGS, Lowering, LoweringCall, make_call
 
 
 def is_resource_op(op_type: str) -> bool:
@@ -57,7 +57,7 @@ def static_tensors(subgraph) -> set[int]:
 
 def why_not_lowered(op, registration, static: set[int]) -> str | None:
     """None if the backend can run ``op``, else the reason it cannot (said per node): the
-    table's (kiln/xla/table.py: no lowering for its op and operand types, or its check's),
+    table's (kiln/xla/table.py, filled before any node is offered: no lowering for its op and operand types, or its check's),
     or an operand XLA cannot have (no arrays of its type, a value needed while tracing)."""
     name = op.name
     if op.op_type == "CUSTOM":
@@ -66,7 +66,7 @@ def why_not_lowered(op, registration, static: set[int]) -> str | None:
     if registration is not None and (getattr(registration, "record", None) is None
                                      or record is None or registration.kernel is not record.kernel):
         return f"{name} is overridden by a Python registration"
-    entry = lowering_for(op)
+    entry = LOWERINGS.entry_for(op)
     if entry is None:
         if not LOWERINGS.types_of(op.op_type):
             return f"{name} has no XLA lowering"
@@ -94,7 +94,7 @@ class TracedNode:
 def prepare_nodes(operators: Sequence, label_of) -> list[TracedNode]:
     nodes = []
     for op in operators:
-        nodes.append(TracedNode(op, make_call(op, label_of(op)), lowering_for(op).value))
+        nodes.append(TracedNode(op, make_call(op, label_of(op)), LOWERINGS.entry_for(op).value))
     return nodes
 
 
@@ -134,9 +134,20 @@ def _is_static(value) -> bool:
 def run_nodes(nodes: Sequence[TracedNode], env: dict, float_dtype=None) -> dict:
     """Evaluate ``nodes`` in order; ``env`` maps id(tensor) -> value, filled with the results.
 
-    ``float_dtype`` (the bfloat16 policy) replaces float32 as the type of computed values.
+    ``float_dtype`` (the bfloat16 policy) replaces float32 as the type of computed values; by
+    default the policy of the trace this one runs in (a WHILE body's nodes: their loop's).
     Returns {id(variable tensor): final value} for the variables the nodes leave state in.
     """
+    if float_dtype is None:
+        float_dtype = FLOAT_POLICY.get()
+    token = FLOAT_POLICY.set(float_dtype)
+    try:
+        return _run_nodes(nodes, env, float_dtype)
+    finally:
+        FLOAT_POLICY.reset(token)
+
+
+def _run_nodes(nodes: Sequence[TracedNode], env: dict, float_dtype) -> dict:
     updates: dict = {}
     import jax.numpy as jnp
 

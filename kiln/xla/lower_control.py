@@ -22,8 +22,12 @@ import numpy as np
 from jax import lax
 
 from ..errors import OpError
+from ..schema import DType
 from .graph import is_resource_op, prepare_nodes, run_nodes, static_tensors, why_not_lowered
-from .table import node_options, register_lowering
+from .lowering import FLOAT_POLICY, Rows, node_options
+
+#: This module's entries of the XLA table (kiln/xla/table.py's `fill` registers them).
+ROWS = Rows()
 
 
 #: Constants of called subgraphs that a trace passes as parameters (to_jax's ``params``):
@@ -99,7 +103,9 @@ def _traced(op, index: int, label: str, keep_static: bool = False):
             if keep_static and isinstance(value, np.ndarray):
                 out.append(value.astype(t.dtype.numpy, copy=False))
             else:
-                out.append(jnp.asarray(value, dtype=t.dtype.numpy))
+                policy = FLOAT_POLICY.get()  # a float32 output stays in the policy's type
+                want = policy if policy is not None and t.dtype == DType.FLOAT32 else t.dtype.numpy
+                out.append(jnp.asarray(value, dtype=want))
         return out
 
     return run
@@ -195,5 +201,5 @@ def _check(op, opts):
     return problem
 
 
-register_lowering("WHILE", _while, check=_check)
-register_lowering("IF", _if, check=_check)
+ROWS.add("WHILE", _while, check=_check)
+ROWS.add("IF", _if, check=_check)

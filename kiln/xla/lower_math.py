@@ -8,7 +8,6 @@ fail inside a compiled program, so they give XLA's value instead of an OpError.
 
 from __future__ import annotations
 
-import math
 
 import jax
 import jax.numpy as jnp
@@ -17,10 +16,16 @@ from jax import lax
 from jax.scipy.special import erfc
 
 from ..errors import OpError
-from ..ops.reduce import _index_dtype, arg_extreme, reduction_axes
+from ..ops.activations import gelu
+from ..ops.elementwise import float_to_int, select
+from ..ops.misc import bitwise_xor, right_shift
+from ..ops.reduce import REDUCERS, arg_extreme, cumsum, index_dtype
 from ..schema import Activation
 from .lower_quant import int8_add_sub, int8_elementwise_check, int8_mul
-from .table import fused_range, is_float, register_lowering
+from .lowering import Rows, fused_range, is_float, on_jnp
+
+#: This module's entries of the XLA table (kiln/xla/table.py's `fill` registers them).
+ROWS = Rows()
 
 
 def clamp_activation(x, act: int):
@@ -86,21 +91,21 @@ def _binary(fn):
     return lower
 
 
-register_lowering("ADD", _arith(jnp.add))
-register_lowering("SUB", _arith(jnp.subtract))
-register_lowering("MUL", _arith(jnp.multiply))
-register_lowering("DIV", _arith(_div))
+ROWS.add("ADD", _arith(jnp.add))
+ROWS.add("SUB", _arith(jnp.subtract))
+ROWS.add("MUL", _arith(jnp.multiply))
+ROWS.add("DIV", _arith(_div))
 # int8 and 16x8
-register_lowering("ADD", int8_add_sub(+1), types=("int8", "int16"), check=int8_elementwise_check)
-register_lowering("SUB", int8_add_sub(-1), types=("int8", "int16"), check=int8_elementwise_check)
-register_lowering("MUL", int8_mul, types=("int8", "int16"), check=int8_elementwise_check)
-register_lowering("FLOOR_DIV", _binary(_floor_div))
-register_lowering("FLOOR_MOD", _binary(_floor_mod))
-register_lowering("SQUARED_DIFFERENCE", _binary(lambda a, b: (a - b) * (a - b)))
-register_lowering("POW", _binary(jnp.power))
-register_lowering("MAXIMUM", _binary(lambda a, b: jnp.where(a > b, a, b)))  # a NaN in a loses, in b wins (as LiteRT)
-register_lowering("MINIMUM", _binary(lambda a, b: jnp.where(a < b, a, b)))
-register_lowering("ATAN2", _binary(jnp.arctan2))
+ROWS.add("ADD", int8_add_sub(+1), types=("int8", "int16"), check=int8_elementwise_check)
+ROWS.add("SUB", int8_add_sub(-1), types=("int8", "int16"), check=int8_elementwise_check)
+ROWS.add("MUL", int8_mul, types=("int8", "int16"), check=int8_elementwise_check)
+ROWS.add("FLOOR_DIV", _binary(_floor_div))
+ROWS.add("FLOOR_MOD", _binary(_floor_mod))
+ROWS.add("SQUARED_DIFFERENCE", _binary(lambda a, b: (a - b) * (a - b)))
+ROWS.add("POW", _binary(jnp.power))
+ROWS.add("MAXIMUM", _binary(lambda a, b: jnp.where(a > b, a, b)))  # a NaN in a loses, in b wins (as LiteRT)
+ROWS.add("MINIMUM", _binary(lambda a, b: jnp.where(a < b, a, b)))
+ROWS.add("ATAN2", _binary(jnp.arctan2))
 
 
 # -- unary -----------------------------------------------------------------------------------
@@ -125,25 +130,25 @@ def _compare(fn):
     return lower
 
 
-register_lowering("RSQRT", _float_only("RSQRT", lambda x: jnp.ones((), x.dtype) / jnp.sqrt(x)))
-register_lowering("SQRT", _float_only("SQRT", jnp.sqrt))
-register_lowering("EXP", _float_only("EXP", jnp.exp))
-register_lowering("LOG", _float_only("LOG", jnp.log))
-register_lowering("SIN", _float_only("SIN", jnp.sin))
-register_lowering("COS", _float_only("COS", jnp.cos))
-register_lowering("FLOOR", _float_only("FLOOR", jnp.floor))
-register_lowering("CEIL", _float_only("CEIL", jnp.ceil))
-register_lowering("ROUND", _float_only("ROUND", jnp.round))  # half to even, as LiteRT's RoundToNearest
-register_lowering("SQUARE", _any_type(lambda x: x * x))
-register_lowering("NEG", _any_type(jnp.negative))
-register_lowering("ABS", _any_type(jnp.abs))
-register_lowering("SIGN", _any_type(jnp.sign))
-register_lowering("LESS", _compare(jnp.less))
-register_lowering("LESS_EQUAL", _compare(jnp.less_equal))
-register_lowering("GREATER", _compare(jnp.greater))
-register_lowering("GREATER_EQUAL", _compare(jnp.greater_equal))
-register_lowering("EQUAL", _compare(jnp.equal))
-register_lowering("NOT_EQUAL", _compare(jnp.not_equal))
+ROWS.add("RSQRT", _float_only("RSQRT", lambda x: jnp.ones((), x.dtype) / jnp.sqrt(x)))
+ROWS.add("SQRT", _float_only("SQRT", jnp.sqrt))
+ROWS.add("EXP", _float_only("EXP", jnp.exp))
+ROWS.add("LOG", _float_only("LOG", jnp.log))
+ROWS.add("SIN", _float_only("SIN", jnp.sin))
+ROWS.add("COS", _float_only("COS", jnp.cos))
+ROWS.add("FLOOR", _float_only("FLOOR", jnp.floor))
+ROWS.add("CEIL", _float_only("CEIL", jnp.ceil))
+ROWS.add("ROUND", _float_only("ROUND", jnp.round))  # half to even, as LiteRT's RoundToNearest
+ROWS.add("SQUARE", _any_type(lambda x: x * x))
+ROWS.add("NEG", _any_type(jnp.negative))
+ROWS.add("ABS", _any_type(jnp.abs))
+ROWS.add("SIGN", _any_type(jnp.sign))
+ROWS.add("LESS", _compare(jnp.less))
+ROWS.add("LESS_EQUAL", _compare(jnp.less_equal))
+ROWS.add("GREATER", _compare(jnp.greater))
+ROWS.add("GREATER_EQUAL", _compare(jnp.greater_equal))
+ROWS.add("EQUAL", _compare(jnp.equal))
+ROWS.add("NOT_EQUAL", _compare(jnp.not_equal))
 
 
 def _logical(fn):
@@ -155,37 +160,13 @@ def _logical(fn):
     return lower
 
 
-register_lowering("LOGICAL_AND", _logical(jnp.logical_and))
-register_lowering("LOGICAL_OR", _logical(jnp.logical_or))
-register_lowering("LOGICAL_NOT", _logical(jnp.logical_not))
+ROWS.add("LOGICAL_AND", _logical(jnp.logical_and))
+ROWS.add("LOGICAL_OR", _logical(jnp.logical_or))
+ROWS.add("LOGICAL_NOT", _logical(jnp.logical_not))
 
 
-def _select(call, cond, x, y):
-    if x.shape != y.shape:
-        raise OpError(f"{call.op.name}: x {list(x.shape)} and y {list(y.shape)} differ in shape")
-    if cond.shape != x.shape:
-        if cond.ndim == 1 and x.ndim >= 1 and cond.shape[0] == x.shape[0]:
-            cond = jnp.reshape(cond, cond.shape + (1,) * (x.ndim - 1))
-        else:
-            raise OpError(f"{call.op.name}: condition shape {list(cond.shape)} must equal the input "
-                          f"shape {list(x.shape)} or be its first dimension")
-    return jnp.where(jnp.asarray(cond).astype(bool), x, y)
-
-
-register_lowering("SELECT", _select)
-register_lowering("SELECT_V2", lambda call, cond, x, y: jnp.where(jnp.asarray(cond).astype(bool), x, y))
-
-
-def _float_to_int(x, dtype):
-    """Truncate toward zero and saturate; NaN becomes the type's maximum (as LiteRT)."""
-    info = np.iinfo(dtype)
-    t = jnp.trunc(x.astype(jnp.float64))
-    hi = t >= float(info.max) + 1.0
-    lo = t <= float(info.min) - 1.0
-    nan = jnp.isnan(t)
-    out = jnp.where(hi | lo | nan, 0.0, t).astype(dtype)
-    out = jnp.where(hi | nan, jnp.asarray(info.max, dtype), out)
-    return jnp.where(lo, jnp.asarray(info.min, dtype), out)
+ROWS.add("SELECT", on_jnp(select))
+ROWS.add("SELECT_V2", lambda call, cond, x, y: jnp.where(jnp.asarray(cond).astype(bool), x, y))
 
 
 def _cast(call, x):
@@ -196,12 +177,12 @@ def _cast(call, x):
     if dst == np.bool_:
         return x != 0
     if dst.kind in "iu" and is_float(x.dtype):
-        return _float_to_int(x, dst)
+        return float_to_int(x, dst, jnp)
     return x.astype(dst)
 
 
-register_lowering("CAST", _cast)
-register_lowering("ZEROS_LIKE", lambda call, x: jnp.zeros(x.shape, x.dtype))
+ROWS.add("CAST", _cast)
+ROWS.add("ZEROS_LIKE", lambda call, x: jnp.zeros(x.shape, x.dtype))
 
 
 def _add_n(call, *xs):
@@ -213,17 +194,10 @@ def _add_n(call, *xs):
     return acc
 
 
-register_lowering("ADD_N", _add_n)
+ROWS.add("ADD_N", _add_n)
 
 
 # -- activations -------------------------------------------------------------------------------
-
-def _gelu(call, x):
-    if call.opts.approximate:
-        inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)
-        return 0.5 * x * (1.0 + jnp.tanh(inner))
-    return 0.5 * x * erfc(x * -math.sqrt(0.5))
-
 
 def _clamp(lo, hi):
     def lower(call, x):
@@ -274,92 +248,26 @@ def _float_input(fn):
     return lower
 
 
-register_lowering("RELU", _clamp(0, None))
-register_lowering("RELU6", _clamp(0, 6))
-register_lowering("RELU_N1_TO_1", _clamp(-1, 1))
+ROWS.add("RELU", _clamp(0, None))
+ROWS.add("RELU6", _clamp(0, 6))
+ROWS.add("RELU_N1_TO_1", _clamp(-1, 1))
 # float input only
-register_lowering("TANH", _float_input(lambda call, x: jnp.tanh(x)))
-register_lowering("LOGISTIC", _float_input(lambda call, x: jax.nn.sigmoid(x)))
-register_lowering("ELU", _float_input(lambda call, x: jnp.where(x < 0, jnp.expm1(x), x)))
-register_lowering("GELU", _float_input(_gelu))
-register_lowering("HARD_SWISH", _float_input(_hard_swish))
-register_lowering("LEAKY_RELU", _float_input(lambda call, x: jnp.where(x > 0, x, x * jnp.asarray(call.opts.alpha, x.dtype))))
-register_lowering("PRELU", _float_input(_prelu))
-register_lowering("SOFTMAX", _float_input(_softmax))
-register_lowering("LOG_SOFTMAX", _float_input(_log_softmax))
-register_lowering("L2_NORMALIZATION", _float_input(_l2_normalization))
+ROWS.add("TANH", _float_input(lambda call, x: jnp.tanh(x)))
+ROWS.add("LOGISTIC", _float_input(lambda call, x: jax.nn.sigmoid(x)))
+ROWS.add("ELU", _float_input(lambda call, x: jnp.where(x < 0, jnp.expm1(x), x)))
+ROWS.add("GELU", _float_input(on_jnp(gelu, erfc=erfc)))
+ROWS.add("HARD_SWISH", _float_input(_hard_swish))
+ROWS.add("LEAKY_RELU", _float_input(lambda call, x: jnp.where(x > 0, x, x * jnp.asarray(call.opts.alpha, x.dtype))))
+ROWS.add("PRELU", _float_input(_prelu))
+ROWS.add("SOFTMAX", _float_input(_softmax))
+ROWS.add("LOG_SOFTMAX", _float_input(_log_softmax))
+ROWS.add("L2_NORMALIZATION", _float_input(_l2_normalization))
 
 
 # -- reductions --------------------------------------------------------------------------------
 
-def _mean(x, axes):
-    count = math.prod(x.shape[a] for a in axes)
-    if _is_int(x):
-        total = jnp.sum(x, axis=axes, dtype=jnp.int64)
-        if count == 0:
-            return jnp.zeros_like(total)
-        q = jnp.abs(total) // count  # truncate toward zero, like C++ integer division
-        return jnp.where(total < 0, -q, q)
-    return jnp.sum(x, axis=axes) / jnp.asarray(count, x.dtype) if count else \
-        jnp.full([d for i, d in enumerate(x.shape) if i not in axes], jnp.nan, x.dtype)
-
-
-def _to_rows(x, axes):
-    kept = [i for i in range(x.ndim) if i not in axes]
-    k = math.prod(x.shape[a] for a in axes)
-    return jnp.transpose(x, kept + list(axes)).reshape([x.shape[i] for i in kept] + [k])
-
-
-def _extreme(pick_max: bool):
-    """REDUCE_MAX / MIN folding ``cur = cur > x ? cur : x`` in row-major order, as LiteRT:
-    everything before the last NaN is forgotten; a NaN survives only in the last place."""
-
-    def fn(x, axes):
-        dtype = np.dtype(x.dtype)
-        if dtype == np.bool_ or not is_float(dtype):
-            init = (not pick_max) if dtype == np.bool_ else \
-                (np.iinfo(dtype).min if pick_max else np.iinfo(dtype).max)
-            reduce = jnp.max if pick_max else jnp.min
-            return reduce(x, axis=axes, initial=init)
-        rows = _to_rows(x, axes)
-        k = rows.shape[-1]
-        if k == 0:
-            info = np.finfo(dtype)
-            return jnp.full(rows.shape[:-1], info.min if pick_max else info.max, dtype)
-        nan = jnp.isnan(rows)
-        last_nan = jnp.where(nan.any(axis=-1), k - 1 - jnp.argmax(nan[..., ::-1], axis=-1), -1)
-        tail = jnp.where(jnp.arange(k) > last_nan[..., None], rows, -jnp.inf if pick_max else jnp.inf)
-        out = tail.max(axis=-1) if pick_max else tail.min(axis=-1)
-        return jnp.where(last_nan == k - 1, jnp.nan, out)
-
-    return fn
-
-
-def _reducer(fn):
-    def lower(call, x, axis):
-        x = jnp.asarray(x)
-        axes = reduction_axes(call, x, axis)
-        out = _as(fn(x, axes), x)
-        if call.opts.keep_dims:
-            out = out.reshape(tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
-        return out
-    return lower
-
-
-register_lowering("MEAN", _reducer(_mean), static=(1,))
-register_lowering("SUM", _reducer(lambda x, axes: jnp.sum(x, axis=axes, dtype=x.dtype)), static=(1,))
-register_lowering("REDUCE_PROD", _reducer(lambda x, axes: jnp.prod(x, axis=axes, dtype=x.dtype)), static=(1,))
-register_lowering("REDUCE_MAX", _reducer(_extreme(True)), static=(1,))
-register_lowering("REDUCE_MIN", _reducer(_extreme(False)), static=(1,))
-register_lowering("REDUCE_ANY", _reducer(lambda x, axes: jnp.any(x, axis=axes)), static=(1,))
-register_lowering("REDUCE_ALL", _reducer(lambda x, axes: jnp.all(x, axis=axes)), static=(1,))
-
-
-def _single_axis(call, x, axis) -> int:
-    axes = reduction_axes(call, x, axis)
-    if np.asarray(axis).size != 1:
-        raise OpError(f"{call.op.name}: expected one axis, got {np.asarray(axis).reshape(-1).tolist()}")
-    return axes[0]
+for _name, _reduce in REDUCERS.items():
+    ROWS.add(_name, on_jnp(_reduce), static=(1,))
 
 
 def _arg(pick_max: bool):
@@ -368,8 +276,8 @@ def _arg(pick_max: bool):
     return lower
 
 
-register_lowering("ARG_MAX", _arg(True), static=(1,))
-register_lowering("ARG_MIN", _arg(False), static=(1,))
+ROWS.add("ARG_MAX", _arg(True), static=(1,))
+ROWS.add("ARG_MIN", _arg(False), static=(1,))
 
 
 def _top_k(call, x, k):
@@ -386,53 +294,17 @@ def _top_k(call, x, k):
     else:
         values, order = lax.top_k(x.astype(jnp.int32) if x.dtype == np.bool_ else x, kk)
         values = values.astype(x.dtype)
-    return values, order.astype(_index_dtype(call, 1, np.int32))
+    return values, order.astype(index_dtype(call, 1, np.int32))
 
 
-register_lowering("TOPK_V2", _top_k, static=(1,))
+ROWS.add("TOPK_V2", _top_k, static=(1,))
 
 
-def _cumsum(call, x, axis):
-    x = jnp.asarray(x)
-    if x.ndim == 0:
-        raise OpError("CUMSUM: input must have at least one dimension")
-    ax = _single_axis(call, x, axis)
-    v = jnp.flip(x, ax) if call.opts.reverse else x
-    out = jnp.cumsum(v, axis=ax, dtype=x.dtype)
-    if call.opts.exclusive:
-        out = jnp.concatenate([jnp.zeros_like(lax.slice_in_dim(out, 0, 1, axis=ax)),
-                               lax.slice_in_dim(out, 0, x.shape[ax] - 1, axis=ax)], axis=ax)
-    return jnp.flip(out, ax) if call.opts.reverse else out
-
-
-register_lowering("CUMSUM", _cumsum, static=(1,))
+ROWS.add("CUMSUM", on_jnp(cumsum), static=(1,))
 
 
 
 # -- bit operations -------------------------------------------------------------------------------
 
-_BIT_TYPES = tuple(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32))
-
-
-def _bit_operands(call, a, b):
-    if a.dtype != b.dtype:
-        raise OpError(f"{call.op.name}: operand types {a.dtype} and {b.dtype} differ")
-    if np.dtype(a.dtype) not in _BIT_TYPES:
-        raise OpError(f"{call.op.name}: type {a.dtype} is not supported (8, 16 or 32-bit signed or unsigned "
-                      "integers)")
-
-
-def _bitwise_xor(call, a, b):
-    _bit_operands(call, a, b)
-    return jnp.bitwise_xor(a, b)
-
-
-def _right_shift(call, a, b):
-    _bit_operands(call, a, b)
-    bits = np.dtype(a.dtype).itemsize * 8
-    shift = jnp.clip(b, 0, bits - 1) if np.dtype(a.dtype).kind == "i" else jnp.minimum(b, bits - 1)
-    return jnp.right_shift(a, jnp.asarray(shift).astype(a.dtype))
-
-
-register_lowering("BITWISE_XOR", _bitwise_xor)
-register_lowering("RIGHT_SHIFT", _right_shift)
+ROWS.add("BITWISE_XOR", on_jnp(bitwise_xor))
+ROWS.add("RIGHT_SHIFT", on_jnp(right_shift))

@@ -17,8 +17,9 @@ import numpy as np
 
 from ..kernels.activations import l2_normalize_centered, xp_prelu
 from ..schema import Activation, DType
-from .lower_quant import _limits
+from ..kernels.fixedpoint import dtype_range as _limits
 from .lower_quant_ops import kernel_check
+from .lowering import Rows
 
 _I64 = jnp.int64
 F32 = np.float32
@@ -149,10 +150,8 @@ def _log_softmax_check(op, opts):
     return kernel_check(op) or _one_scale(op)
 
 
-def register() -> None:
-    """Add these quantized lowerings to the float ones."""
-    from .lower_quant_ops import add
-
-    add("PRELU", _prelu, _prelu_check, ("int8", "uint8", "int16"))
-    add("L2_NORMALIZATION", _l2_normalization, _l2_check, ("int8",))
-    add("LOG_SOFTMAX", _log_softmax, _log_softmax_check, ("int8",))
+#: Quantized forms of ops with float lowerings, for the keys no plain row lowers.
+ROWS = Rows()
+ROWS.gap("PRELU", _prelu, _prelu_check, ("int8", "uint8", "int16"))
+ROWS.gap("L2_NORMALIZATION", _l2_normalization, _l2_check, ("int8",))
+ROWS.gap("LOG_SOFTMAX", _log_softmax, _log_softmax_check, ("int8",))

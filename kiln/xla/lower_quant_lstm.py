@@ -6,9 +6,9 @@ with kiln's reference kernels because they run the same per-step arithmetic, wri
   as constants. Prepare-time constants (multipliers, zero-point-folded biases) come from the
   static weights and the node's quantization parameters, as LiteRT's Prepare computes them.
 - the hybrid (dynamic-range) UNIDIRECTIONAL_ and BIDIRECTIONAL_SEQUENCE_LSTM (float input and
-  states, int8 weights): kiln.kernels.hybrid_lstm on `HYBRID_LSTM` — lower_hybrid's float32
-  arithmetic and row quantization, int8 products accumulated in int32. The operands are read
-  and checked by the reference kernel's own readers (kiln.ops.quantized_kernels).
+  states, int8 weights): kiln.kernels.hybrid_lstm on jax.numpy — XLA's float32 arithmetic
+  (lower_families.FLOAT32) and kiln.kernels.hybrid's row quantization, exact int8 products. The operands are read
+  and checked by the reference kernel's own readers (kiln.kernels.hybrid_lstm).
 
 Float nodes have lower_rnn's and lower_seq's lowerings.
 """
@@ -22,15 +22,17 @@ from jax import lax
 from ..errors import OpError
 from ..kernels import hybrid_lstm
 from ..kernels import lstm as il
-from ..ops.quantized_kernels import hybrid_bidi_lstm_sources, hybrid_lstm_cell, hybrid_lstm_input, hybrid_lstm_states
+from ..kernels.hybrid_lstm import hybrid_bidi_lstm_sources, hybrid_lstm_cell, hybrid_lstm_input, hybrid_lstm_states
 from ..ops.record import with_state
 from ..schema import (BIDIRECTIONAL_LSTM_BW, BIDIRECTIONAL_LSTM_FW, UNIDIRECTIONAL_LSTM,
                       DType)
-from .lower_hybrid import FLOAT32, _dot, quantize_rows_asymmetric, quantize_rows_symmetric
 from .lower_rnn import uni_lstm_check
-from .table import all_of, register_lowering
+from .lowering import Rows, all_of
 
 _I64 = jnp.int64
+
+#: This module's entries of the XLA table (kiln/xla/table.py's `fill` registers them).
+ROWS = Rows()
 
 
 def _uni_lstm_int8(call, *inputs):
@@ -72,22 +74,11 @@ def _check(op, opts):
     return None
 
 
-register_lowering(il.NAME, _uni_lstm_int8, types=("int8",), static=tuple(UNIDIRECTIONAL_LSTM.weights),
+ROWS.add(il.NAME, _uni_lstm_int8, types=("int8",), static=tuple(UNIDIRECTIONAL_LSTM.weights),
                   check=all_of(uni_lstm_check, _check))
 
 
 # -- hybrid (dynamic-range) sequence LSTMs -------------------------------------------------------
-
-def _hybrid_rows(rows, asymmetric: bool):
-    if asymmetric:
-        return quantize_rows_asymmetric(rows)
-    q, scale = quantize_rows_symmetric(rows)
-    return q, scale, jnp.zeros(rows.shape[0], jnp.int32)
-
-
-#: kiln.kernels.hybrid_lstm's backend under XLA.
-HYBRID_LSTM = hybrid_lstm.Backend(FLOAT32, _hybrid_rows, lambda q, w: _dot(q, np.asarray(w, np.int32)))
-
 
 def _hybrid_direction(call, inputs, lay, src, aux, n_aux, reverse: bool):
     """One direction over time-major ``src`` [T, B, I] from its state operands: (outputs in the
@@ -96,10 +87,10 @@ def _hybrid_direction(call, inputs, lay, src, aux, n_aux, reverse: bool):
     cell = hybrid_lstm_cell(call, inputs, lay, src.shape[2], n_aux)
     h0, c0 = hybrid_lstm_states(call, inputs, lay, src.shape[1], cell)
     masks = hybrid_lstm.scalar_masks(cell.gates, src.shape[1], cell.n_cell, time_major)
-    pre_x = hybrid_lstm.input_part(HYBRID_LSTM, cell, src, aux)
+    pre_x = hybrid_lstm.input_part(jnp, cell, src, aux)
 
     def body(carry, pre_t):
-        h, c = hybrid_lstm.step(HYBRID_LSTM, cell, masks, pre_t, *carry)
+        h, c = hybrid_lstm.step(jnp, cell, masks, pre_t, *carry)
         return (h, c), h
 
     (h, c), out = lax.scan(body, (h0, c0), pre_x, reverse=reverse)
@@ -135,7 +126,7 @@ def _hybrid_check(op, opts):
     return None
 
 
-register_lowering(il.NAME, _uni_lstm_hybrid, types=("hybrid",), static=tuple(UNIDIRECTIONAL_LSTM.weights),
+ROWS.add(il.NAME, _uni_lstm_hybrid, types=("hybrid",), static=tuple(UNIDIRECTIONAL_LSTM.weights),
                   check=_hybrid_check)
-register_lowering("BIDIRECTIONAL_SEQUENCE_LSTM", _bidi_lstm_hybrid, types=("hybrid",),
+ROWS.add("BIDIRECTIONAL_SEQUENCE_LSTM", _bidi_lstm_hybrid, types=("hybrid",),
                   static=tuple(BIDIRECTIONAL_LSTM_FW.weights + BIDIRECTIONAL_LSTM_BW.weights), check=_hybrid_check)

@@ -10,11 +10,10 @@ Three kinds:
   ABS): a function of one int8 / uint8 code has 256 values, so the lowering is a lookup in
   the table of the node's own reference kernel evaluated on every code at trace time (what
   LiteRT's Prepare does for its LUT kernels). Exact by construction, one gather in XLA.
-* Integer arithmetic mirroring kiln.kernels.nn: MAX / AVERAGE_POOL_2D, MEAN, SOFTMAX
-  (int8's float-table kernel), BATCH_MATMUL, SQUARED_DIFFERENCE, TRANSPOSE_CONV (and its hybrid
-  form, kiln/xla/lower_hybrid.py's float steps), and RESIZE_BILINEAR (int8, int16:
-  `kiln.kernels.image.xp_resize_bilinear`, its source rows / columns and fractions computed
-  while tracing from the static sizes).
+* Integer arithmetic of kiln.kernels on jax.numpy: SOFTMAX (int8's float-table kernel),
+  SQUARED_DIFFERENCE, and RESIZE_BILINEAR (int8, int16: `kiln.kernels.image.xp_resize_bilinear`,
+  its source rows / columns and fractions computed while tracing from the static sizes). The
+  weighted and windowed ops and MEAN / SUM run their kernel families (lower_families.py).
 
 The other quantized activations (PRELU, L2_NORMALIZATION, LOG_SOFTMAX) are in
 lower_quant_activations.
@@ -27,7 +26,11 @@ import numpy as np
 from jax import lax
 
 from .. import ops
-from ..errors import KilnError, OpError
+from ..errors import KilnError
+from ..kernels.elementwise import xp_squared_difference
+from ..kernels.fixedpoint import dtype_range as _limits
+from ..kernels.fixedpoint import round_half_away
+from ..kernels.image import xp_resize_bilinear
 from ..kernels.softmax import (
     softmax_exp_table,
     softmax_fixed_exps,
@@ -37,27 +40,12 @@ from ..kernels.softmax import (
     softmax_int16_tables,
     softmax_may_abort,
 )
-from ..kernels.elementwise import xp_squared_difference
-from ..kernels.fixedpoint import quantize_multiplier
-from ..kernels.image import xp_resize_bilinear
-from ..kernels.nn import reduced_axes, xp_average_pool2d, xp_max_pool2d, xp_mean, xp_quantized_sum
-from ..ops.backends import FLOAT
-from ..ops.record import HYBRID, KernelCall, operand_types
-from ..ops.windowed import transpose_conv_geometry, window_geometry
-from ..schema import Activation, DType
-from .lower_hybrid import hybrid_transpose_conv
-from .lower_nn import transpose_conv_2d
-from .lower_quant import (
-    _activation_range,
-    _channel_multipliers,
-    _limits,
-    rescale_int64,
-    rescale_twice,
-)
-from .table import CODES, LOWERINGS, all_of, fused_range, register_lowering
+from ..ops.record import KernelCall, operand_types
+from ..schema import DType
+from .lower_shape import ROWS as SHAPE_ROWS
+from .lowering import CODES, Rows, per_tensor
 
 _I64 = jnp.int64
-_SIMPLE_ACTS = (Activation.NONE, Activation.RELU, Activation.RELU6, Activation.RELU_N1_TO_1)
 
 
 def _q(t):
@@ -68,45 +56,8 @@ def _zp(t) -> int:
     return int(t.quantization.zero_point[0])
 
 
-def _per_tensor(op, kinds=(DType.INT8,)) -> str | None:
-    """None when every tensor of ``op`` is quantized per tensor with one of ``kinds``."""
-    for t in (*op.inputs, *op.outputs):
-        if t is None or not t.dtype.name.startswith(("INT", "UINT")):
-            continue
-        q = t.quantization
-        if q is None or q.scale.size == 0:
-            continue
-        if t.dtype not in kinds or q.scale.size != 1:
-            return (f"{op.name}: quantized tensor {t.name!r} is {t.dtype.name} with {q.scale.size} scales; "
-                    f"lowered: {'/'.join(k.name for k in kinds)} with one scale")
-    return None
-
-
-# -- data movement on the codes ------------------------------------------------------------------
-
-def codes_check(op, opts) -> str | None:
-    """None when the node's quantized kernel is the op's float kernel run on the codes."""
-    if ops.states(op.op_type, "reads_shape_only"):
-        return None
-    record = ops.require(op.op_type)
-    key = operand_types(op)
-    if record.quantized.get(key) is not record.kernel:
-        return f"{op.name}: its {key} kernel is not the float kernel on the codes, and has no lowering"
-    return None
-
-
-def _allow_codes() -> None:
-    """Give every (op, integer key) whose quantized kernel is the op's float kernel run on
-    the codes (or whose op reads only shapes) and that has no lowering yet its float
-    lowering, under `codes_check` and the float lowering's own check."""
-    for name in list(LOWERINGS.ops()):
-        record = ops.get(name)
-        if LOWERINGS.entry(name, FLOAT) is None or record is None:
-            continue
-        keys = [k for k in CODES if k in record.quantized
-                and (record.reads_shape_only or record.quantized[k] is record.kernel)]
-        add(name, LOWERINGS[name, FLOAT].fn, codes_check, keys, float_check=True)
-
+# -- data movement on the codes: kiln/xla/table.py's `fill` gives every op whose quantized kernel
+# is its float kernel run on the codes (or that reads only shapes) its float lowering.
 
 # -- 8-bit unary ops as lookups in their reference kernel's table ---------------------------------
 
@@ -146,7 +97,7 @@ def _unary_check(op, opts):
     key = operand_types(op)
     if key not in ops.require(op.op_type).quantized:
         return f"{op.name}: kiln has no {key} kernel to tabulate"
-    return _per_tensor(op, codes)
+    return per_tensor(op, codes)
 
 
 # -- 8-bit binary ops as lookups in their kernel's table over every pair of codes -------------------
@@ -188,7 +139,7 @@ def _binary_check(op, opts):
     key = operand_types(op)
     if key not in ops.require(op.op_type).quantized:
         return f"{op.name}: kiln has no {key} kernel to tabulate"
-    reason = _per_tensor(op, (DType.INT8, DType.UINT8))
+    reason = per_tensor(op, (DType.INT8, DType.UINT8))
     if reason is None:
         try:
             _pair_table(op, opts, [t.dtype.numpy for t in op.outputs])
@@ -197,88 +148,17 @@ def _binary_check(op, opts):
     return reason
 
 
-def _add_binary_tables() -> None:
+def _binary_tables(rows) -> None:
     """Equally quantized operands whose kernel is the float one on the codes (comparisons of
-    int16 / uint8) keep the float lowering (`_allow_codes`); the other 8-bit pairs (DIV, int8
-    comparisons, which rescale) are looked up in the kernel's table."""
+    int16 / uint8) keep the float lowering (kiln/xla/table.py's `fill`); the other 8-bit pairs
+    (DIV, int8 comparisons, which rescale) are looked up in the kernel's table."""
     for name in _BINARY:
         record = ops.require(name)
-        add(name, _binary_lookup, _binary_check,
-            [k for k in ("int8", "uint8") if k in record.quantized and record.quantized[k] is not record.kernel])
-
-
-# -- pooling ------------------------------------------------------------------------------------
-
-def _pool_taps(call, x):
-    opts = call.opts
-    k = (opts.filter_height, opts.filter_width)
-    (oh, ow), pads = window_geometry(opts, x.shape[1:3], k, (1, 1))
-    return k, (oh, ow), pads, (opts.stride_h, opts.stride_w)
-
-
-def _pool_range(call):
-    act = call.opts.fused_activation_function
-    if act == Activation.NONE:
-        return _limits(call.out_dtypes[0])
-    return _activation_range(act, call.op.outputs[0].quantization, call.out_dtypes[0])
-
-
-def _max_pool(call, x):
-    """Integer MAX_POOL_2D: the kernel's arithmetic (`kiln.kernels.nn.xp_max_pool2d`) on jax.numpy."""
-    k, out_hw, pads, strides = _pool_taps(call, x)
-    return xp_max_pool2d(jnp, x, k, out_hw, pads, strides, *_pool_range(call)).astype(call.out_dtypes[0])
-
-
-def _average_pool(call, x):
-    """Integer AVERAGE_POOL_2D: `kiln.kernels.nn.xp_average_pool2d` on jax.numpy."""
-    k, out_hw, pads, strides = _pool_taps(call, x)
-    return xp_average_pool2d(jnp, x, k, out_hw, pads, strides, *_pool_range(call)).astype(call.out_dtypes[0])
-
-
-def _pool_check(op, opts):
-    reason = _per_tensor(op, (DType.INT8, DType.UINT8, DType.INT16))
-    if reason:
-        return reason
-    q_in, q_out = _q(op.inputs[0]), _q(op.outputs[0])
-    if np.float32(q_in.scale[0]) != np.float32(q_out.scale[0]) or q_in.zero_point[0] != q_out.zero_point[0]:
-        return f"{op.name}: input and output quantization differ (the reference kernel refuses it)"
-    if opts.fused_activation_function not in _SIMPLE_ACTS or min(opts.filter_height, opts.filter_width) < 1:
-        return f"{op.name}: fused activation or filter size has no integer kernel"
-    if len(op.inputs[0].shape) != 4:
-        return f"{op.name}: input must be 4-D"
-    return None
-
-
-# -- MEAN -----------------------------------------------------------------------------------------
-
-def _mean(call, x, axes):
-    """int8 / 16x8 MEAN: the kernel's arithmetic (`kiln.kernels.nn.xp_mean`) on jax.numpy."""
-    out = xp_mean(jnp, x, _q(call.op.inputs[0]), reduced_axes(x, np.asarray(axes)), _q(call.op.outputs[0]),
-                  bool(call.opts.keep_dims), call.out_dtypes[0])
-    return out.astype(call.out_dtypes[0])
-
-
-def _sum(call, x, axes):
-    """int8 SUM: LiteRT's optimized kernel, as kiln's (`kiln.kernels.nn.xp_quantized_sum`) on jax.numpy."""
-    out = xp_quantized_sum(jnp, x, _q(call.op.inputs[0]), reduced_axes(x, np.asarray(axes)),
-                           _q(call.op.outputs[0]), bool(call.opts.keep_dims), call.out_dtypes[0])
-    return out.astype(call.out_dtypes[0])
-
-
-def _mean_check(op, opts):
-    return _per_tensor(op, (DType.INT8, DType.INT16))
-
-
-def _sum_check(op, opts):
-    return _per_tensor(op, (DType.INT8,))
+        rows.gap(name, _binary_lookup, _binary_check,
+                 [k for k in ("int8", "uint8") if k in record.quantized and record.quantized[k] is not record.kernel])
 
 
 # -- SOFTMAX (int8: the reference kernel's fixed point, kiln.kernels.softmax) -------------
-
-def _round_half_away(v):
-    v = v.astype(jnp.float64)
-    return jnp.sign(v) * jnp.floor(jnp.abs(v) + 0.5)
-
 
 def _softmax(call, x):
     """int8 SOFTMAX: `softmax_fixed_point`, the reference kernel's own arithmetic on
@@ -310,7 +190,7 @@ def _softmax_float_table(call, x):
         cols = jnp.moveaxis(exps, -1, 0)
         total = lax.fori_loop(0, n, lambda j, acc: acc + cols[j], jnp.zeros(x.shape[:-1], jnp.float32))[..., None]
     inverse = jnp.float32(1) / (total * f32(q_y.scale[0]))
-    out = _round_half_away(exps * inverse) + _zp(call.op.outputs[0])
+    out = round_half_away(exps * inverse, jnp) + _zp(call.op.outputs[0])
     return jnp.clip(out, *_limits(call.out_dtypes[0]))
 
 
@@ -331,29 +211,10 @@ def _softmax_check(op, opts):
     if kind == DType.INT16 and (operand_types(op) not in ops.require("SOFTMAX").quantized
                                 or any(t.quantization.zero_point.any() for t in (op.inputs[0], op.outputs[0]))):
         return f"{op.name}: 16x8 SOFTMAX needs zero points 0 (and kiln's int16 kernel)"
-    return _per_tensor(op, (kind,))
+    return per_tensor(op, (kind,))
 
 
-# -- BATCH_MATMUL / SQUARED_DIFFERENCE / TRANSPOSE_CONV (int8) ----------------------------------
-
-def _batch_matmul(call, a, b):
-    op = call.op
-    a = a.astype(_I64) - _zp(op.inputs[0])
-    b = b.astype(_I64) - _zp(op.inputs[1])
-    if call.opts.adj_x:
-        a = jnp.swapaxes(a, -1, -2)
-    if call.opts.adj_y:
-        b = jnp.swapaxes(b, -1, -2)
-    if a.shape[-1] != b.shape[-2]:
-        raise OpError(f"BATCH_MATMUL: contraction sizes {a.shape[-1]} and {b.shape[-2]} differ")
-    wide = op.inputs[0].dtype == DType.INT16   # 16x8: int64 accumulator, 15-bit multiplier
-    acc_type = _I64 if wide else jnp.int32
-    acc = jnp.matmul(a.astype(acc_type), b.astype(acc_type), preferred_element_type=acc_type)
-    product = np.float32(np.float32(_q(op.inputs[0]).scale[0]) * np.float32(_q(op.inputs[1]).scale[0]))
-    m, s = quantize_multiplier(float(product) / float(_q(op.outputs[0]).scale[0]))
-    out = (rescale_int64 if wide else rescale_twice)(acc, m, s).astype(_I64) + _zp(op.outputs[0])
-    return jnp.clip(out, *_limits(call.out_dtypes[0])).astype(call.out_dtypes[0])
-
+# -- SQUARED_DIFFERENCE, CONCATENATION / PACK ---------------------------------------------------------
 
 def _squared_difference(call, a, b):
     """int8 SQUARED_DIFFERENCE: `kiln.kernels.elementwise.xp_squared_difference` on jax.numpy."""
@@ -361,79 +222,6 @@ def _squared_difference(call, a, b):
     out = xp_squared_difference(jnp, a.astype(_I64), _q(op.inputs[0]), b.astype(_I64), _q(op.inputs[1]),
                                 _q(op.outputs[0]), call.out_dtypes[0])
     return out.astype(call.out_dtypes[0])
-
-
-def _hybrid_transpose_conv(call, output_shape, w, x, bias=None):
-    opts = call.opts
-    x = jnp.asarray(x).astype(jnp.float32)
-    out_hw, pads = transpose_conv_geometry(opts, np.asarray(output_shape), x.shape, w.shape)
-    y = hybrid_transpose_conv(x, w, call.in_quant(1).scale, bias, out_hw=out_hw, pads=pads,
-                              strides=(opts.stride_h, opts.stride_w))
-    lo, hi = fused_range(opts.fused_activation_function, np.float32)
-    return jnp.clip(y, np.float32(lo), np.float32(hi))
-
-
-def _transpose_conv(call, output_shape, w, x, bias=None):
-    op, opts = call.op, call.opts
-    if is_hybrid_transpose_conv(op):
-        return _hybrid_transpose_conv(call, output_shape, w, x, bias)
-    out_c = w.shape[0]
-    wide = op.inputs[2].dtype == DType.INT16
-    # 16x8 sums may leave int32: float64 holds them exactly (|x·w| < 2^22, far fewer than 2^31 taps).
-    acc_type = jnp.float64 if wide else jnp.int32
-    xc = (x.astype(jnp.int32) - _zp(op.inputs[2])).astype(acc_type)
-    acc = transpose_conv_2d(opts, output_shape, xc, jnp.asarray(np.asarray(w, np.int32), acc_type), acc_type=acc_type)
-    acc = acc.astype(_I64)
-    if bias is not None:
-        acc = acc + jnp.asarray(bias).astype(_I64).reshape(-1)
-    m, s = _channel_multipliers(_q(op.inputs[2]), _q(op.inputs[1]), _q(op.outputs[0]), out_c)
-    out = (rescale_int64 if wide else rescale_twice)(acc, m, s).astype(_I64) + _zp(op.outputs[0])
-    lo, hi = _activation_range(opts.fused_activation_function, _q(op.outputs[0]), call.out_dtypes[0])
-    return jnp.clip(out, lo, hi).astype(call.out_dtypes[0])
-
-
-def is_hybrid_transpose_conv(op) -> bool:
-    x_t, w_t = op.inputs[2], op.inputs[1]
-    return (x_t.dtype, w_t.dtype, op.outputs[0].dtype) == (DType.FLOAT32, DType.INT8, DType.FLOAT32)
-
-
-def _hybrid_transpose_conv_check(op, opts):
-    w_t = op.inputs[1]
-    b_t = op.inputs[3] if len(op.inputs) > 3 else None
-    if b_t is not None and b_t.dtype != DType.FLOAT32:
-        return f"{op.name}: hybrid kernel with a {b_t.dtype.name} bias (float32 only)"
-    if not w_t.is_constant:
-        return f"{op.name}: hybrid int8 filter must be constants"
-    if w_t.quantization is None or w_t.quantization.scale.size not in (1, w_t.shape[0]):
-        return f"{op.name}: hybrid filter needs one scale or one per output channel"
-    if len(op.inputs[2].shape) != 4:
-        return f"{op.name}: input must be 4-D NHWC"
-    if opts.fused_activation_function not in _SIMPLE_ACTS:
-        return f"{op.name}: fused activation has no hybrid kernel"
-    return None
-
-
-def _transpose_conv_check(op, opts):
-    x_t, w_t, out_t = op.inputs[2], op.inputs[1], op.outputs[0]
-    b_t = op.inputs[3] if len(op.inputs) > 3 else None
-    if is_hybrid_transpose_conv(op):
-        return _hybrid_transpose_conv_check(op, opts)
-    int8 = (x_t.dtype, w_t.dtype, out_t.dtype) == (DType.INT8,) * 3 and (b_t is None or b_t.dtype == DType.INT32)
-    int16 = (x_t.dtype, w_t.dtype, out_t.dtype) == (DType.INT16, DType.INT8, DType.INT16) \
-        and (b_t is None or b_t.dtype in (DType.INT32, DType.INT64))
-    if not (int8 or int16):
-        return (f"{op.name}: only the int8 kernel (int8 input, filter and output, int32 bias), the 16x8 one "
-                "(int16 input and output, int8 filter, int32 / int64 bias) and the hybrid one (float32 around an "
-                "int8 filter) are lowered")
-    if int16 and operand_types(op) not in ops.require("TRANSPOSE_CONV").quantized:
-        return f"{op.name}: kiln has no {operand_types(op)} TRANSPOSE_CONV kernel"
-    if not w_t.is_constant or (b_t is not None and not b_t.is_constant):
-        return f"{op.name}: quantized filter and bias must be constants"
-    if np.any(w_t.quantization.zero_point != 0):
-        return f"{op.name}: filter with non-zero zero points"
-    if opts.fused_activation_function not in _SIMPLE_ACTS:
-        return f"{op.name}: fused activation has no integer kernel"
-    return None
 
 
 def _same_params_check(op, opts):
@@ -452,16 +240,7 @@ def _same_params_check(op, opts):
 
 
 def _int8_check(op, opts):
-    return _per_tensor(op)
-
-
-def _batch_matmul_check(op, opts):
-    """int8, or 16x8 (int16 lhs and output, int16 or int8 rhs) where kiln has that kernel."""
-    if op.inputs[0].dtype == DType.INT16:
-        if operand_types(op) not in ops.require("BATCH_MATMUL").quantized:
-            return f"{op.name}: kiln has no {operand_types(op)} BATCH_MATMUL kernel"
-        return _per_tensor(op, (DType.INT16, DType.INT8))
-    return _per_tensor(op)
+    return per_tensor(op)
 
 
 def kernel_check(op) -> str | None:
@@ -497,33 +276,15 @@ def _resize_check(op, opts):
     return kernel_check(op)
 
 
-def register() -> None:
-    """Add the quantized lowerings (once, after the float ones are registered)."""
-    for name in _UNARY:
-        add(name, _unary_lookup, _unary_check, [k for k in CODES if k in ops.require(name).quantized])
-    add("MAX_POOL_2D", _max_pool, _pool_check, CODES)
-    add("AVERAGE_POOL_2D", _average_pool, _pool_check, CODES)
-    add("MEAN", _mean, _mean_check, ("int8", "int16"))
-    add("SUM", _sum, _sum_check, ("int8",))
-    add("SOFTMAX", _any_softmax, _softmax_check, ("int8", "int16"))
-    add("BATCH_MATMUL", _batch_matmul, _batch_matmul_check, ("int8", "int16"))
-    add("SQUARED_DIFFERENCE", _squared_difference, _int8_check, ("int8",))
-    add("TRANSPOSE_CONV", _transpose_conv, _transpose_conv_check, ("int8", "int16", HYBRID))
-    add("RESIZE_BILINEAR", _resize_bilinear, _resize_check, ("int8", "int16"))
-    for name in ("CONCATENATION", "PACK"):   # their float lowering, run on the codes
-        add(name, LOWERINGS[name, FLOAT].fn, _same_params_check, CODES)
-    _add_binary_tables()
-    _allow_codes()   # last: only (op, key) pairs none above covers
-
-
-def add(name: str, fn, check, keys, *, float_check: bool = False) -> None:
-    """Lower op ``name``'s nodes of each operand-types key in ``keys`` that has no lowering
-    yet by ``fn`` under ``check``; the operands its float lowering needs static stay static
-    (and, with ``float_check``, that lowering's check holds too)."""
-    base = LOWERINGS.entry(name, FLOAT)
-    free = [k for k in keys if (name, k) not in LOWERINGS]
-    if not free:
-        return
-    first = base.check if float_check and base is not None and base.check is not None else None
-    register_lowering(name, fn, types=free, static=base.value.static if base is not None else (),
-                      check=all_of(None if first is None else (lambda op, opts: first(op)), check))
+#: Quantized forms of ops with float lowerings, each for the keys no plain row lowers
+#: (kiln/xla/table.py's `fill`).
+ROWS = Rows()
+for _name in _UNARY:
+    ROWS.gap(_name, _unary_lookup, _unary_check, [k for k in CODES if k in ops.require(_name).quantized])
+ROWS.gap("SOFTMAX", _any_softmax, _softmax_check, ("int8", "int16"))
+ROWS.gap("SQUARED_DIFFERENCE", _squared_difference, _int8_check, ("int8",))
+ROWS.gap("RESIZE_BILINEAR", _resize_bilinear, _resize_check, ("int8", "int16"))
+_SHAPE_FLOAT = {row.op_name: row.fn for row in SHAPE_ROWS}
+for _name in ("CONCATENATION", "PACK"):   # their float lowering, run on the codes
+    ROWS.gap(_name, _SHAPE_FLOAT[_name], _same_params_check, CODES)
+_binary_tables(ROWS)

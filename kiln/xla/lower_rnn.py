@@ -20,12 +20,15 @@ import numpy as np
 from jax import lax
 
 from ..errors import OpError
-from ..ops.lstm import _GATES, _check_clips, _check_lstm_sizes, _read_lstm, _state
+from ..ops.lstm import GATES, check_clips, check_lstm_sizes, read_operands, state_operand
 from ..ops.record import with_state
 from ..schema import UNIDIRECTIONAL_LSTM, Activation
-from .table import register_lowering
+from .lowering import Rows, policy_dot, policy_float
 
 _NAME = "UNIDIRECTIONAL_SEQUENCE_LSTM"
+
+#: This module's entries of the XLA table (kiln/xla/table.py's `fill` registers them).
+ROWS = Rows()
 
 
 def _activation(act: int):
@@ -70,12 +73,12 @@ def read_lstm(name: str, inputs, lay):
     """kiln.ops.lstm's reader for a lowering: its checks, made on the operands' shapes, and its
     structure, holding the weights as given (constants, or parameters being traced)."""
     stand_ins = [None if a is None else np.broadcast_to(np.float32(0), np.shape(a)) for a in inputs]
-    checked = _read_lstm(name, stand_ins, lay)
+    checked = read_operands(name, stand_ins, lay)
 
     def get(i):
         return inputs[i] if i < len(inputs) else None
 
-    def gather(indices, names=_GATES):
+    def gather(indices, names=GATES):
         return {g: _weight(get(i)) for g, i in zip(names, indices) if get(i) is not None}
 
     return dataclasses.replace(
@@ -86,7 +89,9 @@ def read_lstm(name: str, inputs, lay):
 
 
 def lstm_scan(p, xt, h0, c0, opts, reverse: bool = False):
-    """One direction over time-major ``xt`` [T, B, I]; returns (outputs [T, B, O], h, c)."""
+    """One direction over time-major ``xt`` [T, B, I]; returns (outputs [T, B, O], h, c). The
+    products are `policy_dot`'s (bfloat16 under the dtype_policy); gates and states stay float32,
+    as LiteRT keeps them."""
     gates = p.gates
     act = _activation(opts.fused_activation_function)
     cell_clip, proj_clip = float(opts.cell_clip), float(opts.proj_clip)
@@ -95,7 +100,7 @@ def lstm_scan(p, xt, h0, c0, opts, reverse: bool = False):
     bias = jnp.concatenate([np.zeros(n, np.float32) if g in p.layer_norm else p.bias[g] for g in gates])
     recurrent = jnp.concatenate([p.recurrent_w[g] for g in gates]).T         # [O, G*C]
     T, B, _ = xt.shape
-    part = (jnp.dot(xt.reshape(T * B, -1), stacked.T, precision=lax.Precision.HIGHEST) + bias)
+    part = policy_dot("ki,gi->kg", xt.reshape(T * B, -1), stacked) + bias
     part = part.reshape(T, B, len(gates) * n)
     column = {g: k for k, g in enumerate(gates)}
     proj_w = None if p.projection_w is None else p.projection_w.T
@@ -107,7 +112,7 @@ def lstm_scan(p, xt, h0, c0, opts, reverse: bool = False):
 
     def step(carry, x_part):
         h, c = carry
-        pre_all = x_part + jnp.dot(h, recurrent, precision=lax.Precision.HIGHEST)
+        pre_all = x_part + policy_dot("bo,og->bg", h, recurrent)
         pre = {g: pre_all[:, column[g] * n:(column[g] + 1) * n] for g in gates}
         for g in ("i", "f"):
             if g in pre and g in p.peephole:
@@ -121,7 +126,7 @@ def lstm_scan(p, xt, h0, c0, opts, reverse: bool = False):
         o = _sigmoid(finish("o", pre["o"]))
         m = o * act(c)
         if proj_w is not None:
-            m = jnp.dot(m, proj_w, precision=lax.Precision.HIGHEST)
+            m = policy_dot("bc,co->bo", m, proj_w)
             if p.projection_b is not None:
                 m = m + p.projection_b
             m = _clip(m, proj_clip)
@@ -137,18 +142,18 @@ def _uni_lstm(call, *inputs):
     x = inputs[0]
     if x is None or len(inputs) <= 4 or inputs[4] is None:
         raise OpError(f"{_NAME}: the input (operand 0) and input_to_output weights (operand 4) are required")
-    if x.dtype != np.float32 or inputs[4].dtype != np.float32:
+    if not (policy_float(x.dtype) and policy_float(inputs[4].dtype)):
         raise OpError(f"{_NAME}: input and weights must be float32, got {x.dtype} and {inputs[4].dtype}")
     if x.ndim != 3:
         raise OpError(f"{_NAME}: input must be 3-D, got shape {list(x.shape)}")
     xt = inputs[0] if time_major else jnp.swapaxes(inputs[0], 0, 1)
-    _check_clips(_NAME, opts)
+    check_clips(_NAME, opts)
     p = read_lstm(_NAME, inputs, UNIDIRECTIONAL_LSTM)
-    _check_lstm_sizes(_NAME, p, xt.shape[2], None)
+    check_lstm_sizes(_NAME, p, xt.shape[2], None)
     batch = xt.shape[1]
     h_in, c_in = inputs[UNIDIRECTIONAL_LSTM.output_state], inputs[UNIDIRECTIONAL_LSTM.cell_state]
     for what, a, cols in (("output/activation state", h_in, p.n_output), ("cell_state", c_in, p.n_cell)):
-        _state(_NAME, what, np.zeros(np.shape(a)) if a is not None else None, batch, cols)  # size check
+        state_operand(_NAME, what, np.zeros(np.shape(a)) if a is not None else None, batch, cols)  # size check
     h0 = jnp.asarray(h_in).astype(jnp.float32).reshape(batch, p.n_output)
     c0 = jnp.asarray(c_in).astype(jnp.float32).reshape(batch, p.n_cell)
     out, h, c = lstm_scan(p, jnp.asarray(xt).astype(jnp.float32), h0, c0, opts)
@@ -164,4 +169,4 @@ def uni_lstm_check(op, opts):
     return None
 
 
-register_lowering(_NAME, _uni_lstm, check=uni_lstm_check)
+ROWS.add(_NAME, _uni_lstm, check=uni_lstm_check)

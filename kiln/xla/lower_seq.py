@@ -14,19 +14,21 @@ import dataclasses
 
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from .. import ops
 from ..errors import OpError
-from ..ops.lstm import _check_clips, _check_lstm_sizes, _get, _state, bidi_aux_routing
+from ..ops.lstm import check_clips, check_lstm_sizes, optional_operand, state_operand, bidi_aux_routing
 from ..ops.record import with_state
-from ..ops.rnn import bidi_rnn_routing
+from ..ops.rnn import bidi_rnn, rnn, uni_rnn
 from ..schema import (BIDIRECTIONAL_LSTM_AUX_INPUT, BIDIRECTIONAL_LSTM_BW, BIDIRECTIONAL_LSTM_FW, UNIDIRECTIONAL_LSTM,
                       Activation)
-from .lower_rnn import _activation, lstm_scan, read_lstm
-from .table import register_lowering
+from .lower_rnn import lstm_scan, read_lstm
+from .lowering import Rows, on_jnp, policy_float
 
 _BIDI_LSTM = "BIDIRECTIONAL_SEQUENCE_LSTM"
+
+#: This module's entries of the XLA table (kiln/xla/table.py's `fill` registers them).
+ROWS = Rows()
 
 
 def _time_major(x, time_major: bool):
@@ -38,7 +40,7 @@ def _f32(x):
 
 
 def _state0(name, what, value, rows, cols):
-    _state(name, what, np.zeros(np.shape(value)) if value is not None else None, rows, cols)  # size check
+    state_operand(name, what, np.zeros(np.shape(value)) if value is not None else None, rows, cols)  # size check
     return _f32(value).reshape(rows, cols)
 
 
@@ -50,17 +52,17 @@ def _with_aux(p):
 def _bidi_lstm(call, *inputs):
     opts = call.opts
     x = inputs[0]
-    if x is None or _get(inputs, 4) is None:
+    if x is None or optional_operand(inputs, 4) is None:
         raise OpError(f"{_BIDI_LSTM}: the input (operand 0) and input_to_output weights (operand 4) are required")
-    if x.dtype != np.float32 or inputs[4].dtype != np.float32:
+    if not (policy_float(x.dtype) and policy_float(inputs[4].dtype)):
         raise OpError(f"{_BIDI_LSTM}: input and weights must be float32, got {x.dtype} and {inputs[4].dtype}")
     if x.ndim != 3:
         raise OpError(f"{_BIDI_LSTM}: input must be 3-D, got shape {list(x.shape)}")
     time_major = bool(opts.time_major)
-    _check_clips(_BIDI_LSTM, opts)
+    check_clips(_BIDI_LSTM, opts)
     xt = _time_major(_f32(x), time_major)
     fw, bw = read_lstm(_BIDI_LSTM, inputs, BIDIRECTIONAL_LSTM_FW), read_lstm(_BIDI_LSTM, inputs, BIDIRECTIONAL_LSTM_BW)
-    aux_in = _get(inputs, BIDIRECTIONAL_LSTM_AUX_INPUT)
+    aux_in = optional_operand(inputs, BIDIRECTIONAL_LSTM_AUX_INPUT)
     cross_linked = bidi_aux_routing(_BIDI_LSTM, fw, bw, x.shape, None if aux_in is None else aux_in.shape)
     aux_t = None if aux_in is None else _time_major(_f32(aux_in), time_major)
     bw_x = xt if cross_linked else aux_t
@@ -69,8 +71,8 @@ def _bidi_lstm(call, *inputs):
     updates, outs = {}, []
     for p, lay, src, reverse in ((fw, BIDIRECTIONAL_LSTM_FW, xt, False), (bw, BIDIRECTIONAL_LSTM_BW, bw_x, True)):
         h0 = _state0(_BIDI_LSTM, f"output/activation state (operand {lay.output_state})",
-                     _get(inputs, lay.output_state), batch, p.n_output)
-        c0 = _state0(_BIDI_LSTM, f"cell_state (operand {lay.cell_state})", _get(inputs, lay.cell_state),
+                     optional_operand(inputs, lay.output_state), batch, p.n_output)
+        c0 = _state0(_BIDI_LSTM, f"cell_state (operand {lay.cell_state})", optional_operand(inputs, lay.cell_state),
                      batch, p.n_cell)
         if aux is not None:
             p, src = _with_aux(p), jnp.concatenate([src, aux], axis=-1)
@@ -87,7 +89,7 @@ def _bidi_lstm_check(op, opts):
     return None
 
 
-register_lowering(_BIDI_LSTM, _bidi_lstm, check=_bidi_lstm_check)
+ROWS.add(_BIDI_LSTM, _bidi_lstm, check=_bidi_lstm_check)
 
 
 def _lstm_step(call, *inputs):
@@ -95,14 +97,14 @@ def _lstm_step(call, *inputs):
     x = inputs[0]
     if call.opts.kernel_type != 0:
         raise OpError("LSTM: only the FULL kernel type is lowered")
-    if x is None or x.ndim != 2 or x.dtype != np.float32:
+    if x is None or x.ndim != 2 or not policy_float(x.dtype):
         raise OpError(f"LSTM: input must be 2-D float32, got {None if x is None else (list(x.shape), x.dtype)}")
-    _check_clips("LSTM", call.opts)
+    check_clips("LSTM", call.opts)
     p = read_lstm("LSTM", inputs, UNIDIRECTIONAL_LSTM)
-    _check_lstm_sizes("LSTM", p, x.shape[1], None)
+    check_lstm_sizes("LSTM", p, x.shape[1], None)
     batch = x.shape[0]
-    h0 = _state0("LSTM", "output/activation state", _get(inputs, UNIDIRECTIONAL_LSTM.output_state), batch, p.n_output)
-    c0 = _state0("LSTM", "cell_state", _get(inputs, UNIDIRECTIONAL_LSTM.cell_state), batch, p.n_cell)
+    h0 = _state0("LSTM", "output/activation state", optional_operand(inputs, UNIDIRECTIONAL_LSTM.output_state), batch, p.n_output)
+    c0 = _state0("LSTM", "cell_state", optional_operand(inputs, UNIDIRECTIONAL_LSTM.cell_state), batch, p.n_cell)
     out, h, c = lstm_scan(p, _f32(x)[None], h0, c0, call.opts)
     return with_state(call, [out[0]], (h, c))
 
@@ -115,90 +117,24 @@ def _lstm_step_check(op, opts):
     return None
 
 
-register_lowering("LSTM", _lstm_step, check=_lstm_step_check)
+ROWS.add("LSTM", _lstm_step, check=_lstm_step_check)
 
 
-# -- the plain RNN ops ---------------------------------------------------------------------------
+# -- the plain RNN ops: their reference arithmetic over jax.numpy ----------------------------------
 
-def _rnn_activation(act: int):
-    return (lambda v: v) if act == Activation.NONE else _activation(act)
+def _widened(fn):
+    """``fn``'s lowering with operands in the bfloat16 dtype_policy's type widened to float32:
+    the shared RNN arithmetic takes float32, and its products (XlaFloat32.matmul) narrow them
+    again to bfloat16, accumulating in float32 — the policy's mode, state kept in float32."""
+    lower = on_jnp(fn)
 
-
-def _rnn_cell(name: str, x, w, r, b, h_in, batch: int):
-    """One cell's operands as float32 arrays, checked as kiln/ops/rnn.py checks them."""
-    if any(a is None for a in (x, w, r, b)):
-        raise OpError(f"{name}: input, weights, recurrent weights and bias are all required")
-    if x.dtype != np.float32 or w.dtype != np.float32:
-        raise OpError(f"{name}: input and weights must be float32, got {x.dtype} and {w.dtype}")
-    units = w.shape[0]
-    for what, a, shape in (("weights", w, (units, x.shape[-1])), ("recurrent weights", r, (units, units)),
-                           ("bias", b, (units,))):
-        if tuple(a.shape) != shape:
-            raise OpError(f"{name}: {what} have shape {list(a.shape)}, expected {list(shape)}")
-    if h_in is None:
-        raise OpError(f"{name}: the hidden state operand (a variable tensor) is missing")
-    if tuple(np.shape(h_in)) != (batch, units):
-        raise OpError(f"{name}: hidden state has shape {list(np.shape(h_in))}, expected {[batch, units]}")
-    return _f32(w), _f32(r), _f32(b), _f32(h_in)
+    def widened(call, *inputs):
+        return lower(call, *[x if x is None or x.dtype == jnp.float32 or not policy_float(x.dtype) else _f32(x)
+                             for x in inputs])
+    widened.__qualname__ = lower.__qualname__
+    return widened
 
 
-def rnn_scan(x, w, r, b, h, act: int, *, reverse=False, aux=None, aux_w=None):
-    """h_t = act(W·x_t [+ W_aux·aux_t] + R·h_{t-1} + b) over time-major ``x``: (outputs, h)."""
-    hp = lax.Precision.HIGHEST
-    part = jnp.einsum("tbi,ui->tbu", x, w, precision=hp) + b
-    if aux is not None and aux_w is not None:
-        part = part + jnp.einsum("tba,ua->tbu", aux, aux_w, precision=hp)
-    activate = _rnn_activation(act)
-
-    def step(h, p_t):
-        h = activate(p_t + jnp.dot(h, r.T, precision=hp))
-        return h, h
-
-    h, out = lax.scan(step, h, part, reverse=reverse)
-    return out, h
-
-
-def _rnn(call, x, w, r, b, h_in):
-    if x is None or x.ndim != 2:
-        raise OpError(f"RNN: input must be 2-D [batch, input], got {list(np.shape(x))}")
-    w, r, b, h0 = _rnn_cell("RNN", x, w, r, b, h_in, x.shape[0])
-    out, h = rnn_scan(_f32(x)[None], w, r, b, h0, call.opts.fused_activation_function)
-    return with_state(call, [out[0]], (h,))
-
-
-def _uni_rnn(call, x, w, r, b, h_in):
-    name = "UNIDIRECTIONAL_SEQUENCE_RNN"
-    if x is None or x.ndim != 3:
-        raise OpError(f"{name}: input must be 3-D, got {list(np.shape(x))}")
-    time_major = bool(call.opts.time_major)
-    xt = _time_major(_f32(x), time_major)
-    w, r, b, h0 = _rnn_cell(name, x, w, r, b, h_in, xt.shape[1])
-    out, h = rnn_scan(xt, w, r, b, h0, call.opts.fused_activation_function)
-    return with_state(call, [_time_major(out, time_major)], (h,))
-
-
-def _bidi_rnn(call, *inputs):
-    name = "BIDIRECTIONAL_SEQUENCE_RNN"
-    opts = call.opts
-    x = inputs[0]
-    if x is None or x.ndim != 3:
-        raise OpError(f"{name}: input must be 3-D, got {list(np.shape(x))}")
-    time_major = bool(opts.time_major)
-    xt = _time_major(_f32(x), time_major)
-    batch = xt.shape[1]
-    bw_x, real_aux, fw_aux_w, bw_aux_w = bidi_rnn_routing(name, inputs, xt, time_major,
-                                                          lambda a: _time_major(_f32(a), time_major))
-    fw_w, fw_r, fw_b, fw_h0 = _rnn_cell(name, x, *inputs[1:5], batch)
-    bw_w, bw_r, bw_b, bw_h0 = _rnn_cell(name, bw_x, *inputs[5:9], batch)
-    act = opts.fused_activation_function
-    fw_aux = None if fw_aux_w is None else _f32(fw_aux_w)
-    bw_aux = None if bw_aux_w is None else _f32(bw_aux_w)
-    fw_out, fw_h = rnn_scan(xt, fw_w, fw_r, fw_b, fw_h0, act, aux=real_aux, aux_w=fw_aux)
-    bw_out, bw_h = rnn_scan(bw_x, bw_w, bw_r, bw_b, bw_h0, act, reverse=True, aux=real_aux, aux_w=bw_aux)
-    outs = [jnp.concatenate([fw_out, bw_out], axis=-1)] if opts.merge_outputs else [fw_out, bw_out]
-    return with_state(call, [_time_major(o, time_major) for o in outs], (fw_h, bw_h))
-
-
-register_lowering("RNN", _rnn)
-register_lowering("UNIDIRECTIONAL_SEQUENCE_RNN", _uni_rnn)
-register_lowering("BIDIRECTIONAL_SEQUENCE_RNN", _bidi_rnn)
+ROWS.add("RNN", _widened(rnn))
+ROWS.add("UNIDIRECTIONAL_SEQUENCE_RNN", _widened(uni_rnn))
+ROWS.add("BIDIRECTIONAL_SEQUENCE_RNN", _widened(bidi_rnn))

@@ -23,12 +23,16 @@ from jax import lax
 from .. import ops
 from ..errors import OpError
 from ..ops.record import KernelCall, apply_activation
+from ..ops.shape import fill
 from ..schema import Activation
 from .graph import static_tensors
 from .lower_lists import Window, assemble, window, window_check
-from .table import ALL_STATIC, is_float, register_lowering
+from .lowering import ALL_STATIC, Rows, is_float, on_jnp
 
 _I64 = np.dtype(np.int64)
+
+#: This module's entries of the XLA table (kiln/xla/table.py's `fill` registers them).
+ROWS = Rows()
 
 
 def _element_maps(call, inputs, data: tuple[int, ...], fill_operand: int | None = None):
@@ -179,7 +183,7 @@ _MOVEMENT = {
     "MATRIX_SET_DIAG": ((0, 1), (), None, False),
 }
 for _name, (_data, _static, _fill, _zero) in _MOVEMENT.items():
-    register_lowering(_name, movement(_data, _fill, _zero), static=_static)
+    ROWS.add(_name, movement(_data, _fill, _zero), static=_static)
 
 _concatenate_arrays = movement("all")
 
@@ -192,7 +196,7 @@ def _concatenation(call, *inputs):
     return _concatenate_arrays(call, *inputs)
 
 
-register_lowering("CONCATENATION", _concatenation)
+ROWS.add("CONCATENATION", _concatenation)
 
 
 # -- gathers with indices known only at run time -------------------------------------------------
@@ -245,7 +249,7 @@ def _dynamic_update_slice(call, operand, update, start):
     return lax.dynamic_update_slice(jnp.asarray(operand), jnp.asarray(update), starts)
 
 
-register_lowering("DYNAMIC_UPDATE_SLICE", _dynamic_update_slice)
+ROWS.add("DYNAMIC_UPDATE_SLICE", _dynamic_update_slice)
 
 
 def _slice(call, x, begin, size):
@@ -293,7 +297,7 @@ def _slice_check(op, opts):
     return None if reason is None else f"SLICE: {reason}"
 
 
-register_lowering("SLICE", _slice, check=_slice_check)
+ROWS.add("SLICE", _slice, check=_slice_check)
 
 _strided_static = movement((0,))
 
@@ -357,9 +361,9 @@ def _strided_check(op, opts):
     return None
 
 
-register_lowering("STRIDED_SLICE", _strided_slice, check=_strided_check)
-register_lowering("GATHER", _gather)
-register_lowering("EMBEDDING_LOOKUP", _embedding_lookup)
+ROWS.add("STRIDED_SLICE", _strided_slice, check=_strided_check)
+ROWS.add("GATHER", _gather)
+ROWS.add("EMBEDDING_LOOKUP", _embedding_lookup)
 
 
 # -- shapes, fills, one-hot ------------------------------------------------------------------------
@@ -369,20 +373,11 @@ def _shape(call, x):
     return np.asarray(x.shape, dtype=call.out_dtypes[0] if call.out_dtypes[0] is not None else np.int32)
 
 
-register_lowering("SHAPE", _shape)
-register_lowering("RANK", lambda call, x: np.asarray(x.ndim, dtype=call.out_dtypes[0] or np.int32))
+ROWS.add("SHAPE", _shape)
+ROWS.add("RANK", lambda call, x: np.asarray(x.ndim, dtype=call.out_dtypes[0] or np.int32))
 
 
-def _fill(call, dims, value):
-    shape = [int(d) for d in np.asarray(dims).reshape(-1)]
-    if any(d < 0 for d in shape):
-        raise OpError(f"FILL: dims {shape} must be non-negative")
-    if np.size(value) != 1:
-        raise OpError(f"FILL: value must be a scalar, got shape {list(np.shape(value))}")
-    return jnp.full(shape, jnp.asarray(value).reshape(()))
-
-
-register_lowering("FILL", _fill, static=(0,))
+ROWS.add("FILL", on_jnp(fill), static=(0,))
 
 
 def _one_hot(call, indices, depth, on_value, off_value):
@@ -401,7 +396,7 @@ def _one_hot(call, indices, depth, on_value, off_value):
     return jnp.where(hot, on, jnp.asarray(off_value).reshape(()).astype(on.dtype))
 
 
-register_lowering("ONE_HOT", _one_hot, static=(1,))
+ROWS.add("ONE_HOT", _one_hot, static=(1,))
 
 # Ops whose output shape (or whole result) follows from the values of their operands: claimed
 # only when every operand is static, then computed while tracing by the reference kernel.
@@ -409,5 +404,5 @@ for _name in ("RANGE", "BROADCAST_ARGS", "WHERE", "UNIQUE", "NON_MAX_SUPPRESSION
               "NON_MAX_SUPPRESSION_V5", "SCATTER_ND", "BUCKETIZE", "SEGMENT_SUM",
               "UNSORTED_SEGMENT_SUM", "UNSORTED_SEGMENT_PROD", "UNSORTED_SEGMENT_MAX",
               "UNSORTED_SEGMENT_MIN"):
-    register_lowering(_name, lambda call, *xs: None, static=ALL_STATIC)
+    ROWS.add(_name, lambda call, *xs: None, static=ALL_STATIC)
 

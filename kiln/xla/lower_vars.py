@@ -23,11 +23,14 @@ import numpy as np
 from ..errors import OpError
 from .graph import is_resource_op
 from .lower_control import _subgraph, _subgraph_problem, _traced
-from .table import CODES, register_lowering
+from .lowering import CODES, Rows
 
 __all__ = ["VariableStore", "is_resource_op", "using", "variable_name"]
 
 _STORE: contextvars.ContextVar = contextvars.ContextVar("kiln_xla_variable_store", default=None)
+
+#: This module's entries of the XLA table (kiln/xla/table.py's `fill` registers them).
+ROWS = Rows()
 
 
 def variable_name(container: str, shared_name: str) -> str:
@@ -129,10 +132,10 @@ def _init_check(op, opts):
     return None if problem is None else f"CALL_ONCE runs {problem}"
 
 
-register_lowering("VAR_HANDLE", _var_handle)
-register_lowering("READ_VARIABLE", _read_variable)
-register_lowering("ASSIGN_VARIABLE", _assign_variable)
+ROWS.add("VAR_HANDLE", _var_handle)
+ROWS.add("READ_VARIABLE", _read_variable)
+ROWS.add("ASSIGN_VARIABLE", _assign_variable)
 # The value moves as stored: quantized codes too (the reference kernels' on_codes).
-register_lowering("READ_VARIABLE", _read_variable, types=CODES)
-register_lowering("ASSIGN_VARIABLE", _assign_variable, types=CODES)
-register_lowering("CALL_ONCE", _call_once, check=_init_check)
+ROWS.add("READ_VARIABLE", _read_variable, types=CODES)
+ROWS.add("ASSIGN_VARIABLE", _assign_variable, types=CODES)
+ROWS.add("CALL_ONCE", _call_once, check=_init_check)

@@ -2,75 +2,36 @@
 
 `LOWERINGS` has the shape of every backend table (kiln.ops.backends): keyed by op name and
 the node's operand types (None for float nodes, "int8" / "uint8" / "int16", "hybrid"), each
-entry a `Lowering` and an optional check saying which nodes of that key it cannot lower.
+entry a `Lowering` (kiln/xla/lowering.py) and an optional check saying which nodes of that
+key it cannot lower.
 
-A lowering has the kernel contract of kiln.ops.record (``fn(call, *inputs)`` returning one
-array or a tuple), except that inputs may be JAX tracers and the result is built with
-jax.numpy / jax.lax. ``static`` names the operand positions that must be known while
-tracing (shapes, axes, permutations): XLA compiles static shapes, so a node whose such
-operand is computed at run time from non-static values is not claimed.
-
-Registering needs no JAX; the built-in lowerings are loaded (and JAX imported) on first use.
+`fill` is the one function that puts kiln's lowerings in it: the rows each lower_* module
+declares, the gap rows (quantized forms of ops taking only keys no plain row lowers), then
+every op whose quantized kernel is its float kernel run on the codes. `XlaDelegate`, `to_jax`
+and the lookups below call it (JAX is imported then, not when kiln.xla is); registering a
+lowering of one's own needs no JAX.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Callable, Iterable
 
-import numpy as np
-
 from .. import ops
-from ..errors import KilnError
-from ..ops.backends import FLOAT, BackendTable, BackendTableError, Entry, key_name
-from ..ops.record import KernelCall
+from ..ops.backends import FLOAT, BackendTableError, Entry, key_name
+from .lowering import (
+    ALL_STATIC,
+    CODES,
+    LOWERINGS,
+    Lowering,
+    LoweringCall,
+    LoweringError,
+    Row,
+    all_of,
+    make_call,
+    node_options,
+)
 
-#: ``static`` value meaning "every operand": the op's output shape depends on its values
-#: (WHERE, UNIQUE, ...), so it is only computed while tracing, from static inputs.
-ALL_STATIC = "all"
-#: The integer operand types (`register_lowering`'s ``types`` for a lowering of the codes).
-CODES = ("int8", "uint8", "int16")
-
-
-class LoweringError(KilnError):
-    """The lowering table was used wrongly (unknown op, registered twice)."""
-
-
-@dataclass(frozen=True)
-class Lowering:
-    """How XLA runs the nodes of one (op, operand types) entry."""
-
-    op_name: str
-    fn: Callable
-    static: tuple[int, ...] | str = ()
-
-    @property
-    def state(self) -> tuple[int, ...]:
-        """The op record's ``state_operands``: variable tensors the op reads and updates. As
-        the reference kernel, the lowering returns their new values after its outputs."""
-        return ops.require(self.op_name).state_operands
-
-    def static_operands(self, n_inputs: int) -> tuple[int, ...]:
-        if self.static == ALL_STATIC:
-            return tuple(range(n_inputs))
-        return tuple(i for i in self.static if i < n_inputs)
-
-    def lower(self, call, *inputs):
-        return self.fn(call, *inputs)
-
-
-@dataclass
-class LoweringCall(KernelCall):
-    """What a lowering is handed about its node: the reference kernels' KernelCall (options,
-    node, output types, operands' quantization), with the partition's label for messages."""
-
-    label: str = ""
-
-
-#: What XLA lowers, per (op, operand types).
-LOWERINGS: BackendTable[Lowering] = BackendTable("xla")
-_BUILTINS_LOADED = False
+_FILLED = False
 
 
 def _with_options(check: Callable) -> Callable:
@@ -102,112 +63,88 @@ def register_lowering(op_name: str, fn: Callable, *, types: Iterable[str | None]
     return fn
 
 
-def all_of(*checks: Callable | None) -> Callable:
-    """One check ``(op, opts) -> reason | None`` running ``checks`` in order (the first reason wins)."""
-    def check(op, opts) -> str | None:
-        for fn in checks:
-            reason = None if fn is None else fn(op, opts)
-            if reason is not None:
-                return reason
+def _codes_check(op, opts) -> str | None:
+    """None when the node's quantized kernel is the op's float kernel run on the codes."""
+    if ops.states(op.op_type, "reads_shape_only"):
         return None
-    return check
+    record = ops.require(op.op_type)
+    key = ops.record.operand_types(op)
+    if record.quantized.get(key) is not record.kernel:
+        return f"{op.name}: its {key} kernel is not the float kernel on the codes, and has no lowering"
+    return None
 
 
-def lowering(op_name: str, *, static: tuple[int, ...] | str = ()):
-    """Decorator form of `register_lowering`."""
-    def wrap(fn):
-        return register_lowering(op_name, fn, static=static)
-    return wrap
+def _register_gap(row: Row, free: Iterable[str | None]) -> None:
+    base = LOWERINGS.entry(row.op_name, FLOAT)
+    first = base.check if row.float_check and base is not None and base.check is not None else None
+    register_lowering(row.op_name, row.fn, types=tuple(free), static=base.value.static if base is not None else (),
+                      check=all_of(None if first is None else (lambda op, opts: first(op)), row.check))
 
 
-def _load_builtins() -> None:
-    global _BUILTINS_LOADED
-    if not _BUILTINS_LOADED:
-        from ._jax import require_jax
+def fill():
+    """Put kiln's lowerings in `LOWERINGS` (once; JAX is imported here): every lower_* module's
+    rows, then the gap rows, then the float lowering of each op whose quantized kernel is its
+    float kernel on the codes, for the integer keys nothing else lowers."""
+    global _FILLED
+    if _FILLED:
+        return LOWERINGS
+    from ._jax import require_jax
 
-        require_jax()
-        from . import (  # noqa: F401 - they register
-            lower_control,
-            lower_math,
-            lower_nn,
-            lower_quant,
-            lower_quant_activations,
-            lower_quant_lstm,  # noqa: F401 - after lower_rnn: adds to its LSTM lowering
-            lower_quant_ops,
-            lower_rnn,
-            lower_seq,
-            lower_shape,
-            lower_vars,
-        )
+    require_jax()
+    from ..kernels import float_math
+    from . import (
+        lower_control,
+        lower_families,
+        lower_math,
+        lower_nn,
+        lower_quant,
+        lower_quant_activations,
+        lower_quant_lstm,
+        lower_quant_ops,
+        lower_rnn,
+        lower_seq,
+        lower_shape,
+        lower_vars,
+    )
 
-        lower_quant_activations.register()  # these add quantized lowerings to the modules' above,
-        lower_quant_ops.register()   # derived ones last: to (op, types) given none before
-        _BUILTINS_LOADED = True
+    float_math.ARITHMETIC["jax.numpy"] = lower_families.FLOAT32   # the families' float32 steps under XLA
+    rows = [row for module in (lower_control, lower_families, lower_math, lower_nn, lower_quant, lower_quant_activations,
+                               lower_quant_lstm, lower_quant_ops, lower_rnn, lower_seq, lower_shape, lower_vars)
+            for row in module.ROWS]
+    for row in rows:
+        if not row.gap:
+            register_lowering(row.op_name, row.fn, types=row.types, static=row.static, check=row.check)
+    for row in rows:
+        if row.gap:
+            free = [k for k in row.types if (row.op_name, k) not in LOWERINGS]
+            if free:
+                _register_gap(row, free)
+    for name in LOWERINGS.ops():
+        record = ops.get(name)
+        if LOWERINGS.entry(name, FLOAT) is None or record is None:
+            continue
+        keys = [k for k in CODES if k in record.quantized and (name, k) not in LOWERINGS
+                and (record.reads_shape_only or record.quantized[k] is record.kernel)]
+        if keys:
+            _register_gap(Row(name, LOWERINGS[name, FLOAT].fn, tuple(keys), (), _codes_check, True, True), keys)
+    _FILLED = True
+    return LOWERINGS
 
 
 def get_lowering(op_name: str, types: str | None = FLOAT) -> Lowering | None:
     """The lowering of ``op_name``'s nodes with operand types ``types`` (None: none)."""
-    _load_builtins()
-    return LOWERINGS.get(op_name, types)
+    return fill().get(op_name, types)
 
 
 def lowering_for(op) -> Entry[Lowering] | None:
     """The table's entry for node ``op`` (its op and operand types), None without one."""
-    _load_builtins()
-    return LOWERINGS.entry_for(op)
+    return fill().entry_for(op)
 
 
 def lowered_ops() -> list[str]:
     """The ops with a lowering for some operand types."""
-    _load_builtins()
-    return LOWERINGS.ops()
+    return fill().ops()
 
 
-def node_options(op) -> SimpleNamespace:
-    """The node's options with schema defaults: the one place the backend reads op options."""
-    return ops.require(op.op_type).make_options(op.options)
-
-
-def make_call(op, label: str) -> LoweringCall:
-    out_dtypes = [None if t is None else np.dtype(t.dtype.numpy) for t in op.outputs]
-    return LoweringCall(node_options(op), op, out_dtypes, label=label)
-
-
-def is_float(dtype) -> bool:
-    """Floating point, bfloat16 included (NumPy files bfloat16 under kind 'V')."""
-    dtype = np.dtype(dtype)
-    return dtype.kind == "f" or dtype.name == "bfloat16"
-
-
-def fused_range(act: int, dtype) -> tuple:
-    """The fused activation's clamp bounds for ``dtype`` (kiln.ops' activation_range; for
-    bfloat16 — the dtype_policy — NONE clamps to bfloat16's own finite range)."""
-    from ..ops.elementwise import activation_range
-
-    dtype = np.dtype(dtype)
-    if dtype.name != "bfloat16":
-        return activation_range(act, dtype)
-    import ml_dtypes
-
-    lo, hi = activation_range(act, np.dtype(np.float32))
-    info = ml_dtypes.finfo(dtype)
-    return max(float(lo), float(info.min)), min(float(hi), float(info.max))
-
-
-def computed_once(x):
-    """``x`` unchanged, as a value XLA computes once and stores.
-
-    Window slices (an im2col's taps, a depthwise convolution's) each read the same padded
-    input; XLA's CPU fusion copies a cheap-looking producer into every one of them, so an
-    int8 requantization before a 3x3 convolution ran nine times. XLA never duplicates a
-    reduction, and the maximum of ``x`` and its type's lowest value is ``x`` exactly (NaN
-    stays NaN); ``lax.optimization_barrier`` would not do: XLA's CPU pipeline removes it
-    before fusing. Measured (bench/xla_quant_bench.py, bench/xla_bench.py): int8 CNN 1.7x,
-    int8 and 16x8 MobileNetV2 1.25x, float CNN / MobileNetV2 at batch 8 1.15-1.2x faster,
-    batch 1 float models unchanged.
-    """
-    import jax.numpy as jnp
-
-    kind = np.dtype(x.dtype)
-    lowest = -np.inf if is_float(kind) else np.iinfo(kind).min
-    return jnp.max(jnp.stack([x, jnp.full_like(x, lowest)]), axis=0)
+__all__ = ["ALL_STATIC", "CODES", "LOWERINGS", "Lowering", "LoweringCall", "LoweringError", "fill", "get_lowering",
+           "lowered_ops", "lowering_for", "make_call", "register_lowering"]

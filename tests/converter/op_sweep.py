@@ -103,12 +103,7 @@ EXCLUDED: dict[str, str] = {
 }
 
 #: Cases kiln does not convert yet (strict: a case that converts fails until it leaves the set).
-KNOWN_GAPS: frozenset[str] = frozenset({
-    "mul_no_nan", "xdivy", "xlogy", "xlog1py", "sigmoid_grad", "tanh_grad", "rsqrt_grad", "sqrt_grad",
-    "selu_grad", "bias_add_grad", "empty", "approx_top_k", "dynamic_stitch",
-    "invert_permutation", "xla_dynamic_update_slice", "matrix_diag_v2", "sparse_matmul", "conv2d_nchw",
-    "avg_pool_nchw", "max_pool_nchw", "tensor_list_resize", "tensor_list_concat", "tensor_list_push_back",
-})
+KNOWN_GAPS: frozenset[str] = frozenset()
 
 #: Cases where kiln writes more ops than TF's file, because TF's file is wrong: case -> (extra
 #: ops allowed, why). LiteRT's NON_MAX_SUPPRESSION_V4 / V5 always return max_output_size
@@ -183,6 +178,8 @@ def make_values(spec: In, dtype: str | None = None, seed: int = 0) -> np.ndarray
     shape, kind = spec.shape, spec.values
     n = int(np.prod(shape)) if shape else 1
     np_type = np.dtype(dtype) if dtype != "string" else None
+    if kind == "permutation":
+        return rng.permutation(n).reshape(shape).astype(dtype)
     if kind.startswith("index:"):
         return rng.integers(0, int(kind.split(":")[1]), size=shape).astype(dtype)
     if kind == "true":
@@ -286,7 +283,7 @@ def _cases(tf) -> list[Case]:
         C("div", ("Div",), lambda x, y: raw.Div(x=x, y=y), (x24, f32(2, 4, v="nonzero"))),
         C("div_int", ("Div",), lambda x, y: raw.Div(x=x, y=y), (i32(2, 4), i32(2, 4, v="nonzero"))),
         C("div_no_nan", ("DivNoNan",), lambda x, y: tf.math.divide_no_nan(x, y), (x24, f32(2, 4, v="int"))),
-        C("mul_no_nan", ("MulNoNan",), lambda x, y: tf.math.multiply_no_nan(x, y), (x24, f32(2, 4, v="int"))),
+        C("mul_no_nan", ("MulNoNan",), lambda x, y: tf.math.multiply_no_nan(x, y), (s24, f32(2, 4, v="int"))),
         C("floor_div", ("FloorDiv",), lambda x, y: tf.math.floordiv(x, y), (i32(2, 4), i32(2, 4, v="nonzero"))),
         C("floor_div_float", ("FloorDiv",), lambda x, y: tf.math.floordiv(x, y), (t24, f32(2, 4, v="nonzero"))),
         C("floor_mod", ("FloorMod",), lambda x, y: tf.math.floormod(x, y), (i32(2, 4), i32(2, 4, v="nonzero"))),
@@ -298,9 +295,9 @@ def _cases(tf) -> list[Case]:
         C("pow_int", ("Pow",), lambda x, y: tf.pow(x, y), (i32(2, 4), i32(2, 4, v="index:4"))),
         C("squared_difference", ("SquaredDifference",), lambda x, y: tf.math.squared_difference(x, y), (t24, x24)),
         C("atan2", ("Atan2",), lambda x, y: tf.math.atan2(x, y), (t24, x24)),
-        C("xdivy", ("Xdivy",), lambda x, y: tf.math.xdivy(x, y), (f32(2, 4, v="int"), f32(2, 4, v="nonzero"))),
-        C("xlogy", ("Xlogy",), lambda x, y: tf.math.xlogy(x, y), (f32(2, 4, v="int"), p24)),
-        C("xlog1py", ("Xlog1py",), lambda x, y: tf.math.xlog1py(x, y), (f32(2, 4, v="int"), p24)),
+        C("xdivy", ("Xdivy",), lambda x, y: tf.math.xdivy(x, y), (f32(2, 4, v="int"), s24)),
+        C("xlogy", ("Xlogy",), lambda x, y: tf.math.xlogy(x, y), (f32(2, 4, v="int"), s24)),
+        C("xlog1py", ("Xlog1py",), lambda x, y: tf.math.xlog1py(x, y), (f32(2, 4, v="int"), s24)),
         C("bitwise_xor", ("BitwiseXor",), lambda x, y: tf.bitwise.bitwise_xor(x, y), (i32(2, 4), i32(2, 4))),
         C("right_shift", ("RightShift",), lambda x, y: tf.bitwise.right_shift(x, y),
           (i32(2, 4), i32(2, 4, v="index:4", fuzz=False))),
@@ -426,6 +423,8 @@ def _cases(tf) -> list[Case]:
           lambda x, y: tf.dynamic_stitch([tf.constant([0, 2]), tf.constant([1, 3])], [x, y]), (f32(2, 3), f32(2, 3))),
         C("invert_permutation", ("InvertPermutation",),
           lambda x: tf.math.invert_permutation(tf.constant([2, 0, 3, 1])) + x, (i32(4),)),
+        C("invert_permutation_dynamic", ("InvertPermutation",), lambda p: tf.math.invert_permutation(p),
+          (In((5,), "int32", "permutation", False),)),
         C("roll", ("Roll",), lambda x: tf.roll(x, 2, 1), (x45,)),
         C("bucketize", ("Bucketize",), lambda x: tf.raw_ops.Bucketize(input=x, boundaries=[-1.0, 0.0, 0.5]), (t24,)),
         C("segment_sum", ("SegmentSum",), lambda x: tf.math.segment_sum(x, tf.constant([0, 0, 1, 2])), (x45,)),
@@ -547,7 +546,10 @@ def _cases(tf) -> list[Case]:
         C("partitioned_call", ("PartitionedCall",), lambda x: _called(tf)(x) + 1.0, (x24,)),
         C("tensor_list_length", ("TensorListLength", "TensorListElementShape"), lambda x: _tensor_list_sizes(tf, x),
           (In((None, 4)),)),
-        C("tensor_list_resize", ("TensorListResize",), lambda x: _tensor_list_resize(tf, x), (f32(3, 4),)),
+        C("tensor_list_resize", ("TensorListResize",), lambda x: _tensor_list_resize(tf, x, 2), (f32(3, 4),)),
+        C("tensor_list_resize_grow", ("TensorListResize",), lambda x: _tensor_list_resize(tf, x, 5), (f32(3, 4),)),
+        C("tensor_list_resize_dynamic", ("TensorListResize",), lambda x, n: _tensor_list_resize(tf, x, n[0]),
+          (f32(3, 4), i32(1, v="index:6", fuzz=False))),
         C("tensor_list_concat", ("TensorListConcatV2",), lambda x: _tensor_list_concat(tf, x), (f32(3, 4),)),
         C("tensor_array", ("TensorListReserve", "TensorListSetItem", "TensorListStack"),
           lambda x: _tensor_array(tf, x), (f32(3, 4),)),
@@ -622,11 +624,11 @@ def _tensor_list_sizes(tf, x):
     return tf.cast(length, tf.float32) * tf.cast(list_ops.tensor_list_element_shape(handle, tf.int32)[0], tf.float32)
 
 
-def _tensor_list_resize(tf, x):
+def _tensor_list_resize(tf, x, size):
     from tensorflow.python.ops import list_ops
 
     handle = list_ops.tensor_list_from_tensor(x, element_shape=[4])
-    handle = list_ops.tensor_list_resize(handle, 2)
+    handle = list_ops.tensor_list_resize(handle, size)
     return list_ops.tensor_list_stack(handle, tf.float32, element_shape=[4])
 
 

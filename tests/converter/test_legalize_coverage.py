@@ -422,7 +422,7 @@ REFUSED = {
     "SparseToDense": (lambda i, v: _sparse_to_dense(i, [2, 2, 2, 2, 2], v, 0.0), [S([1, 5], I32), S([1], F32)],
                       "at most 4"),
     "TensorScatterUpdate": (lambda x, u: tf.tensor_scatter_nd_update(x, [[1]], u), [S([4], tf.float16), S([1], tf.float16)],
-                            "float16 is not supported"),
+                            "SCATTER_ND takes no float16 operands"),
     "Multinomial": (lambda x: tf.random.categorical(x, 3), [S([2, 4], tf.float64)], "float64 logits"),
     "SparseSoftmaxCrossEntropyWithLogits": (lambda x, y: tf.nn.sparse_softmax_cross_entropy_with_logits(y, x),
                                             [S([2, None], F32), S([2], I32)], "known number of classes"),

@@ -2,7 +2,8 @@
 input dtype TensorFlow accepts for it is converted by kiln and run in child processes in LiteRT
 (default and BUILTIN_REF resolvers) and kiln (default and BUILTIN_REF). A child that dies by a
 signal or hangs names the file and runtime; kiln's converter refuses only with a KilnError that
-says why, and kiln's runtimes fail only with KilnErrors.
+says why, kiln's runtimes fail only with KilnErrors, and LiteRT runs every file kiln writes (an
+operand type LiteRT's kernel does not take is refused at conversion, by the op records' `types`).
 
 The fast lane fuzzes the ops whose integer kernels LiteRT reads as quantized (they aborted
 LiteRT and kiln's default Interpreter); the slow lane fuzzes every case.
@@ -38,6 +39,8 @@ def _problems(fuzz: op_fuzz.Fuzz) -> list[str]:
         if runtime.startswith("kiln") and "error" in outcome and not outcome["kiln_error"]:
             problems.append(f"{fuzz.labels[index]} in {runtime}: {outcome['error']} (not a KilnError): "
                             f"{outcome['message'][:200]}")
+        if runtime == "litert" and "error" in outcome:  # (BUILTIN_REF has no float16 kernels)
+            problems.append(f"{fuzz.labels[index]}: LiteRT refuses kiln's file: {outcome['message'][:200]}")
     missing = set(range(len(fuzz.jobs))) - set(fuzz.outcomes) - {
         i for i, label in enumerate(fuzz.labels) for d in fuzz.deaths if (label, fuzz.jobs[i][2]) == d[:2]}
     problems += [f"{fuzz.labels[i]} in {fuzz.jobs[i][2]}: never ran" for i in sorted(missing)]

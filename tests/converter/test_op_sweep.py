@@ -170,3 +170,65 @@ def test_the_exclusions_reasons_hold():
     assert "sm_variables" in zoo.BUILDERS
     with pytest.raises(kiln.ConversionError, match="LookupTableFindV2"):  # kiln converts no hash table either
         op_sweep.convert_kiln(op_sweep.concrete(op_sweep.cases()["hash_table_lookup"]))
+
+
+@pytest.mark.parametrize("name,dtype,op_type", [("cumsum", "int8", "CUMSUM"), ("gather", "float64", "GATHER"),
+                                                ("max_pool", "int32", "MAX_POOL_2D")])
+def test_types_litert_does_not_run_are_refused_as_by_tf(name, dtype, op_type):
+    """kiln writes no builtin for an operand type its record says LiteRT does not run (`OpDef.types`;
+    the file failed in LiteRT): the conversion is refused naming the op and the type, as TF's is."""
+    import kiln
+
+    fn = op_sweep.concrete(op_sweep.cases()[name], dtype)
+    with pytest.raises(kiln.ConversionError) as info:
+        op_sweep.convert_kiln(fn)
+    assert any(f"LiteRT's {op_type} takes no {dtype} operands" in d for d in info.value.details), info.value.details
+    assert op_sweep.convert_tf(fn)[0] is None
+
+
+@pytest.mark.parametrize("name,dtype,ops", [("square", "int32", {"MUL"}), ("add_n", "int64", {"ADD"}),
+                                            ("pack", "bool", {"EXPAND_DIMS", "CONCATENATION"}),
+                                            ("zeros_like_dynamic", "int8", {"SHAPE", "BROADCAST_TO"}),
+                                            ("squared_difference", "int64", {"SUB", "MUL"})])
+def test_types_a_builtin_does_not_take_are_lowered_as_tf_lowers_them(name, dtype, ops):
+    """Where the builtin takes no such type, kiln writes what TF's converter writes instead
+    (Square as MUL, AddN as ADDs, Pack as EXPAND_DIMS + CONCATENATION, ZerosLike as a
+    BROADCAST_TO, SquaredDifference as SUB + MUL), and LiteRT and kiln compute TF's values."""
+    case = op_sweep.cases()[name]
+    model, _ = op_sweep.convert_kiln(op_sweep.concrete(case, dtype))
+    assert set(op_sweep.op_versions(model)) == ops
+    values = op_sweep.feeds(case, dtype)
+    want = op_sweep.eager(case, values)[0]
+    for runtime in ("litert", "kiln", "kiln_ref"):
+        assert op_sweep.mismatch(op_sweep.run(model, values, runtime)[0], want, 0) is None, runtime
+
+
+def test_what_tf_s_converter_refuses_around_the_new_lowerings():
+    """An NCHW DepthwiseConv2dNative (TF's converter refuses it) takes the same TRANSPOSEs as
+    Conv2D and computes TF's values; a TensorList that grows inside a loop is refused with the
+    reason (TF's converter refuses it too: its shape changes at every step)."""
+    import numpy as np
+    import tensorflow as tf
+
+    import kiln
+    from tensorflow.python.ops import list_ops
+
+    w = tf.constant(np.random.default_rng(1).standard_normal((3, 3, 2, 2)).astype(np.float32))
+    case = op_sweep.Case("dw_nchw", (), lambda x: tf.nn.depthwise_conv2d(x, w, [1, 1, 1, 1], "SAME",
+                                                                        data_format="NCHW"), (op_sweep.f32(1, 2, 6, 6),))
+    model, _ = op_sweep.convert_kiln(op_sweep.concrete(case))
+    assert set(op_sweep.op_versions(model)) == {"TRANSPOSE", "DEPTHWISE_CONV_2D"}
+    values = op_sweep.feeds(case)
+    want = op_sweep.eager(case, values)[0]
+    for runtime in ("litert", "kiln"):
+        assert op_sweep.mismatch(op_sweep.run(model, values, runtime)[0], want, 1e-4) is None, runtime
+
+    def grow(x):
+        handle = list_ops.empty_tensor_list(element_shape=[4], element_dtype=tf.float32)
+        _, handle = tf.while_loop(lambda i, h: i < 3, lambda i, h: (i + 1, list_ops.tensor_list_push_back(h, x[i])),
+                                  (0, handle))
+        return list_ops.tensor_list_stack(handle, tf.float32, element_shape=[4])
+
+    with pytest.raises(kiln.ConversionError) as info:
+        op_sweep.convert_kiln(op_sweep.concrete(op_sweep.Case("grow", (), grow, (op_sweep.f32(3, 4),))))
+    assert any("grows inside a loop" in d for d in info.value.details)

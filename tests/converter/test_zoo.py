@@ -58,7 +58,7 @@ def assert_matches(out: dict, ref: dict, what: str, rel: float = 1e-5) -> None:
         assert err <= rel * scale + 1e-7, f"{what}: {name} differs by {err:.3g} (scale {scale:.3g})"
 
 
-@pytest.fixture(scope="module", params=NAMES)
+@pytest.fixture(scope="module", params=zoo.params(NAMES))
 def case(request):
     return zoo.case(request.param)
 

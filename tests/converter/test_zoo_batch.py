@@ -88,7 +88,7 @@ def run_litert_in_subprocess(model: bytes, key: str, steps: list[dict]) -> list[
                 for i in range(len(steps))]
 
 
-@pytest.mark.parametrize("name", list(zoo.BUILDERS))
+@pytest.mark.parametrize("name", zoo.params(zoo.BUILDERS))
 def test_free_batch_runs_at_every_batch_in_litert_and_kiln(name):
     import kiln
 

@@ -626,6 +626,15 @@ BUILDERS: dict[str, Callable[[], Source]] = {
     "fn_einsum": fn_einsum,
     "sm_variables": sm_variables,
 }
+#: The ImageNet-size model: its cases run in the slow lane (seconds each in TF and both runtimes).
+SLOW = {"k3_mobilenet_v2"}
+
+
+def params(names) -> list:
+    """``names`` as pytest parameters, the SLOW ones marked slow."""
+    import pytest
+
+    return [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in names]
 
 
 def kiln_converter(src: Source):

@@ -117,6 +117,7 @@ def _xla_modules(model_dir, calls, dump):
         sorted(p.read_text() for p in Path(dump).glob("module_*.before_optimizations.txt"))
 
 
+@pytest.mark.slow  # an XLA dump in a subprocess (buckets are counted in the fast lane: test_part2.py)
 def test_xla_compiles_the_selected_functions_only_and_each_bucket(tmp_path):
     src = models.save_two(tmp_path / "two")
     out = tmp_path / "out"

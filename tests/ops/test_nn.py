@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from kiln import ops
 from kiln.errors import OpError
 from kiln.ir import Model, QuantParams
-from kiln.ops import nn
+from kiln.kernels import conv
 from kiln.ops.record import KernelCall
 from kiln.schema import Activation, DType, Padding
 from tests.harness import Const, check_op, run_kiln, single_op_model
@@ -123,7 +123,7 @@ def test_conv2d_dynamic_filter():
 @pytest.mark.parametrize("groups", [1, 2])
 def test_conv2d_im2col_in_row_chunks(monkeypatch, groups):
     """A small im2col budget splits the output rows into several chunks (and a remainder)."""
-    monkeypatch.setattr(nn, "_IM2COL_BUDGET", 2 * 9 * 8 * 9 * 4)  # 4 rows per chunk
+    monkeypatch.setattr(conv, "FLOAT_IM2COL_BUDGET", 2 * 9 * 8 * 9 * 4)  # 4 rows per chunk
     x, f, b = rand(2, 11, 9, 8), rand(6, 3, 3, 8 // groups, seed=1), rand(6, seed=2)
     check_op("CONV_2D", [x, Const(f), Const(b)], options=conv_opts(Padding.SAME, (1, 1), (1, 2)))
 

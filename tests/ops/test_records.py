@@ -103,3 +103,14 @@ def test_subgraphs_named_by_an_op_without_a_record_are_kept():
     assert prune_subgraphs(m)
     assert [sg.name for sg in m.subgraphs] == ["main", "comparator"]
     assert main.operators[0].options["comparator_subgraph_index"] == 1
+
+
+def test_the_types_records_state_are_element_types_of_an_operand():
+    """`OpDef.types` (what the converter and the LiteRT delegate check) names element types, and
+    `typed_operand` an input position the op has (by its named operands where it names them)."""
+    names = {t.name.lower() for t in DType}
+    stated = [r for r in RECORDS if r.types]
+    assert len(stated) > 60
+    for record in stated:
+        assert record.types <= names, (record.name, sorted(record.types - names))
+        assert not record.operands or record.typed_operand < len(record.operands), record.name

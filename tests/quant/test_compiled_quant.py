@@ -15,9 +15,8 @@ import pytest
 import kiln
 from kiln import ops
 from kiln.delegates import LOWERINGS, NumpyDelegate, register_quantized
-from kiln.delegates.integer_lowerings import Requantizer
 from kiln.kernels import fixedpoint as arith
-from kiln.kernels.fixedpoint import INT32_MAX, INT32_MIN
+from kiln.kernels.fixedpoint import INT32_MAX, INT32_MIN, Requantizer
 from kiln.schema import Activation, Padding
 from tests.harness import run_api
 from tests.quant.test_dispatch import Const, In, _probe, bias_for, codes, one_op, qp, reference

@@ -1,5 +1,6 @@
-"""kiln.kernels.nn against LiteRT's reference kernels (BUILTIN_REF), bit for bit, on
-one-op int8 models with quantized inputs, weights and outputs."""
+"""kiln's integer kernels (the weighted and windowed ops' kernel families, kiln.kernels) against
+LiteRT's reference kernels (BUILTIN_REF), bit for bit, on one-op int8 models with quantized
+inputs, weights and outputs."""
 
 from __future__ import annotations
 
@@ -8,11 +9,15 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from kiln.ir import QuantParams
-from kiln.ops.windowed import window_geometry
-from kiln.kernels import activations as integer_activations, elementwise as integer_elementwise, nn as integer
+from kiln import ops
+from kiln.ir import Model, QuantParams
+from kiln.kernels import activations as integer_activations, elementwise as integer_elementwise
+from kiln.kernels import conv, dense
 from kiln.kernels import softmax as softmax_kernels
-from kiln.schema import Activation, Padding
+from kiln.kernels.fixedpoint import IntegerKernelError, Requantizer
+from kiln.kernels.windows import window_geometry
+from kiln.ops.record import KernelCall
+from kiln.schema import Activation, DType, Padding
 from tests.harness import run_api
 from tests.quant.test_dispatch import Const, In, one_op, qp, reference
 
@@ -27,6 +32,19 @@ def Q(value, qp: QuantParams | None, const: bool = False) -> In:
 
 def int8(*shape, low=-128, high=127) -> np.ndarray:
     return RNG.integers(low, high + 1, shape).astype(np.int8)
+
+
+def kiln_kernel(op_type, operands, out_qp, options=None, out_dtype=np.int8) -> np.ndarray:
+    """kiln's kernel of ``op_type`` for ``operands`` [(array, QuantParams or None) or None]: the
+    record's kernel for their types (its kernel family's format, prepared and run on NumPy)."""
+    sg = Model().add_subgraph("t")
+    arrays = [None if o is None else np.asarray(o[0]) for o in operands]
+    tensors = [None if a is None else sg.add_tensor(f"t{i}", DType.from_numpy(a.dtype), a.shape, quantization=o[1])
+               for i, (a, o) in enumerate(zip(arrays, operands))]
+    out = sg.add_tensor("out", DType.from_numpy(np.dtype(out_dtype)), (), quantization=out_qp)
+    op = sg.add_operator(op_type, tensors, [out], options=dict(options or {}))
+    record = ops.require(op_type)
+    return record.kernel_for(op)(KernelCall(record.make_options(options), op, [np.dtype(out_dtype)]), *arrays)
 
 
 def run_ref(op_type, operands, out_shape, out_qp, options=None, out_dtype=np.int8) -> np.ndarray:
@@ -47,7 +65,7 @@ def test_fully_connected(per_channel, act, x_zp, out_zp):
     x_qp, out_qp = qp(0.031, x_zp), qp(0.09, out_zp)
     bias = RNG.integers(-20000, 20000, 12).astype(np.int32)
     b_qp = qp(x_qp.scale[0] * w_qp.scale)
-    got = integer.fully_connected(x, x_qp, w, w_qp, bias, out_qp, activation=act)
+    got = kiln_kernel("FULLY_CONNECTED", [(x, x_qp), (w, w_qp), (bias, None)], out_qp, {"fused_activation_function": act})
     ref = run_ref("FULLY_CONNECTED", [Q(x, x_qp), Q(w, w_qp, True), Q(bias, b_qp, True)], (7, 12), out_qp,
                   {"fused_activation_function": act})
     np.testing.assert_array_equal(got, ref)
@@ -57,7 +75,7 @@ def test_fully_connected_keep_num_dims_no_bias_and_saturation():
     x = int8(2, 3, 32)
     w = int8(5, 32, low=-127)
     x_qp, w_qp, out_qp = qp(0.05, 3), qp(0.02), qp(0.01, -2)     # a small output scale: many saturate
-    got = integer.fully_connected(x, x_qp, w, w_qp, None, out_qp, keep_num_dims=True)
+    got = kiln_kernel("FULLY_CONNECTED", [(x, x_qp), (w, w_qp), None], out_qp, {"keep_num_dims": True})
     ref = run_ref("FULLY_CONNECTED", [Q(x, x_qp), Q(w, w_qp, True), None], (2, 3, 5), out_qp,
                   {"keep_num_dims": True})
     np.testing.assert_array_equal(got, ref)
@@ -75,11 +93,7 @@ def _conv_case(op_type, x, w, x_qp, w_qp, out_qp, *, padding, stride, dilation, 
     if op_type == "DEPTHWISE_CONV_2D":
         opts["depth_multiplier"] = multiplier
     (oh, ow), pads = window_geometry(SimpleNamespace(**opts), x.shape[1:3], w.shape[1:3], dilation)
-    geometry = dict(out_hw=(oh, ow), pads=pads, strides=stride, dilation=dilation, activation=act)
-    if op_type == "CONV_2D":
-        got = integer.conv2d(x, x_qp, w, w_qp, bias, out_qp, **geometry)
-    else:
-        got = integer.depthwise_conv2d(x, x_qp, w, w_qp, bias, out_qp, multiplier=multiplier, **geometry)
+    got = kiln_kernel(op_type, [(x, x_qp), (w, w_qp), (bias, None)], out_qp, opts)
     ref = run_ref(op_type, [Q(x, x_qp), Q(w, w_qp, True), Q(bias, b_qp, True)], (x.shape[0], oh, ow, out_c),
                   out_qp, opts)
     np.testing.assert_array_equal(got, ref)
@@ -127,24 +141,25 @@ def test_depthwise_conv2d_per_tensor_filter(act):
 
 def test_rounding_modes_are_the_measured_ones(monkeypatch):
     """BUILTIN_REF's FULLY_CONNECTED rounds once, its CONV_2D / DEPTHWISE_CONV_2D twice: on
-    enough outputs the other rounding is caught (guards the finding in integer's docstring)."""
-    from kiln.kernels import fixedpoint as arith
-
+    enough outputs the other rounding is caught (guards the finding in kiln.kernels.dense's and
+    .conv's docstrings)."""
     x, w = int8(128, 64), int8(96, 64, low=-127)
     x_qp, w_qp, out_qp = qp(0.03, 3), qp(RNG.uniform(0.005, 0.02, 96)), qp(0.5, -1)
     fc_ref = run_ref("FULLY_CONNECTED", [Q(x, x_qp), Q(w, w_qp, True), None], (128, 96), out_qp)
     xc, wc = int8(4, 16, 16, 8), int8(6, 3, 3, 8, low=-127)
     wc_qp = qp(RNG.uniform(0.005, 0.02, 6))
-    conv = lambda: _conv_case("CONV_2D", xc, wc, x_qp, wc_qp, qp(0.2, 1), padding=Padding.VALID,  # noqa: E731
-                              stride=(1, 1), dilation=(1, 1), act=Activation.NONE)
-    conv()
-    np.testing.assert_array_equal(integer.fully_connected(x, x_qp, w, w_qp, None, out_qp), fc_ref)
-    once, twice = arith.multiply_by_quantized_multiplier, arith.multiply_by_quantized_multiplier_double_rounding
-    monkeypatch.setattr(integer, "multiply_by_quantized_multiplier", twice)
-    assert (integer.fully_connected(x, x_qp, w, w_qp, None, out_qp) != fc_ref).any()
-    monkeypatch.setattr(integer, "multiply_by_quantized_multiplier_double_rounding", once)
+    conv_case = lambda: _conv_case("CONV_2D", xc, wc, x_qp, wc_qp, qp(0.2, 1), padding=Padding.VALID,  # noqa: E731
+                                   stride=(1, 1), dilation=(1, 1), act=Activation.NONE)
+    conv_case()
+    def fc():
+        return kiln_kernel("FULLY_CONNECTED", [(x, x_qp), (w, w_qp), None], out_qp)
+
+    np.testing.assert_array_equal(fc(), fc_ref)
+    monkeypatch.setattr(dense, "Requantizer", lambda kind, *args: Requantizer("double", *args))
+    assert (fc() != fc_ref).any()
+    monkeypatch.setattr(conv, "Requantizer", lambda kind, *args: Requantizer("single", *args))
     with pytest.raises(AssertionError):
-        conv()
+        conv_case()
 
 
 # --- pools -----------------------------------------------------------------------------
@@ -164,8 +179,7 @@ def test_pools(op_type, padding, filter_hw, stride, act):
     opts = dict(padding=padding, stride_h=stride[0], stride_w=stride[1], filter_height=filter_hw[0],
                 filter_width=filter_hw[1], fused_activation_function=act)
     out_hw, pads = window_geometry(SimpleNamespace(**opts), x.shape[1:3], filter_hw)
-    fn = integer.average_pool2d if op_type == "AVERAGE_POOL_2D" else integer.max_pool2d
-    got = fn(x, filter_hw=filter_hw, out_hw=out_hw, pads=pads, strides=stride, activation=act, out_qp=x_qp)
+    got = kiln_kernel(op_type, [(x, x_qp)], x_qp, opts)
     np.testing.assert_array_equal(got, run_ref(op_type, [Q(x, x_qp)], (2,) + out_hw + (3,), x_qp, opts))
 
 
@@ -173,7 +187,7 @@ def test_average_pool_rounds_half_away_from_zero():
     x = np.array([1, 2, -1, -2, 0, 1, 0, -1], np.int8).reshape(1, 2, 4, 1)   # 2x1 windows: sums 1, 3, -1, -3
     x_qp = qp(0.1)
     opts = dict(padding=Padding.VALID, stride_h=1, stride_w=1, filter_height=2, filter_width=1)
-    got = integer.average_pool2d(x, filter_hw=(2, 1), out_hw=(1, 4), pads=((0, 0), (0, 0)), strides=(1, 1))
+    got = kiln_kernel("AVERAGE_POOL_2D", [(x, x_qp)], x_qp, opts)
     np.testing.assert_array_equal(got, run_ref("AVERAGE_POOL_2D", [Q(x, x_qp)], (1, 1, 4, 1), x_qp, opts))
     np.testing.assert_array_equal(got.ravel(), [1, 2, -1, -2])
 
@@ -229,7 +243,7 @@ MEANS = [((8, 5, 6, 16), [1, 2], True), ((8, 5, 6, 16), [2, 1], False), ((4, 9, 
 def test_mean(shape, axes, keep, params):
     x = int8(*shape)
     x_qp, out_qp = qp(*params[0]), qp(*params[1])
-    got = integer.mean(x, x_qp, axes, out_qp, keep_dims=keep)
+    got = kiln_kernel("MEAN", [(x, x_qp), (np.array(axes, np.int32), None)], out_qp, {"keep_dims": keep})
     ref = run_ref("MEAN", [Q(x, x_qp), Q(np.array(axes, np.int32), None, True)], got.shape, out_qp, {"keep_dims": keep})
     np.testing.assert_array_equal(got, ref)
 
@@ -237,15 +251,15 @@ def test_mean(shape, axes, keep, params):
 def test_concatenation_and_what_litert_refuses():
     a, b, c = int8(2, 3, 4), int8(2, 1, 4), int8(2, 5, 4)
     q = qp(0.07, -9)
-    got = integer.concatenation([a, b, c], [q, q, q], q, axis=1)
+    got = integer_elementwise.concatenation([a, b, c], [q, q, q], q, axis=1)
     np.testing.assert_array_equal(got, run_ref("CONCATENATION", [Q(a, q), Q(b, q), Q(c, q)], (2, 9, 4), q, {"axis": 1}))
     for qs, act in [([q, qp(0.07, -8), q], Activation.NONE), ([q, qp(0.08, -9), q], Activation.NONE),
                     ([q, q, q], Activation.RELU)]:
         with pytest.raises(RuntimeError):
             run_ref("CONCATENATION", [Q(a, qs[0]), Q(b, qs[1]), Q(c, qs[2])], (2, 9, 4), q,
                     {"axis": 1, "fused_activation_function": act})
-        with pytest.raises(integer.IntegerKernelError):
-            integer.concatenation([a, b, c], qs, q, axis=1, activation=act)
+        with pytest.raises(IntegerKernelError):
+            integer_elementwise.concatenation([a, b, c], qs, q, axis=1, activation=act)
 
 
 # --- SOFTMAX / LOGISTIC / TANH ---------------------------------------------------------
@@ -335,7 +349,7 @@ def test_batch_matmul(adj_x, adj_y, shapes):
     if adj_y:
         b = np.swapaxes(b, -1, -2).copy()
     a_qp, b_qp, out_qp = qp(0.03, 5), qp(0.02, -3), qp(1.1, -7)
-    got = integer.batch_matmul(a, a_qp, b, b_qp, out_qp, adj_x=adj_x, adj_y=adj_y)
+    got = kiln_kernel("BATCH_MATMUL", [(a, a_qp), (b, b_qp)], out_qp, {"adj_x": adj_x, "adj_y": adj_y})
     ref = run_ref("BATCH_MATMUL", [Q(a, a_qp), Q(b, b_qp)], got.shape, out_qp, {"adj_x": adj_x, "adj_y": adj_y})
     np.testing.assert_array_equal(got, ref)
 
@@ -362,7 +376,8 @@ def test_fully_connected_16x8(per_channel, act):
     x_qp, w_qp = qp(3e-4), qp(RNG.uniform(0.002, 0.02, 32) if per_channel else 0.01)
     out_qp = qp(3e-4 * 0.01 * 1000)
     bias = RNG.integers(-2 ** 20, 2 ** 20, 32).astype(np.int64)
-    got = integer.fully_connected(x, x_qp, w, w_qp, bias, out_qp, activation=act, out_dtype=np.int16)
+    got = kiln_kernel("FULLY_CONNECTED", [(x, x_qp), (w, w_qp), (bias, None)], out_qp, {"fused_activation_function": act},
+                      out_dtype=np.int16)
     ref = run_ref("FULLY_CONNECTED", [Q(x, x_qp), Q(w, w_qp, True), Q(bias, qp(np.float32(3e-4) * w_qp.scale), True)],
                   (64, 32), out_qp, {"fused_activation_function": act}, out_dtype=np.int16)
     np.testing.assert_array_equal(got, ref)
@@ -383,9 +398,7 @@ def test_convolutions_16x8(op_type, padding, stride, dilation):
     if op_type == "DEPTHWISE_CONV_2D":
         opts["depth_multiplier"] = 2
     out_hw, pads = window_geometry(SimpleNamespace(**opts), x.shape[1:3], w.shape[1:3], dilation)
-    geometry = dict(out_hw=out_hw, pads=pads, strides=stride, dilation=dilation, out_dtype=np.int16)
-    got = integer.conv2d(x, x_qp, w, w_qp, bias, out_qp, **geometry) if op_type == "CONV_2D" else \
-        integer.depthwise_conv2d(x, x_qp, w, w_qp, bias, out_qp, multiplier=2, **geometry)
+    got = kiln_kernel(op_type, [(x, x_qp), (w, w_qp), (bias, None)], out_qp, opts, out_dtype=np.int16)
     ref = run_ref(op_type, [Q(x, x_qp), Q(w, w_qp, True), Q(bias, qp(np.float32(3e-4) * w_qp.scale), True)],
                   (2,) + out_hw + (out_c,), out_qp, opts, out_dtype=np.int16)
     np.testing.assert_array_equal(got, ref)

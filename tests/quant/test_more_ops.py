@@ -19,7 +19,7 @@ import pytest
 
 import kiln
 from kiln.errors import OpError
-from kiln.ops.windowed import window_geometry
+from kiln.kernels.windows import window_geometry
 from kiln.schema import Activation, Padding
 from tests.harness import run_api
 from tests.quant.test_dispatch import Const, In, codes, one_op, qp, reference

@@ -257,9 +257,9 @@ def test_depthwise_and_conv_geometry_match_litert(padding, stride, dilation, mul
 
 def test_large_convolutions_run_in_row_chunks(zoo, monkeypatch):
     """With a tiny im2col budget every convolution takes the chunked path; results agree."""
-    from kiln.delegates import windowed
+    from kiln.kernels import conv
 
-    monkeypatch.setattr(windowed, "IM2COL_BUDGET", 256)
+    monkeypatch.setattr(conv, "FLOAT_IM2COL_BUDGET", 256)
     for name, batch in (("mobilenet", None), ("dynamic_batch", 3)):
         data = zoo.bytes(name)
         ref, ours = litert(data), kiln.Interpreter(model_content=data, experimental_delegates=[NumpyDelegate()])
@@ -377,7 +377,7 @@ def test_pool_lowerings_give_the_kernels_bits(op_type, padding, stride, filter_h
 
 @pytest.mark.parametrize("act", list(Activation))
 def test_the_delegates_clamp_is_np_clip_bit_for_bit(act):
-    from kiln.delegates.windowed import clamp
+    from kiln.delegates.compiled import clamp
     from kiln.ops.elementwise import activation_range
 
     x = (np.random.default_rng(0).standard_normal(300) * 4).astype(np.float32)

@@ -511,6 +511,25 @@ def test_integers_litert_would_read_as_quantized_run_in_kiln(op_type, dtype):
     assert "no quantization parameters" in why
 
 
+@pytest.mark.parametrize("op_type,dtype", [("ZEROS_LIKE", np.int8), ("ADD_N", np.int64), ("CUMSUM", np.int8)])
+def test_types_litert_does_not_run_are_left_to_kiln(op_type, dtype):
+    """A third-party file with a node of an operand type LiteRT does not run (its record's
+    `types`; ZEROS_LIKE and ADD_N fail only once invoked): the delegate leaves the node to kiln's
+    kernel, so the default Interpreter computes what BUILTIN_REF does instead of failing."""
+    a = np.array([1, -2, 7, 3], dtype)
+    operands = {"ZEROS_LIKE": [a], "ADD_N": [a, a, a], "CUMSUM": [a, Const(np.array(0, np.int32))]}[op_type]
+    model, feeds = single_op_model(op_type, operands), [x for x in operands if isinstance(x, np.ndarray)]
+    with pytest.raises(Exception):  # noqa: B017 - LiteRT's own kinds of error
+        run(litert_as_installed(model), feeds)
+    ours = kiln.Interpreter(model_content=model)
+    (got,) = run(ours, feeds)
+    (want,) = run(kiln.Interpreter(model_content=model, **REF), feeds)
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+    (delegate,) = [d for d in ours._delegates if isinstance(d, LiteRtDelegate)]
+    (why,) = [r for (_, name, _), r in delegate.rejected.items() if name == op_type]
+    assert f"takes no {np.dtype(dtype).name} operands" in why
+
+
 def _where_then(op_type: str) -> bytes:
     """x > 100 -> WHERE -> (CAST to int32 | GATHER_ND of x): empty when no element passes."""
     model = Model()

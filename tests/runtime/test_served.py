@@ -155,3 +155,25 @@ def test_the_runtime_opens_models_without_importing_tensorflow(two):
     code = (f"import sys, kiln.runtime as r; m = r.open({str(two['file'])!r}); "
             "assert 'tensorflow' not in sys.modules and 'jax' not in sys.modules, 'imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_xla_backend_compiles_the_batch_buckets_once_when_it_loads(two):
+    """open(batch_sizes=...) (kiln serve's allowed_batch_sizes): the xla backend's interpreter
+    compiles every bucket when it first allocates, and later batches pad up to them."""
+    pytest.importorskip("jax")
+    from jax import monitoring
+    from jax._src.dispatch import BACKEND_COMPILE_EVENT
+
+    seen = []
+    monitoring.register_event_duration_secs_listener(
+        lambda event, secs, **kw: seen.append(event) if event == BACKEND_COMPILE_EVENT else None)
+    runner = runtime.open(two["dir"], "xla", batch_sizes=[4, 8]).new_runner()
+    x = np.random.default_rng(1).standard_normal((8, 4)).astype(np.float32)
+    want = two["tf"]["serving_default"](x=tf.constant(x))["y"].numpy()
+    np.testing.assert_allclose(runner.run("serving_default", {"x": x[:3]})["y"], want[:3], rtol=1e-5, atol=1e-6)
+    at_load = len(seen)
+    assert at_load >= 2  # both buckets
+    for rows in (1, 4, 6, 8, 2):
+        got = runner.run("serving_default", {"x": x[:rows]})["y"]
+        np.testing.assert_allclose(got, want[:rows], rtol=1e-5, atol=1e-6)
+    assert len(seen) == at_load, "every batch ran on a bucket compiled at load"

@@ -13,6 +13,9 @@ import pytest
 
 jax = pytest.importorskip("jax")
 
+#: `make test` runs each function's first case and one in 2; the slow lane the rest (conftest.py).
+FAST_LANE_SHARE = 2
+
 import kiln  # noqa: E402
 from kiln.schema import Activation  # noqa: E402
 from kiln.xla import XlaDelegate  # noqa: E402

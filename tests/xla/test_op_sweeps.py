@@ -20,6 +20,9 @@ import pytest
 
 pytest.importorskip("jax")
 
+#: `make test` runs each function's first case and one in 5; the whole sweep runs over both lanes (conftest.py).
+FAST_LANE_SHARE = 5
+
 import tests.ops  # noqa: E402
 from kiln.runtime import Interpreter  # noqa: E402
 from kiln.xla import XlaDelegate, get_lowering  # noqa: E402

@@ -11,6 +11,9 @@ import pytest
 
 pytest.importorskip("jax")
 
+#: `make test` runs each function's first case and one in 3; the whole sweep runs over both lanes (conftest.py).
+FAST_LANE_SHARE = 3
+
 import kiln  # noqa: E402
 from kiln.schema import Activation, Padding  # noqa: E402
 from kiln.xla import XlaDelegate  # noqa: E402

@@ -13,12 +13,11 @@ import kiln  # noqa: E402
 from kiln import ops  # noqa: E402
 from kiln.format import write_model  # noqa: E402
 from kiln.ir import Model, Operator, QuantParams  # noqa: E402
-from kiln.ops.windowed import window_geometry  # noqa: E402
-from kiln.kernels import fixedpoint as arith, nn as integer  # noqa: E402
+from kiln.kernels.windows import window_geometry  # noqa: E402
+from kiln.kernels import fixedpoint as arith  # noqa: E402
 from kiln.schema import Activation, DType, Padding  # noqa: E402
 from kiln.xla import XlaDelegate  # noqa: E402
 from kiln.xla._jax import x64  # noqa: E402
-from kiln.xla.lower_quant import rescale_once, rescale_twice  # noqa: E402
 from tests.harness import feed, own_kernels  # noqa: E402
 
 RNG = np.random.default_rng(5)
@@ -62,6 +61,20 @@ def on_xla(model, feeds):
     return out
 
 
+def kiln_ref(model, feeds):
+    """kiln's reference kernels on the model (its weighted ops: their kernel families on NumPy)."""
+    ref = kiln.Interpreter(model_content=model, experimental_op_resolver_type=kiln.OpResolverType.BUILTIN_REF)
+    return feed(ref, feeds)[0]
+
+
+def rescale_once(x, m, s):
+    return arith.xp_rescale_once(jax.numpy, x, m, s)
+
+
+def rescale_twice(x, m, s):
+    return arith.xp_rescale(jax.numpy, x, m, s)
+
+
 def litert_ref(model, feeds):
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
@@ -88,7 +101,11 @@ def test_rescaling_matches_kiln_quant_arith():
 
 
 def test_fixed_point_steps_match_gemmlowp_at_the_edges():
-    from kiln.xla.lower_quant import _divide_by_pot, _high_mul
+    def _high_mul(a, b):
+        return arith.xp_high_mul(jax.numpy, a, b)
+
+    def _divide_by_pot(x, e):
+        return arith.xp_divide_by_pot(jax.numpy, x, e)
 
     edges = np.array([arith.INT32_MIN, arith.INT32_MIN + 1, -(1 << 30), -1, 0, 1, 1 << 30, arith.INT32_MAX])
     a = np.concatenate([edges, RNG.integers(-(1 << 31), 1 << 31, 500)])[:, None]
@@ -176,7 +193,7 @@ def test_int8_fully_connected(per_channel, act, x_zp, out_zp):
     operands = [(x, x_qp, False), (w, w_qp, True), (bias, qp(x_qp.scale[0] * w_qp.scale), True)]
     model, feeds = one_op("FULLY_CONNECTED", operands, (7, 12), np.int8, out_qp, {"fused_activation_function": act})
     got = on_xla(model, feeds)
-    np.testing.assert_array_equal(got, integer.fully_connected(x, x_qp, w, w_qp, bias, out_qp, activation=act))
+    np.testing.assert_array_equal(got, kiln_ref(model, feeds))
     np.testing.assert_array_equal(got, litert_ref(model, feeds))
 
 
@@ -186,7 +203,7 @@ def test_int8_fully_connected_keep_num_dims_without_bias():
     model, feeds = one_op("FULLY_CONNECTED", [(x, x_qp, False), (w, w_qp, True)], (2, 3, 5), np.int8, out_qp,
                           {"keep_num_dims": True})
     got = on_xla(model, feeds)
-    np.testing.assert_array_equal(got, integer.fully_connected(x, x_qp, w, w_qp, None, out_qp, keep_num_dims=True))
+    np.testing.assert_array_equal(got, kiln_ref(model, feeds))
     np.testing.assert_array_equal(got, litert_ref(model, feeds))
 
 
@@ -201,12 +218,10 @@ def test_int8_conv(padding, stride, dilation, act):
                "dilation_w_factor": dilation, "fused_activation_function": act}
     opts = ops.require("CONV_2D").make_options(options)
     (oh, ow), pads = window_geometry(opts, (9, 8), (3, 3), (dilation, dilation))
-    want = integer.conv2d(x, x_qp, w, w_qp, bias, out_qp, out_hw=(oh, ow), pads=pads, strides=(stride, stride),
-                          dilation=(dilation, dilation), activation=act)
     model, feeds = one_op("CONV_2D", [(x, x_qp, False), (w, w_qp, True), (bias, qp(0.04 * w_qp.scale), True)],
-                          want.shape, np.int8, out_qp, options)
+                          (2, oh, ow, 6), np.int8, out_qp, options)
     got = on_xla(model, feeds)
-    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, kiln_ref(model, feeds))
     np.testing.assert_array_equal(got, litert_ref(model, feeds))
 
 
@@ -314,14 +329,11 @@ def test_int8_depthwise(multiplier, stride, padding):
                "fused_activation_function": Activation.RELU6}
     opts = ops.require("DEPTHWISE_CONV_2D").make_options(options)
     (oh, ow), pads = window_geometry(opts, (7, 6), (3, 3), (1, 1))
-    want = integer.depthwise_conv2d(x, x_qp, w, w_qp, bias, out_qp, multiplier=multiplier, out_hw=(oh, ow),
-                                    pads=pads, strides=(stride, stride), dilation=(1, 1),
-                                    activation=Activation.RELU6)
     model, feeds = one_op("DEPTHWISE_CONV_2D", [(x, x_qp, False), (w, w_qp, True),
-                                                (bias, qp(0.05 * w_qp.scale), True)], want.shape, np.int8, out_qp,
-                          options)
+                                                (bias, qp(0.05 * w_qp.scale), True)], (2, oh, ow, 4 * multiplier),
+                          np.int8, out_qp, options)
     got = on_xla(model, feeds)
-    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, kiln_ref(model, feeds))
     np.testing.assert_array_equal(got, litert_ref(model, feeds))
 
 
@@ -347,7 +359,7 @@ def test_int_dot_is_exact_on_either_side_of_the_float32_bound(depth):
     just under it, 516 over); worst-case operands give the exact int32 product either way."""
     import jax.numpy as jnp
 
-    from kiln.xla.lower_quant import _centered_bound, _int_dot
+    from kiln.kernels.fixedpoint import ExactProduct, centred_max
 
     x = RNG.integers(-128, 128, (6, depth)).astype(np.int8)
     x[0] = -128                                   # |x - 127| = 255, the largest an int8 allows
@@ -355,8 +367,10 @@ def test_int_dot_is_exact_on_either_side_of_the_float32_bound(depth):
     w[0] = -127                                   # row 0 x column 0: every product +255 * 127
     a = x.astype(np.int32) - 127
 
+    product = ExactProduct(w.T, centred_max(np.int8, 127))
+
     def dot(v):
-        return _int_dot(v, w, jnp.int32, _centered_bound(x, 127))
+        return product(jnp, v)
 
     with x64():
         got = np.asarray(jax.jit(dot)(a))

@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import ConversionError
+from ...ops import takes_type
 from ...schema import DType, MirrorPadMode
 from ..context import EmitContext
 from ..tfutil import tf
-from .common import as_int32, emitter_table, int32_const, normalize_axis, reshape, shape_const
+from .common import as_int32, emitter_table, int32_const, normalize_axis, reshape, scalar, shape_const
 
 EMITTERS, emits = emitter_table()
 
@@ -112,9 +113,15 @@ def emit_concat(ctx: EmitContext):
 
 @emits("Pack")
 def emit_pack(ctx: EmitContext):
+    """PACK; where it takes no such type (bool), each value's axis added and a CONCATENATION, as TF."""
     ins = ctx.inputs()
-    rank = len(ctx.out_signature(0))
-    return ctx.emit1("PACK", ins, values_count=len(ins), axis=normalize_axis(int(ctx.attr("axis")), rank))
+    sig = ctx.out_signature(0)
+    axis = normalize_axis(int(ctx.attr("axis")), len(sig))
+    if takes_type("PACK", ins[0].dtype):
+        return ctx.emit1("PACK", ins, values_count=len(ins), axis=axis)
+    rows = [ctx.emit1("EXPAND_DIMS", [x, int32_const(ctx, axis, "axis")], ctx.temp("value", x.dtype, (
+        *sig[:axis], 1, *sig[axis + 1:]))) for x in ins]
+    return ctx.emit1("CONCATENATION", rows, axis=axis, fused_activation_function=0)
 
 
 @emits("Unpack")
@@ -237,6 +244,8 @@ def _dense_slice(ctx: EmitContext, rank: int, begin, end, strides, masks):
 @emits("GatherV2", "Gather")
 def emit_gather(ctx: EmitContext):
     params, indices = ctx.input(0), ctx.input(1)
+    if params.dtype == DType.STRING and params.rank != 1:
+        raise ctx.fail("LiteRT's GATHER takes strings only from rank-1 params")
     axis = 0 if ctx.type == "Gather" else int(ctx.require_const(2, "gather axis"))
     batch_dims = int(ctx.attr("batch_dims", 0))
     return ctx.emit1("GATHER", [params, indices], axis=normalize_axis(axis, params.rank),
@@ -335,9 +344,69 @@ def emit_reverse(ctx: EmitContext):
     return ctx.emit1("REVERSE_V2", [ctx.input(0), as_int32(ctx, 1, "axis")])
 
 
-@emits("TopKV2")
+@emits("TopKV2", "ApproxTopK")
 def emit_topk(ctx: EmitContext):
-    return ctx.emit("TOPK_V2", [ctx.input(0), as_int32(ctx, 1, "k")], [ctx.out(0), ctx.out(1)])
+    """TOPK_V2; ApproxTopK too when it takes the largest along the last axis (TF's conditions),
+    then exact."""
+    x = ctx.input(0)
+    if ctx.type == "ApproxTopK":
+        if not ctx.attr("is_max_k") or normalize_axis(ctx.attr("reduction_dimension"), x.rank) != x.rank - 1:
+            raise ctx.fail("only the largest values along the last axis have a builtin (TOPK_V2)")
+        k = int32_const(ctx, ctx.attr("k"), "k")
+    else:
+        k = as_int32(ctx, 1, "k")
+    return ctx.emit("TOPK_V2", [x, k], [ctx.out(0), ctx.out(1)])
+
+
+@emits("XlaDynamicUpdateSlice")
+def emit_dynamic_update_slice(ctx: EmitContext):
+    """Both clamp the start so that the update fits."""
+    return ctx.emit1("DYNAMIC_UPDATE_SLICE", ctx.inputs())
+
+
+@emits("Empty")
+def emit_empty(ctx: EmitContext):
+    """Zeros (what init asks for, and a value as good as any without it), broadcast as TF writes it."""
+    return ctx.emit1("BROADCAST_TO", [scalar(ctx, 0, ctx.out_dtype(0)), as_int32(ctx, 0, "shape")])
+
+
+@emits("DynamicStitch")
+def emit_dynamic_stitch(ctx: EmitContext):
+    """merged[indices[i]] = data[i] for constant indices, later ones winning as in TensorFlow:
+    the data's rows concatenated and one GATHER of those that land (TF's converter unpacks
+    every row and packs them)."""
+    n = ctx.num_inputs // 2
+    indices = [ctx.const(i) for i in range(n)]
+    if any(i is None for i in indices):
+        raise ctx.fail("the indices must be constants (as TF's converter needs them)")
+    source: dict[int, int] = {}
+    for row, at in enumerate(np.concatenate([np.reshape(i, -1) for i in indices]).tolist()):
+        source[at] = row
+    if sorted(source) != list(range(len(source))):
+        raise ctx.fail(f"indices {sorted(set(range(max(source, default=-1) + 1)) - set(source))} are missing")
+    inner = ctx.input(n).signature[np.ndim(indices[0]):]
+    rows = [ctx.input(n + k) if np.ndim(i) == 1 else reshape(ctx, ctx.input(n + k), (np.size(i), *inner))
+            for k, i in enumerate(indices)]
+    total = sum(np.size(i) for i in indices)
+    if len(rows) > 1:
+        rows = [ctx.emit1("CONCATENATION", rows, ctx.temp("rows", rows[0].dtype, (total, *inner)), axis=0,
+                          fused_activation_function=0)]
+    order = [source[k] for k in range(len(source))]
+    if order == list(range(total)):
+        return rows[0]
+    return ctx.emit1("GATHER", [rows[0], int32_const(ctx, order, "rows")], axis=0, batch_dims=0)
+
+
+@emits("InvertPermutation")
+def emit_invert_permutation(ctx: EmitContext):
+    """y[x[i]] = i: one SCATTER_ND of int32 indices (folded for a constant x)."""
+    x = ctx.input(0)
+    n = x.signature[0]
+    if n < 0:
+        raise ctx.fail("the permutation's length must be static (as TF's converter needs it)")
+    where = reshape(ctx, as_int32(ctx, 0, "indices"), (n, 1), suffix="indices")
+    positions = ctx.constant(np.arange(n, dtype=x.dtype.numpy), x.dtype)
+    return ctx.emit1("SCATTER_ND", [where, positions, int32_const(ctx, [n], "shape")])
 
 
 @emits("OneHot")
@@ -374,12 +443,14 @@ def emit_unique(ctx: EmitContext):
     return ctx.emit("UNIQUE", [ctx.input(0)], [ctx.out(0), ctx.out(1)], idx_out_type=int(ctx.out_dtype(1)))
 
 
-@emits("MatrixDiagV3", "MatrixDiag")
+@emits("MatrixDiag", "MatrixDiagV2", "MatrixDiagV3")
 def emit_matrix_diag(ctx: EmitContext):
-    if ctx.type == "MatrixDiagV3":
-        k = ctx.const(1)
-        if k is None or np.any(k != 0):
-            raise ctx.fail("only the main diagonal is supported")
+    """MATRIX_DIAG: the main diagonal, TF's default sizes and a zero padding (legalize_tf.cc's
+    conditions for V2 / V3)."""
+    if ctx.type != "MatrixDiag":
+        k, rows, cols, padding = (ctx.const(i) for i in range(1, 5))
+        if any(v is None or np.any(v != want) for v, want in ((k, 0), (rows, -1), (cols, -1), (padding, 0))):
+            raise ctx.fail("only the main diagonal (k = 0) with the default sizes and a zero padding has a builtin")
     return ctx.emit1("MATRIX_DIAG", [ctx.input(0)])
 
 

@@ -128,13 +128,18 @@ def like(ctx: EmitContext, op_type: str, *ins: Tensor, dtype: DType | None = Non
     if sig is None:
         sig = next((t.signature for t in ins if not t.is_constant), ins[0].signature)
     if dtype is None:  # (DType.FLOAT32 is 0)
-        dtype = ins[1 if op_type.startswith("SELECT") else 0].dtype
+        dtype = ins[1 if op_type in ("SELECT", "SELECT_V2") else 0].dtype
     return ctx.emit1(op_type, list(ins), ctx.temp(op_type.lower(), dtype, sig), **options)
 
 
 def f32(ctx: EmitContext, value) -> Tensor:
     """A float32 constant (a scalar or an array)."""
     return ctx.constant(np.asarray(value, np.float32), DType.FLOAT32)
+
+
+def scalar(ctx: EmitContext, value, dtype: DType) -> Tensor:
+    """A scalar constant of ``dtype``."""
+    return ctx.constant(np.asarray(value, dtype.numpy), dtype)
 
 
 def int32_const(ctx: EmitContext, value, suffix: str) -> Tensor:

@@ -28,22 +28,26 @@ def _tree(fn: Callable) -> ast.AST | None:
 
 
 def _table_entry(value, key: str | None) -> set[str]:
-    """The builtin a module-level table maps ``key`` to (tables keyed by TF op type)."""
-    if isinstance(value, Mapping) and key in value and isinstance(value[key], str) and value[key] in OPS:
-        return {value[key]}
-    return set()
+    """The builtins a module-level table maps ``key`` to (tables keyed by TF op type; a tuple
+    entry names them among its items)."""
+    entry = value.get(key) if isinstance(value, Mapping) else None
+    return {v for v in (entry if isinstance(entry, tuple) else (entry,)) if isinstance(v, str) and v in OPS}
 
 
 def _type_test(test: ast.AST, key: str | None) -> bool | None:
-    """The value of ``ctx.type == "X"`` (or ``!=``) for TF op type ``key``; None: not such a test."""
+    """The value of ``ctx.type == "X"`` (``!=``, ``in ("X", "Y")``, ``not in``) for TF op type
+    ``key``; None: not such a test."""
     if key is None or not isinstance(test, ast.Compare) or len(test.ops) != 1:
         return None
-    left, (right,) = test.left, test.comparators
-    if not (isinstance(left, ast.Attribute) and left.attr == "type" and isinstance(right, ast.Constant)):
+    left, (right,), op = test.left, test.comparators, test.ops[0]
+    if not (isinstance(left, ast.Attribute) and left.attr == "type"):
         return None
-    if isinstance(test.ops[0], ast.Eq):
-        return key == right.value
-    return key != right.value if isinstance(test.ops[0], ast.NotEq) else None
+    if isinstance(right, ast.Constant) and isinstance(op, (ast.Eq, ast.NotEq)):
+        return (key == right.value) == isinstance(op, ast.Eq)
+    if isinstance(right, (ast.Tuple, ast.Set)) and all(isinstance(e, ast.Constant) for e in right.elts) \
+            and isinstance(op, (ast.In, ast.NotIn)):
+        return (key in {e.value for e in right.elts}) == isinstance(op, ast.In)
+    return None
 
 
 def _nodes(node: ast.AST, key: str | None):
@@ -70,7 +74,8 @@ def writes(fn: Callable, key: str | None = None, _seen: frozenset = frozenset())
     names.update(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__ or ())))
     found: set[str] = set()
     nodes = list(_nodes(tree, key))
-    tested = {id(c) for node in nodes if isinstance(node, ast.Compare) for c in (node.left, *node.comparators)}
+    tested = {id(e) for node in nodes if isinstance(node, ast.Compare) for c in (node.left, *node.comparators)
+              for e in (c, *getattr(c, "elts", ()))}
     for node in nodes:
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in OPS:
             if id(node) not in tested:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...ops import takes_type
 from ...schema import DType
 from ..context import EmitContext
-from .common import as_int32, cast, emitter_table, f32, int32_const, like
+from .common import as_int32, cast, emitter_table, f32, int32_const, like, scalar
 
 EMITTERS, emits = emitter_table()
 
@@ -54,6 +55,10 @@ def check_types(ctx: EmitContext) -> None:
 def emit_binary(ctx: EmitContext):
     check_types(ctx)
     a, b = ctx.input(0), ctx.input(1)
+    if ctx.type == "SquaredDifference":
+        if not takes_type("SQUARED_DIFFERENCE", a.dtype):  # int64: as TF lowers it
+            difference = like(ctx, "SUB", a, b, sig=ctx.out_signature(0))
+            return ctx.emit1("MUL", [difference, difference])
     return ctx.emit1(_BINARY[ctx.type], [a, b])
 
 
@@ -69,20 +74,27 @@ def emit_bias_add(ctx: EmitContext):
 
 @emits("AddN")
 def emit_add_n(ctx: EmitContext):
+    """ADD_N; ADDs where it takes no such type (int64, int16), as TF's converter writes them."""
     ins = ctx.inputs()
-    if len(ins) == 1:
-        return ins[0]
-    if len(ins) == 2:
-        return ctx.emit1("ADD", ins)
-    return ctx.emit1("ADD_N", ins)
+    if len(ins) > 2 and takes_type("ADD_N", ins[0].dtype):
+        return ctx.emit1("ADD_N", ins)
+    total = ins[0]
+    for k, x in enumerate(ins[1:], 2):
+        total = ctx.emit1("ADD", [total, x], None if k == len(ins) else ctx.temp("sum", x.dtype, ctx.out_signature(0)))
+    return total
 
 
 @emits(*_UNARY)
 def emit_unary(ctx: EmitContext):
     check_types(ctx)
-    op_type = _UNARY[ctx.type]
-    if op_type == "SQUARE" and ctx.input(0).dtype == DType.COMPLEX64:
-        return ctx.emit1("MUL", [ctx.input(0), ctx.input(0)])
+    op_type, x = _UNARY[ctx.type], ctx.input(0)
+    fallback = not takes_type(op_type, x.dtype)  # where the builtin takes no such type, as TF lowers them
+    if ctx.type == "Square":
+        if fallback:  # integers, complex64
+            return ctx.emit1("MUL", [x, x])
+    elif ctx.type == "ZerosLike":
+        if fallback:  # int8, int16, bool ...: zeros broadcast to its shape
+            return ctx.emit1("BROADCAST_TO", [scalar(ctx, 0, x.dtype), _shape_of(ctx, x)])
     options = {"beta": 1.0} if op_type == "SOFTMAX" else {}
     return ctx.emit1(op_type, [ctx.input(0)], **options)
 
@@ -103,18 +115,21 @@ def emit_leaky_relu(ctx: EmitContext):
     return ctx.emit1("LEAKY_RELU", [ctx.input(0)], alpha=float(ctx.attr("alpha")))
 
 
+_SELU = (1.0507009873554805, 1.6732632423543772)  # selu's scale and alpha
+
+
 @emits("Selu")
 def emit_selu(ctx: EmitContext):
     """selu(x) = scale * (x > 0 ? x : alpha * (exp(x) - 1)), built from builtins like TF."""
     x = ctx.input(0)
-    scale, alpha = 1.0507009873554805, 1.6732632423543772
+    scale, alpha = _SELU
     sig = x.signature
-    zero = ctx.constant(np.float32(0), name=f"{ctx.name}/zero")
+    zero = scalar(ctx, 0, x.dtype)
     positive = ctx.emit1("GREATER", [x, zero], ctx.temp("positive", DType.BOOL, sig))
-    scaled = ctx.emit1("MUL", [x, ctx.constant(np.float32(scale))], ctx.temp("scaled", x.dtype, sig))
+    scaled = ctx.emit1("MUL", [x, scalar(ctx, scale, x.dtype)], ctx.temp("scaled", x.dtype, sig))
     e = ctx.emit1("EXP", [x], ctx.temp("exp", x.dtype, sig))
-    em1 = ctx.emit1("SUB", [e, ctx.constant(np.float32(1.0))], ctx.temp("expm1", x.dtype, sig))
-    neg = ctx.emit1("MUL", [em1, ctx.constant(np.float32(scale * alpha))], ctx.temp("negative", x.dtype, sig))
+    em1 = ctx.emit1("SUB", [e, scalar(ctx, 1.0, x.dtype)], ctx.temp("expm1", x.dtype, sig))
+    neg = ctx.emit1("MUL", [em1, scalar(ctx, scale * alpha, x.dtype)], ctx.temp("negative", x.dtype, sig))
     return ctx.emit1("SELECT_V2", [positive, scaled, neg])
 
 
@@ -123,7 +138,7 @@ def emit_softplus(ctx: EmitContext):
     """softplus(x) = log(exp(x) + 1), as TF's converter lowers it."""
     x = ctx.input(0)
     e = ctx.emit1("EXP", [x], ctx.temp("exp", x.dtype, x.signature))
-    p = ctx.emit1("ADD", [e, ctx.constant(np.float32(1.0))], ctx.temp("add", x.dtype, x.signature))
+    p = ctx.emit1("ADD", [e, scalar(ctx, 1.0, x.dtype)], ctx.temp("add", x.dtype, x.signature))
     return ctx.emit1("LOG", [p])
 
 
@@ -131,7 +146,7 @@ def emit_softplus(ctx: EmitContext):
 def emit_softsign(ctx: EmitContext):
     x = ctx.input(0)
     a = ctx.emit1("ABS", [x], ctx.temp("abs", x.dtype, x.signature))
-    p = ctx.emit1("ADD", [a, ctx.constant(np.float32(1.0))], ctx.temp("add", x.dtype, x.signature))
+    p = ctx.emit1("ADD", [a, scalar(ctx, 1.0, x.dtype)], ctx.temp("add", x.dtype, x.signature))
     return ctx.emit1("DIV", [x, p])
 
 
@@ -156,24 +171,74 @@ def emit_log1p(ctx: EmitContext):
     return ctx.emit1("LOG", [p])
 
 
-@emits("DivNoNan")
-def emit_div_no_nan(ctx: EmitContext):
-    """y == 0 ? 0 : x / y, with a scalar zero SELECT_V2 broadcasts (as TF writes it)."""
+#: TF op -> (the operand whose zeros give zeros, the builtin on x and y), as lower_tf.td lowers them.
+_ZERO_GUARDED = {"DivNoNan": (1, "DIV"), "MulNoNan": (1, "MUL"), "Xdivy": (0, "DIV"), "Xlogy": (0, "MUL"),
+                 "Xlog1py": (0, "MUL")}
+
+
+@emits(*_ZERO_GUARDED)
+def emit_zero_guarded(ctx: EmitContext):
+    """op(x, y), but zero where the guarded operand is zero (even against NaN / inf in the
+    other): DivNoNan, MulNoNan (y == 0); Xdivy, Xlogy, Xlog1py (x == 0; x times log(y),
+    log(1 + y)). The scalar zero SELECT_V2 broadcasts, as TF writes it."""
     x, y = ctx.input(0), ctx.input(1)
-    zero = ctx.constant(np.zeros((), y.dtype.numpy), y.dtype)
-    is_zero = ctx.emit1("EQUAL", [y, zero], ctx.temp("is_zero", DType.BOOL, y.signature))
-    q = ctx.emit1("DIV", [x, y], ctx.temp("div", x.dtype, ctx.out_signature(0)))
-    return ctx.emit1("SELECT_V2", [is_zero, zero, q])
+    guard, op_type = _ZERO_GUARDED[ctx.type]
+    zero = scalar(ctx, 0, x.dtype)
+    is_zero = like(ctx, "EQUAL", (x, y)[guard], zero, dtype=DType.BOOL)
+    if ctx.type in ("Xlogy", "Xlog1py"):
+        y = like(ctx, "LOG", like(ctx, "ADD", y, scalar(ctx, 1, y.dtype)) if ctx.type == "Xlog1py" else y)
+    return ctx.emit1("SELECT_V2", [is_zero, zero, like(ctx, op_type, x, y, sig=ctx.out_signature(0))])
+
+
+@emits("SigmoidGrad", "TanhGrad", "RsqrtGrad", "SqrtGrad")
+def emit_activation_grad(ctx: EmitContext):
+    """dy * f'(x) from y = f(x), as lower_tf.td lowers them: sigmoid y (1 - y), tanh 1 - y^2,
+    rsqrt y^3 / -2, sqrt 1 / (2 y)."""
+    check_types(ctx)
+    y, dy = ctx.input(0), ctx.input(1)
+    one = scalar(ctx, 1, y.dtype)
+    if ctx.type == "SigmoidGrad":
+        slope = like(ctx, "MUL", y, like(ctx, "SUB", one, y))
+    elif ctx.type == "TanhGrad":
+        slope = like(ctx, "SUB", one, like(ctx, "SQUARE", y))
+    elif ctx.type == "RsqrtGrad":
+        slope = like(ctx, "MUL", like(ctx, "MUL", like(ctx, "MUL", y, y), y), scalar(ctx, -0.5, y.dtype))
+    else:
+        slope = like(ctx, "DIV", scalar(ctx, 0.5, y.dtype), y)
+    return ctx.emit1("MUL", [dy, slope])
+
+
+@emits("SeluGrad")
+def emit_selu_grad(ctx: EmitContext):
+    """gradients * (outputs > 0 ? scale : outputs + scale * alpha)."""
+    g, y = ctx.input(0), ctx.input(1)
+    scale, alpha = _SELU
+    positive = like(ctx, "GREATER", y, scalar(ctx, 0, y.dtype), dtype=DType.BOOL)
+    negative = like(ctx, "MUL", g, like(ctx, "ADD", y, scalar(ctx, scale * alpha, y.dtype)))
+    return ctx.emit1("SELECT_V2", [positive, like(ctx, "MUL", g, scalar(ctx, scale, g.dtype)), negative])
+
+
+@emits("BiasAddGrad")
+def emit_bias_add_grad(ctx: EmitContext):
+    """The sum over every axis but the channels' (the last, or 1 in NCHW)."""
+    rank = ctx.in_rank(0)
+    channel = 1 if ctx.attr("data_format", "NHWC") == "NCHW" else rank - 1
+    axes = int32_const(ctx, [a for a in range(rank) if a != channel], "axes")
+    return ctx.emit1("SUM", [ctx.input(0), axes], keep_dims=False)
+
+
+def _shape_of(ctx: EmitContext, x):
+    """x's shape: a constant when static, else SHAPE's."""
+    sig = x.signature
+    return int32_const(ctx, sig, "shape") if all(d >= 0 for d in sig) else \
+        ctx.emit1("SHAPE", [x], ctx.temp("shape", DType.INT32, (len(sig),)), out_type=int(DType.INT32))
 
 
 @emits("OnesLike")
 def emit_ones_like(ctx: EmitContext):
     """BROADCAST_TO of a one (LiteRT has no ONES_LIKE), to the static shape or SHAPE's, as TF writes."""
     x = ctx.input(0)
-    sig = x.signature
-    shape = int32_const(ctx, sig, "shape") if all(d >= 0 for d in sig) else \
-        ctx.emit1("SHAPE", [x], ctx.temp("shape", DType.INT32, (len(sig),)), out_type=int(DType.INT32))
-    return ctx.emit1("BROADCAST_TO", [ctx.constant(np.ones((), x.dtype.numpy), x.dtype), shape])
+    return ctx.emit1("BROADCAST_TO", [scalar(ctx, 1, x.dtype), _shape_of(ctx, x)])
 
 
 def _float32_input(ctx: EmitContext):
@@ -325,7 +390,7 @@ def emit_l2_loss(ctx: EmitContext):
     sq = ctx.emit1("SQUARE", [x], ctx.temp("square", x.dtype, x.signature))
     axes = ctx.constant(np.arange(x.rank, dtype=np.int32), DType.INT32)
     s = ctx.emit1("SUM", [sq, axes], ctx.temp("sum", x.dtype, ()), keep_dims=False)
-    return ctx.emit1("MUL", [s, ctx.constant(np.float32(0.5))])
+    return ctx.emit1("MUL", [s, scalar(ctx, 0.5, x.dtype)])
 
 
 __all__ = ["EMITTERS", "cast"]

@@ -15,9 +15,13 @@ def _zeros_bias(ctx: EmitContext, n: int, dtype: DType = DType.FLOAT32):
     return ctx.constant(np.zeros(n, dtype.numpy), dtype, f"{ctx.name}/bias")
 
 
-@emits("MatMul")
+@emits("MatMul", "SparseMatMul")
 def emit_matmul(ctx: EmitContext):
+    """FULLY_CONNECTED with constant or transposed weights, else BATCH_MATMUL (SparseMatMul's
+    sparsity hints change nothing)."""
     a, b = ctx.input(0), ctx.input(1)
+    if a.dtype != b.dtype:
+        raise ctx.fail(f"{a.dtype.name.lower()} times {b.dtype.name.lower()} has no builtin")
     ta, tb = bool(ctx.attr("transpose_a")), bool(ctx.attr("transpose_b"))
     if ta:
         a = transpose(ctx, a, [1, 0], suffix="transpose_a")
@@ -45,11 +49,32 @@ def _check_nhwc(ctx: EmitContext) -> None:
         raise ctx.fail(f"data_format {fmt} is not supported (only channels-last)")
 
 
-def _explicit_pad(ctx: EmitContext, x, rank: int = 4):
+#: NCHW -> NHWC and back: TF's converter transposes an NCHW Conv2D / pool to the NHWC builtin.
+_TO_NHWC, _TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
+
+
+def _layout(ctx: EmitContext) -> tuple[int, ...]:
+    """The order that puts the op's NHWC or NCHW dims (input, strides, sizes) in NHWC order."""
+    fmt = ctx.attr("data_format", "NHWC")
+    if fmt not in ("NHWC", "NCHW"):
+        raise ctx.fail(f"data_format {fmt} is not supported")
+    return _TO_NHWC if fmt == "NCHW" else (0, 1, 2, 3)
+
+
+def _emit_nhwc(ctx: EmitContext, op_type: str, inputs, **options):
+    """``op_type`` into TF's output; for NCHW into an NHWC tensor, transposed back as TF writes it."""
+    if ctx.attr("data_format", "NHWC") != "NCHW":
+        return ctx.emit1(op_type, inputs, **options)
+    n, c, h, w = ctx.out_signature(0)
+    y = ctx.emit1(op_type, inputs, ctx.temp("nhwc", ctx.out_dtype(0), (n, h, w, c)), **options)
+    return transpose(ctx, y, _TO_NCHW, out=ctx.out(0))
+
+
+def _explicit_pad(ctx: EmitContext, x, rank: int = 4, order=None):
     """For padding='EXPLICIT': a PAD op in front; returns (input, padding)."""
     if ctx.attr("padding") != "EXPLICIT":
         return x, padding_of(ctx)
-    pads = np.asarray(ctx.attr("explicit_paddings"), np.int32).reshape(rank, 2)
+    pads = np.asarray(ctx.attr("explicit_paddings"), np.int32).reshape(rank, 2)[list(order or range(rank))]
     sig = [d if d < 0 else d + int(p.sum()) for d, p in zip(x.signature, pads)]
     padded = ctx.emit1("PAD", [x, ctx.constant(pads, DType.INT32, f"{ctx.name}/paddings")],
                        ctx.temp("pad", x.dtype, sig))
@@ -57,11 +82,12 @@ def _explicit_pad(ctx: EmitContext, x, rank: int = 4):
 
 
 def _conv2d_operands(ctx: EmitContext):
-    """A 2-D convolution's input (explicit padding already applied), filter, strides,
+    """A 2-D convolution's NHWC input (explicit padding already applied), filter, strides,
     dilations and padding mode."""
-    _check_nhwc(ctx)
-    x, padding = _explicit_pad(ctx, ctx.input(0))
-    return x, ctx.input(1), ctx.attr("strides"), ctx.attr("dilations", [1, 1, 1, 1]), padding
+    order = _layout(ctx)
+    x, padding = _explicit_pad(ctx, transpose(ctx, ctx.input(0), order, suffix="nhwc"), 4, order)
+    strides, dil = ([ctx.attr(name, [1] * 4)[i] for i in order] for name in ("strides", "dilations"))
+    return x, ctx.input(1), strides, dil, padding
 
 
 @emits("Conv2D")
@@ -69,8 +95,8 @@ def emit_conv2d(ctx: EmitContext):
     x, w, strides, dil, padding = _conv2d_operands(ctx)
     weights = transpose(ctx, w, [3, 0, 1, 2], suffix="filter")  # HWIO -> OHWI
     out_ch = w.signature[3]
-    return ctx.emit1(
-        "CONV_2D", [x, weights, _zeros_bias(ctx, out_ch, x.dtype if x.dtype.is_float else DType.FLOAT32)],
+    return _emit_nhwc(
+        ctx, "CONV_2D", [x, weights, _zeros_bias(ctx, out_ch, x.dtype if x.dtype.is_float else DType.FLOAT32)],
         padding=int(padding), stride_h=int(strides[1]), stride_w=int(strides[2]),
         dilation_h_factor=int(dil[1]), dilation_w_factor=int(dil[2]),
         fused_activation_function=int(Activation.NONE))
@@ -81,8 +107,8 @@ def emit_depthwise(ctx: EmitContext):
     x, w, strides, dil, padding = _conv2d_operands(ctx)
     kh, kw, cin, mult = w.signature
     weights = reshape(ctx, w, [1, kh, kw, cin * mult], suffix="filter")
-    return ctx.emit1(
-        "DEPTHWISE_CONV_2D", [x, weights, _zeros_bias(ctx, cin * mult)],
+    return _emit_nhwc(
+        ctx, "DEPTHWISE_CONV_2D", [x, weights, _zeros_bias(ctx, cin * mult)],
         padding=int(padding), stride_h=int(strides[1]), stride_w=int(strides[2]),
         depth_multiplier=int(mult), dilation_h_factor=int(dil[1]), dilation_w_factor=int(dil[2]),
         fused_activation_function=int(Activation.NONE))
@@ -131,19 +157,20 @@ def emit_conv3d_transpose(ctx: EmitContext):
 
 @emits("MaxPool", "AvgPool", "MaxPoolV2")
 def emit_pool(ctx: EmitContext):
-    _check_nhwc(ctx)
-    x = ctx.input(0)
+    order = _layout(ctx)
+    x = transpose(ctx, ctx.input(0), order, suffix="nhwc")
     if ctx.type == "MaxPoolV2":
         ksize = ctx.require_const(1, "ksize").tolist()
         strides = ctx.require_const(2, "strides").tolist()
     else:
         ksize, strides = ctx.attr("ksize"), ctx.attr("strides")
+    ksize, strides = [ksize[i] for i in order], [strides[i] for i in order]
     if ksize[0] != 1 or ksize[3] != 1 or strides[0] != 1 or strides[3] != 1:
         raise ctx.fail("pooling over the batch or channel dimension is not supported")
     op_type = "AVERAGE_POOL_2D" if ctx.type == "AvgPool" else "MAX_POOL_2D"
-    return ctx.emit1(op_type, [x], padding=int(padding_of(ctx)), stride_h=int(strides[1]),
-                     stride_w=int(strides[2]), filter_height=int(ksize[1]), filter_width=int(ksize[2]),
-                     fused_activation_function=int(Activation.NONE))
+    return _emit_nhwc(ctx, op_type, [x], padding=int(padding_of(ctx)), stride_h=int(strides[1]),
+                      stride_w=int(strides[2]), filter_height=int(ksize[1]), filter_width=int(ksize[2]),
+                      fused_activation_function=int(Activation.NONE))
 
 
 @emits("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3")
@@ -163,9 +190,8 @@ def emit_fused_batch_norm(ctx: EmitContext):
     mult = scale / np.sqrt(var + eps)
     shift = offset - mean * mult
     sig = ctx.out_signature(0)
-    scaled = ctx.emit1("MUL", [x, ctx.constant(mult.astype(np.float32), name=f"{ctx.name}/scale")],
-                       ctx.temp("scaled", x.dtype, sig))
-    y = ctx.emit1("ADD", [scaled, ctx.constant(shift.astype(np.float32), name=f"{ctx.name}/offset")], ctx.out(0))
+    scaled = ctx.emit1("MUL", [x, ctx.constant(mult, x.dtype, f"{ctx.name}/scale")], ctx.temp("scaled", x.dtype, sig))
+    y = ctx.emit1("ADD", [scaled, ctx.constant(shift, x.dtype, f"{ctx.name}/offset")], ctx.out(0))
     rest = [ctx.input(i) for i in (3, 4)]
     extra = [ctx.constant(np.zeros(0, np.float32), name=f"{ctx.name}/unused") for _ in range(len(ctx.op.outputs) - 3)]
     return [y, *rest, *extra]

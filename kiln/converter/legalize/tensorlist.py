@@ -2,8 +2,10 @@
 
 A list becomes one tensor ``[num_elements, *element_shape]``: Reserve preallocates it,
 FromTensor is the tensor itself, GetItem is a GATHER, SetItem a DYNAMIC_UPDATE_SLICE at
-``[index, 0, ...]``, Stack the tensor. When the element shape has unknown dims (a dynamic
-batch), the list is preallocated with 1 there and broadcast to the item's shape on write.
+``[index, 0, ...]``, Stack the tensor; an EmptyTensorList starts with no element and grows by a
+CONCATENATION per PushBack, Resize is a SLICE or a PAD, ConcatV2 a RESHAPE. When the element
+shape has unknown dims (a dynamic batch), the list is preallocated with 1 there and broadcast
+to the item's shape on write.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from ...schema import DType
 from ..context import EmitContext
 from ..tfutil import to_dtype
 from ..values import TensorListValue
-from .common import emitter_table
+from .common import as_int32, emitter_table, int32_const, like, reshape, reshape_to
 
 EMITTERS, emits = emitter_table()
 
@@ -58,8 +60,8 @@ def infer_element_signature(list_tensor, depth: int = 0):
     found = None
     for consumer in list_tensor.consumers():
         t = consumer.type
-        if t == "TensorListSetItem" and consumer.inputs[0].name == list_tensor.name:
-            found = _merge(found, shape_signature(consumer.inputs[2].shape))
+        if t in ("TensorListSetItem", "TensorListPushBack") and consumer.inputs[0].name == list_tensor.name:
+            found = _merge(found, shape_signature(consumer.inputs[-1].shape))
             found = _merge(found, infer_element_signature(consumer.outputs[0], depth + 1))
         elif t == "TensorListGetItem":
             found = _merge(found, shape_signature(consumer.outputs[0].shape))
@@ -78,13 +80,19 @@ def infer_element_signature(list_tensor, depth: int = 0):
     return found
 
 
-@emits("TensorListReserve", "EmptyTensorList")
+@emits("EmptyTensorList")
+def emit_empty_list(ctx: EmitContext):
+    """No element yet (a size-0 dim where the element's is unknown)."""
+    elem, dtype = _element_signature(ctx, 0), to_dtype(ctx.attr("element_dtype"))
+    empty = np.zeros((0, *(max(d, 0) for d in elem)), dtype.numpy)
+    return TensorListValue(ctx.constant(empty, dtype, f"{ctx.name}/empty"), dtype, elem)
+
+
+@emits("TensorListReserve")
 def emit_reserve(ctx: EmitContext):
     elem = _element_signature(ctx, 0)
     dtype = to_dtype(ctx.attr("element_dtype"))
     n = ctx.const(1)
-    if ctx.type == "EmptyTensorList":
-        raise ctx.fail("growing lists (EmptyTensorList + PushBack) cannot be lowered")
     static_elem = [1 if d < 0 else d for d in elem]
     zero = ctx.constant(np.zeros((), dtype.numpy), dtype, f"{ctx.name}/zero")
     if n is not None:
@@ -144,6 +152,69 @@ def emit_set_item(ctx: EmitContext):
     out = ctx.temp("list", base.dtype, lst.signature)
     new = ctx.emit1("DYNAMIC_UPDATE_SLICE", [base, update, start], out)
     return TensorListValue(new, lst.element_dtype, lst.element_signature)
+
+
+@emits("TensorListPushBack")
+def emit_push_back(ctx: EmitContext):
+    """The item as a one-element list onto an empty one, else CONCATENATED to it, as TF writes
+    it. A list that grows inside a loop or branch changes its shape there: refused, as by TF."""
+    lst, item = _list(ctx), ctx.input(1)
+    if any(lst.tensor is t for t in ctx.sg.inputs):
+        raise ctx.fail("a list that grows inside a loop or branch cannot be lowered (TF's converter refuses it too)")
+    row = like(ctx, "EXPAND_DIMS", item, int32_const(ctx, 0, "axis"), sig=(1, *item.signature))
+    n = lst.tensor.signature[0]
+    if n != 0:
+        row = _joined(ctx, lst.tensor, row)
+    return TensorListValue(row, lst.element_dtype, lst.element_signature)
+
+
+@emits("TensorListResize")
+def emit_resize(ctx: EmitContext):
+    """The first ``size`` elements (a SLICE), or the list followed by zero elements (a PAD);
+    at run-time sizes, the list and ``size`` zero elements concatenated, then sliced (TF's
+    converter writes an IF of both ways)."""
+    lst, size = _list(ctx), ctx.const(1)
+    t = lst.tensor
+    n, rank, rest = t.signature[0], t.rank, t.signature[1:]
+    if n < 0 or size is None:
+        count = reshape(ctx, as_int32(ctx, 1, "size"), [1], suffix="count")
+        dims = int32_const(ctx, rest, "element_shape") if min(rest, default=0) >= 0 else like(
+            ctx, "SLICE", like(ctx, "SHAPE", t, dtype=DType.INT32, sig=(rank,), out_type=int(DType.INT32)),
+            int32_const(ctx, [1], "begin"), int32_const(ctx, [rank - 1], "size"), sig=(rank - 1,))
+        zeros = like(ctx, "FILL", _joined(ctx, count, dims), ctx.constant(np.zeros((), t.dtype.numpy), t.dtype),
+                     dtype=t.dtype, sig=(-1, *rest))
+        t = like(ctx, "SLICE", _joined(ctx, t, zeros), int32_const(ctx, [0] * rank, "begin"),
+                 _joined(ctx, count, int32_const(ctx, [-1] * (rank - 1), "rest")), sig=(-1, *rest))
+    elif int(size) < n:
+        t = like(ctx, "SLICE", t, int32_const(ctx, [0] * rank, "begin"),
+                 int32_const(ctx, [int(size)] + [-1] * (rank - 1), "size"), sig=(int(size), *rest))
+    elif int(size) > n:
+        t = like(ctx, "PAD", t, int32_const(ctx, [[0, int(size) - n]] + [[0, 0]] * (rank - 1), "paddings"),
+                 sig=(int(size), *rest))
+    return TensorListValue(t, lst.element_dtype, lst.element_signature)
+
+
+def _joined(ctx: EmitContext, a, b):
+    """a and b concatenated along axis 0."""
+    sig = (-1 if min(a.signature[0], b.signature[0]) < 0 else a.signature[0] + b.signature[0], *a.signature[1:])
+    return like(ctx, "CONCATENATION", a, b, sig=sig, axis=0, fused_activation_function=0)
+
+
+@emits("TensorListConcatV2")
+def emit_concat(ctx: EmitContext):
+    """The elements joined along their first axis (a RESHAPE), and each one's length there."""
+    t = _list(ctx).tensor
+    sig = t.signature
+    if t.rank < 2:
+        raise ctx.fail("elements of rank 0 cannot be concatenated")
+    joined = reshape_to(ctx, t, [[(t, 0), (t, 1)], *(d if d >= 0 else [(t, k)] for k, d in enumerate(sig) if k > 1)],
+                        ctx.out(0))
+    if sig[0] >= 0 and sig[1] >= 0:
+        return [joined, ctx.constant(np.full(sig[0], sig[1], np.int64), DType.INT64)]
+    dims = like(ctx, "SHAPE", t, dtype=DType.INT64, sig=(t.rank,), out_type=int(DType.INT64))
+    length = like(ctx, "GATHER", dims, int32_const(ctx, 1, "axis"), sig=(), axis=0, batch_dims=0)
+    count = like(ctx, "SLICE", dims, int32_const(ctx, [0], "begin"), int32_const(ctx, [1], "size"), sig=(1,))
+    return [joined, like(ctx, "BROADCAST_TO", length, count, sig=(sig[0],))]
 
 
 @emits("TensorListStack")
