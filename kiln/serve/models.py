@@ -324,24 +324,43 @@ class ModelManager:
 
 
 def _row_work(loaded: ServedModel) -> int:
-    """Bytes a call holds per row in the model's tensors (inputs, intermediates, outputs: every tensor
-    whose first dimension is the batch, as if all were alive at once), which a large request claims in
-    the worker's memory budget before it runs; 0 when the model does not say (a SavedModel)."""
+    """Bytes a call holds per row of its batch at its peak, which a large request claims in the
+    worker's memory budget before it runs: the tensors whose first dimension is the batch, alive
+    from the node that writes them to the last node that reads them (the runtimes free an
+    intermediate after its last reader; inputs and outputs live throughout). 0 when the model
+    does not say (a SavedModel)."""
     if loaded.make_interpreter is None:
         return 0
     try:
-        details = loaded.make_interpreter().get_tensor_details()
+        interpreter = loaded.make_interpreter()
+        details = interpreter.get_tensor_details()
+        nodes = interpreter._get_ops_details()  # noqa: SLF001 - tf.lite's and kiln's node list
     except Exception:  # noqa: BLE001 - no estimate: such calls are counted by their tensors only
         return 0
-    total = 0
+    per_row = {}
     for tensor in details:
         shape = list(tensor.get("shape_signature", ()))
         if shape and shape[0] == -1:
             size = np.dtype(tensor["dtype"]).itemsize
             for d in shape[1:]:
                 size *= max(int(d), 1)
-            total += size
-    return total
+            per_row[tensor["index"]] = size
+    last_read = {}
+    for position, node in enumerate(nodes):
+        for i in node.get("inputs", ()):
+            last_read[int(i)] = position
+    ends = {i for i in (*(d["index"] for d in interpreter.get_input_details()),
+                        *(d["index"] for d in interpreter.get_output_details()))}
+    live = sum(per_row.get(i, 0) for i in ends)
+    peak = live
+    for position, node in enumerate(nodes):
+        written = [int(i) for i in node.get("outputs", ()) if int(i) in per_row and int(i) not in ends]
+        live += sum(per_row[i] for i in written)
+        peak = max(peak, live)
+        for i in {*written, *(int(i) for i in node.get("inputs", ()))}:
+            if i in per_row and i not in ends and last_read.get(i, position) <= position:
+                live -= per_row[i]
+    return peak
 
 
 def _call_seconds(loaded: ServedModel) -> float:

@@ -344,3 +344,14 @@ def test_a_keras_model_with_two_dtypes_isolates_a_bad_index_the_kernel_finds(ser
     good = [i for i in range(16) if i != 5]
     want = model([x[good], ids[good]]).numpy()
     np.testing.assert_allclose([answers[i].json()["predictions"][0] for i in good], want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["kiln", "litert"])
+def test_a_large_request_claims_the_peak_of_its_rows_live_tensors(models, tmp_path, backend):
+    """The slow model is a chain of 1024-wide layers: at its peak a call holds its input row, its
+    output row and two 1024-float intermediates per row — not all 26 of its batch tensors at once."""
+    from kiln.serve.backends import load
+    from kiln.serve.models import _row_work
+
+    loaded = load(one_model_dir(tmp_path, models["slow"]) / "1", backend)
+    assert _row_work(loaded) == 4 * (4 + 3 + 2 * 1024)
