@@ -190,7 +190,7 @@ def check_extras(command: str, args) -> None:
     if args.rest_api_port:
         needs.append("httptools")
     if args.port:
-        needs.append("grpc")
+        needs += ["h2", "hpack"]
     if args.port or args.model_config_file or args.batching_parameters_file or args.monitoring_config_file:
         needs.append("google.protobuf")   # gRPC's messages; the text-proto config files
     extras.require("serve", "", tuple(needs))

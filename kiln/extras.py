@@ -18,7 +18,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "tf": ("tensorflow",),
     "xla": ("jax", "jaxlib"),
     "beam": ("apache_beam",),
-    "serve": ("prometheus_client", "httptools", "grpc", "google.protobuf"),
+    "serve": ("prometheus_client", "httptools", "h2", "hpack", "google.protobuf"),
 }
 
 

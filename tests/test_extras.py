@@ -92,7 +92,7 @@ CASES = {
                       "kiln benchmark: error: --delegate xla ", "xla"),
     "serve httptools": ("httptools", [*SERVE, *REST_ONLY], "kiln serve: error: ", "serve"),
     "serve prometheus": ("prometheus_client", [*SERVE, *REST_ONLY], "kiln serve: error: ", "serve"),
-    "serve grpc": ("grpc", [*SERVE, *GRPC_ONLY], "kiln serve: error: ", "serve"),
+    "serve h2": ("h2", [*SERVE, *GRPC_ONLY], "kiln serve: error: ", "serve"),
     "serve protobuf": ("google", [*SERVE, *GRPC_ONLY], "kiln serve: error: ", "serve"),   # gRPC's messages
     "serve backend xla": ("jax", [*SERVE, *REST_ONLY, "--backend", "xla"], "kiln serve: error: --backend xla ", "xla"),
     "serve backend tf": ("tensorflow", [*SERVE, *REST_ONLY, "--backend", "tf"], "kiln serve: error: --backend tf ",
