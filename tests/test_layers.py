@@ -148,15 +148,21 @@ def test_imports_respect_the_layers(module):
     assert not wrong, "\n".join(wrong)
 
 
-def test_the_rule_catches_a_cycle(tmp_path, monkeypatch):
-    """The checker itself: an upward import (fusion -> converter) is reported."""
-    fake = tmp_path / "kiln" / "fusion" / "upward.py"
+@pytest.mark.parametrize("module, source, target", [
+    ("kiln.fusion.upward", "def f():\n    from ..converter import importer\n", "kiln.converter.importer"),
+    ("kiln.runtime.upward", "import importlib\n\ndef f():\n    return importlib.import_module('kiln.xla')\n",
+     "kiln.xla"),
+], ids=["from-import", "importlib"])
+def test_the_rule_catches_an_upward_import(tmp_path, monkeypatch, module, source, target):
+    """The checker itself: an upward import (fusion -> converter; runtime -> xla through importlib)
+    is reported."""
+    fake = tmp_path.joinpath(*module.split(".")).with_suffix(".py")
     fake.parent.mkdir(parents=True)
-    fake.write_text("def f():\n    from ..converter import importer\n")
-    monkeypatch.setitem(MODULES, "kiln.fusion.upward", fake)
+    fake.write_text(source)
+    monkeypatch.setitem(MODULES, module, fake)
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path / "kiln")
-    with pytest.raises(AssertionError, match="imports kiln.converter.importer"):
-        test_imports_respect_the_layers("kiln.fusion.upward")
+    with pytest.raises(AssertionError, match=f"imports {target}"):
+        test_imports_respect_the_layers(module)
 
 
 def package_of(module: str) -> str:
@@ -215,17 +221,6 @@ def test_computed_imports_are_accounted_for():
             if arg is not None and _may_name_kiln(arg) and module not in DYNAMIC_IMPORTS:
                 unexplained.append(f"{path.relative_to(ROOT.parent)}:{node.lineno}")
     assert not unexplained, f"kiln modules imported by a computed name: {unexplained}"
-
-
-def test_the_rule_sees_importlib(tmp_path, monkeypatch):
-    """An upward import through importlib (runtime -> xla) is reported like a plain one."""
-    fake = tmp_path / "kiln" / "runtime" / "upward.py"
-    fake.parent.mkdir(parents=True)
-    fake.write_text("import importlib\n\ndef f():\n    return importlib.import_module('kiln.xla')\n")
-    monkeypatch.setitem(MODULES, "kiln.runtime.upward", fake)
-    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path / "kiln")
-    with pytest.raises(AssertionError, match="imports kiln.xla"):
-        test_imports_respect_the_layers("kiln.runtime.upward")
 
 
 def test_no_private_names_across_packages():
