@@ -414,15 +414,22 @@ def _batch_sizes(text: str) -> list[int]:
 
 
 def cmd_xla_export(args) -> int:
-    from .xla.exported import export_model, summary
+    import json
+    import zipfile
+
+    from .xla.exported import export_model
 
     start = time.perf_counter()
     path = export_model(args.model, args.output, batch_sizes=args.batch_sizes, dtype_policy=args.dtype_policy,
                         device=args.device, weights=args.weights)
-    for line in summary(path):
-        print(line)
-    print(f"written in {time.perf_counter() - start:.1f} s; XlaDelegate(export=...) and runtime.open / kiln serve "
-          f"--backend xla (which find it next to the model) load it without tracing")
+    with zipfile.ZipFile(path) as z:
+        manifest = json.loads(z.read("manifest.json"))
+    print(f"{path}: {Path(path).stat().st_size / 1e6:.2f} MB in {time.perf_counter() - start:.1f} s, for "
+          f"{manifest['platform']}, dtype_policy {manifest['dtype_policy']}; weights stored "
+          f"{manifest['stored_weight_bytes'] / 1e6:.2f} MB (the others are read from the model)")
+    for p in manifest["partitions"] + manifest["skipped"]:
+        shapes = ", ".join(str([shape for shape, _ in e["inputs"]]) for e in p.get("entries", ()))
+        print(f"  nodes {p['nodes'][0]}..{p['nodes'][-1]}: " + (f"inputs {shapes}" if shapes else p.get("reason", "")))
     return 0
 
 

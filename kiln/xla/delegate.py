@@ -243,40 +243,32 @@ class XlaPartitionKernel(DelegateKernel):
 
         return fn
 
-    def _compile(self, static_values: dict[int, np.ndarray], dynamic_values: Sequence, plan=None):
+    def _compile(self, static_values: dict[int, np.ndarray], dynamic_values: Sequence, plan=None, program=None):
         """Trace once for these input shapes, hoist the large constants into device arguments,
-        lower and compile: calling the executable skips jax.jit's per-call cache lookup."""
+        lower and compile: calling the executable skips jax.jit's per-call cache lookup. With
+        ``program`` (an exported function and its weights, kiln/xla/exported.py), nothing is traced."""
         jax = require_jax()
         from jax.sharding import SingleDeviceSharding
 
         where = SingleDeviceSharding(self.delegate.device)
         specs = [jax.ShapeDtypeStruct(shape, np.dtype(code), sharding=where) for shape, code in map(_signature, dynamic_values)]
-        fn, weights = hoisted(self._trace_fn(static_values, plan), specs, self.delegate.device_weight,
-                              self.delegate.hoists)
+        fn, weights = program or hoisted(self._trace_fn(static_values, plan), specs, self.delegate.device_weight,
+                                         self.delegate.hoists)
         wspecs = [jax.ShapeDtypeStruct(w.shape, w.dtype, sharding=where) for w in weights]
-        if self.delegate.recorder is not None:  # kiln.xla.exported.export_model: compiled from its export
+        if self.delegate.recorder is not None and program is None:  # exported.export_model: compiled from its export
             fn = self.delegate.recorder.export(self, fn, weights, wspecs, specs)
-        return self._compiled(fn, weights, wspecs, specs)
-
-    def _compiled(self, fn, weights, wspecs, specs) -> Executable:
         try:
-            compiled = require_jax().jit(fn).lower(wspecs, *specs).compile(self.delegate.compiler_options or None)
+            compiled = jax.jit(fn).lower(wspecs, *specs).compile(self.delegate.compiler_options or None)
         except Exception as exc:  # XLA's own errors (an unknown compiler option, say)
             raise OpError(f"{self.label}: XLA cannot compile the partition for input shapes "
                           f"{[list(s.shape) for s in specs]}: {type(exc).__name__}: {exc}") from exc
         return Executable(compiled, weights)
 
     def restore(self, key, program, weights) -> None:
-        """Compile ``program`` (an exported partition, kiln/xla/exported.py) for input signature
-        ``key`` and keep it: no tracing."""
-        jax = require_jax()
-        from jax.sharding import SingleDeviceSharding
-
-        where = SingleDeviceSharding(self.delegate.device)
-        specs = [jax.ShapeDtypeStruct(shape, np.dtype(code), sharding=where) for shape, code in key]
+        """Compile an exported ``program`` for input signature ``key`` and keep it (no tracing)."""
         with x64():
-            self._keep(key, self._compiled(program, weights, [jax.ShapeDtypeStruct(w.shape, w.dtype, sharding=where)
-                                                              for w in weights], specs))
+            specs = [require_jax().ShapeDtypeStruct(shape, np.dtype(code)) for shape, code in key]
+            self._keep(key, self._compile({}, specs, program=(program, weights)))
 
     def _call(self, run, dynamic_values):
         # On the default device NumPy inputs go straight in (the call transfers them, much
