@@ -15,9 +15,9 @@ import itertools
 import json
 import logging
 import os
+import sys
 import weakref
 import zipfile
-from pathlib import Path
 
 import numpy as np
 
@@ -43,11 +43,10 @@ def _identity(delegate, model) -> dict:
     """What an export must have been written for to be used by ``delegate`` on ``model``."""
     from jax._src.xla_bridge import canonicalize_platform  # "gpu" -> "cuda" / "rocm", as jax.export says
 
-    from .. import __version__
-
     if model not in _digests:  # a model built in memory has no bytes: nothing matches it
         _digests[model] = None if model.backing is None else hashlib.sha256(model.backing).hexdigest()
-    return {"format": FORMAT, "kiln": __version__, "model_sha256": _digests[model],
+    version = sys.modules["kiln"].__version__  # the top package, always imported before kiln.xla (and above it)
+    return {"format": FORMAT, "kiln": version, "model_sha256": _digests[model],
             "dtype_policy": delegate.dtype_policy or "float32", "platform": canonicalize_platform(delegate.device.platform)}
 
 
@@ -191,20 +190,18 @@ def export_model(model, path=None, *, batch_sizes=None, dtype_policy=None, devic
     inputs' free first dimension; the model's own shape without ``batch_sizes``). The other
     arguments are `XlaDelegate`'s; a loading delegate needs the same dtype_policy and platform.
     Returns the path written."""
+    from ..format import read_model
     from ..runtime.interpreter import Interpreter
     from .delegate import XlaDelegate
 
     given_bytes = isinstance(model, (bytes, bytearray, memoryview))
     if given_bytes and path is None:
         raise KilnError("kiln.xla export: give the path to write when the model is given as bytes")
-    try:
-        content = bytes(model) if given_bytes else Path(model).read_bytes()
-    except OSError as exc:
-        raise KilnError(f"kiln.xla export: cannot read the model {os.fspath(model)!r}: {exc.strerror}") from None
+    ir = read_model(bytes(model) if given_bytes else model)  # a path is named in its errors
     delegate = XlaDelegate(device=device, dtype_policy=dtype_policy, weights=weights, batch_sizes=batch_sizes,
                            compiler_options=compiler_options)
     delegate.recorder = recorder = Recorder()
-    interp = Interpreter(model_content=content, experimental_delegates=[delegate])
+    interp = Interpreter(model_content=ir, experimental_delegates=[delegate])
     for size in delegate.batch_sizes or [None]:
         for d in interp.get_input_details():
             if size is not None and len(d["shape_signature"]) and d["shape_signature"][0] == -1:
