@@ -53,16 +53,21 @@ _LAZY = {
 _SUBPACKAGES = frozenset({"beam", "inference", "quant", "serve", "xla"})
 
 
-def _xla_backend(batch_sizes=None):
+def _xla_backend(batch_sizes=None, model_path=None):
     """`kiln.runtime.open`'s "xla" backend: kiln.xla sits above the runtime, so this facade
     hands it over (JAX is imported, and its absence reported, only when a model opens on it).
     Each interpreter's delegate keeps its weights on the device and compiles ``batch_sizes``'
-    buckets as it loads."""
+    buckets as it loads — from the export next to the model (``MODEL.tflite.xla``) if there is one."""
+    import os
+
     from .runtime.served import XLA_SHAPES
     from .xla import XlaDelegate, require_jax
+    from .xla.exported import default_path
 
     require_jax()
-    return lambda: [XlaDelegate(cache_size=XLA_SHAPES, batch_sizes=batch_sizes)]
+    export = default_path(model_path) if model_path is not None else None
+    export = export if export is not None and os.path.isfile(export) else None
+    return lambda: [XlaDelegate(cache_size=XLA_SHAPES, batch_sizes=batch_sizes, export=export)]
 
 
 register_backend("xla", _xla_backend)

@@ -3,6 +3,7 @@
     kiln inspect MODEL                      structure, versions, signatures, size by section
     kiln run MODEL [--input NAME=FILE.npy]  run once (random inputs by default), save outputs
     kiln benchmark MODEL [--runs N]         latency statistics and a per-op profile
+    kiln xla-export MODEL [--batch-sizes]   save the XLA delegate's compiled partitions (MODEL.xla)
     kiln convert ...                        TensorFlow -> .tflite (kiln.converter.cli)
     kiln serve --model_base_path DIR        TF Serving's REST API with batching (kiln.serve.cli)
 
@@ -402,6 +403,36 @@ def cmd_benchmark(args) -> int:
     return 0
 
 
+def _batch_sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(b) for b in text.split(",") if b.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of batch sizes") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: batch sizes are positive ints, e.g. 1,8,64")
+    return sizes
+
+
+def cmd_xla_export(args) -> int:
+    import json
+    import zipfile
+
+    from .xla.exported import export_model
+
+    start = time.perf_counter()
+    path = export_model(args.model, args.output, batch_sizes=args.batch_sizes, dtype_policy=args.dtype_policy,
+                        device=args.device, weights=args.weights)
+    with zipfile.ZipFile(path) as z:
+        manifest = json.loads(z.read("manifest.json"))
+    print(f"{path}: {Path(path).stat().st_size / 1e6:.2f} MB in {time.perf_counter() - start:.1f} s, for "
+          f"{manifest['platform']}, dtype_policy {manifest['dtype_policy']}; weights stored "
+          f"{manifest['stored_weight_bytes'] / 1e6:.2f} MB (the others are read from the model)")
+    for p in manifest["partitions"] + manifest["skipped"]:
+        shapes = ", ".join(str([shape for shape, _ in e["inputs"]]) for e in p.get("entries", ()))
+        print(f"  nodes {p['nodes'][0]}..{p['nodes'][-1]}: " + (f"inputs {shapes}" if shapes else p.get("reason", "")))
+    return 0
+
+
 # -- convert (TensorFlow) --------------------------------------------------------------------
 
 def _converter_cli():
@@ -480,6 +511,19 @@ def build_parser(with_convert: bool = False) -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true",
                    help="list every node's backend (and why a delegate left it to the reference kernels)")
     p.set_defaults(func=cmd_benchmark)
+
+    p = sub.add_parser("xla-export", help="save the XLA delegate's compiled partitions next to the model "
+                                          "(serialized StableHLO), to load without tracing")
+    p.add_argument("model", help=".tflite file")
+    p.add_argument("--output", metavar="PATH", help="where to write it (default: MODEL.xla, where kiln serve and "
+                                                   "kiln.runtime.open look for it)")
+    p.add_argument("--batch-sizes", type=_batch_sizes, metavar="B,B,...",
+                   help="batch buckets to compile for (the free first dimension; default: the model's own shape)")
+    p.add_argument("--dtype-policy", choices=("float32", "bfloat16"), help="XlaDelegate's dtype_policy")
+    p.add_argument("--device", help="cpu, gpu, ... (default: JAX's default device); the export is for its platform")
+    p.add_argument("--weights", choices=("arguments", "constants"),
+                   help="XlaDelegate's weights (default: arguments, or literals for small models on a CPU)")
+    p.set_defaults(func=cmd_xla_export)
 
     from .quant import cli as quant_cli
 

@@ -56,6 +56,7 @@ PATHS: dict[str, dict[str, str]] = {
     "inspect": {"model": IN_FILE},
     "run": {"model": IN_FILE, "output_dir": OUT_DIR},
     "benchmark": {"model": IN_FILE},
+    "xla-export": {"model": IN_FILE, "output": OUT_FILE},
     "quantize": {"model": IN_FILE, "data": IN_FILE, "output": OUT_FILE, "debug": OUT_FILE},
     "convert": {"source": IN_ANY, "output": OUT_FILE, "report_json": OUT_FILE},
     "infer-convert": {"input_model_dir": IN_DIR, "output_model_dir": NEW_DIR, "converter_options_file": IN_FILE},
@@ -66,7 +67,7 @@ PATHS: dict[str, dict[str, str]] = {
 
 def _dashed(command: str, dest: str) -> str:
     """The flag as typed: kiln's own commands dash their flags, TF's (serve, infer-convert) do not."""
-    return "--" + dest.replace("_", "-") if command in ("run", "benchmark", "quantize", "convert") else "--" + dest
+    return "--" + dest.replace("_", "-") if command in ("run", "benchmark", "quantize", "convert", "xla-export") else "--" + dest
 
 
 def check_numbers(command: str, args) -> None:
@@ -182,8 +183,8 @@ def check_extras(command: str, args) -> None:
     """The optional extras (kiln.extras) this command line needs, before anything imports them."""
     if command in ("convert", "infer-convert"):
         extras.require("tf", "")
-    if getattr(args, "delegate", None) == "xla":
-        extras.require("xla", "--delegate xla")
+    if getattr(args, "delegate", None) == "xla" or command == "xla-export":
+        extras.require("xla", "--delegate xla" if command != "xla-export" else "")
     if command != "serve":
         return
     needs = ["prometheus_client"]

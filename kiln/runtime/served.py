@@ -35,8 +35,8 @@ PREDICT_METHOD = "tensorflow/serving/predict"
 SHAPE_CACHE = 8
 #: Compiled XLA functions an XLA interpreter keeps (one per input shape).
 XLA_SHAPES = 16
-#: Backends of kiln's Interpreter that a higher layer provides: name -> ``load(batch_sizes)``,
-#: called when a model is opened on it (raising if the backend cannot run here), returning a
+#: Backends of kiln's Interpreter that a higher layer provides: name -> ``load(batch_sizes,
+#: model_path)`` (the .tflite's path, None for bytes), called when a model is opened on it (raising if the backend cannot run here), returning a
 #: function that gives each new interpreter its delegates (prepared for those batch buckets).
 _DELEGATE_BACKENDS: dict[str, Callable[..., Callable[[], list]]] = {}
 
@@ -234,7 +234,9 @@ def open(model, backend: str | None = None, *, num_threads: int | None = None,  
         reference kernels alone).
       preserve_all_tensors: keep every intermediate readable (debugging).
       batch_sizes: the batch buckets the model will be fed (kiln serve's allowed_batch_sizes):
-        the xla backend pads other batches up to them and compiles each when an interpreter loads.
+        the xla backend pads other batches up to them and compiles each when an interpreter loads
+        (from ``MODEL.tflite.xla``'s saved programs, without tracing, when ``kiln xla-export``
+        wrote one next to the model).
     """
     if backend is not None and backend not in BACKENDS:
         raise UnsupportedError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
@@ -267,7 +269,7 @@ def _open_tflite(content: bytes, path, backend, num_threads, resolver_type, pres
     from ..format import read_model
 
     ir = read_model(content, name=path)  # validated; kiln's interpreters share it (and its weights)
-    make = _interpreter_factory(ir, content, backend, num_threads, resolver_type, preserve, batch_sizes)
+    make = _interpreter_factory(ir, content, backend, num_threads, resolver_type, preserve, batch_sizes, path)
     signatures = model_signatures(ir)
     has_defs = bool(ir.signatures)
     cache = SHAPE_CACHE if backend == "kiln" else 1
@@ -290,7 +292,8 @@ def _open_tflite(content: bytes, path, backend, num_threads, resolver_type, pres
     return ServedModel(path, "tflite", backend, signatures, new_runner, first_or_new)
 
 
-def _interpreter_factory(ir, content: bytes, backend: str, num_threads, resolver_type, preserve, batch_sizes=None):
+def _interpreter_factory(ir, content: bytes, backend: str, num_threads, resolver_type, preserve, batch_sizes=None,
+                         path=None):
     if backend == "litert":
         try:
             from ai_edge_litert.interpreter import Interpreter as LiteRT, OpResolverType as LiteRTResolver
@@ -305,7 +308,7 @@ def _interpreter_factory(ir, content: bytes, backend: str, num_threads, resolver
     from .interpreter import Interpreter
 
     if backend in _DELEGATE_BACKENDS:
-        delegates = _DELEGATE_BACKENDS[backend](batch_sizes)
+        delegates = _DELEGATE_BACKENDS[backend](batch_sizes, path)
         return lambda: Interpreter(model_content=ir, num_threads=num_threads,
                                    experimental_op_resolver_type=resolver_type,
                                    experimental_preserve_all_tensors=preserve, experimental_delegates=delegates())

@@ -29,6 +29,7 @@ from ..errors import KilnError, OpError, UnsupportedError
 from ..schema import DType
 from ..runtime.delegate import DelegateKernel, NodeInfo, Partition, ReportingDelegate
 from ._jax import enable_compilation_cache, require_jax, x64
+from .exported import ExportFile
 from .graph import param_tensors, prepare_nodes, run_nodes, static_tensors, why_not_lowered
 from .partition_vars import PartitionVariables
 from .partition_vars import why_not as why_not_vars
@@ -242,23 +243,32 @@ class XlaPartitionKernel(DelegateKernel):
 
         return fn
 
-    def _compile(self, static_values: dict[int, np.ndarray], dynamic_values: Sequence, plan=None):
+    def _compile(self, static_values: dict[int, np.ndarray], dynamic_values: Sequence, plan=None, program=None):
         """Trace once for these input shapes, hoist the large constants into device arguments,
-        lower and compile: calling the executable skips jax.jit's per-call cache lookup."""
+        lower and compile: calling the executable skips jax.jit's per-call cache lookup. With
+        ``program`` (an exported function and its weights, kiln/xla/exported.py), nothing is traced."""
         jax = require_jax()
         from jax.sharding import SingleDeviceSharding
 
         where = SingleDeviceSharding(self.delegate.device)
         specs = [jax.ShapeDtypeStruct(shape, np.dtype(code), sharding=where) for shape, code in map(_signature, dynamic_values)]
-        fn, weights = hoisted(self._trace_fn(static_values, plan), specs, self.delegate.device_weight,
-                              self.delegate.hoists)
-        lowered = jax.jit(fn).lower([jax.ShapeDtypeStruct(w.shape, w.dtype, sharding=where) for w in weights], *specs)
+        fn, weights = program or hoisted(self._trace_fn(static_values, plan), specs, self.delegate.device_weight,
+                                         self.delegate.hoists)
+        wspecs = [jax.ShapeDtypeStruct(w.shape, w.dtype, sharding=where) for w in weights]
+        if self.delegate.recorder is not None and program is None:  # exported.export_model: compiled from its export
+            fn = self.delegate.recorder.export(self, fn, weights, wspecs, specs)
         try:
-            compiled = lowered.compile(self.delegate.compiler_options or None)
+            compiled = jax.jit(fn).lower(wspecs, *specs).compile(self.delegate.compiler_options or None)
         except Exception as exc:  # XLA's own errors (an unknown compiler option, say)
             raise OpError(f"{self.label}: XLA cannot compile the partition for input shapes "
-                          f"{[list(np.shape(x)) for x in dynamic_values]}: {type(exc).__name__}: {exc}") from exc
+                          f"{[list(s.shape) for s in specs]}: {type(exc).__name__}: {exc}") from exc
         return Executable(compiled, weights)
+
+    def restore(self, key, program, weights) -> None:
+        """Compile an exported ``program`` for input signature ``key`` and keep it (no tracing)."""
+        with x64():
+            specs = [require_jax().ShapeDtypeStruct(shape, np.dtype(code)) for shape, code in key]
+            self._keep(key, self._compile({}, specs, program=(program, weights)))
 
     def _call(self, run, dynamic_values):
         # On the default device NumPy inputs go straight in (the call transfers them, much
@@ -332,6 +342,9 @@ class XlaPartitionKernel(DelegateKernel):
                 run = self._compile(static_values, dynamic_values, plan)
             except KilnError as exc:
                 raise self._refusal(exc) from None
+        return self._keep(key, run)
+
+    def _keep(self, key, run):
         self.cache[key] = run
         self.compiles += 1
         while len(self.cache) > self.delegate.cache_size:
@@ -408,6 +421,9 @@ class XlaDelegate(ReportingDelegate):
         inputs are model inputs of free batch pads a batch up to the next bucket and slices
         its outputs back (rows must not mix, as for TF Serving's batching), and compiles every
         bucket when the interpreter prepares it; a batch past the last bucket compiles as is.
+      export: a file `kiln.xla.export_model` wrote (``kiln xla-export``): the executables it holds
+        are compiled from its saved programs, without tracing; an export of other model bytes,
+        policy, platform or kiln version, or one unreadable, is ignored with a warning.
       compiler_options: XLA options for its compiles, as ``jax.stages.Lowered.compile`` takes
         them (e.g. ``{"xla_cpu_multi_thread_eigen": True}``); on a CPU they extend
         `CPU_COMPILER_OPTIONS` (single-threaded, YNNPACK fusions off; see `cpu_defaults`).
@@ -421,7 +437,7 @@ class XlaDelegate(ReportingDelegate):
 
     def __init__(self, device=None, dtype_policy: str | None = None, cache_size: int = 8,
                  ops: Iterable[str] | None = None, compiler_options: dict | None = None,
-                 weights: str | None = None, batch_sizes: Sequence[int] | None = None):
+                 weights: str | None = None, batch_sizes: Sequence[int] | None = None, export=None):
         require_jax()
         enable_compilation_cache()
         super().__init__()
@@ -457,6 +473,9 @@ class XlaDelegate(ReportingDelegate):
         self._static: dict[int, set[int]] = {}
         self._weights: dict[tuple, object] = {}
         self._kept: dict[int, tuple] = {}
+        self.export = None if export is None else ExportFile(export)
+        #: Partition executables built from ``export``; a `Recorder` when export_model writes one.
+        self.from_export, self.recorder = 0, None
 
     def hoists(self, total_bytes: int) -> bool:
         """Whether a partition's large constants (``total_bytes`` together) become arguments."""
@@ -510,6 +529,8 @@ class XlaDelegate(ReportingDelegate):
 
     def make_kernel(self, partition: Partition) -> XlaPartitionKernel:
         kernel = XlaPartitionKernel(self, partition)
+        if self.export is not None:
+            self.from_export += self.export.restore(kernel)
         kernel.warmup()
         return kernel
 
