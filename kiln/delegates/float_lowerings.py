@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ops.activations import softmax_values
+from ..ops.activations import softmax
 from ..ops.indexing import strided_slice_plan
 from ..ops.lstm import is_plain_cell, pack_gates, read_operands, uni_lstm_run
 from ..ops.shape import transpose_perm, dense, int_values, norm_axis
@@ -119,10 +119,9 @@ def lower_softmax(node: _Node):
     """SOFTMAX: the kernel's float64 evaluation, without its per-call checks."""
     kernel, call = _reference_call(node)
     (probe,) = _probe(node, kernel, call)
-    beta = float(node.opts.beta)
     xi, oi = node.in_slots[0], node.out_slots[0]
 
     def run(slots):
-        slots[oi] = softmax_values(slots[xi], beta)
+        slots[oi] = softmax(np, call, slots[xi])
 
     return run, [probe.shape]

@@ -16,7 +16,7 @@ from jax import lax
 from jax.scipy.special import erfc
 
 from ..errors import OpError
-from ..ops.activations import gelu
+from ..ops.activations import gelu, l2_normalization, log_softmax, prelu, softmax
 from ..ops.elementwise import float_to_int, select
 from ..ops.misc import bitwise_xor, right_shift
 from ..ops.reduce import REDUCERS, arg_extreme, cumsum, index_dtype
@@ -210,34 +210,6 @@ def _hard_swish(call, x):
     return x * jnp.clip(x + 3, 0, 6).astype(x.dtype) / jnp.asarray(6, x.dtype)
 
 
-def _prelu(call, x, alpha):
-    if jnp.broadcast_shapes(x.shape, alpha.shape) != x.shape:
-        raise OpError(f"PRELU: alpha shape {list(alpha.shape)} does not broadcast into the input "
-                      f"shape {list(x.shape)}")
-    return jnp.where(x >= 0, x, x * jnp.asarray(alpha).astype(x.dtype))
-
-
-def _softmax(call, x):
-    beta = float(call.opts.beta)
-    shifted = x - jnp.max(x, axis=-1, keepdims=True)
-    e = jnp.exp(shifted * beta if beta != 1.0 else shifted)
-    return e / jnp.sum(e, axis=-1, keepdims=True)
-
-
-def _log_softmax(call, x):
-    shifted = x - jnp.max(x, axis=-1, keepdims=True)
-    return shifted - jnp.log(jnp.sum(jnp.exp(shifted), axis=-1, keepdims=True))
-
-
-def _l2_normalization(call, x):
-    act = call.opts.fused_activation_function
-    if act != Activation.NONE:
-        raise OpError(f"L2_NORMALIZATION: fused activation {Activation(act).name} is not supported "
-                      "(LiteRT accepts only NONE)")
-    norm = jnp.sqrt(jnp.sum(jnp.square(x.astype(jnp.float64)), axis=-1, keepdims=True)).astype(x.dtype)
-    return x / jnp.maximum(norm, jnp.asarray(1e-6, x.dtype))
-
-
 def _float_input(fn):
     def lower(call, x, *rest):
         if not is_float(x.dtype):
@@ -258,10 +230,10 @@ ROWS.add("ELU", _float_input(lambda call, x: jnp.where(x < 0, jnp.expm1(x), x)))
 ROWS.add("GELU", _float_input(on_jnp(gelu, erfc=erfc)))
 ROWS.add("HARD_SWISH", _float_input(_hard_swish))
 ROWS.add("LEAKY_RELU", _float_input(lambda call, x: jnp.where(x > 0, x, x * jnp.asarray(call.opts.alpha, x.dtype))))
-ROWS.add("PRELU", _float_input(_prelu))
-ROWS.add("SOFTMAX", _float_input(_softmax))
-ROWS.add("LOG_SOFTMAX", _float_input(_log_softmax))
-ROWS.add("L2_NORMALIZATION", _float_input(_l2_normalization))
+ROWS.add("PRELU", _float_input(on_jnp(prelu)))
+ROWS.add("SOFTMAX", _float_input(on_jnp(softmax, wide=None)))
+ROWS.add("LOG_SOFTMAX", _float_input(on_jnp(log_softmax, wide=None)))
+ROWS.add("L2_NORMALIZATION", _float_input(on_jnp(l2_normalization)))
 
 
 # -- reductions --------------------------------------------------------------------------------
