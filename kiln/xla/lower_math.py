@@ -8,6 +8,7 @@ fail inside a compiled program, so they give XLA's value instead of an OpError.
 
 from __future__ import annotations
 
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +18,7 @@ from jax.scipy.special import erfc
 
 from ..errors import OpError
 from ..ops.activations import gelu, l2_normalization, log_softmax, prelu, softmax
-from ..ops.elementwise import float_to_int, select
+from ..ops.elementwise import float_to_int, floor_div, floor_mod, select
 from ..ops.misc import bitwise_xor, right_shift
 from ..ops.reduce import REDUCERS, arg_extreme, cumsum, index_dtype
 from ..schema import Activation
@@ -63,20 +64,6 @@ def _div(a, b):
     return jnp.where((a == top.min) & (b == -1), top.max, lax.div(a, b))
 
 
-def _floor_div(a, b):
-    if _is_int(a):
-        return jnp.floor_divide(a, b)
-    # LiteRT divides in double precision and floors before narrowing.
-    return jnp.floor(a.astype(jnp.float64) / b.astype(jnp.float64)).astype(a.dtype)
-
-
-def _floor_mod(a, b):
-    if _is_int(a):
-        return jnp.mod(a, b)
-    r = jnp.fmod(a, b)
-    return jnp.where((r != 0) & ((b < 0) != (r < 0)), r + b, r)
-
-
 def _arith(fn):
     def lower(call, a, b):
         a = jnp.asarray(a)  # b may stay NumPy: DIV by a constant divides exactly (see _div)
@@ -99,8 +86,8 @@ ROWS.add("DIV", _arith(_div))
 ROWS.add("ADD", int8_add_sub(+1), types=("int8", "int16"), check=int8_elementwise_check)
 ROWS.add("SUB", int8_add_sub(-1), types=("int8", "int16"), check=int8_elementwise_check)
 ROWS.add("MUL", int8_mul, types=("int8", "int16"), check=int8_elementwise_check)
-ROWS.add("FLOOR_DIV", _binary(_floor_div))
-ROWS.add("FLOOR_MOD", _binary(_floor_mod))
+ROWS.add("FLOOR_DIV", _binary(partial(floor_div, jnp)))
+ROWS.add("FLOOR_MOD", _binary(partial(floor_mod, jnp)))
 ROWS.add("SQUARED_DIFFERENCE", _binary(lambda a, b: (a - b) * (a - b)))
 ROWS.add("POW", _binary(jnp.power))
 ROWS.add("MAXIMUM", _binary(lambda a, b: jnp.where(a > b, a, b)))  # a NaN in a loses, in b wins (as LiteRT)
