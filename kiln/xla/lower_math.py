@@ -20,7 +20,7 @@ from ..errors import OpError
 from ..ops.activations import gelu, l2_normalization, log_softmax, prelu, softmax
 from ..ops.elementwise import float_to_int, floor_div, floor_mod, select
 from ..ops.misc import bitwise_xor, right_shift
-from ..ops.reduce import REDUCERS, arg_extreme, cumsum, index_dtype
+from ..ops.reduce import REDUCERS, arg_extreme, cumsum, top_k
 from ..schema import Activation
 from .lower_quant import int8_add_sub, int8_elementwise_check, int8_mul
 from .lowering import Rows, fused_range, is_float, on_jnp
@@ -239,24 +239,12 @@ ROWS.add("ARG_MAX", _arg(True), static=(1,))
 ROWS.add("ARG_MIN", _arg(False), static=(1,))
 
 
-def _top_k(call, x, k):
-    kv = np.asarray(k).reshape(-1)
-    if kv.size != 1 or kv.dtype.kind not in "iu":
-        raise OpError(f"TOPK_V2: k must be one integer, got {np.asarray(k).tolist()}")
-    kk, n = int(kv[0]), x.shape[-1]
-    if not 0 <= kk <= n:
-        raise OpError(f"TOPK_V2: k={kk} must be in [0, {n}] (the last dimension)")
-    x = jnp.asarray(x)
-    if is_float(x.dtype):  # high to low, ties by ascending index, NaN last
-        order = jnp.argsort(-x, axis=-1, stable=True)[..., :kk]
-        values = jnp.take_along_axis(x, order, axis=-1)
-    else:
-        values, order = lax.top_k(x.astype(jnp.int32) if x.dtype == np.bool_ else x, kk)
-        values = values.astype(x.dtype)
-    return values, order.astype(index_dtype(call, 1, np.int32))
+def _integer_top_k(x, k: int):
+    values, order = lax.top_k(x.astype(jnp.int32) if x.dtype == np.bool_ else x, k)
+    return values.astype(x.dtype), order
 
 
-ROWS.add("TOPK_V2", _top_k, static=(1,))
+ROWS.add("TOPK_V2", on_jnp(top_k, integer_top_k=_integer_top_k), static=(1,))
 
 
 ROWS.add("CUMSUM", on_jnp(cumsum), static=(1,))
