@@ -95,26 +95,6 @@ def lower_transpose(node: _Node):
     return run, [probe.shape]
 
 
-def lower_batch_matmul(node: _Node):
-    """BATCH_MATMUL: np.matmul of the (adjointed) operands, as the kernel."""
-    kernel, call = _reference_call(node)
-    (probe,) = _probe(node, kernel, call)
-    (sa, ca), (sb, cb) = zip(node.in_slots[:2], node.consts[:2])
-    adj_x, adj_y = bool(node.opts.adj_x), bool(node.opts.adj_y)
-    oi = node.out_slots[0]
-
-    def run(slots):
-        a = slots[sa] if ca is None else ca
-        b = slots[sb] if cb is None else cb
-        if adj_x:
-            a = np.swapaxes(a, -1, -2)
-        if adj_y:
-            b = np.swapaxes(b, -1, -2)
-        slots[oi] = np.matmul(a, b)
-
-    return run, [probe.shape]
-
-
 def lower_softmax(node: _Node):
     """SOFTMAX: the kernel's float64 evaluation, without its per-call checks."""
     kernel, call = _reference_call(node)
