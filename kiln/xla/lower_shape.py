@@ -119,17 +119,7 @@ def _fused(call, y):
         return y
     if not is_float(y.dtype):
         raise OpError(f"{call.op.name}: a fused activation needs float inputs")
-    if act == Activation.RELU:
-        return jnp.maximum(y, 0)
-    if act == Activation.RELU6:
-        return jnp.clip(y, 0, 6)
-    if act == Activation.RELU_N1_TO_1:
-        return jnp.clip(y, -1, 1)
-    if act == Activation.TANH:
-        return jnp.tanh(y)
-    if act == Activation.SIGN_BIT:
-        return jnp.signbit(y).astype(y.dtype)
-    return jnp.asarray(apply_activation(np.asarray(y), act))  # raises the kernel's error
+    return apply_activation(y, act, jnp)
 
 
 def movement(data: tuple[int, ...] | str = (0,), fill_operand: int | None = None,
