@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ops.activations import softmax_values
+from ..ops.activations import softmax
 from ..ops.indexing import strided_slice_plan
 from ..ops.lstm import is_plain_cell, pack_gates, read_operands, uni_lstm_run
 from ..ops.shape import transpose_perm, dense, int_values, norm_axis
@@ -95,34 +95,13 @@ def lower_transpose(node: _Node):
     return run, [probe.shape]
 
 
-def lower_batch_matmul(node: _Node):
-    """BATCH_MATMUL: np.matmul of the (adjointed) operands, as the kernel."""
-    kernel, call = _reference_call(node)
-    (probe,) = _probe(node, kernel, call)
-    (sa, ca), (sb, cb) = zip(node.in_slots[:2], node.consts[:2])
-    adj_x, adj_y = bool(node.opts.adj_x), bool(node.opts.adj_y)
-    oi = node.out_slots[0]
-
-    def run(slots):
-        a = slots[sa] if ca is None else ca
-        b = slots[sb] if cb is None else cb
-        if adj_x:
-            a = np.swapaxes(a, -1, -2)
-        if adj_y:
-            b = np.swapaxes(b, -1, -2)
-        slots[oi] = np.matmul(a, b)
-
-    return run, [probe.shape]
-
-
 def lower_softmax(node: _Node):
     """SOFTMAX: the kernel's float64 evaluation, without its per-call checks."""
     kernel, call = _reference_call(node)
     (probe,) = _probe(node, kernel, call)
-    beta = float(node.opts.beta)
     xi, oi = node.in_slots[0], node.out_slots[0]
 
     def run(slots):
-        slots[oi] = softmax_values(slots[xi], beta)
+        slots[oi] = softmax(np, call, slots[xi])
 
     return run, [probe.shape]

@@ -41,6 +41,19 @@ def _float_input(call: KernelCall, x: np.ndarray) -> None:
         raise OpError(f"{call.op.name}: input type {x.dtype} is not supported (float only)")
 
 
+def _float_only(fn, *, last_axis: bool = False):
+    """Reference kernel of ``fn(np, call, x, *rest)`` for a float ``x`` (``last_axis``: a
+    normalisation over the last axis, which needs at least one dimension)."""
+
+    def kernel(call: KernelCall, x: np.ndarray, *rest) -> np.ndarray:
+        _float_input(call, x)
+        if last_axis and x.ndim < 1:
+            raise OpError(f"{call.op.name}: input must have at least one dimension")
+        return fn(np, call, x, *rest)
+
+    return kernel
+
+
 def _float_kernel(fn):
     """Kernel for a float-only element-wise function, evaluated in float64."""
 
@@ -150,9 +163,9 @@ def _leaky_relu(call: KernelCall, x: np.ndarray) -> np.ndarray:
     return np.where(x > 0, x, x * alpha)
 
 
-def _prelu(call: KernelCall, x: np.ndarray, alpha: np.ndarray) -> np.ndarray:
-    """alpha broadcasts into the input's shape (LiteRT's builtin PRELU needs out == in)."""
-    _float_input(call, x)
+def prelu(xp, call: KernelCall, x, alpha):
+    """PRELU over array namespace ``xp``: alpha broadcasts into the input's shape (LiteRT's
+    builtin PRELU needs out == in)."""
     try:
         fits = np.broadcast_shapes(x.shape, alpha.shape) == x.shape
     except ValueError:
@@ -160,52 +173,39 @@ def _prelu(call: KernelCall, x: np.ndarray, alpha: np.ndarray) -> np.ndarray:
     if not fits:
         raise OpError(f"PRELU: alpha shape {list(alpha.shape)} does not broadcast into the "
                       f"input shape {list(x.shape)}")
-    return np.where(x >= 0, x, x * alpha.astype(x.dtype)).astype(x.dtype)
+    return xp.where(x >= 0, x, x * alpha.astype(x.dtype))
 
 
 # -- normalisations over the last axis ---------------------------------------------------
+# Written once over an array namespace: the reference kernels evaluate them in float64
+# (``wide``) and round once; kiln.xla passes ``wide=None``, evaluating in the tensor type.
 
-def _last_axis_input(call: KernelCall, x: np.ndarray) -> None:
-    _float_input(call, x)
-    if x.ndim < 1:
-        raise OpError(f"{call.op.name}: input must have at least one dimension")
-
-
-def _softmax(call: KernelCall, x: np.ndarray) -> np.ndarray:
-    _last_axis_input(call, x)
-    return softmax_values(x, float(call.opts.beta))
-
-
-def softmax_values(x: np.ndarray, beta: float) -> np.ndarray:
-    """SOFTMAX of a checked float input, evaluated in float64 (also the compiled delegate's)."""
+def softmax(xp, call: KernelCall, x, wide=np.float64):
+    """SOFTMAX of a checked float input (also the NumPy delegate's, without the checks)."""
+    beta = float(call.opts.beta)
     with np.errstate(all="ignore"):
-        v = x.astype(np.float64)
-        shifted = v - np.maximum.reduce(v, axis=-1, keepdims=True)
-        e = np.exp(shifted * beta if beta != 1.0 else shifted)  # x * 1.0 is x, bit for bit
-        return (e / np.add.reduce(e, axis=-1, keepdims=True)).astype(x.dtype)
+        v = x if wide is None else x.astype(wide)
+        shifted = v - xp.max(v, axis=-1, keepdims=True)
+        e = xp.exp(shifted * beta if beta != 1.0 else shifted)  # x * 1.0 is x, bit for bit
+        return (e / xp.sum(e, axis=-1, keepdims=True)).astype(x.dtype)
 
 
-def _log_softmax(call: KernelCall, x: np.ndarray) -> np.ndarray:
-    _last_axis_input(call, x)
+def log_softmax(xp, call: KernelCall, x, wide=np.float64):
     with np.errstate(all="ignore"):
-        v = x.astype(np.float64)
-        shifted = v - v.max(axis=-1, keepdims=True)
-        return (shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))).astype(x.dtype)
+        v = x if wide is None else x.astype(wide)
+        shifted = v - xp.max(v, axis=-1, keepdims=True)
+        return (shifted - xp.log(xp.sum(xp.exp(shifted), axis=-1, keepdims=True))).astype(x.dtype)
 
 
-_L2_EPSILON = 1e-6
-
-
-def _l2_normalization(call: KernelCall, x: np.ndarray) -> np.ndarray:
-    _last_axis_input(call, x)
+def l2_normalization(xp, call: KernelCall, x):
+    """``x / max(|x|, 1e-6)``, the norm summed in float64 by both backends."""
     act = call.opts.fused_activation_function
     if act != Activation.NONE:
         raise OpError(f"L2_NORMALIZATION: fused activation {Activation(act).name} is not "
                       f"supported (LiteRT accepts only NONE)")
     with np.errstate(all="ignore"):
-        v = x.astype(np.float64)
-        norm = np.sqrt(np.square(v).sum(axis=-1, keepdims=True)).astype(x.dtype)
-        return (x / np.maximum(norm, x.dtype.type(_L2_EPSILON))).astype(x.dtype)
+        norm = xp.sqrt(xp.sum(xp.square(x.astype(np.float64)), axis=-1, keepdims=True)).astype(x.dtype)
+        return (x / xp.maximum(norm, x.dtype.type(1e-6))).astype(x.dtype)
 
 
 # -- version rules --------------------------------------------------------------------------
@@ -268,7 +268,7 @@ OPS: tuple[OpDef, ...] = (
           _leaky_relu_version, 2,
           runtime_versions=("1.13.1", "2.3.0"), quantized=activation_kernels.LEAKY_RELU,
           quantization=own(), types=takes("float16 float32 int8 uint8 int16")),
-    OpDef("PRELU", _prelu,
+    OpDef("PRELU", _float_only(prelu),
           runtime_versions=("1.8.0",), quantized=activation_kernels.PRELU,
           quantization=own(0, 1, symmetric=(1,))),
     OpDef("ELU", _float_kernel(_elu),
@@ -282,17 +282,17 @@ OPS: tuple[OpDef, ...] = (
     OpDef("HARD_SWISH", _hard_swish, OptionsSpec("HardSwishOptions"),
           runtime_versions=("1.15.0",), quantized=activation_kernels.HARD_SWISH,
           quantization=own(types=INT8_ONLY)),
-    OpDef("SOFTMAX", _softmax, OptionsSpec("SoftmaxOptions", {"beta": 0.0}), _int16_8(3, 2), 4,
+    OpDef("SOFTMAX", _float_only(softmax, last_axis=True), OptionsSpec("SoftmaxOptions", {"beta": 0.0}), _int16_8(3, 2), 4,
           runtime_versions=("1.5.0", "1.14.0", "2.3.0", UNLISTED), quantized=softmax_kernels.SOFTMAX,
           quantization=fixed((1 / 256, -128), (1 / 32768, 0))),
-    OpDef("LOG_SOFTMAX", _log_softmax, OptionsSpec("LogSoftmaxOptions"), _log_softmax_version, 2,
+    OpDef("LOG_SOFTMAX", _float_only(log_softmax, last_axis=True), OptionsSpec("LogSoftmaxOptions"), _log_softmax_version, 2,
           runtime_versions=("1.14.0", "1.14.0"), quantized=softmax_kernels.LOG_SOFTMAX,
           quantization=fixed((16 / 256, 127)), types=takes("float32 int8 uint8 int16")),
-    OpDef("L2_NORMALIZATION", _l2_normalization,
+    OpDef("L2_NORMALIZATION", _float_only(l2_normalization, last_axis=True),
           OptionsSpec("L2NormOptions", {"fused_activation_function": Activation.NONE}),
           _l2_version, 2,
           runtime_versions=("1.5.0", "1.14.0"), quantized=activation_kernels.L2_NORMALIZATION,
           quantization=fixed((1 / 128, 0))),
 )
 
-__all__ = ["OPS", "erfc", "gelu"]
+__all__ = ["OPS", "erfc", "gelu", "l2_normalization", "log_softmax", "prelu", "softmax"]

@@ -257,20 +257,32 @@ def _div(call, a, b):
     return np.clip(q, info.min, info.max).astype(a.dtype)
 
 
+def floor_div(xp, a, b):
+    """FLOOR_DIV over array namespace ``xp`` (kiln.xla lowers it; a zero divisor is the
+    reference kernel's error, checked by `_floor_div`)."""
+    if _is_int(a):
+        return xp.floor_divide(a, b)
+    # LiteRT divides in double precision and floors before narrowing.
+    return xp.floor(a.astype(np.float64) / b.astype(np.float64)).astype(a.dtype)
+
+
+def floor_mod(xp, a, b):
+    """FLOOR_MOD over array namespace ``xp``: the remainder takes the divisor's sign."""
+    if _is_int(a):
+        return xp.mod(a, b)
+    r = xp.fmod(a, b)
+    return xp.where((r != 0) & ((b < 0) != (r < 0)), r + b, r)
+
+
 def _floor_div(call, a, b):
     _check_nonzero(call, b)
-    if _is_int(a):
-        return np.floor_divide(a, b)
-    # LiteRT divides in double precision and floors before narrowing.
-    return np.floor(a.astype(np.float64) / b.astype(np.float64)).astype(a.dtype)
+    return floor_div(np, a, b)
 
 
 def _floor_mod(call, a, b):
     if _is_int(a):
         _check_nonzero(call, b)
-        return np.mod(a, b)
-    r = np.fmod(a, b)
-    return np.where((r != 0) & ((b < 0) != (r < 0)), r + b, r)
+    return floor_mod(np, a, b)
 
 
 def _squared_difference(call, a, b):
@@ -580,5 +592,6 @@ OPS: tuple[OpDef, ...] = (
 )
 
 __all__ = [
-    "OPS", "activation_range", "clamp_activation", "is_quantized", "float_to_int", "reject_quantized", "select",
+    "OPS", "activation_range", "clamp_activation", "is_quantized", "float_to_int", "floor_div", "floor_mod",
+    "reject_quantized", "select",
 ]

@@ -15,7 +15,8 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import DType
-from .record import HYBRID, UNLISTED, KernelCall, OpDef, OptionsSpec, input_dtype, input_rank, on_codes, takes
+from .record import (HYBRID, UNLISTED, KernelCall, OpDef, OptionsSpec, input_dtype, input_rank, on_codes,
+                     on_numpy, takes)
 from .shape import dense, int_scalar, int_values, norm_axis
 from .traits import same
 
@@ -444,7 +445,8 @@ def _dynamic_update_slice_version(op) -> int:
 
 # -- ONE_HOT / UNIQUE -------------------------------------------------------------------------
 
-def _one_hot(call: KernelCall, indices: np.ndarray, depth: np.ndarray, on: np.ndarray, off: np.ndarray):
+def one_hot(xp, call: KernelCall, indices, depth, on, off):
+    """ONE_HOT over array namespace ``xp`` (kiln.xla lowers it with ``depth`` static)."""
     if indices.dtype not in (np.int32, np.int64):
         raise OpError(f"ONE_HOT: indices must be int32 or int64, got {indices.dtype}")
     d = int_scalar(depth, "ONE_HOT", "depth")
@@ -455,8 +457,8 @@ def _one_hot(call: KernelCall, indices: np.ndarray, depth: np.ndarray, on: np.nd
     axis = indices.ndim if call.opts.axis == -1 else call.opts.axis
     if not 0 <= axis <= indices.ndim:
         raise OpError(f"ONE_HOT: axis {call.opts.axis} is out of range for rank-{indices.ndim} indices")
-    hot = np.expand_dims(indices, axis) == np.arange(d).reshape([-1] + [1] * (indices.ndim - axis))
-    return np.where(hot, on.reshape(()), off.reshape(())).astype(on.dtype)
+    hot = xp.expand_dims(indices, axis) == xp.arange(d).reshape([-1] + [1] * (indices.ndim - axis))
+    return xp.where(hot, on.reshape(()), off.reshape(())).astype(on.dtype)
 
 
 def _unique(call: KernelCall, x: np.ndarray):
@@ -547,7 +549,7 @@ OPS = (
               options=OptionsSpec("DynamicUpdateSliceOptions"),
               version=_dynamic_update_slice_version, max_version=6,
               runtime_versions=("2.9.0", "2.17.0", "2.19.0", "2.20.0", "2.21.0", "2.22.0")),
-    _movement("ONE_HOT", _one_hot, options=OptionsSpec("OneHotOptions", {"axis": 0}),
+    _movement("ONE_HOT", on_numpy(one_hot), options=OptionsSpec("OneHotOptions", {"axis": 0}),
               runtime_versions=("1.11.0",)),
     _movement("UNIQUE", _unique, options=OptionsSpec("UniqueOptions", {"idx_out_type": 2}),
               runtime_versions=("1.14.0",), types=takes("float32 int8 uint8 int16 int32 int64")),

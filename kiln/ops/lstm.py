@@ -54,20 +54,22 @@ _QUANTIZED = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))
 
 # -- small numeric helpers -------------------------------------------------------------------
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
+def sigmoid(x, xp=np):
+    """The gates' logistic in float32 over array namespace ``xp`` (kiln.xla's LSTM passes jax.numpy)."""
     with np.errstate(over="ignore"):
-        return (1.0 / (1.0 + np.exp(-x))).astype(np.float32, copy=False)
+        return (1.0 / (1.0 + xp.exp(-x))).astype(np.float32, copy=False)
 
 
-def _layer_norm(x: np.ndarray) -> np.ndarray:
+def layer_norm(x, xp=np):
     """LiteRT's MeanStddevNormalization over the last axis (population variance, eps 1e-8)."""
     mean = x.mean(axis=-1, keepdims=True, dtype=np.float32)
     diff = x - mean
-    var = np.mean(diff * diff, axis=-1, keepdims=True, dtype=np.float32)
-    return (diff / np.sqrt(var + np.float32(1e-8))).astype(np.float32, copy=False)
+    var = xp.mean(diff * diff, axis=-1, keepdims=True, dtype=np.float32)
+    return (diff / xp.sqrt(var + np.float32(1e-8))).astype(np.float32, copy=False)
 
 
-def _clip(x: np.ndarray, limit: float) -> np.ndarray:
+def clip(x, limit: float):
+    """LiteRT's cell / projection clip: none when ``limit`` is 0."""
     return x.clip(-limit, limit) if limit > 0 else x
 
 
@@ -238,10 +240,10 @@ def _input_part(p: _Lstm, x: np.ndarray, aux: np.ndarray | None) -> dict[str, np
     return out
 
 
-def _finish_gate(p: _Lstm, g: str, pre: np.ndarray) -> np.ndarray:
+def finish_gate(p: _Lstm, g: str, pre, xp=np):
     """Layer norm (if this gate has coefficients): normalise, scale, then add the bias."""
     if g in p.layer_norm:
-        return _layer_norm(pre) * p.layer_norm[g] + p.bias[g]
+        return layer_norm(pre, xp) * p.layer_norm[g] + p.bias[g]
     return pre
 
 
@@ -291,23 +293,23 @@ def _run_lstm(
         for g in ("i", "f"):
             if g in pre and g in p.peephole:
                 pre[g] = pre[g] + p.peephole[g] * c
-        f = _sigmoid(_finish_gate(p, "f", pre["f"]))
-        i = 1.0 - f if p.cifg else _sigmoid(_finish_gate(p, "i", pre["i"]))
-        g_val = _finish_gate(p, "c", pre["c"])
+        f = sigmoid(finish_gate(p, "f", pre["f"]))
+        i = 1.0 - f if p.cifg else sigmoid(finish_gate(p, "i", pre["i"]))
+        g_val = finish_gate(p, "c", pre["c"])
         if act == Activation.NONE:
             g_val = _none_cell_gate(p, g_val, x_part["c"][t], n_inputs[t][:, None])
         else:
             g_val = apply_activation(g_val, act)
-        c = _clip(f * c + i * g_val, cell_clip)
+        c = clip(f * c + i * g_val, cell_clip)
         if "o" in p.peephole:
             pre["o"] = pre["o"] + p.peephole["o"] * c
-        o = _sigmoid(_finish_gate(p, "o", pre["o"]))
+        o = sigmoid(finish_gate(p, "o", pre["o"]))
         m = o * (g_val if act == Activation.NONE else apply_activation(c, act))
         if p.projection_w is not None:
             m = m @ p.projection_w.T
             if p.projection_b is not None:
                 m = m + p.projection_b
-            m = _clip(m, proj_clip)
+            m = clip(m, proj_clip)
         h = m.astype(np.float32, copy=False)
         out[t] = h
     return out, h, c.astype(np.float32, copy=False)
@@ -366,7 +368,7 @@ def _run_plain_lstm(p: _Lstm, x, aux, h, c, act, cell_clip: float, proj_clip: fl
                 m = m @ proj_w
                 if p.projection_b is not None:
                     m = m + p.projection_b
-                m = _clip(m, proj_clip)
+                m = clip(m, proj_clip)
             h = m.astype(np.float32, copy=False)
             out[t] = h
     return out, h, c.astype(np.float32, copy=False)

@@ -33,7 +33,20 @@ from .record import KernelCall, OpDef, OptionsSpec, on_numpy, reject_quantized, 
 
 # -- LOCAL_RESPONSE_NORMALIZATION -----------------------------------------------------------------
 
-def _lrn(call: KernelCall, x):
+def _channel_window_sums(squares, radius: int):
+    """Sums over channels [c - radius, c + radius], zero outside the tensor, from a running
+    (prefix) sum (kiln.xla passes one reduce_window)."""
+    depth = squares.shape[-1]
+    prefix = np.zeros(squares.shape[:-1] + (depth + 1,), np.float64)
+    np.cumsum(squares, axis=-1, out=prefix[..., 1:])
+    c = np.arange(depth)
+    hi, lo = np.minimum(c + radius + 1, depth), np.maximum(c - radius, 0)
+    return prefix[..., hi] - prefix[..., lo]
+
+
+def local_response_normalization(xp, call: KernelCall, x, window_sums=_channel_window_sums):
+    """LOCAL_RESPONSE_NORMALIZATION over array namespace ``xp``: ``x * scale ** -beta`` with
+    LiteRT's exact forms for beta 1 and 0.5, the squares summed in float64."""
     reject_quantized(call)
     if x.dtype != np.float32:
         raise OpError(f"LOCAL_RESPONSE_NORMALIZATION: input type {x.dtype} is not supported "
@@ -45,29 +58,19 @@ def _lrn(call: KernelCall, x):
     radius = int(o.radius)
     if radius < 0:
         raise OpError(f"LOCAL_RESPONSE_NORMALIZATION: radius must not be negative, got {radius}")
-    depth = x.shape[-1]
     if x.size == 0:
         return x.copy()
     alpha, bias, beta = np.float32(o.alpha), np.float32(o.bias), np.float32(o.beta)
     squares = (x * x * alpha).astype(np.float64)
-    # Window sums over channels from a running (prefix) sum, zero outside the tensor.
-    prefix = np.zeros(x.shape[:-1] + (depth + 1,), np.float64)
-    np.cumsum(squares, axis=-1, out=prefix[..., 1:])
-    c = np.arange(depth)
-    hi, lo = np.minimum(c + radius + 1, depth), np.maximum(c - radius, 0)
-    scale = (prefix[..., hi] - prefix[..., lo]).astype(np.float32) + bias
+    scale = window_sums(squares, radius).astype(np.float32) + bias
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        return (x * lrn_factor(np, scale, beta)).astype(np.float32)
-
-
-def lrn_factor(xp, scale, beta):
-    """LOCAL_RESPONSE_NORMALIZATION's ``scale ** -beta`` over array namespace ``xp`` (NumPy
-    here, jax.numpy in kiln.xla), with LiteRT's exact forms for beta 1 and 0.5."""
-    if beta == 1:
-        return np.float32(1) / scale
-    if beta == 0.5:
-        return np.float32(1) / xp.sqrt(scale)
-    return xp.power(scale, -beta)
+        if beta == 1:
+            factor = np.float32(1) / scale
+        elif beta == 0.5:
+            factor = np.float32(1) / xp.sqrt(scale)
+        else:
+            factor = xp.power(scale, -beta)
+        return (x * factor).astype(np.float32)
 
 
 # -- BUCKETIZE ------------------------------------------------------------------------------------
@@ -333,7 +336,7 @@ def _table(name: str, **defaults) -> OptionsSpec:
 # op_version.cc has no rule for these ops (always version 1); register.cc registers 1 only.
 # Ops whose schema table is empty get options=None: TF's converter writes no table for them.
 OPS: tuple[OpDef, ...] = (
-    OpDef("LOCAL_RESPONSE_NORMALIZATION", _lrn,
+    OpDef("LOCAL_RESPONSE_NORMALIZATION", on_numpy(local_response_normalization),
           _table("LocalResponseNormalizationOptions", radius=0, bias=0.0, alpha=0.0, beta=0.0),
           runtime_versions=("1.5.0",), types=takes("float32")),
     OpDef("BUCKETIZE", _bucketize, _table("BucketizeOptions", boundaries=()),
@@ -359,4 +362,4 @@ OPS: tuple[OpDef, ...] = (
           runtime_versions=("2.1.0",)),
 )
 
-__all__ = ["OPS", "bitwise_xor", "right_shift"]
+__all__ = ["OPS", "bitwise_xor", "local_response_normalization", "right_shift"]

@@ -386,11 +386,6 @@ def input_rank(op: "Operator", i: int = 0) -> int:
     return len(op.inputs[i].shape)
 
 
-def dtype_version(op: "Operator", table: Mapping[DType, int], i: int = 0, default: int = 1) -> int:
-    """Version picked by the type of input ``i`` (the most common shape of a version rule)."""
-    return table.get(input_dtype(op, i), default)
-
-
 # -- fused activations and quantized operands, for every family's kernels ----------------------
 
 def activation_range(act: int, dtype: np.dtype) -> tuple:

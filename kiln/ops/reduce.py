@@ -168,17 +168,17 @@ def _arg(pick_max: bool):
 
 # -- top-k --------------------------------------------------------------------------------
 
-def _descending_order(x: np.ndarray) -> np.ndarray:
-    """Indices sorting the last axis high to low, ties by ascending index, NaN last."""
-    if np.issubdtype(x.dtype, np.floating):
-        return np.argsort(-x, axis=-1, kind="stable")
+def _integer_top_k(x: np.ndarray, k: int):
+    """The ``k`` largest of the last axis high to low, ties by ascending index (kiln.xla
+    passes lax.top_k, which orders them so)."""
     n = x.shape[-1]
     rev = x[..., ::-1].astype(np.int8) if x.dtype == np.bool_ else x[..., ::-1]
-    return n - 1 - np.argsort(rev, axis=-1, kind="stable")[..., ::-1]
+    order = (n - 1 - np.argsort(rev, axis=-1, kind="stable")[..., ::-1])[..., :k]
+    return np.take_along_axis(x, order, axis=-1), order
 
 
-def _top_k(call: KernelCall, x: np.ndarray, k: np.ndarray):
-    reject_quantized(call, shared_ok=True)
+def top_k(xp, call: KernelCall, x, k, integer_top_k=_integer_top_k):
+    """TOPK_V2 over array namespace ``xp``: floats high to low, ties by ascending index, NaN last."""
     if x.ndim == 0:
         raise OpError("TOPK_V2: input must have at least one dimension")
     kv = np.asarray(k).reshape(-1)
@@ -187,10 +187,18 @@ def _top_k(call: KernelCall, x: np.ndarray, k: np.ndarray):
     kk, n = int(kv[0]), x.shape[-1]
     if not 0 <= kk <= n:
         raise OpError(f"TOPK_V2: k={kk} must be in [0, {n}] (the last dimension)")
-    with np.errstate(invalid="ignore"):
-        order = _descending_order(x)[..., :kk]
-    values = np.take_along_axis(x, order, axis=-1)
+    if xp.issubdtype(x.dtype, xp.floating):
+        with np.errstate(invalid="ignore"):
+            order = xp.argsort(-x, axis=-1, stable=True)[..., :kk]
+        values = xp.take_along_axis(x, order, axis=-1)
+    else:
+        values, order = integer_top_k(x, kk)
     return values, order.astype(index_dtype(call, 1, np.int32))
+
+
+def _top_k(call: KernelCall, x: np.ndarray, k: np.ndarray):
+    reject_quantized(call, shared_ok=True)
+    return top_k(np, call, x, k)
 
 
 # -- cumulative sum -----------------------------------------------------------------------
@@ -289,4 +297,4 @@ OPS: tuple[OpDef, ...] = (
           runtime_versions=("2.4.0",), types=takes("float32 int32 int64")),
 )
 
-__all__ = ["OPS", "REDUCERS", "cumsum", "reduction_axes"]
+__all__ = ["OPS", "REDUCERS", "cumsum", "reduction_axes", "top_k"]

@@ -87,11 +87,6 @@ def noop_refusal(op: Operator) -> str | None:
     return None
 
 
-def is_noop(op: Operator) -> bool:
-    """Whether ``op`` returns its first input unchanged."""
-    return _looks_like_identity(op) and noop_refusal(op) is None
-
-
 def _remove(op: Operator, source) -> bool:
     if not bypass(op.subgraph, op, source):
         raise Decline("its output is a subgraph output (or variable) and its input a subgraph input "

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Iterable
-
 import numpy as np
 
 from ..ir import Operator, Subgraph, Tensor
@@ -46,15 +44,6 @@ def add_constant(sg: Subgraph, name: str, value, dtype: DType | None = None) -> 
     if dtype is not None and dtype != DType.STRING:
         arr = arr.astype(DType(dtype).numpy, copy=False)
     return sg.add_constant(sg.unique_name(name), arr, dtype)
-
-
-def add_tensor_like(sg: Subgraph, name: str, like: Tensor, *, dtype: DType | None = None,
-                    signature: Iterable[int] | None = None) -> Tensor:
-    """A new activation tensor with ``like``'s type and shape (or the given signature)."""
-    sig = tuple(like.signature) if signature is None else tuple(signature)
-    shape = tuple(1 if d < 0 else d for d in sig)
-    return sg.add_tensor(sg.unique_name(name), like.dtype if dtype is None else dtype, shape,
-                         shape_signature=sig)
 
 
 def bypass(sg: Subgraph, op: Operator, source: Tensor) -> bool:

@@ -8,6 +8,7 @@ fail inside a compiled program, so they give XLA's value instead of an OpError.
 
 from __future__ import annotations
 
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -16,10 +17,10 @@ from jax import lax
 from jax.scipy.special import erfc
 
 from ..errors import OpError
-from ..ops.activations import gelu
-from ..ops.elementwise import float_to_int, select
+from ..ops.activations import gelu, l2_normalization, log_softmax, prelu, softmax
+from ..ops.elementwise import float_to_int, floor_div, floor_mod, select
 from ..ops.misc import bitwise_xor, right_shift
-from ..ops.reduce import REDUCERS, arg_extreme, cumsum, index_dtype
+from ..ops.reduce import REDUCERS, arg_extreme, cumsum, top_k
 from ..schema import Activation
 from .lower_quant import int8_add_sub, int8_elementwise_check, int8_mul
 from .lowering import Rows, fused_range, is_float, on_jnp
@@ -63,20 +64,6 @@ def _div(a, b):
     return jnp.where((a == top.min) & (b == -1), top.max, lax.div(a, b))
 
 
-def _floor_div(a, b):
-    if _is_int(a):
-        return jnp.floor_divide(a, b)
-    # LiteRT divides in double precision and floors before narrowing.
-    return jnp.floor(a.astype(jnp.float64) / b.astype(jnp.float64)).astype(a.dtype)
-
-
-def _floor_mod(a, b):
-    if _is_int(a):
-        return jnp.mod(a, b)
-    r = jnp.fmod(a, b)
-    return jnp.where((r != 0) & ((b < 0) != (r < 0)), r + b, r)
-
-
 def _arith(fn):
     def lower(call, a, b):
         a = jnp.asarray(a)  # b may stay NumPy: DIV by a constant divides exactly (see _div)
@@ -99,8 +86,8 @@ ROWS.add("DIV", _arith(_div))
 ROWS.add("ADD", int8_add_sub(+1), types=("int8", "int16"), check=int8_elementwise_check)
 ROWS.add("SUB", int8_add_sub(-1), types=("int8", "int16"), check=int8_elementwise_check)
 ROWS.add("MUL", int8_mul, types=("int8", "int16"), check=int8_elementwise_check)
-ROWS.add("FLOOR_DIV", _binary(_floor_div))
-ROWS.add("FLOOR_MOD", _binary(_floor_mod))
+ROWS.add("FLOOR_DIV", _binary(partial(floor_div, jnp)))
+ROWS.add("FLOOR_MOD", _binary(partial(floor_mod, jnp)))
 ROWS.add("SQUARED_DIFFERENCE", _binary(lambda a, b: (a - b) * (a - b)))
 ROWS.add("POW", _binary(jnp.power))
 ROWS.add("MAXIMUM", _binary(lambda a, b: jnp.where(a > b, a, b)))  # a NaN in a loses, in b wins (as LiteRT)
@@ -210,34 +197,6 @@ def _hard_swish(call, x):
     return x * jnp.clip(x + 3, 0, 6).astype(x.dtype) / jnp.asarray(6, x.dtype)
 
 
-def _prelu(call, x, alpha):
-    if jnp.broadcast_shapes(x.shape, alpha.shape) != x.shape:
-        raise OpError(f"PRELU: alpha shape {list(alpha.shape)} does not broadcast into the input "
-                      f"shape {list(x.shape)}")
-    return jnp.where(x >= 0, x, x * jnp.asarray(alpha).astype(x.dtype))
-
-
-def _softmax(call, x):
-    beta = float(call.opts.beta)
-    shifted = x - jnp.max(x, axis=-1, keepdims=True)
-    e = jnp.exp(shifted * beta if beta != 1.0 else shifted)
-    return e / jnp.sum(e, axis=-1, keepdims=True)
-
-
-def _log_softmax(call, x):
-    shifted = x - jnp.max(x, axis=-1, keepdims=True)
-    return shifted - jnp.log(jnp.sum(jnp.exp(shifted), axis=-1, keepdims=True))
-
-
-def _l2_normalization(call, x):
-    act = call.opts.fused_activation_function
-    if act != Activation.NONE:
-        raise OpError(f"L2_NORMALIZATION: fused activation {Activation(act).name} is not supported "
-                      "(LiteRT accepts only NONE)")
-    norm = jnp.sqrt(jnp.sum(jnp.square(x.astype(jnp.float64)), axis=-1, keepdims=True)).astype(x.dtype)
-    return x / jnp.maximum(norm, jnp.asarray(1e-6, x.dtype))
-
-
 def _float_input(fn):
     def lower(call, x, *rest):
         if not is_float(x.dtype):
@@ -258,10 +217,10 @@ ROWS.add("ELU", _float_input(lambda call, x: jnp.where(x < 0, jnp.expm1(x), x)))
 ROWS.add("GELU", _float_input(on_jnp(gelu, erfc=erfc)))
 ROWS.add("HARD_SWISH", _float_input(_hard_swish))
 ROWS.add("LEAKY_RELU", _float_input(lambda call, x: jnp.where(x > 0, x, x * jnp.asarray(call.opts.alpha, x.dtype))))
-ROWS.add("PRELU", _float_input(_prelu))
-ROWS.add("SOFTMAX", _float_input(_softmax))
-ROWS.add("LOG_SOFTMAX", _float_input(_log_softmax))
-ROWS.add("L2_NORMALIZATION", _float_input(_l2_normalization))
+ROWS.add("PRELU", _float_input(on_jnp(prelu)))
+ROWS.add("SOFTMAX", _float_input(on_jnp(softmax, wide=None)))
+ROWS.add("LOG_SOFTMAX", _float_input(on_jnp(log_softmax, wide=None)))
+ROWS.add("L2_NORMALIZATION", _float_input(on_jnp(l2_normalization)))
 
 
 # -- reductions --------------------------------------------------------------------------------
@@ -280,24 +239,12 @@ ROWS.add("ARG_MAX", _arg(True), static=(1,))
 ROWS.add("ARG_MIN", _arg(False), static=(1,))
 
 
-def _top_k(call, x, k):
-    kv = np.asarray(k).reshape(-1)
-    if kv.size != 1 or kv.dtype.kind not in "iu":
-        raise OpError(f"TOPK_V2: k must be one integer, got {np.asarray(k).tolist()}")
-    kk, n = int(kv[0]), x.shape[-1]
-    if not 0 <= kk <= n:
-        raise OpError(f"TOPK_V2: k={kk} must be in [0, {n}] (the last dimension)")
-    x = jnp.asarray(x)
-    if is_float(x.dtype):  # high to low, ties by ascending index, NaN last
-        order = jnp.argsort(-x, axis=-1, stable=True)[..., :kk]
-        values = jnp.take_along_axis(x, order, axis=-1)
-    else:
-        values, order = lax.top_k(x.astype(jnp.int32) if x.dtype == np.bool_ else x, kk)
-        values = values.astype(x.dtype)
-    return values, order.astype(index_dtype(call, 1, np.int32))
+def _integer_top_k(x, k: int):
+    values, order = lax.top_k(x.astype(jnp.int32) if x.dtype == np.bool_ else x, k)
+    return values.astype(x.dtype), order
 
 
-ROWS.add("TOPK_V2", _top_k, static=(1,))
+ROWS.add("TOPK_V2", on_jnp(top_k, integer_top_k=_integer_top_k), static=(1,))
 
 
 ROWS.add("CUMSUM", on_jnp(cumsum), static=(1,))

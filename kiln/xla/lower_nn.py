@@ -17,7 +17,7 @@ from ..errors import OpError
 from ..kernels.windows import out_size
 from ..ops.conv3d import geometry, window_params
 from ..ops.image import resize_bilinear, resize_nearest
-from ..ops.misc import lrn_factor
+from ..ops.misc import local_response_normalization
 from .lowering import Rows, fused_range, is_float, on_jnp
 
 #: This module's entries of the XLA table (kiln/xla/table.py's `fill` registers them).
@@ -107,26 +107,13 @@ def _conv3d_transpose(call, output_shape, w, x, bias=None):
     return _finish(call, y, bias, call.opts.fused_activation_function)
 
 
-def _local_response_normalization(call, x):
-    if x.dtype != np.float32:
-        raise OpError(f"LOCAL_RESPONSE_NORMALIZATION: input type {x.dtype} is not supported (float32 only)")
-    if x.ndim != 4:
-        raise OpError(f"LOCAL_RESPONSE_NORMALIZATION: input must be 4-D, got shape {list(x.shape)}")
-    o = call.opts
-    radius = int(o.radius)
-    if radius < 0:
-        raise OpError(f"LOCAL_RESPONSE_NORMALIZATION: radius must not be negative, got {radius}")
-    alpha, bias, beta = np.float32(o.alpha), np.float32(o.bias), np.float32(o.beta)
-    x = jnp.asarray(x)
-    squares = (x * x * alpha).astype(jnp.float64)
-    # The window sum over channels [c - radius, c + radius], zero outside the tensor.
-    window = (1, 1, 1, 2 * radius + 1)
-    sums = lax.reduce_window(squares, 0.0, lax.add, window, (1, 1, 1, 1), ((0, 0),) * 3 + ((radius, radius),))
-    scale = sums.astype(jnp.float32) + bias
-    return x * lrn_factor(jnp, scale, beta)
+def _channel_window_sums(squares, radius: int):
+    window, padding = (1, 1, 1, 2 * radius + 1), ((0, 0),) * 3 + ((radius, radius),)
+    return lax.reduce_window(squares, 0.0, lax.add, window, (1, 1, 1, 1), padding)
+
 
 ROWS.add("CONV_3D", _conv3d)
 ROWS.add("CONV_3D_TRANSPOSE", _conv3d_transpose, static=(0,))
-ROWS.add("LOCAL_RESPONSE_NORMALIZATION", _local_response_normalization)
+ROWS.add("LOCAL_RESPONSE_NORMALIZATION", on_jnp(local_response_normalization, window_sums=_channel_window_sums))
 ROWS.add("RESIZE_BILINEAR", on_jnp(resize_bilinear), static=(1,))
 ROWS.add("RESIZE_NEAREST_NEIGHBOR", on_jnp(resize_nearest), static=(1,))

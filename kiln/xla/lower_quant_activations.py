@@ -18,19 +18,11 @@ import numpy as np
 from ..kernels.activations import l2_normalize_centered, xp_prelu
 from ..schema import Activation, DType
 from ..kernels.fixedpoint import dtype_range as _limits
-from .lower_quant_ops import kernel_check
+from .lower_quant_ops import _q, _zp, kernel_check
 from .lowering import Rows
 
 _I64 = jnp.int64
 F32 = np.float32
-
-
-def _q(t):
-    return t.quantization
-
-
-def _zp(t) -> int:
-    return int(t.quantization.zero_point[0])
 
 
 def _one_scale(op) -> str | None:

@@ -14,14 +14,16 @@ recurrent weights.
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
 from ..errors import OpError
-from ..ops.lstm import GATES, check_clips, check_lstm_sizes, read_operands, state_operand
-from ..ops.record import with_state
+from ..ops.lstm import (GATES, check_clips, check_lstm_sizes, clip, finish_gate, read_operands, sigmoid,
+                        state_operand)
+from ..ops.record import apply_activation, with_state
 from ..schema import UNIDIRECTIONAL_LSTM, Activation
 from .lowering import Rows, policy_dot, policy_float
 
@@ -29,36 +31,6 @@ _NAME = "UNIDIRECTIONAL_SEQUENCE_LSTM"
 
 #: This module's entries of the XLA table (kiln/xla/table.py's `fill` registers them).
 ROWS = Rows()
-
-
-def _activation(act: int):
-    if act == Activation.TANH:
-        return jnp.tanh
-    if act == Activation.RELU:
-        return lambda v: jnp.maximum(v, 0)
-    if act == Activation.RELU6:
-        return lambda v: jnp.clip(v, 0, 6)
-    if act == Activation.RELU_N1_TO_1:
-        return lambda v: jnp.clip(v, -1, 1)
-    if act == Activation.SIGN_BIT:
-        return lambda v: jnp.signbit(v).astype(v.dtype)
-    raise ValueError(f"unknown fused activation function {act}")
-
-
-def _sigmoid(x):
-    return 1.0 / (1.0 + jnp.exp(-x))
-
-
-def _layer_norm(x):
-    """LiteRT's MeanStddevNormalization over the last axis (population variance, eps 1e-8)."""
-    mean = x.mean(axis=-1, keepdims=True)
-    diff = x - mean
-    var = jnp.mean(diff * diff, axis=-1, keepdims=True)
-    return diff / jnp.sqrt(var + np.float32(1e-8))
-
-
-def _clip(x, limit: float):
-    return jnp.clip(x, -limit, limit) if limit > 0 else x
 
 
 def _weight(a):
@@ -93,7 +65,7 @@ def lstm_scan(p, xt, h0, c0, opts, reverse: bool = False):
     products are `policy_dot`'s (bfloat16 under the dtype_policy); gates and states stay float32,
     as LiteRT keeps them."""
     gates = p.gates
-    act = _activation(opts.fused_activation_function)
+    act = partial(apply_activation, act=opts.fused_activation_function, xp=jnp)
     cell_clip, proj_clip = float(opts.cell_clip), float(opts.proj_clip)
     n = p.n_cell
     stacked = jnp.concatenate([p.input_w[g] for g in gates])                  # [G*C, I]
@@ -106,9 +78,7 @@ def lstm_scan(p, xt, h0, c0, opts, reverse: bool = False):
     proj_w = None if p.projection_w is None else p.projection_w.T
 
     def finish(g, pre):
-        if g in p.layer_norm:
-            return _layer_norm(pre) * p.layer_norm[g] + p.bias[g]
-        return pre
+        return finish_gate(p, g, pre, jnp)
 
     def step(carry, x_part):
         h, c = carry
@@ -117,19 +87,19 @@ def lstm_scan(p, xt, h0, c0, opts, reverse: bool = False):
         for g in ("i", "f"):
             if g in pre and g in p.peephole:
                 pre[g] = pre[g] + p.peephole[g] * c
-        f = _sigmoid(finish("f", pre["f"]))
-        i = 1.0 - f if p.cifg else _sigmoid(finish("i", pre["i"]))
+        f = sigmoid(finish("f", pre["f"]), jnp)
+        i = 1.0 - f if p.cifg else sigmoid(finish("i", pre["i"]), jnp)
         g_val = act(finish("c", pre["c"]))
-        c = _clip(f * c + i * g_val, cell_clip)
+        c = clip(f * c + i * g_val, cell_clip)
         if "o" in p.peephole:
             pre["o"] = pre["o"] + p.peephole["o"] * c
-        o = _sigmoid(finish("o", pre["o"]))
+        o = sigmoid(finish("o", pre["o"]), jnp)
         m = o * act(c)
         if proj_w is not None:
             m = policy_dot("bc,co->bo", m, proj_w)
             if p.projection_b is not None:
                 m = m + p.projection_b
-            m = _clip(m, proj_clip)
+            m = clip(m, proj_clip)
         return (m, c), m
 
     (h, c), out = lax.scan(step, (h0, c0), part, reverse=reverse)

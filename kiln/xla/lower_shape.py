@@ -23,6 +23,7 @@ from jax import lax
 from .. import ops
 from ..errors import OpError
 from ..ops.record import KernelCall, apply_activation
+from ..ops.indexing import one_hot
 from ..ops.shape import fill
 from ..schema import Activation
 from .graph import static_tensors
@@ -118,17 +119,7 @@ def _fused(call, y):
         return y
     if not is_float(y.dtype):
         raise OpError(f"{call.op.name}: a fused activation needs float inputs")
-    if act == Activation.RELU:
-        return jnp.maximum(y, 0)
-    if act == Activation.RELU6:
-        return jnp.clip(y, 0, 6)
-    if act == Activation.RELU_N1_TO_1:
-        return jnp.clip(y, -1, 1)
-    if act == Activation.TANH:
-        return jnp.tanh(y)
-    if act == Activation.SIGN_BIT:
-        return jnp.signbit(y).astype(y.dtype)
-    return jnp.asarray(apply_activation(np.asarray(y), act))  # raises the kernel's error
+    return apply_activation(y, act, jnp)
 
 
 def movement(data: tuple[int, ...] | str = (0,), fill_operand: int | None = None,
@@ -378,25 +369,7 @@ ROWS.add("RANK", lambda call, x: np.asarray(x.ndim, dtype=call.out_dtypes[0] or 
 
 
 ROWS.add("FILL", on_jnp(fill), static=(0,))
-
-
-def _one_hot(call, indices, depth, on_value, off_value):
-    d = int(np.asarray(depth).reshape(()))
-    if d < 0:
-        raise OpError(f"ONE_HOT: depth {d} must be non-negative")
-    rank = indices.ndim + 1
-    axis = call.opts.axis
-    if axis == -1:
-        axis = rank - 1
-    if not 0 <= axis < rank:
-        raise OpError(f"ONE_HOT: axis {call.opts.axis} is out of range for output rank {rank}")
-    hot = jnp.expand_dims(jnp.asarray(indices), axis) == jnp.arange(d).reshape(
-        [d if a == axis else 1 for a in range(rank)])
-    on = jnp.asarray(on_value).reshape(())
-    return jnp.where(hot, on, jnp.asarray(off_value).reshape(()).astype(on.dtype))
-
-
-ROWS.add("ONE_HOT", _one_hot, static=(1,))
+ROWS.add("ONE_HOT", on_jnp(one_hot), static=(1,))
 
 # Ops whose output shape (or whole result) follows from the values of their operands: claimed
 # only when every operand is static, then computed while tracing by the reference kernel.
