@@ -31,9 +31,9 @@ from .status import InvalidArgument, ServeError, Unimplemented
 log = logging.getLogger("kiln.serve")
 PREDICTION_SERVICE = "tensorflow.serving.PredictionService"
 MODEL_SERVICE = "tensorflow.serving.ModelService"
-#: gRPC status codes by name, and the HTTP status each is counted as in the metrics.
-CODES = {"CANCELLED": 1, "UNKNOWN": 2, "INVALID_ARGUMENT": 3, "DEADLINE_EXCEEDED": 4, "NOT_FOUND": 5,
-         "RESOURCE_EXHAUSTED": 8, "FAILED_PRECONDITION": 9, "UNIMPLEMENTED": 12, "INTERNAL": 13, "UNAVAILABLE": 14}
+#: gRPC status codes by name (grpc_api's, which ModelService's status messages carry too), and the HTTP
+#: status each is counted as in the metrics.
+CODES = grpc_api.ERROR_CODES
 HTTP_OF = {3: 400, 4: 504, 5: 404, 8: 413, 9: 400, 12: 501, 13: 500, 14: 503}
 
 

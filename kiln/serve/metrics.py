@@ -36,7 +36,6 @@ disable_created_metrics()  # no *_created series: TF Serving exports none, and t
 _LATENCY = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 OTHER_MODEL = "(other)"
-METHODS = frozenset({"predict", "classify", "regress", "status", "metadata"})
 #: Environment variable naming the multiprocess directory (prometheus_client's own).
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 PIDS_FILE = "pids"
@@ -103,10 +102,6 @@ class Metrics:
     # -- labels --------------------------------------------------------------------------------
     def model_label(self, name: str) -> str:
         return name if name in self.models else OTHER_MODEL
-
-    @staticmethod
-    def method_label(method: str) -> str:
-        return method if method in METHODS else "other"
 
     def request(self, model: str, version: str, method: str, code: int, seconds: float) -> None:
         """Count one answer; ``model`` and ``version`` must already be labels (see `model_label`)."""

@@ -9,7 +9,6 @@ drain deadline; then they are answered 503 / UNAVAILABLE.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures as cf
 import math
 import time
 
@@ -18,7 +17,7 @@ from .budget import MemoryBudget
 from .batching import Request
 from .metrics import OTHER_MODEL
 from .models import ModelManager, ServedVersion
-from .status import DeadlineExceeded, ServeError, Unavailable
+from .status import ServeError, Unavailable
 
 
 class Service:
@@ -61,27 +60,6 @@ class Service:
                 job.cancel()  # resolves it with DeadlineExceeded unless the answer won the race
             except ServeError:
                 pass  # raised again by result()
-        return job.future.result()
-
-    def outputs_blocking(self, job: Request) -> dict:
-        """The job's outputs, waited for on this thread until its deadline (504) or the drain
-        deadline (503)."""
-        while not job.done:
-            now = time.monotonic()
-            if now >= self.drain_deadline:
-                job.fail(Unavailable("the server shut down before the request finished (drain timeout)"))
-                break
-            if now >= job.deadline:
-                job.cancel()
-                break
-            try:
-                job.future.result(min(job.deadline, self.drain_deadline, now + 0.1) - now)
-            except cf.TimeoutError:  # not yet: look at the deadlines again
-                continue
-            except Exception:  # noqa: S110 - result() below raises it
-                break
-        if not job.done:  # pragma: no cover - every branch above resolves it
-            raise DeadlineExceeded("the request's deadline passed")
         return job.future.result()
 
     def labels(self, name: str, served: ServedVersion | None) -> tuple[str, str]:

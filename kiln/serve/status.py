@@ -28,10 +28,6 @@ class InvalidArgument(ServeError, ValueError, code="INVALID_ARGUMENT", http_stat
     """Bad input: malformed JSON, wrong dtype, shape or name (HTTP 400)."""
 
 
-class FailedPrecondition(ServeError, code="FAILED_PRECONDITION", http_status=400):
-    """The request cannot run in the server's present state (HTTP 400)."""
-
-
 class NotFound(ServeError, LookupError, code="NOT_FOUND", http_status=404):
     """Unknown model, version or signature (HTTP 404)."""
 
