@@ -14,7 +14,7 @@ import numpy as np
 
 from ..ops.activations import softmax
 from ..ops.indexing import strided_slice_plan
-from ..ops.lstm import is_plain_cell, pack_gates, read_operands, uni_lstm_run
+from ..ops.lstm import pack_gates, read_operands, uni_lstm_run
 from ..ops.shape import transpose_perm, dense, int_values, norm_axis
 from ..schema import UNIDIRECTIONAL_LSTM
 from .compiled import F32, _Node, _probe, _reference_call
@@ -37,14 +37,14 @@ def lower_uni_lstm(node: _Node):
                     for s, c in zip(node.in_shapes, node.consts)]
     p = read_operands("UNIDIRECTIONAL_SEQUENCE_LSTM", probe_inputs, UNIDIRECTIONAL_LSTM,
                    diagonal=bool(node.opts.diagonal_recurrent_tensors))
-    packed = pack_gates(p) if is_plain_cell(p, node.opts.fused_activation_function) else None
+    packed = pack_gates(p)
     pairs = list(zip(node.in_slots, node.consts))
     oi = node.out_slots[0]
     state_slots = [node.in_slots[UNIDIRECTIONAL_LSTM.output_state], node.in_slots[UNIDIRECTIONAL_LSTM.cell_state]]
 
     def run(slots):
         args = [c if c is not None else (slots[s] if s >= 0 else None) for s, c in pairs]
-        y, *states = uni_lstm_run(call, args, p, packed)
+        y, *states = uni_lstm_run(np, call, args, p, packed)
         slots[oi] = y
         for s, value in zip(state_slots, states):
             if s >= 0:
