@@ -19,7 +19,7 @@ Tensors that leave a partition get fresh arrays on every invoke, so nothing the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from itertools import repeat
 from types import SimpleNamespace
@@ -113,17 +113,27 @@ def clamp(lo, hi):
 # -- compilation -------------------------------------------------------------------------------
 
 @dataclass
-class _Node:
-    """One node as a lowering sees it: options, operand shapes / constants, slots."""
+class Node:
+    """One node as a lowering sees it (both chains): options, kernel call, operand constants and
+    slots. The float chains add the operand shapes and which outputs leave the partition; the
+    integer chains, prepared by a checked first run, its input arrays and the reference
+    kernel's outputs on them."""
 
     op: Operator
     opts: SimpleNamespace
+    call: KernelCall
+    kernel: Callable
     label: str
-    in_shapes: list[tuple | None]
-    consts: list[np.ndarray | None]
+    ins: list                # constants, first-run arrays (integer chains) or shapes (float chains); None: omitted
+    consts: list             # constant operands (None where the operand is not a constant)
     in_slots: list[int]      # -1 for constants and omitted operands
     out_slots: list[int]
     fresh: list[bool]        # output leaves the partition: give it a new array every invoke
+    expected: list = field(default_factory=list)   # the reference kernel's outputs on the first run
+
+    @property
+    def in_shapes(self) -> list[tuple | None]:
+        return [None if v is None else (tuple(c.shape) if c is not None else v) for v, c in zip(self.ins, self.consts)]
 
     def error(self, message: str) -> OpError:
         return OpError(f"{self.label}: {message}")
@@ -138,36 +148,45 @@ class _Node:
 
 
 Step = Callable[[list], None]
-Lowering = Callable[[_Node], tuple[Step, list[tuple]]]
+Lowering = Callable[[Node], tuple[Step, list[tuple]]]
 
 
-def _operand(node: _Node, k: int):
+def _operand(node: Node, k: int):
     """(slot, constant) of operand k: exactly one of them is meaningful."""
     return node.in_slots[k], (node.consts[k] if k < len(node.consts) else None)
 
 
-def lower_family(node: _Node):
-    """An op with a kernel family (kiln.kernels.family): its float format prepared once per
-    input shape — weights laid out, geometry, padded buffers — and run on each invoke: the
-    reference kernel's own arithmetic, so its bits."""
-    fmt = ops.require(node.op.op_type).formats[FLOAT]
-    call = KernelCall(node.opts, node.op, [F32 for _ in node.op.outputs])
-    inputs = [c if c is not None else (None if shape is None else Shaped(shape, F32))
-              for shape, c in zip(node.in_shapes, node.consts)]
-    try:
-        prepared = fmt.prepare(call, inputs)
-    except OpError as exc:
-        raise node.error(str(exc)) from None
-    operands = [_operand(node, k) if k < len(node.in_slots) else (-1, None) for k in fmt.activations]
+def _activations(node: Node, fmt) -> list[tuple]:
+    return [_operand(node, k) if k < len(node.in_slots) else (-1, None) for k in fmt.activations]
+
+
+def family_step(node: Node, fmt, prepared) -> Step:
+    """The step of a node of an op with a kernel family (kiln.kernels.family): its format's
+    ``run`` on NumPy over the ``prepared`` constants and the activations the slots hold."""
+    operands = _activations(node, fmt)
     run, oi = fmt.run, node.out_slots[0]
-    with np.errstate(all="ignore"):
-        probe = run(np, prepared, *[c if c is not None else (None if s < 0 else np.zeros(node.in_shapes[k], F32))
-                                    for k, (s, c) in zip(fmt.activations, operands)])
 
     def step(slots):
         slots[oi] = run(np, prepared, *[c if c is not None else (slots[s] if s >= 0 else None) for s, c in operands])
 
-    return step, [probe.shape]
+    return step
+
+
+def lower_family(node: Node):
+    """An op with a kernel family: its float format prepared once per input shape — weights
+    laid out, geometry, padded buffers — and run on each invoke: the reference kernel's own
+    arithmetic, so its bits."""
+    fmt = ops.require(node.op.op_type).formats[FLOAT]
+    inputs = [c if c is not None else (None if shape is None else Shaped(shape, F32))
+              for shape, c in zip(node.in_shapes, node.consts)]
+    try:
+        prepared = fmt.prepare(node.call, inputs)
+    except OpError as exc:
+        raise node.error(str(exc)) from None
+    with np.errstate(all="ignore"):
+        probe = fmt.run(np, prepared, *[c if c is not None else (None if s < 0 else np.zeros(node.in_shapes[k], F32))
+                                        for k, (s, c) in zip(fmt.activations, _activations(node, fmt))])
+    return family_step(node, fmt, prepared), [probe.shape]
 
 
 def lower_binary(ufunc) -> "Lowering":
@@ -176,7 +195,7 @@ def lower_binary(ufunc) -> "Lowering":
     return partial(_lower_binary, ufunc)
 
 
-def _lower_binary(ufunc, node: _Node):
+def _lower_binary(ufunc, node: Node):
     (sa, ca), (sb, cb) = _operand(node, 0), _operand(node, 1)
     try:
         out_shape = np.broadcast_shapes(node.in_shapes[0], node.in_shapes[1])
@@ -198,66 +217,62 @@ def _lower_binary(ufunc, node: _Node):
     return run, [out_shape]
 
 
-def _reference_call(node: _Node) -> tuple[Callable, KernelCall]:
-    record = ops.require(node.op.op_type)
-    call = KernelCall(node.opts, node.op, [F32 for _ in node.op.outputs])
-    return record.kernel, call
-
-
-def _probe(node: _Node, kernel, call) -> list[np.ndarray]:
+def probe(node: Node) -> list[np.ndarray]:
     """Run the reference kernel once on zeros to learn the output shapes."""
-    args = []
-    for shape, const in zip(node.in_shapes, node.consts):
-        if const is not None:
-            args.append(const)
-        elif shape is None:
-            args.append(None)
-        else:
-            args.append(np.zeros(shape, F32))
+    args = [c if c is not None else (None if shape is None else np.zeros(shape, F32))
+            for shape, c in zip(node.in_shapes, node.consts)]
     with np.errstate(all="ignore"):
-        result = kernel(call, *args)
+        result = node.kernel(node.call, *args)
     return list(result) if isinstance(result, (tuple, list)) else [result]
 
 
-def lower_view(node: _Node):
-    """RESHAPE / SQUEEZE / EXPAND_DIMS: the shape is known at compile time; run = a view."""
-    kernel, call = _reference_call(node)
-    (probe,) = _probe(node, kernel, call)
-    shape = probe.shape
+def view_step(node: Node, shape) -> Step:
+    """RESHAPE / SQUEEZE / EXPAND_DIMS: a view of the input in ``shape`` (a copy if it leaves
+    the partition)."""
     xi, oi, fresh = node.in_slots[0], node.out_slots[0], node.fresh[0]
 
     def run(slots):
         y = slots[xi].reshape(shape)
         slots[oi] = y.copy() if fresh else y
 
-    return run, [shape]
+    return run
 
 
-def _lower_reference(node: _Node):
-    """Any other claimed op: its reference kernel, called straight from the chain."""
-    kernel, call = _reference_call(node)
-    shapes = [r.shape for r in _probe(node, kernel, call)[:len(node.op.outputs)]]
-    slots_in = node.in_slots
-    consts = node.consts
-    pairs = [(s, c) for s, c in zip(slots_in, consts)]
-    outs = list(zip(node.out_slots, node.fresh))
-    # A stateful op's new states follow its outputs (kiln.ops.record): into its state slots.
-    outs += [(slots_in[k], False) for k in ops.require(node.op.op_type).state_operands]
+def lower_view(node: Node):
+    """A float view: the shape is known at compile time."""
+    shape = probe(node)[0].shape
+    return view_step(node, shape), [shape]
+
+
+def reference_step(node: Node) -> Step:
+    """The node's reference kernel called straight from the chain (what the interpreter would
+    run): its outputs in their types into the output slots, a stateful op's new states (after
+    its outputs, kiln.ops.record) into its state operands' slots."""
+    kernel, call = node.kernel, node.call
+    pairs = list(zip(node.in_slots, node.consts))
+    outs = list(zip(node.out_slots, node.fresh, call.out_dtypes))
+    states = [node.in_slots[k] for k in ops.require(node.op.op_type).state_operands]
 
     def run(slots):
-        args = [c if c is not None else (slots[s] if s >= 0 else None) for s, c in pairs]
-        result = kernel(call, *args)
+        result = kernel(call, *[c if c is not None else (slots[s] if s >= 0 else None) for s, c in pairs])
         if not isinstance(result, (tuple, list)):
             result = (result,)
-        for (oi, fresh), value in zip(outs, result):
+        for (oi, fresh, dtype), value in zip(outs, result):
             if oi < 0 or value is None:
                 continue
-            value = np.asarray(value, F32)
-            if fresh and not value.flags.owndata:
-                value = value.copy()
-            slots[oi] = value
+            value = np.asarray(value)
+            value = value if value.dtype == dtype else value.astype(dtype)
+            slots[oi] = value.copy() if fresh and not value.flags.owndata else value
+        for s, value in zip(states, result[len(outs):]):
+            if s >= 0 and value is not None:
+                slots[s] = value
 
-    return run, shapes
+    return run
+
+
+def _lower_reference(node: Node):
+    """Any other claimed op: its reference kernel, called straight from the chain."""
+    return reference_step(node), [r.shape for r in probe(node)[:len(node.op.outputs)]]
 
 
 @dataclass(frozen=True)
@@ -289,8 +304,9 @@ class _Plan:
         self.unset = [None] * (n_slots - n_inputs)  # the slots the steps fill
 
 
-class ChainKernel(DelegateKernel):
-    """A claimed partition: compiled per input-shape signature, then a flat list of closures."""
+class Chain(DelegateKernel):
+    """What the float and integer chains share: a slot per partition input and node output,
+    the nodes as lowerings see them, and up to MAX_PLANS plans, one per input signature."""
 
     MAX_PLANS = 8
 
@@ -298,7 +314,7 @@ class ChainKernel(DelegateKernel):
         self.delegate = delegate
         self.partition = partition
         self.nodes = partition.nodes
-        self.plans: dict[tuple, _Plan] = {}
+        self.plans: dict[tuple, object] = {}
         slot: dict[int, int] = {}
         for t in partition.inputs:
             slot[id(t)] = len(slot)
@@ -309,50 +325,71 @@ class ChainKernel(DelegateKernel):
         self.slot = slot
         self.escaping = {id(t) for t in partition.outputs}
         self.out_slots = [slot[id(t)] for t in partition.outputs]
-        #: Partition inputs its nodes update: their final values follow the outputs.
+        #: Partition inputs its nodes update (an LSTM's states): their final values follow the
+        #: outputs, as a stateful reference kernel returns them.
         self.state_slots = [slot[id(partition.inputs[k])] for k in partition.state_inputs]
+
+    def plan(self, key: tuple, build: Callable):
+        """The plan for ``key``, built by ``build()`` if new (the oldest goes beyond MAX_PLANS)."""
+        plan = self.plans.get(key)
+        if plan is None:
+            if len(self.plans) >= self.MAX_PLANS:
+                self.plans.pop(next(iter(self.plans)))
+            plan = self.plans[key] = build()
+        return plan
+
+    def node(self, info, kernel: Callable, out_dtypes: list, value: Callable) -> Node:
+        """Node ``info`` for a lowering: ``value(slot, tensor, label)`` is what ``Node.ins`` holds
+        for an operand the partition computes (its shape, or its array on the first run)."""
+        op = info.op
+        label = f"{self.delegate.name} delegate, node {info.index} ({info.name})"
+        in_slots, consts, ins = [], [], []
+        for t in op.inputs:
+            if t is None:
+                in_slots.append(-1), consts.append(None), ins.append(None)
+            elif t.is_constant:
+                in_slots.append(-1), consts.append(t.data), ins.append(t.data)
+            else:
+                s = self.slot[id(t)]
+                in_slots.append(s), consts.append(None), ins.append(value(s, t, label))
+        opts = ops.require(op.op_type).make_options(op.options)
+        return Node(op, opts, KernelCall(opts, op, out_dtypes), kernel, label, ins, consts, in_slots,
+                    [-1 if t is None else self.slot[id(t)] for t in op.outputs],
+                    [t is not None and id(t) in self.escaping for t in op.outputs])
+
+
+class ChainKernel(Chain):
+    """A claimed float partition: compiled per input-shape signature, then a flat list of closures."""
 
     def _compile(self, shapes: tuple) -> _Plan:
         known: dict[int, tuple] = {i: s for i, s in enumerate(shapes)}
+
+        def shape(s, t, label):
+            if s not in known:
+                raise OpError(f"{label}: reads {t.name!r} before the partition computes it")
+            return known[s]
+
         steps = []
         for info in self.nodes:
             op = info.op
-            label = f"{self.delegate.name} delegate, node {info.index} ({info.name})"
-            in_slots, consts, in_shapes = [], [], []
-            for t in op.inputs:
-                if t is None:
-                    in_slots.append(-1), consts.append(None), in_shapes.append(None)
-                elif t.is_constant:
-                    in_slots.append(-1), consts.append(t.data), in_shapes.append(tuple(t.data.shape))
-                else:
-                    s = self.slot[id(t)]
-                    if s not in known:
-                        raise OpError(f"{label}: reads {t.name!r} before the partition computes it")
-                    in_slots.append(s), consts.append(None), in_shapes.append(known[s])
-            node = _Node(op, ops.require(op.op_type).make_options(op.options), label, in_shapes, consts,
-                         in_slots, [-1 if t is None else self.slot[id(t)] for t in op.outputs],
-                         [t is not None and id(t) in self.escaping for t in op.outputs])
+            node = self.node(info, ops.require(op.op_type).kernel, [F32 for _ in op.outputs], shape)
             lower = self.delegate.lowerings[op.op_type, FLOAT].lower or _lower_reference
             try:
                 run, out_shapes = lower(node)
             except KilnError:
                 raise
             except Exception as exc:  # a shape the lowering cannot handle: say where
-                raise OpError(f"{label}: cannot compile for input shapes {in_shapes}: "
+                raise OpError(f"{node.label}: cannot compile for input shapes {node.in_shapes}: "
                               f"{type(exc).__name__}: {exc}") from exc
-            for s, shape in zip(node.out_slots, out_shapes):
+            for s, out_shape in zip(node.out_slots, out_shapes):
                 if s >= 0:
-                    known[s] = tuple(shape)
+                    known[s] = tuple(out_shape)
             steps.append(run)
         return _Plan(steps, len(self.slot), self.out_slots, len(self.partition.inputs))
 
     def invoke(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         key = tuple([x.shape for x in inputs])
-        plan = self.plans.get(key)
-        if plan is None:
-            if len(self.plans) >= self.MAX_PLANS:
-                self.plans.pop(next(iter(self.plans)))
-            plan = self.plans[key] = self._compile(key)
+        plan = self.plan(key, lambda: self._compile(key))
         # Every input is a FLOAT32 tensor (float_check), which the interpreter keeps as float32.
         slots = [*inputs, *plan.unset]
         with np.errstate(all="ignore"):  # as the reference kernels: LiteRT's float math never warns

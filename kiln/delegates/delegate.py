@@ -27,11 +27,10 @@ from ..ops.record import HYBRID, operand_types
 from ..runtime.delegate import DelegateKernel, NodeInfo, Partition, ReportingDelegate
 from . import float_lowerings as flt
 from . import more_lowerings as more
-from .compiled import ChainKernel, CompiledSupport, lower_binary, lower_family, lower_view
+from .compiled import ChainKernel, CompiledSupport, Node, lower_binary, lower_family, lower_view
 from .quantized import (
     CODE_TYPES,
     Lowering,
-    QNode,
     QuantizedChain,
     QuantizedSupport,
     lower_binary_table,
@@ -55,7 +54,7 @@ def register_quantized(name: str, support: QuantizedSupport, types: Iterable[str
 def _by_input(integer: Lowering, from_float: Lowering) -> Lowering:
     """QUANTIZE: one key (its output's type) whether its input is integer (a requantization)
     or float."""
-    def lower(node: QNode):
+    def lower(node: Node):
         return (from_float if node.ins[0].dtype == np.float32 else integer)(node)
     return lower
 

@@ -14,10 +14,10 @@ import numpy as np
 
 from ..ops.activations import softmax
 from ..ops.indexing import strided_slice_plan
-from ..ops.lstm import is_plain_cell, pack_gates, read_operands, uni_lstm_run
+from ..ops.lstm import pack_gates, read_operands, uni_lstm_run
 from ..ops.shape import transpose_perm, dense, int_values, norm_axis
 from ..schema import UNIDIRECTIONAL_LSTM
-from .compiled import F32, _Node, _probe, _reference_call
+from .compiled import F32, Node, probe
 
 #: The sequence LSTM's weight operands: constants the chain packs once.
 LSTM_WEIGHTS = tuple(UNIDIRECTIONAL_LSTM.weights)
@@ -29,22 +29,22 @@ def _owned(a: np.ndarray) -> np.ndarray:
     return a.copy() if not a.flags.owndata or not a.flags.c_contiguous else a
 
 
-def lower_uni_lstm(node: _Node):
+def lower_uni_lstm(node: Node):
     """UNIDIRECTIONAL_SEQUENCE_LSTM with constant weights: checked and packed once."""
-    kernel, call = _reference_call(node)
-    (out, *_) = _probe(node, kernel, call)  # every check the kernel makes, for these shapes
+    call = node.call
+    (out, *_) = probe(node)  # every check the kernel makes, for these shapes
     probe_inputs = [c if c is not None else (None if s is None else np.zeros(s, F32))
                     for s, c in zip(node.in_shapes, node.consts)]
     p = read_operands("UNIDIRECTIONAL_SEQUENCE_LSTM", probe_inputs, UNIDIRECTIONAL_LSTM,
                    diagonal=bool(node.opts.diagonal_recurrent_tensors))
-    packed = pack_gates(p) if is_plain_cell(p, node.opts.fused_activation_function) else None
+    packed = pack_gates(p)
     pairs = list(zip(node.in_slots, node.consts))
     oi = node.out_slots[0]
     state_slots = [node.in_slots[UNIDIRECTIONAL_LSTM.output_state], node.in_slots[UNIDIRECTIONAL_LSTM.cell_state]]
 
     def run(slots):
         args = [c if c is not None else (slots[s] if s >= 0 else None) for s, c in pairs]
-        y, *states = uni_lstm_run(call, args, p, packed)
+        y, *states = uni_lstm_run(np, call, args, p, packed)
         slots[oi] = y
         for s, value in zip(state_slots, states):
             if s >= 0:
@@ -53,10 +53,9 @@ def lower_uni_lstm(node: _Node):
     return run, [out.shape]
 
 
-def lower_strided_slice(node: _Node):
+def lower_strided_slice(node: Node):
     """STRIDED_SLICE with constant begin / end / strides: the view worked out once."""
-    kernel, call = _reference_call(node)
-    (probe,) = _probe(node, kernel, call)
+    (probed,) = probe(node)
     eff_shape, index, out_shape = strided_slice_plan(node.opts, np.zeros(node.in_shapes[0], F32), *node.consts[1:4])
     index = tuple(index)
     xi, oi, own = node.in_slots[0], node.out_slots[0], _owned if node.fresh[0] else dense
@@ -64,13 +63,12 @@ def lower_strided_slice(node: _Node):
     def run(slots):
         slots[oi] = own(slots[xi].reshape(eff_shape)[index]).reshape(out_shape)
 
-    return run, [probe.shape]
+    return run, [probed.shape]
 
 
-def lower_reverse(node: _Node):
+def lower_reverse(node: Node):
     """REVERSE_V2 over constant axes."""
-    kernel, call = _reference_call(node)
-    (probe,) = _probe(node, kernel, call)
+    (probed,) = probe(node)
     rank = len(node.in_shapes[0])
     axes = tuple(sorted({norm_axis(a, rank, "REVERSE_V2") for a in int_values(node.consts[1], "REVERSE_V2", "axis")}))
     xi, oi, own = node.in_slots[0], node.out_slots[0], _owned if node.fresh[0] else dense
@@ -79,29 +77,27 @@ def lower_reverse(node: _Node):
         x = slots[xi]
         slots[oi] = own(np.flip(x, axes)) if axes else x.copy()
 
-    return run, [probe.shape]
+    return run, [probed.shape]
 
 
-def lower_transpose(node: _Node):
+def lower_transpose(node: Node):
     """TRANSPOSE by a constant permutation."""
-    kernel, call = _reference_call(node)
-    (probe,) = _probe(node, kernel, call)
+    (probed,) = probe(node)
     perm = transpose_perm(np.zeros(node.in_shapes[0], F32), node.consts[1])
     xi, oi, own = node.in_slots[0], node.out_slots[0], _owned if node.fresh[0] else dense
 
     def run(slots):
         slots[oi] = own(np.transpose(slots[xi], perm))
 
-    return run, [probe.shape]
+    return run, [probed.shape]
 
 
-def lower_softmax(node: _Node):
+def lower_softmax(node: Node):
     """SOFTMAX: the kernel's float64 evaluation, without its per-call checks."""
-    kernel, call = _reference_call(node)
-    (probe,) = _probe(node, kernel, call)
-    xi, oi = node.in_slots[0], node.out_slots[0]
+    (probed,) = probe(node)
+    xi, oi, call = node.in_slots[0], node.out_slots[0], node.call
 
     def run(slots):
         slots[oi] = softmax(np, call, slots[xi])
 
-    return run, [probe.shape]
+    return run, [probed.shape]

@@ -21,20 +21,20 @@ from ..kernels.fixedpoint import multiply_by_quantized_multiplier_double_roundin
 from ..schema import Activation
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .quantized import QNode
+    from .compiled import Node
 
 F32, F64, I64 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int64)
 
 
-def _in_qp(node: "QNode", k: int):
+def _in_qp(node: "Node", k: int):
     return node.op.inputs[k].quantization
 
 
-def _out_qp(node: "QNode"):
+def _out_qp(node: "Node"):
     return node.op.outputs[0].quantization
 
 
-def _operand(node: "QNode", k: int):
+def _operand(node: "Node", k: int):
     """(slot, constant) of operand ``k``: exactly one is set."""
     return node.in_slots[k], node.consts[k]
 
@@ -45,7 +45,7 @@ def _get(slots, slot: int, const):
 
 # -- SOFTMAX ------------------------------------------------------------------------------------
 
-def lower_softmax(node: "QNode") -> Callable | None:
+def lower_softmax(node: "Node") -> Callable | None:
     """int8 / int16 SOFTMAX over the last axis (`sm.softmax` / `sm.softmax_int16`)."""
     x = node.ins[0]
     if x.ndim == 0 or x.shape[-1] == 0 or not _per_tensor(node):
@@ -88,14 +88,14 @@ def _softmax_int16(exps, reciprocals, xi: int, oi: int):
     return run
 
 
-def _per_tensor(node: "QNode") -> bool:
+def _per_tensor(node: "Node") -> bool:
     return all(t is None or t.quantization is None or t.quantization.scale.size <= 1
                for t in (*node.op.inputs, *node.op.outputs))
 
 
 # -- CONCATENATION / PACK -----------------------------------------------------------------------
 
-def _same_params(node: "QNode") -> bool:
+def _same_params(node: "Node") -> bool:
     out_qp = _out_qp(node)
     for t in node.op.inputs:
         q = t.quantization
@@ -105,7 +105,7 @@ def _same_params(node: "QNode") -> bool:
     return True
 
 
-def lower_concatenation(node: "QNode") -> Callable | None:
+def lower_concatenation(node: "Node") -> Callable | None:
     """CONCATENATION of inputs sharing the output's parameters (LiteRT requantizes nothing
     and refuses anything else — the kernel raised on the first run): a copy into the output."""
     if any(t is None for t in node.op.inputs) or not _same_params(node) or node.expected[0].ndim == 0:
@@ -116,7 +116,7 @@ def lower_concatenation(node: "QNode") -> Callable | None:
     return _stacking(node, lambda xs, out: np.concatenate(xs, axis=axis, out=out))
 
 
-def lower_pack(node: "QNode") -> Callable | None:
+def lower_pack(node: "Node") -> Callable | None:
     """PACK of inputs sharing the output's parameters: ``np.stack`` into the output."""
     if any(t is None for t in node.op.inputs) or not _same_params(node):
         return None
@@ -124,7 +124,7 @@ def lower_pack(node: "QNode") -> Callable | None:
     return _stacking(node, lambda xs, out: np.stack(xs, axis=axis, out=out))
 
 
-def _stacking(node: "QNode", join) -> Callable | None:
+def _stacking(node: "Node", join) -> Callable | None:
     expected = node.expected[0]
     if any(x.dtype != expected.dtype for x in node.ins):
         return None
@@ -146,7 +146,7 @@ def _int16_codes() -> np.ndarray:
     return np.arange(-32768, 32768, dtype=I64)
 
 
-def lower_binary_int16(node: "QNode") -> Callable | None:
+def lower_binary_int16(node: "Node") -> Callable | None:
     """16x8 ADD / SUB (each input's lifted, rescaled code from a table; the sum rescaled per
     element) and MUL (the product of the centred codes rescaled per element)."""
     a, b = node.ins[0], node.ins[1]
@@ -195,7 +195,7 @@ def lower_binary_int16(node: "QNode") -> Callable | None:
 
 # -- QUANTIZE from float ------------------------------------------------------------------------
 
-def lower_quantize_float(node: "QNode") -> Callable | None:
+def lower_quantize_float(node: "Node") -> Callable | None:
     """float32 -> int8 / uint8 / int16 QUANTIZE per tensor (kiln.ops.quantize): the float32
     quotient rounded half away in float64, saturated, offset, clamped."""
     x, q = node.ins[0], node.op.outputs[0].quantization
@@ -222,7 +222,7 @@ def lower_quantize_float(node: "QNode") -> Callable | None:
 
 # -- TRANSPOSE ----------------------------------------------------------------------------------
 
-def lower_transpose(node: "QNode") -> Callable | None:
+def lower_transpose(node: "Node") -> Callable | None:
     """TRANSPOSE of codes with the permutation of the plan (constant or keying the plan): a
     contiguous copy of the permuted view."""
     x, expected = node.ins[0], node.expected[0]

@@ -38,31 +38,16 @@ from .. import ops
 from ..errors import KilnError
 from ..ir import Operator
 from ..kernels.family import Shaped
-from ..ops.record import INT8, INT16, UINT8, KernelCall, operand_types
-from ..runtime.delegate import DelegateKernel, Partition, ReportingDelegate
+from ..ops.record import INT8, INT16, UINT8, operand_types
+from ..runtime.delegate import Partition, ReportingDelegate
+from .compiled import Chain, Node, family_step, reference_step, view_step
 
 
 #: The integer operand types of the chains (hybrid nodes run there too, for weighted ops).
 CODE_TYPES = (INT8, UINT8, INT16)
 
 
-@dataclass
-class QNode:
-    """One node as a lowering sees it on the partition's first run: its arrays, constants, slots."""
-
-    op: Operator
-    opts: object
-    call: KernelCall
-    kernel: Callable
-    label: str
-    ins: list            # the input arrays of the first run (constants included; None: omitted)
-    consts: list         # constant operands (None where the operand is not a constant)
-    in_slots: list[int]  # -1 for constants and omitted operands
-    out_slots: list[int]
-    expected: list       # the reference kernel's outputs on the first run
-
-
-Lowering = Callable[[QNode], "Callable | None"]
+Lowering = Callable[[Node], "Callable | None"]
 
 
 @dataclass(frozen=True)
@@ -79,7 +64,7 @@ class QuantizedSupport:
     #: whose operand 0 is a constant keeps its kernel (the lowering reads operand 0's slot).
     constant_data: bool = False
     #: Those of ``const_operands`` that may instead be run-time shape tensors (`_shape_like`,
-    #: whose values key the plan; the lowering reads them from ``QNode.ins``).
+    #: whose values key the plan; the lowering reads them from ``Node.ins``).
     shape_operands: tuple[int, ...] = ()
 
     def check(self, op: Operator) -> str | None:
@@ -128,7 +113,7 @@ def _per_tensor(op: Operator) -> bool:
                for t in (*op.inputs, *op.outputs))
 
 
-def lower_unary_table(node: QNode) -> Callable | None:
+def lower_unary_table(node: Node) -> Callable | None:
     """An elementwise unary integer node as a table of its kernel over every input code."""
     x = node.ins[0]
     codes = _all_codes(x.dtype)
@@ -148,7 +133,7 @@ def lower_unary_table(node: QNode) -> Callable | None:
     return run
 
 
-def _table_from_zero_point(node: QNode, codes: np.ndarray) -> Callable | None:
+def _table_from_zero_point(node: Node, codes: np.ndarray) -> Callable | None:
     """A kernel that refuses codes below the zero point (int16 RSQRT: LiteRT refuses negative
     inputs) as a table over the codes it takes; an input holding a refused code runs the
     kernel, which raises what the interpreter would."""
@@ -165,7 +150,7 @@ def _table_from_zero_point(node: QNode, codes: np.ndarray) -> Callable | None:
         return None
     table = np.zeros(codes.shape, values.dtype)
     table[_unsigned(valid)] = values
-    reference = _reference_step(node)
+    reference = reference_step(node)
     xi, oi = node.in_slots[0], node.out_slots[0]
 
     def run(slots):
@@ -178,7 +163,7 @@ def _table_from_zero_point(node: QNode, codes: np.ndarray) -> Callable | None:
     return run
 
 
-def lower_binary_table(node: QNode) -> Callable | None:
+def lower_binary_table(node: Node) -> Callable | None:
     """An elementwise binary node on 8-bit codes as a 256 x 256 table of its kernel."""
     a, b = node.ins[0], node.ins[1]
     if a.dtype.itemsize != 1 or b.dtype.itemsize != 1 or len(node.op.inputs) != 2 or not _per_tensor(node.op):
@@ -207,22 +192,16 @@ def lower_binary_table(node: QNode) -> Callable | None:
     return run
 
 
-def lower_view(node: QNode) -> Callable | None:
+def lower_view(node: Node) -> Callable | None:
     """RESHAPE / SQUEEZE / EXPAND_DIMS (shape operands constant): a view of the input codes in
     the shape the kernel gave on the first run."""
-    x = node.ins[0]
-    shape = node.expected[0].shape
+    x, shape = node.ins[0], node.expected[0].shape
     if node.expected[0].dtype != x.dtype or int(np.prod(shape)) != x.size:
         return None
-    xi, oi = node.in_slots[0], node.out_slots[0]
-
-    def run(slots):
-        slots[oi] = slots[xi].reshape(shape)
-
-    return run
+    return view_step(node, shape)
 
 
-def lower_family(node: QNode) -> Callable | None:
+def lower_family(node: Node) -> Callable | None:
     """An op with a kernel family (kiln.kernels.family): the node's format prepared on the
     partition's first run — constants and the plan's shape operands as values, the other
     operands as shapes — then run on each invoke (the reference kernel's arithmetic)."""
@@ -230,106 +209,49 @@ def lower_family(node: QNode) -> Callable | None:
     fmt = record.formats[operand_types(node.op)]
     inputs = [a if a is None or c is not None or _shape_like(t) else Shaped(a.shape, a.dtype)
               for a, c, t in zip(node.ins, node.consts, node.op.inputs)]
-    prepared = fmt.prepare(node.call, inputs)
-    operands = [(node.in_slots[k], node.consts[k]) if k < len(node.in_slots) else (-1, None) for k in fmt.activations]
-    run, oi = fmt.run, node.out_slots[0]
-
-    def step(slots):
-        slots[oi] = run(np, prepared, *[c if c is not None else (slots[s] if s >= 0 else None) for s, c in operands])
-
-    return step
-
-
-# -- the chain ----------------------------------------------------------------------------------
-
-def _reference_step(node: QNode) -> Callable:
-    """The node's reference kernel called from the chain (what the interpreter would run)."""
-    kernel, call = node.kernel, node.call
-    pairs = list(zip(node.in_slots, node.consts))
-    outs = node.out_slots
-    # A stateful op's new states follow its outputs (kiln.ops.record): into its state slots.
-    states = [node.in_slots[k] for k in ops.require(node.op.op_type).state_operands]
-
-    def run(slots):
-        result = kernel(call, *[c if c is not None else (slots[s] if s >= 0 else None) for s, c in pairs])
-        if not isinstance(result, (tuple, list)):
-            result = (result,)
-        for oi, value, dtype in zip(outs, result, call.out_dtypes):
-            value = np.asarray(value)
-            slots[oi] = value if value.dtype == dtype else value.astype(dtype)
-        for s, value in zip(states, result[len(outs):]):
-            if s >= 0:
-                slots[s] = value
-
-    return run
+    return family_step(node, fmt, fmt.prepare(node.call, inputs))
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
 
 
-class QuantizedChain(DelegateKernel):
+# -- the chain ----------------------------------------------------------------------------------
+
+class QuantizedChain(Chain):
     """A claimed partition: prepared per input-shape signature by one checked run, then a
     flat list of steps writing into slots."""
 
-    MAX_PLANS = 8
-
     def __init__(self, delegate: ReportingDelegate, partition: Partition):
-        self.delegate = delegate
-        self.nodes = partition.nodes
-        slot: dict[int, int] = {}
-        for t in partition.inputs:
-            slot[id(t)] = len(slot)
-        for info in self.nodes:
-            for t in info.op.outputs:
-                slot[id(t)] = len(slot)
-        self.slot = slot
-        self.n_inputs = len(partition.inputs)
+        super().__init__(delegate, partition)
+        self.escaping = set()   # no buffer outlives an invoke here: outputs are never copied
         #: partition inputs whose values key a plan (run-time shape tensors: never quantized
         #: data, and never produced inside a partition, whose nodes all write quantized or float outputs)
         self.keyed = [k for k, t in enumerate(partition.inputs) if _shape_like(t)]
-        self.out_slots = [slot[id(t)] for t in partition.outputs]
-        #: Partition inputs its nodes update (an integer LSTM's states): their final values
-        #: follow the outputs, as a stateful reference kernel returns them.
-        self.state_slots = [slot[id(partition.inputs[k])] for k in partition.state_inputs]
-        self.plans: dict[tuple, list] = {}
 
     def _prepare(self, slots: list) -> list:
         """Run the partition once on ``slots``, building (and checking) each node's step."""
         steps = []
         for info in self.nodes:
             op = info.op
-            record = info.registration.record
-            label = f"{self.delegate.name} delegate, node {info.index} ({info.name})"
-            in_slots, consts, ins = [], [], []
-            for t in op.inputs:
-                if t is None:
-                    in_slots.append(-1), consts.append(None), ins.append(None)
-                elif t.is_constant:
-                    in_slots.append(-1), consts.append(t.data), ins.append(t.data)
-                else:
-                    s = self.slot[id(t)]
-                    in_slots.append(s), consts.append(None), ins.append(slots[s])
-            out_slots = [self.slot[id(t)] for t in op.outputs]
-            call = KernelCall(record.make_options(op.options), op,
-                              [np.dtype(t.dtype.numpy) for t in op.outputs])
-            node = QNode(op, call.opts, call, record.kernel_for(op), label, ins, consts, in_slots, out_slots, [])
-            reference = _reference_step(node)
+            node = self.node(info, info.registration.record.kernel_for(op),
+                             [np.dtype(t.dtype.numpy) for t in op.outputs], lambda s, t, label: slots[s])
+            reference = reference_step(node)
             reference(slots)                   # the kernel's checks and results, on the real data
-            expected = node.expected = [slots[s] for s in out_slots]
+            expected = node.expected = [slots[s] for s in node.out_slots]
             step = reference
             support = self.delegate.lowerings[op.op_type, operand_types(op)]
             lower = support.lower
-            if lower is not None and (support.constant_data or in_slots[0] >= 0):
+            if lower is not None and (support.constant_data or node.in_slots[0] >= 0):
                 step = self._checked(node, lower, slots, expected) or reference
-                for s, value in zip(out_slots, expected):
+                for s, value in zip(node.out_slots, expected):
                     slots[s] = value
                 if step is not reference:
                     self.delegate.lowered.add((info.index, info.name))
             steps.append(step)
         return steps
 
-    def _checked(self, node: QNode, lower: Lowering, slots: list, expected: list):
+    def _checked(self, node: Node, lower: Lowering, slots: list, expected: list):
         """The node's lowering if it builds and reproduces the reference outputs, else None."""
         key = (node.op.op_type, node.label)
         try:
@@ -350,13 +272,10 @@ class QuantizedChain(DelegateKernel):
         key = tuple([x.shape for x in inputs])
         if self.keyed:
             key += tuple([np.asarray(inputs[k]).tobytes() for k in self.keyed])
-        slots = [*inputs, *([None] * (len(self.slot) - self.n_inputs))]
-        steps = self.plans.get(key)
-        if steps is None:
-            if len(self.plans) >= self.MAX_PLANS:
-                self.plans.pop(next(iter(self.plans)))
-            self.plans[key] = self._prepare(slots)
-        else:
-            for run in steps:
+        slots = [*inputs, *([None] * (len(self.slot) - len(inputs)))]
+        if key in self.plans:
+            for run in self.plans[key]:
                 run(slots)
+        else:
+            self.plan(key, lambda: self._prepare(slots))
         return [slots[s] for s in self.out_slots] + [slots[s] for s in self.state_slots]

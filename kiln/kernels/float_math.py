@@ -80,11 +80,17 @@ class Float32:
 
     def recur(self, step, h, xs, *, reverse: bool = False):
         """``h_t = step(h_{t-1}, xs[t])`` over the leading axis of ``xs`` (last to first with
-        ``reverse``): (every ``h_t`` stacked, the last ``h``). NumPy loops over time; a traced
-        backend runs it as one loop primitive, compiled once whatever the number of steps."""
-        out = np.empty((len(xs),) + np.shape(h), np.result_type(h))
-        for t in (range(len(xs) - 1, -1, -1) if reverse else range(len(xs))):
-            h = out[t] = step(h, xs[t])
+        ``reverse``): (every ``h_t`` stacked, the last ``h``). ``h`` may be a tuple whose first
+        array is the output (an LSTM's (h, c)), ``xs`` a tuple of arrays stepped together.
+        NumPy loops over time; a traced backend runs it as one loop primitive, compiled once
+        whatever the number of steps."""
+        pairs, several = isinstance(h, tuple), isinstance(xs, tuple)
+        first = h[0] if pairs else h
+        steps = len(xs[0]) if several else len(xs)
+        out = np.empty((steps,) + np.shape(first), np.result_type(first))
+        for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
+            h = step(h, tuple(a[t] for a in xs) if several else xs[t])
+            out[t] = h[0] if pairs else h
         return out, h
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -34,6 +35,7 @@ from ..schema import (
     LstmLayout,
 )
 from ..kernels import hybrid_lstm
+from ..kernels.float_math import arithmetic
 from ..kernels import lstm as lstm_kernels
 from .record import (
     HYBRID,
@@ -43,6 +45,7 @@ from .record import (
     OptionsSpec,
     apply_activation,
     input_dtype,
+    on_numpy,
     output_dtype,
     with_state,
 )
@@ -55,9 +58,9 @@ _QUANTIZED = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))
 # -- small numeric helpers -------------------------------------------------------------------
 
 def sigmoid(x, xp=np):
-    """The gates' logistic in float32 over array namespace ``xp`` (kiln.xla's LSTM passes jax.numpy)."""
-    with np.errstate(over="ignore"):
-        return (1.0 / (1.0 + xp.exp(-x))).astype(np.float32, copy=False)
+    """The gates' logistic in float32 over array namespace ``xp`` (exp may overflow to inf:
+    `_run_lstm` ignores that warning)."""
+    return (1.0 / (1.0 + xp.exp(-x))).astype(np.float32, copy=False)
 
 
 def layer_norm(x, xp=np):
@@ -73,8 +76,8 @@ def clip(x, limit: float):
     return x.clip(-limit, limit) if limit > 0 else x
 
 
-def _f32(a: np.ndarray | None) -> np.ndarray | None:
-    return None if a is None else np.asarray(a, dtype=np.float32)
+def _f32(a, xp=np):
+    return None if a is None else xp.asarray(a, dtype=np.float32)
 
 
 def _check_float(op_name: str, x: np.ndarray, weights: np.ndarray) -> None:
@@ -97,14 +100,14 @@ def _check_shape(op_name: str, what: str, a: np.ndarray | None, shape: tuple[int
         raise OpError(f"{op_name}: {what} has shape {list(a.shape)}, expected {list(shape)}")
 
 
-def state_operand(op_name: str, what: str, a: np.ndarray | None, rows: int, cols: int) -> np.ndarray:
+def state_operand(op_name: str, what: str, a, rows: int, cols: int, xp=np):
     """A state operand as [rows, cols]; LiteRT accepts any shape with that many elements."""
     if a is None:
         raise OpError(f"{op_name}: the {what} operand (a variable tensor) is missing")
     if a.size != rows * cols:
         raise OpError(f"{op_name}: {what} has {a.size} elements ({list(a.shape)}), expected "
                       f"batch {rows} x {cols} = {rows * cols}")
-    return np.asarray(a, dtype=np.float32).reshape(rows, cols)
+    return xp.asarray(a, dtype=np.float32).reshape(rows, cols)
 
 
 def _swap_time_batch(x: np.ndarray, time_major: bool) -> np.ndarray:
@@ -162,17 +165,18 @@ class _Lstm:
         return rec.shape[0] if self.diagonal else rec.shape[1]
 
 
-def _gather(inputs, indices, names=GATES) -> dict[str, np.ndarray]:
+def _gather(xp, inputs, indices, names=GATES) -> dict:
     found = {}
     for name, idx in zip(names, indices):
         a = inputs[idx] if idx < len(inputs) else None
         if a is not None:
-            found[name] = _f32(a)
+            found[name] = _f32(a, xp)
     return found
 
 
-def read_operands(op_name: str, inputs, lay: LstmLayout, diagonal: bool = False) -> _Lstm:
-    """Collect and check one direction's operands (the checks LiteRT's Prepare makes)."""
+def read_operands(op_name: str, inputs, lay: LstmLayout, diagonal: bool = False, xp=np) -> _Lstm:
+    """Collect and check one direction's operands (the checks LiteRT's Prepare makes) as
+    float32 arrays of namespace ``xp``."""
     def get(i):
         return inputs[i] if i < len(inputs) else None
 
@@ -183,14 +187,14 @@ def read_operands(op_name: str, inputs, lay: LstmLayout, diagonal: bool = False)
         if get(idx) is None:
             raise OpError(f"{op_name}: required operand {idx} ({what}) is missing")
     p = _Lstm(
-        input_w=_gather(inputs, lay.input_weights),
-        recurrent_w=_gather(inputs, lay.recurrent_weights),
-        bias=_gather(inputs, lay.biases),
-        peephole=_gather(inputs, lay.peepholes, ("i", "f", "o")),
-        layer_norm=_gather(inputs, lay.layer_norm),
-        aux_w=_gather(inputs, lay.aux_weights),
-        projection_w=_f32(get(lay.projection_weights)),
-        projection_b=_f32(get(lay.projection_bias)),
+        input_w=_gather(xp, inputs, lay.input_weights),
+        recurrent_w=_gather(xp, inputs, lay.recurrent_weights),
+        bias=_gather(xp, inputs, lay.biases),
+        peephole=_gather(xp, inputs, lay.peepholes, ("i", "f", "o")),
+        layer_norm=_gather(xp, inputs, lay.layer_norm),
+        aux_w=_gather(xp, inputs, lay.aux_weights),
+        projection_w=_f32(get(lay.projection_weights), xp),
+        projection_b=_f32(get(lay.projection_bias), xp),
         diagonal=diagonal,
     )
     if ("i" in p.input_w) != ("i" in p.recurrent_w):
@@ -224,22 +228,6 @@ def check_lstm_sizes(op_name: str, p: _Lstm, n_input: int, n_aux: int | None) ->
     _check_shape(op_name, "projection bias", p.projection_b, (n_output,))
 
 
-def _input_part(p: _Lstm, x: np.ndarray, aux: np.ndarray | None) -> dict[str, np.ndarray]:
-    """Per gate, W·x (+ W_aux·aux) for every step at once, plus the bias unless the gate is
-    layer-normalised (LiteRT adds the bias after the normalisation then)."""
-    gates = p.gates
-    T, B, _ = x.shape
-    stacked = np.concatenate([p.input_w[g] for g in gates])
-    part = (x.reshape(T * B, -1) @ stacked.T).reshape(T, B, len(gates), -1)
-    if aux is not None:
-        stacked_aux = np.concatenate([p.aux_w[g] for g in gates])
-        part = part + (aux.reshape(T * B, -1) @ stacked_aux.T).reshape(T, B, len(gates), -1)
-    out = {}
-    for k, g in enumerate(gates):
-        out[g] = part[:, :, k] if g in p.layer_norm else part[:, :, k] + p.bias[g]
-    return out
-
-
 def finish_gate(p: _Lstm, g: str, pre, xp=np):
     """Layer norm (if this gate has coefficients): normalise, scale, then add the bias."""
     if g in p.layer_norm:
@@ -247,7 +235,7 @@ def finish_gate(p: _Lstm, g: str, pre, xp=np):
     return pre
 
 
-def _none_cell_gate(p: _Lstm, full: np.ndarray, x_part: np.ndarray, n_inputs: np.ndarray):
+def _none_cell_gate(xp, p: _Lstm, full, x_part, n_inputs):
     """The cell-gate value LiteRT ends up using when the fused activation is NONE.
 
     LiteRT accumulates each gate by ping-ponging between the gate buffer and a scratch buffer
@@ -259,118 +247,84 @@ def _none_cell_gate(p: _Lstm, full: np.ndarray, x_part: np.ndarray, n_inputs: np
     """
     if p.diagonal:  # the recurrent product adds one more swap
         partial = p.bias["c"] if "c" not in p.layer_norm else np.float32(0)
-        return np.where(n_inputs == 1, partial, full)
-    return np.where(n_inputs == 1, full, x_part)  # n == 0: x_part is the bias alone
+        return xp.where(n_inputs == 1, partial, full)
+    return xp.where(n_inputs == 1, full, x_part)  # n == 0: x_part is the bias alone
 
 
-def _run_lstm(
-    p: _Lstm, x: np.ndarray, aux: np.ndarray | None, h: np.ndarray, c: np.ndarray,
-    opts, *, reverse: bool, n_inputs: np.ndarray | None, packed: tuple | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Run one direction over time-major ``x`` [T, B, I]; returns (outputs [T, B, O], h, c).
-
-    ``n_inputs`` [T, B] (only needed when the activation is NONE) counts, per step and row,
-    the input matmuls LiteRT performs (it skips all-zero inputs). ``packed``: `pack_gates(p)`,
-    when the caller already has it (the compiled delegate packs constant weights once).
-    """
-    act = opts.fused_activation_function
-    cell_clip, proj_clip = float(opts.cell_clip), float(opts.proj_clip)
-    if is_plain_cell(p, act):
-        return _run_plain_lstm(p, x, aux, h, c, act, cell_clip, proj_clip, reverse, packed)
+def pack_gates(p: _Lstm, xp=np) -> tuple:
+    """Gate weights side by side: input [G*C, I], bias [G*C], aux [G*C, A] (None without aux
+    weights), recurrent [O, G*C] ([G*C] when diagonal). A layer-normalised gate's bias comes
+    after the normalisation: its share of ``bias`` is -0.0, which adding leaves every value as is."""
     gates = p.gates
-    x_part = _input_part(p, x, aux)
-    if not p.diagonal:
-        rec_stacked = np.concatenate([p.recurrent_w[g] for g in gates]).T  # [O, G*C]
-    T = x.shape[0]
-    out = np.empty((T, x.shape[1], p.n_output), np.float32)
-    for t in (range(T - 1, -1, -1) if reverse else range(T)):
-        if p.diagonal:
-            rec = {g: h * p.recurrent_w[g] for g in gates}
-        else:
-            split = np.split(h @ rec_stacked, len(gates), axis=-1)
-            rec = dict(zip(gates, split))
-        pre = {g: x_part[g][t] + rec[g] for g in gates}
-        for g in ("i", "f"):
-            if g in pre and g in p.peephole:
-                pre[g] = pre[g] + p.peephole[g] * c
-        f = sigmoid(finish_gate(p, "f", pre["f"]))
-        i = 1.0 - f if p.cifg else sigmoid(finish_gate(p, "i", pre["i"]))
-        g_val = finish_gate(p, "c", pre["c"])
-        if act == Activation.NONE:
-            g_val = _none_cell_gate(p, g_val, x_part["c"][t], n_inputs[t][:, None])
-        else:
-            g_val = apply_activation(g_val, act)
-        c = clip(f * c + i * g_val, cell_clip)
-        if "o" in p.peephole:
-            pre["o"] = pre["o"] + p.peephole["o"] * c
-        o = sigmoid(finish_gate(p, "o", pre["o"]))
-        m = o * (g_val if act == Activation.NONE else apply_activation(c, act))
-        if p.projection_w is not None:
-            m = m @ p.projection_w.T
-            if p.projection_b is not None:
-                m = m + p.projection_b
-            m = clip(m, proj_clip)
-        h = m.astype(np.float32, copy=False)
-        out[t] = h
-    return out, h, c.astype(np.float32, copy=False)
-
-
-def pack_gates(p: _Lstm) -> tuple:
-    """Gate weights stacked: input [G*C, I], bias [G*C], aux [G*C, A], recurrent [O, G*C]."""
-    gates = p.gates
-    stacked = np.concatenate([p.input_w[g] for g in gates])
-    bias = np.concatenate([p.bias[g] for g in gates])
-    aux = np.concatenate([p.aux_w[g] for g in gates]) if all(g in p.aux_w for g in gates) else None
-    recurrent = np.concatenate([p.recurrent_w[g] for g in gates]).T
+    stacked = xp.concatenate([p.input_w[g] for g in gates])
+    bias = xp.concatenate([xp.full(p.n_cell, -0.0, np.float32) if g in p.layer_norm else p.bias[g] for g in gates])
+    aux = xp.concatenate([p.aux_w[g] for g in gates]) if all(g in p.aux_w for g in gates) else None
+    recurrent = xp.concatenate([p.recurrent_w[g] for g in gates]).T
     return stacked, bias, aux, recurrent
 
 
-def is_plain_cell(p: _Lstm, act: int) -> bool:
-    """The common cell `_run_plain_lstm` runs: no peephole, layer norm or diagonal recurrence,
-    a real activation."""
-    return act != Activation.NONE and not (p.diagonal or p.peephole or p.layer_norm)
+def _run_lstm(
+    xp, p: _Lstm, x, aux, h, c, opts, *, reverse: bool, n_inputs=None, packed: tuple | None = None,
+):
+    """Run one direction over time-major ``x`` [T, B, I]; returns (outputs [T, B, O], h, c).
 
-
-def _run_plain_lstm(p: _Lstm, x, aux, h, c, act, cell_clip: float, proj_clip: float, reverse: bool,
-                    packed: tuple | None = None):
-    """`_run_lstm` for the common cell (`is_plain_cell`): the same operations on the gates side by
-    side in one [B, G*C] array, so a step is a handful of NumPy calls instead of a few per gate."""
-    stacked, bias, stacked_aux, recurrent = packed if packed is not None else pack_gates(p)
+    The gates sit side by side in one [B, G*C] array, so a step is a handful of array calls;
+    the products and the loop over time are the namespace's own (`arithmetic`). ``n_inputs``
+    [T, B] (only needed when the activation is NONE) counts, per step and row, the input
+    matmuls LiteRT performs (it skips all-zero inputs). ``packed``: `pack_gates(p)`, when the
+    caller already has it (the compiled delegate packs constant weights once).
+    """
+    fm = arithmetic(xp)
+    act = opts.fused_activation_function
+    cell_clip, proj_clip = float(opts.cell_clip), float(opts.proj_clip)
+    stacked, bias, stacked_aux, recurrent = packed if packed is not None else pack_gates(p, xp)
     T, B, _ = x.shape
-    n = p.n_cell
-    part = x.reshape(T * B, -1) @ stacked.T
+    n, gates = p.n_cell, p.gates
+    part = fm.matmul(x.reshape(T * B, -1), stacked.T)
     if aux is not None:
-        part = part + aux.reshape(T * B, -1) @ stacked_aux.T
-    part += bias
-    part = part.reshape(T, B, stacked.shape[0])
-    # Gate columns: [i,] f, c, o (CIFG has no i).
-    k = 0 if p.cifg else 1
-    f_cols, c_cols, o_cols = slice(k * n, (k + 1) * n), slice((k + 1) * n, (k + 2) * n), \
-        slice((k + 2) * n, (k + 3) * n)
-    proj_w = None if p.projection_w is None else p.projection_w.T
-    # np.tanh keeps float32, so apply_activation's cast would be a no-op.
-    activate = np.tanh if act == Activation.TANH else lambda v: apply_activation(v, act)
-    out = np.empty((T, B, p.n_output), np.float32)
+        part = part + fm.matmul(aux.reshape(T * B, -1), stacked_aux.T)
+    part = (part + bias).reshape(T, B, stacked.shape[0])
+    cols = {g: slice(k * n, (k + 1) * n) for k, g in enumerate(gates)}
+    # No peephole or layer norm: every gate's logistic at once, before the cell update.
+    plain = not (p.peephole or p.layer_norm)
+    none = act == Activation.NONE
+    # xp.tanh keeps float32, so apply_activation's cast would be a no-op.
+    activate = xp.tanh if act == Activation.TANH else partial(apply_activation, act=act, xp=xp)
+    matmul, proj_w = fm.matmul, None if p.projection_w is None else p.projection_w.T
+
+    def gate(g, pre, c):
+        """Gate g's logistic in a cell with peepholes or layer norm."""
+        value = pre[:, cols[g]]
+        if g in p.peephole:
+            value = value + p.peephole[g] * c
+        return sigmoid(finish_gate(p, g, value, xp), xp)
+
+    def step(state, inputs):
+        h, c = state
+        part_t, count = inputs if none else (inputs, None)
+        pre = part_t + (xp.tile(h, len(gates)) * recurrent if p.diagonal else matmul(h, recurrent))
+        if plain:
+            sig = sigmoid(pre, xp)
+            f, o = sig[:, cols["f"]], sig[:, cols["o"]]
+            i = 1.0 - f if p.cifg else sig[:, cols["i"]]
+        else:
+            f = gate("f", pre, c)
+            i = 1.0 - f if p.cifg else gate("i", pre, c)
+        g_val = finish_gate(p, "c", pre[:, cols["c"]], xp)
+        g_val = _none_cell_gate(xp, p, g_val, part_t[:, cols["c"]], count[:, None]) if none else activate(g_val)
+        c = clip(f * c + i * g_val, cell_clip)
+        if not plain:
+            o = gate("o", pre, c)  # its peephole sees the new cell state
+        m = o * (g_val if none else activate(c))
+        if proj_w is not None:
+            m = matmul(m, proj_w)
+            if p.projection_b is not None:
+                m = m + p.projection_b
+            m = clip(m, proj_clip)
+        return m.astype(np.float32, copy=False), c
+
     with np.errstate(over="ignore"):
-        for t in (range(T - 1, -1, -1) if reverse else range(T)):
-            pre = part[t] + h @ recurrent
-            sig = np.exp(-pre)  # sigmoid = 1 / (1 + exp(-pre)), in place
-            sig += 1.0
-            np.divide(1.0, sig, out=sig)
-            f = sig[:, f_cols]
-            i = 1.0 - f if p.cifg else sig[:, :n]
-            g_val = activate(pre[:, c_cols])
-            c = f * c + i * g_val
-            if cell_clip > 0:
-                c = c.clip(-cell_clip, cell_clip)  # np.clip without its wrappers
-            m = sig[:, o_cols] * activate(c)
-            if proj_w is not None:
-                m = m @ proj_w
-                if p.projection_b is not None:
-                    m = m + p.projection_b
-                m = clip(m, proj_clip)
-            h = m.astype(np.float32, copy=False)
-            out[t] = h
+        out, (h, c) = fm.recur(step, (h, c), (part, n_inputs) if none else part, reverse=reverse)
     return out, h, c.astype(np.float32, copy=False)
 
 
@@ -380,92 +334,93 @@ def _matmul_counts(x: np.ndarray, aux: np.ndarray | None, time_major: bool) -> n
         (~_zero_steps(aux, time_major)).astype(np.int8)
 
 
-def _lstm_pass(name: str, inputs, lay: LstmLayout, p: _Lstm, x: np.ndarray,
-               aux: np.ndarray | None, opts, *, time_major: bool, reverse: bool = False,
-               packed: tuple | None = None):
+def _lstm_pass(xp, name: str, inputs, lay: LstmLayout, p: _Lstm, x, aux, opts, *, time_major: bool,
+               reverse: bool = False, packed: tuple | None = None):
     """One direction over time-major ``x`` from its states. Returns the outputs
     [T, B, n_output] and the final (output, cell) states, shaped like the state operands."""
     batch = x.shape[1]
     h_in, c_in = optional_operand(inputs, lay.output_state), optional_operand(inputs, lay.cell_state)
     h0 = state_operand(name, f"output/activation state (operand {lay.output_state})", h_in, batch,
-                p.n_output)
-    c0 = state_operand(name, f"cell_state (operand {lay.cell_state})", c_in, batch, p.n_cell)
+                       p.n_output, xp)
+    c0 = state_operand(name, f"cell_state (operand {lay.cell_state})", c_in, batch, p.n_cell, xp)
     counts = None
     if opts.fused_activation_function == Activation.NONE:
         counts = _matmul_counts(x, aux, time_major)
-    out, h, c = _run_lstm(p, x, aux, h0, c0, opts, reverse=reverse, n_inputs=counts, packed=packed)
-    return out, (h.reshape(h_in.shape), c.reshape(c_in.shape))
+    out, h, c = _run_lstm(xp, p, x, aux, h0, c0, opts, reverse=reverse, n_inputs=counts, packed=packed)
+    return out, (h.reshape(np.shape(h_in)), c.reshape(np.shape(c_in)))
 
 
-def _lstm_input(name: str, inputs, rank: int) -> np.ndarray:
+def _lstm_input(xp, name: str, inputs, rank: int):
     x, w = optional_operand(inputs, 0), optional_operand(inputs, 4)
     if x is None or w is None:
         raise OpError(f"{name}: the input (operand 0) and input_to_output weights (operand 4) "
                       "are required")
-    x = np.asarray(x)
-    _check_float(name, x, np.asarray(w))
+    x = xp.asarray(x)
+    _check_float(name, x, xp.asarray(w))
     if x.ndim != rank:
         raise OpError(f"{name}: input must be {rank}-D, got shape {list(x.shape)}")
     return x
 
 
-def _uni_lstm_kernel(call: KernelCall, *inputs):
+def uni_lstm(xp, call: KernelCall, *inputs):
+    """UNIDIRECTIONAL_SEQUENCE_LSTM over array namespace ``xp`` (NumPy here, jax.numpy in kiln.xla)."""
     name = "UNIDIRECTIONAL_SEQUENCE_LSTM"
     opts = call.opts
     time_major = bool(opts.time_major)
-    xt = _swap_time_batch(_lstm_input(name, inputs, 3), time_major)
+    xt = _swap_time_batch(_lstm_input(xp, name, inputs, 3), time_major)
     check_clips(name, opts)
-    p = read_operands(name, inputs, UNIDIRECTIONAL_LSTM, diagonal=bool(opts.diagonal_recurrent_tensors))
+    p = read_operands(name, inputs, UNIDIRECTIONAL_LSTM, diagonal=bool(opts.diagonal_recurrent_tensors), xp=xp)
     check_lstm_sizes(name, p, xt.shape[2], None)
-    return uni_lstm_run(call, inputs, p)
+    return uni_lstm_run(xp, call, inputs, p)
 
 
-def uni_lstm_run(call: KernelCall, inputs, p: _Lstm, packed: tuple | None = None):
+def uni_lstm_run(xp, call: KernelCall, inputs, p: _Lstm, packed: tuple | None = None):
     """UNIDIRECTIONAL_SEQUENCE_LSTM on checked operands ``p`` (`read_operands`, sizes checked):
     the kernel after its checks, also run by the compiled delegate with ``packed`` weights."""
     time_major = bool(call.opts.time_major)
     xt = _swap_time_batch(inputs[0], time_major)
-    out, states = _lstm_pass("UNIDIRECTIONAL_SEQUENCE_LSTM", inputs, UNIDIRECTIONAL_LSTM, p, xt, None, call.opts,
-                             time_major=time_major, packed=packed)
+    out, states = _lstm_pass(xp, "UNIDIRECTIONAL_SEQUENCE_LSTM", inputs, UNIDIRECTIONAL_LSTM, p, xt, None,
+                             call.opts, time_major=time_major, packed=packed)
     return with_state(call, [_swap_time_batch(out, time_major)], states)
 
 
-def _lstm_kernel(call: KernelCall, *inputs):
+def lstm_step(xp, call: KernelCall, *inputs):
     """LSTM: one step of the full LSTM kernel on a [batch, input] input (same operands as the
-    unidirectional sequence op)."""
+    unidirectional sequence op), over array namespace ``xp``."""
     name = "LSTM"
     opts = call.opts
     if opts.kernel_type != 0:
         raise OpError(f"{name}: the BASIC kernel type (kernel_type=1) is not implemented yet; "
                       "kiln runs the FULL kernel")
-    x = _lstm_input(name, inputs, 2)
+    x = _lstm_input(xp, name, inputs, 2)
     check_clips(name, opts)
-    p = read_operands(name, inputs, UNIDIRECTIONAL_LSTM)
+    p = read_operands(name, inputs, UNIDIRECTIONAL_LSTM, xp=xp)
     check_lstm_sizes(name, p, x.shape[1], None)
-    out, states = _lstm_pass(name, inputs, UNIDIRECTIONAL_LSTM, p, x[None], None, opts, time_major=True)
+    out, states = _lstm_pass(xp, name, inputs, UNIDIRECTIONAL_LSTM, p, x[None], None, opts, time_major=True)
     return with_state(call, [out[0]], states)
 
 
-def _bidi_lstm_kernel(call: KernelCall, *inputs):
+def bidi_lstm(xp, call: KernelCall, *inputs):
+    """BIDIRECTIONAL_SEQUENCE_LSTM over array namespace ``xp``."""
     name = "BIDIRECTIONAL_SEQUENCE_LSTM"
     opts = call.opts
     time_major = bool(opts.time_major)
-    xt = _swap_time_batch(_lstm_input(name, inputs, 3), time_major)
+    xt = _swap_time_batch(_lstm_input(xp, name, inputs, 3), time_major)
     check_clips(name, opts)
-    fw = read_operands(name, inputs, BIDIRECTIONAL_LSTM_FW)
-    bw = read_operands(name, inputs, BIDIRECTIONAL_LSTM_BW)
+    fw = read_operands(name, inputs, BIDIRECTIONAL_LSTM_FW, xp=xp)
+    bw = read_operands(name, inputs, BIDIRECTIONAL_LSTM_BW, xp=xp)
     aux_in = optional_operand(inputs, BIDIRECTIONAL_LSTM_AUX_INPUT)
     cross_linked = bidi_aux_routing(name, fw, bw, np.shape(inputs[0]), None if aux_in is None else np.shape(aux_in))
-    aux_t = None if aux_in is None else _swap_time_batch(np.asarray(aux_in, np.float32), time_major)
+    aux_t = None if aux_in is None else _swap_time_batch(xp.asarray(aux_in, np.float32), time_major)
     bw_x = xt if cross_linked else aux_t
     aux = aux_t if cross_linked else None
     (fw_out, fw_states), (bw_out, bw_states) = (
-        _lstm_pass(name, inputs, lay, p, src, aux, opts, time_major=time_major, reverse=reverse)
+        _lstm_pass(xp, name, inputs, lay, p, src, aux, opts, time_major=time_major, reverse=reverse)
         for p, lay, src, reverse in ((fw, BIDIRECTIONAL_LSTM_FW, xt, False),
                                      (bw, BIDIRECTIONAL_LSTM_BW, bw_x, True)))
     outs = [_swap_time_batch(fw_out, time_major), _swap_time_batch(bw_out, time_major)]
     if opts.merge_outputs:
-        outs = [np.concatenate(outs, axis=-1)]
+        outs = [xp.concatenate(outs, axis=-1)]
     return with_state(call, outs, (*fw_states, *bw_states))
 
 
@@ -574,7 +529,7 @@ def _sequence_lstm_macs(*directions: LstmLayout):
 
 OPS: tuple = (
     OpDef(
-        "UNIDIRECTIONAL_SEQUENCE_LSTM", _uni_lstm_kernel,
+        "UNIDIRECTIONAL_SEQUENCE_LSTM", on_numpy(uni_lstm),
         OptionsSpec("UnidirectionalSequenceLSTMOptions", {
             **_LSTM_COMMON, "time_major": False, "asymmetric_quantize_inputs": False,
             "diagonal_recurrent_tensors": False,
@@ -588,7 +543,7 @@ OPS: tuple = (
         macs=_sequence_lstm_macs(UNIDIRECTIONAL_LSTM)
     ),
     OpDef(
-        "LSTM", _lstm_kernel,
+        "LSTM", on_numpy(lstm_step),
         OptionsSpec("LSTMOptions", {
             **_LSTM_COMMON, "kernel_type": 0, "asymmetric_quantize_inputs": False,
         }),
@@ -597,7 +552,7 @@ OPS: tuple = (
         state_operands=UNIDIRECTIONAL_LSTM.states,
     ),
     OpDef(
-        "BIDIRECTIONAL_SEQUENCE_LSTM", _bidi_lstm_kernel,
+        "BIDIRECTIONAL_SEQUENCE_LSTM", on_numpy(bidi_lstm),
         OptionsSpec("BidirectionalSequenceLSTMOptions", {
             **_LSTM_COMMON, "merge_outputs": False, "time_major": True,
             "asymmetric_quantize_inputs": False,

@@ -76,7 +76,7 @@ class XlaFloat32(Float32):
     def recur(self, step, h, xs, *, reverse: bool = False):
         def scan_step(h, x_t):
             h = step(h, x_t)
-            return h, h
+            return h, h[0] if isinstance(h, tuple) else h
         h, out = lax.scan(scan_step, h, xs, reverse=reverse)
         return out, h
 

@@ -10,7 +10,7 @@ with kiln's reference kernels because they run the same per-step arithmetic, wri
   (lower_families.FLOAT32) and kiln.kernels.hybrid's row quantization, exact int8 products. The operands are read
   and checked by the reference kernel's own readers (kiln.kernels.hybrid_lstm).
 
-Float nodes have lower_rnn's and lower_seq's lowerings.
+Float nodes have lower_seq's lowerings.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from ..kernels.hybrid_lstm import hybrid_bidi_lstm_sources, hybrid_lstm_cell, hy
 from ..ops.record import with_state
 from ..schema import (BIDIRECTIONAL_LSTM_BW, BIDIRECTIONAL_LSTM_FW, UNIDIRECTIONAL_LSTM,
                       DType)
-from .lower_rnn import uni_lstm_check
+from .lower_seq import uni_lstm_check
 from .lowering import Rows, all_of
 
 _I64 = jnp.int64

@@ -101,7 +101,6 @@ def fill():
         lower_quant_activations,
         lower_quant_lstm,
         lower_quant_ops,
-        lower_rnn,
         lower_seq,
         lower_shape,
         lower_vars,
@@ -109,7 +108,7 @@ def fill():
 
     float_math.ARITHMETIC["jax.numpy"] = lower_families.FLOAT32   # the families' float32 steps under XLA
     rows = [row for module in (lower_control, lower_families, lower_math, lower_nn, lower_quant, lower_quant_activations,
-                               lower_quant_lstm, lower_quant_ops, lower_rnn, lower_seq, lower_shape, lower_vars)
+                               lower_quant_lstm, lower_quant_ops, lower_seq, lower_shape, lower_vars)
             for row in module.ROWS]
     for row in rows:
         if not row.gap:
