@@ -60,7 +60,11 @@ _QUANTIZED = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))
 def sigmoid(x, xp=np):
     """The gates' logistic in float32 over array namespace ``xp`` (exp may overflow to inf:
     `_run_lstm` ignores that warning)."""
-    return (1.0 / (1.0 + xp.exp(-x))).astype(np.float32, copy=False)
+    if xp is not np:
+        return (1.0 / (1.0 + xp.exp(-x))).astype(np.float32, copy=False)
+    s = np.exp(-x)  # the same operations in place: a recurrent step's hot path
+    s += 1.0
+    return np.divide(1.0, s, out=s)
 
 
 def layer_norm(x, xp=np):
@@ -290,7 +294,8 @@ def _run_lstm(
     none = act == Activation.NONE
     # xp.tanh keeps float32, so apply_activation's cast would be a no-op.
     activate = xp.tanh if act == Activation.TANH else partial(apply_activation, act=act, xp=xp)
-    matmul, proj_w = fm.matmul, None if p.projection_w is None else p.projection_w.T
+    matmul = np.matmul if xp is np else fm.matmul  # NumPy's float32 product is BLAS's, as fm's is
+    proj_w = None if p.projection_w is None else p.projection_w.T
 
     def gate(g, pre, c):
         """Gate g's logistic in a cell with peepholes or layer norm."""
@@ -299,27 +304,31 @@ def _run_lstm(
             value = value + p.peephole[g] * c
         return sigmoid(finish_gate(p, g, value, xp), xp)
 
+    f_cols, i_cols, c_cols, o_cols = cols["f"], cols.get("i"), cols["c"], cols["o"]  # no "i" under CIFG
+    # what each of the T steps would otherwise look up again
+    cifg, diagonal, projection_b = p.cifg, p.diagonal, p.projection_b
+
     def step(state, inputs):
         h, c = state
         part_t, count = inputs if none else (inputs, None)
-        pre = part_t + (xp.tile(h, len(gates)) * recurrent if p.diagonal else matmul(h, recurrent))
+        pre = part_t + (xp.tile(h, len(gates)) * recurrent if diagonal else matmul(h, recurrent))
         if plain:
             sig = sigmoid(pre, xp)
-            f, o = sig[:, cols["f"]], sig[:, cols["o"]]
-            i = 1.0 - f if p.cifg else sig[:, cols["i"]]
+            f, o = sig[:, f_cols], sig[:, o_cols]
+            i = 1.0 - f if cifg else sig[:, i_cols]
         else:
             f = gate("f", pre, c)
-            i = 1.0 - f if p.cifg else gate("i", pre, c)
-        g_val = finish_gate(p, "c", pre[:, cols["c"]], xp)
-        g_val = _none_cell_gate(xp, p, g_val, part_t[:, cols["c"]], count[:, None]) if none else activate(g_val)
+            i = 1.0 - f if cifg else gate("i", pre, c)
+        g_val = pre[:, c_cols] if plain else finish_gate(p, "c", pre[:, c_cols], xp)
+        g_val = _none_cell_gate(xp, p, g_val, part_t[:, c_cols], count[:, None]) if none else activate(g_val)
         c = clip(f * c + i * g_val, cell_clip)
         if not plain:
             o = gate("o", pre, c)  # its peephole sees the new cell state
         m = o * (g_val if none else activate(c))
         if proj_w is not None:
             m = matmul(m, proj_w)
-            if p.projection_b is not None:
-                m = m + p.projection_b
+            if projection_b is not None:
+                m = m + projection_b
             m = clip(m, proj_clip)
         return m.astype(np.float32, copy=False), c
 
