@@ -202,6 +202,8 @@ class HttpServer:
             await asyncio.sleep(0.01)
         for conn in list(self.connections):
             conn.cut_off(message)
+        if self._sweeper is not None:  # nothing left to time out
+            self._sweeper.cancel()
 
 
 class _Connection(asyncio.Protocol):

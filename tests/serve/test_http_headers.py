@@ -32,15 +32,17 @@ def port():
     sock.setblocking(False)
     loop = asyncio.new_event_loop()
     started = threading.Event()
+    server = HttpServer(_echo, Limits(max_header_bytes=LIMIT, max_body_bytes=1000, body_budget_bytes=10_000))
 
     async def main():
-        await HttpServer(_echo, Limits(max_header_bytes=LIMIT, max_body_bytes=1000, body_budget_bytes=10_000)).start(sock)
+        await server.start(sock)
         started.set()
 
     thread = threading.Thread(target=lambda: (loop.run_until_complete(main()), loop.run_forever()), daemon=True)
     thread.start()
     assert started.wait(30)
     yield sock.getsockname()[1]
+    asyncio.run_coroutine_threadsafe(server.drain(0.0, "the test is over"), loop).result(10)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(10)
 

@@ -77,16 +77,19 @@ def two_front_ends(models, tmp_path):
         sockets.append(sock)
     loop = asyncio.new_event_loop()
     started = threading.Event()
+    servers = [RestApi(service, plans=plans).server(Limits()) for plans in (True, False)]
 
     async def main():
-        for sock, plans in zip(sockets, (True, False)):
-            await RestApi(service, plans=plans).server(Limits()).start(sock)
+        for sock, server in zip(sockets, servers):
+            await server.start(sock)
         started.set()
 
     thread = threading.Thread(target=lambda: (loop.run_until_complete(main()), loop.run_forever()), daemon=True)
     thread.start()
     assert started.wait(60)
     yield [s.getsockname()[1] for s in sockets], manager
+    for server in servers:
+        asyncio.run_coroutine_threadsafe(server.drain(0.0, "the test is over"), loop).result(10)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(10)
     manager.close(drain=False)
