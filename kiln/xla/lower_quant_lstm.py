@@ -6,9 +6,9 @@ with kiln's reference kernels because they run the same per-step arithmetic, wri
   as constants. Prepare-time constants (multipliers, zero-point-folded biases) come from the
   static weights and the node's quantization parameters, as LiteRT's Prepare computes them.
 - the hybrid (dynamic-range) UNIDIRECTIONAL_ and BIDIRECTIONAL_SEQUENCE_LSTM (float input and
-  states, int8 weights): kiln.kernels.hybrid_lstm on jax.numpy — XLA's float32 arithmetic
-  (lower_families.FLOAT32) and kiln.kernels.hybrid's row quantization, exact int8 products. The operands are read
-  and checked by the reference kernel's own readers (kiln.kernels.hybrid_lstm).
+  states, int8 weights): the reference kernels of kiln.kernels.hybrid_lstm themselves, on
+  jax.numpy — XLA's float32 arithmetic (lower_families.FLOAT32, whose `recur` is the scan) and
+  kiln.kernels.hybrid's row quantization, exact int8 products.
 
 Float nodes have lower_seq's lowerings.
 """
@@ -22,12 +22,10 @@ from jax import lax
 from ..errors import OpError
 from ..kernels import hybrid_lstm
 from ..kernels import lstm as il
-from ..kernels.hybrid_lstm import hybrid_bidi_lstm_sources, hybrid_lstm_cell, hybrid_lstm_input, hybrid_lstm_states
 from ..ops.record import with_state
-from ..schema import (BIDIRECTIONAL_LSTM_BW, BIDIRECTIONAL_LSTM_FW, UNIDIRECTIONAL_LSTM,
-                      DType)
+from ..schema import BIDIRECTIONAL_LSTM_BW, BIDIRECTIONAL_LSTM_FW, UNIDIRECTIONAL_LSTM, DType
 from .lower_seq import uni_lstm_check
-from .lowering import Rows, all_of
+from .lowering import Rows, all_of, on_jnp
 
 _I64 = jnp.int64
 
@@ -80,42 +78,6 @@ ROWS.add(il.NAME, _uni_lstm_int8, types=("int8",), static=tuple(UNIDIRECTIONAL_L
 
 # -- hybrid (dynamic-range) sequence LSTMs -------------------------------------------------------
 
-def _hybrid_direction(call, inputs, lay, src, aux, n_aux, reverse: bool):
-    """One direction over time-major ``src`` [T, B, I] from its state operands: (outputs in the
-    node's layout, h and c in their operands' shapes)."""
-    time_major = bool(call.opts.time_major)
-    cell = hybrid_lstm_cell(call, inputs, lay, src.shape[2], n_aux)
-    h0, c0 = hybrid_lstm_states(call, inputs, lay, src.shape[1], cell)
-    masks = hybrid_lstm.scalar_masks(cell.gates, src.shape[1], cell.n_cell, time_major)
-    pre_x = hybrid_lstm.input_part(jnp, cell, src, aux)
-
-    def body(carry, pre_t):
-        h, c = hybrid_lstm.step(jnp, cell, masks, pre_t, *carry)
-        return (h, c), h
-
-    (h, c), out = lax.scan(body, (h0, c0), pre_x, reverse=reverse)
-    return (out if time_major else jnp.swapaxes(out, 0, 1),
-            h.reshape(np.shape(inputs[lay.output_state])), c.reshape(np.shape(inputs[lay.cell_state])))
-
-
-def _uni_lstm_hybrid(call, *inputs):
-    out, h, c = _hybrid_direction(call, inputs, UNIDIRECTIONAL_LSTM, hybrid_lstm_input(call, inputs[0]), None, None,
-                                  reverse=False)
-    return with_state(call, [out], (h, c))
-
-
-def _bidi_lstm_hybrid(call, *inputs):
-    """As the reference kernel: the aux input feeds both directions when aux weights are given,
-    else it is the backward direction's input."""
-    xt, aux_t, cross_linked, n_aux = hybrid_bidi_lstm_sources(call, inputs)
-    fw_out, *fw_states = _hybrid_direction(call, inputs, BIDIRECTIONAL_LSTM_FW, xt, aux_t if cross_linked else None,
-                                           n_aux, reverse=False)
-    bw_out, *bw_states = _hybrid_direction(call, inputs, BIDIRECTIONAL_LSTM_BW, xt if cross_linked else aux_t,
-                                           aux_t if cross_linked else None, n_aux, reverse=True)
-    outs = [jnp.concatenate([fw_out, bw_out], axis=-1)] if call.opts.merge_outputs else [fw_out, bw_out]
-    return with_state(call, outs, (*fw_states, *bw_states))
-
-
 def _hybrid_check(op, opts):
     """None for a hybrid LSTM node this lowers, else why not."""
     x = op.inputs[0] if op.inputs else None
@@ -126,7 +88,7 @@ def _hybrid_check(op, opts):
     return None
 
 
-ROWS.add(il.NAME, _uni_lstm_hybrid, types=("hybrid",), static=tuple(UNIDIRECTIONAL_LSTM.weights),
+ROWS.add(il.NAME, on_jnp(hybrid_lstm.uni_lstm_hybrid), types=("hybrid",), static=tuple(UNIDIRECTIONAL_LSTM.weights),
                   check=_hybrid_check)
-ROWS.add("BIDIRECTIONAL_SEQUENCE_LSTM", _bidi_lstm_hybrid, types=("hybrid",),
+ROWS.add("BIDIRECTIONAL_SEQUENCE_LSTM", on_jnp(hybrid_lstm.bidi_lstm_hybrid), types=("hybrid",),
                   static=tuple(BIDIRECTIONAL_LSTM_FW.weights + BIDIRECTIONAL_LSTM_BW.weights), check=_hybrid_check)
