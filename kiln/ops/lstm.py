@@ -546,7 +546,7 @@ OPS: tuple = (
         version=_uni_lstm_version, max_version=4,
         runtime_versions=("1.13.1", "1.14.0", "2.3.0", "2.12.0"),
         state_operands=UNIDIRECTIONAL_LSTM.states,
-        quantized={INT8: lstm_kernels.uni_lstm_int8, HYBRID: on_numpy(hybrid_lstm.uni_lstm_hybrid)},
+        quantized={INT8: on_numpy(lstm_kernels.uni_lstm_int8), HYBRID: on_numpy(hybrid_lstm.uni_lstm_hybrid)},
         weights=Weights(UNIDIRECTIONAL_LSTM.matrices, axis=None),
         quantization=Quantization(OutputScale.LSTM, types=INT8_ONLY, hybrid=True),
         macs=_sequence_lstm_macs(UNIDIRECTIONAL_LSTM)
