@@ -36,46 +36,22 @@ def _out_qp(node: Node):
 # -- SOFTMAX ------------------------------------------------------------------------------------
 
 def lower_softmax(node: Node) -> Callable | None:
-    """int8 / int16 SOFTMAX over the last axis (`sm.softmax` / `sm.softmax_int16`)."""
+    """int8 / int16 SOFTMAX over the last axis: the reference kernel's `sm.softmax_codes`, its
+    tables made once; a row BUILTIN_REF aborts on gets the kernel's own answer (LiteRT's
+    optimized kernel's values)."""
     x = node.ins[0]
+    out_dtype = node.call.out_dtypes[0]
     if x.ndim == 0 or x.shape[-1] == 0 or not per_tensor(node.op):
         return None
-    beta = float(node.opts.beta)
-    x_qp, out_qp = _in_qp(node, 0), _out_qp(node)
-    out_dtype = node.call.out_dtypes[0]
+    if x.dtype != np.int8 and (x.dtype != np.int16 or out_dtype != np.int16):
+        return None
+    run = sm.softmax_codes(x.dtype, _in_qp(node, 0), _out_qp(node), float(node.opts.beta), out_dtype)
     xi, oi = node.in_slots[0], node.out_slots[0]
-    if x.dtype == np.int8:
-        return _softmax_int8(x_qp, out_qp, beta, out_dtype, xi, oi)
-    if x.dtype == np.int16 and out_dtype == np.int16:
-        return _softmax_int16(*sm.softmax_int16_tables(float(F32.type(x_qp.scale[0])), beta), xi, oi)
-    return None
 
+    def step(slots):
+        slots[oi] = run(np, slots[xi])
 
-def _softmax_int8(x_qp, out_qp, beta: float, out_dtype, xi: int, oi: int):
-    """The reference kernel's fixed-point arithmetic (`sm.softmax_fixed_point`, shared with
-    kiln.xla) on the node's exp table, computed once; a row BUILTIN_REF aborts on gets the
-    kernel's own answer (LiteRT's optimized kernel's values)."""
-    multiplier, left_shift, diff_min = sm.softmax_input_scaling(float(F32.type(x_qp.scale[0])), beta)
-    exps = sm.softmax_fixed_exps(multiplier, left_shift)
-
-    def run(slots):
-        x = slots[xi]
-        out, aborts = sm.softmax_fixed_point(np, x.astype(I64), exps, diff_min, out_dtype)
-        if aborts.any():
-            out = np.where(aborts, sm.softmax_float_table(x, x_qp, out_qp, beta=beta, out_dtype=out_dtype), out)
-        slots[oi] = out.astype(out_dtype)
-
-    return run
-
-
-def _softmax_int16(exps, reciprocals, xi: int, oi: int):
-    """Reference SoftmaxInt16: the kernel's arithmetic (`sm.softmax_int16_fixed_point`,
-    shared with kiln.xla) on the node's tables, built once."""
-
-    def run(slots):
-        slots[oi] = sm.softmax_int16_fixed_point(np, slots[xi].astype(I64), exps, reciprocals).astype(np.int16)
-
-    return run
+    return step
 
 
 # -- CONCATENATION / PACK -----------------------------------------------------------------------
