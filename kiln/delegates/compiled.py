@@ -151,13 +151,13 @@ Step = Callable[[list], None]
 Lowering = Callable[[Node], tuple[Step, list[tuple]]]
 
 
-def _operand(node: Node, k: int):
+def operand(node: Node, k: int):
     """(slot, constant) of operand k: exactly one of them is meaningful."""
     return node.in_slots[k], (node.consts[k] if k < len(node.consts) else None)
 
 
 def _activations(node: Node, fmt) -> list[tuple]:
-    return [_operand(node, k) if k < len(node.in_slots) else (-1, None) for k in fmt.activations]
+    return [operand(node, k) if k < len(node.in_slots) else (-1, None) for k in fmt.activations]
 
 
 def family_step(node: Node, fmt, prepared) -> Step:
@@ -196,7 +196,7 @@ def lower_binary(ufunc) -> "Lowering":
 
 
 def _lower_binary(ufunc, node: Node):
-    (sa, ca), (sb, cb) = _operand(node, 0), _operand(node, 1)
+    (sa, ca), (sb, cb) = operand(node, 0), operand(node, 1)
     try:
         out_shape = np.broadcast_shapes(node.in_shapes[0], node.in_shapes[1])
     except ValueError:
@@ -281,7 +281,7 @@ class CompiledSupport:
     hybrid or sparse variants, op_version.cc, that the chains do not implement), operand
     positions that must be constant so the chain packs them at prepare time, its lowering
     (None: the reference kernel runs inside the chain), and whether that lowering takes a
-    constant wherever a run-time operand may stand (`_operand`); a lowering that reads its data
+    constant wherever a run-time operand may stand (`operand`); a lowering that reads its data
     operands from slots leaves a node computing on constants to its kernel."""
 
     versions: frozenset[int]

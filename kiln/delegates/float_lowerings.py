@@ -53,51 +53,42 @@ def lower_uni_lstm(node: Node):
     return run, [out.shape]
 
 
-def lower_strided_slice(node: Node):
-    """STRIDED_SLICE with constant begin / end / strides: the view worked out once."""
-    (probed,) = probe(node)
-    eff_shape, index, out_shape = strided_slice_plan(node.opts, np.zeros(node.in_shapes[0], F32), *node.consts[1:4])
-    index = tuple(index)
+def _unary(node: Node, probed: np.ndarray, compute):
+    """A one-input node computing ``compute(x, own)`` per invoke (``own``: `_owned` if the output
+    leaves the partition, else `dense`); ``probed``: the reference kernel's output on zeros."""
     xi, oi, own = node.in_slots[0], node.out_slots[0], _owned if node.fresh[0] else dense
 
     def run(slots):
-        slots[oi] = own(slots[xi].reshape(eff_shape)[index]).reshape(out_shape)
+        slots[oi] = compute(slots[xi], own)
 
     return run, [probed.shape]
+
+
+def lower_strided_slice(node: Node):
+    """STRIDED_SLICE with constant begin / end / strides: the view worked out once."""
+    (probed,) = probe(node)  # the kernel's checks first
+    eff_shape, index, out_shape = strided_slice_plan(node.opts, np.zeros(node.in_shapes[0], F32), *node.consts[1:4])
+    index = tuple(index)
+    return _unary(node, probed, lambda x, own: own(x.reshape(eff_shape)[index]).reshape(out_shape))
 
 
 def lower_reverse(node: Node):
     """REVERSE_V2 over constant axes."""
-    (probed,) = probe(node)
+    (probed,) = probe(node)  # the kernel's checks first
     rank = len(node.in_shapes[0])
     axes = tuple(sorted({norm_axis(a, rank, "REVERSE_V2") for a in int_values(node.consts[1], "REVERSE_V2", "axis")}))
-    xi, oi, own = node.in_slots[0], node.out_slots[0], _owned if node.fresh[0] else dense
-
-    def run(slots):
-        x = slots[xi]
-        slots[oi] = own(np.flip(x, axes)) if axes else x.copy()
-
-    return run, [probed.shape]
+    return _unary(node, probed, lambda x, own: own(np.flip(x, axes)) if axes else x.copy())
 
 
 def lower_transpose(node: Node):
     """TRANSPOSE by a constant permutation."""
-    (probed,) = probe(node)
+    (probed,) = probe(node)  # the kernel's checks first
     perm = transpose_perm(np.zeros(node.in_shapes[0], F32), node.consts[1])
-    xi, oi, own = node.in_slots[0], node.out_slots[0], _owned if node.fresh[0] else dense
-
-    def run(slots):
-        slots[oi] = own(np.transpose(slots[xi], perm))
-
-    return run, [probed.shape]
+    return _unary(node, probed, lambda x, own: own(np.transpose(x, perm)))
 
 
 def lower_softmax(node: Node):
     """SOFTMAX: the kernel's float64 evaluation, without its per-call checks."""
     (probed,) = probe(node)
-    xi, oi, call = node.in_slots[0], node.out_slots[0], node.call
-
-    def run(slots):
-        slots[oi] = softmax(np, call, slots[xi])
-
-    return run, [probed.shape]
+    call = node.call
+    return _unary(node, probed, lambda x, own: softmax(np, call, x))

@@ -10,7 +10,7 @@ handle a node (the delegate then runs the node's reference kernel in the chain).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import numpy as np
 
@@ -19,83 +19,44 @@ from ..kernels import elementwise
 from ..kernels.fixedpoint import Requantizer, activation_range
 from ..kernels.fixedpoint import multiply_by_quantized_multiplier_double_rounding as rescale
 from ..schema import Activation
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .compiled import Node
+from .compiled import Node, operand
+from .quantized import per_tensor
 
 F32, F64, I64 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int64)
 
 
-def _in_qp(node: "Node", k: int):
+def _in_qp(node: Node, k: int):
     return node.op.inputs[k].quantization
 
 
-def _out_qp(node: "Node"):
+def _out_qp(node: Node):
     return node.op.outputs[0].quantization
-
-
-def _operand(node: "Node", k: int):
-    """(slot, constant) of operand ``k``: exactly one is set."""
-    return node.in_slots[k], node.consts[k]
-
-
-def _get(slots, slot: int, const):
-    return const if const is not None else slots[slot]
 
 
 # -- SOFTMAX ------------------------------------------------------------------------------------
 
-def lower_softmax(node: "Node") -> Callable | None:
-    """int8 / int16 SOFTMAX over the last axis (`sm.softmax` / `sm.softmax_int16`)."""
+def lower_softmax(node: Node) -> Callable | None:
+    """int8 / int16 SOFTMAX over the last axis: the reference kernel's `sm.softmax_codes`, its
+    tables made once; a row BUILTIN_REF aborts on gets the kernel's own answer (LiteRT's
+    optimized kernel's values)."""
     x = node.ins[0]
-    if x.ndim == 0 or x.shape[-1] == 0 or not _per_tensor(node):
-        return None
-    beta = float(node.opts.beta)
-    x_qp, out_qp = _in_qp(node, 0), _out_qp(node)
     out_dtype = node.call.out_dtypes[0]
+    if x.ndim == 0 or x.shape[-1] == 0 or not per_tensor(node.op):
+        return None
+    if x.dtype != np.int8 and (x.dtype != np.int16 or out_dtype != np.int16):
+        return None
+    run = sm.softmax_codes(x.dtype, _in_qp(node, 0), _out_qp(node), float(node.opts.beta), out_dtype)
     xi, oi = node.in_slots[0], node.out_slots[0]
-    if x.dtype == np.int8:
-        return _softmax_int8(x_qp, out_qp, beta, out_dtype, xi, oi)
-    if x.dtype == np.int16 and out_dtype == np.int16:
-        return _softmax_int16(*sm.softmax_int16_tables(float(F32.type(x_qp.scale[0])), beta), xi, oi)
-    return None
 
+    def step(slots):
+        slots[oi] = run(np, slots[xi])
 
-def _softmax_int8(x_qp, out_qp, beta: float, out_dtype, xi: int, oi: int):
-    """The reference kernel's fixed-point arithmetic (`sm.softmax_fixed_point`, shared with
-    kiln.xla) on the node's exp table, computed once; a row BUILTIN_REF aborts on gets the
-    kernel's own answer (LiteRT's optimized kernel's values)."""
-    multiplier, left_shift, diff_min = sm.softmax_input_scaling(float(F32.type(x_qp.scale[0])), beta)
-    exps = sm.softmax_fixed_exps(multiplier, left_shift)
-
-    def run(slots):
-        x = slots[xi]
-        out, aborts = sm.softmax_fixed_point(np, x.astype(I64), exps, diff_min, out_dtype)
-        if aborts.any():
-            out = np.where(aborts, sm.softmax_float_table(x, x_qp, out_qp, beta=beta, out_dtype=out_dtype), out)
-        slots[oi] = out.astype(out_dtype)
-
-    return run
-
-
-def _softmax_int16(exps, reciprocals, xi: int, oi: int):
-    """Reference SoftmaxInt16: the kernel's arithmetic (`sm.softmax_int16_fixed_point`,
-    shared with kiln.xla) on the node's tables, built once."""
-
-    def run(slots):
-        slots[oi] = sm.softmax_int16_fixed_point(np, slots[xi].astype(I64), exps, reciprocals).astype(np.int16)
-
-    return run
-
-
-def _per_tensor(node: "Node") -> bool:
-    return all(t is None or t.quantization is None or t.quantization.scale.size <= 1
-               for t in (*node.op.inputs, *node.op.outputs))
+    return step
 
 
 # -- CONCATENATION / PACK -----------------------------------------------------------------------
 
-def _same_params(node: "Node") -> bool:
+def _same_params(node: Node) -> bool:
     out_qp = _out_qp(node)
     for t in node.op.inputs:
         q = t.quantization
@@ -105,7 +66,7 @@ def _same_params(node: "Node") -> bool:
     return True
 
 
-def lower_concatenation(node: "Node") -> Callable | None:
+def lower_concatenation(node: Node) -> Callable | None:
     """CONCATENATION of inputs sharing the output's parameters (LiteRT requantizes nothing
     and refuses anything else — the kernel raised on the first run): a copy into the output."""
     if any(t is None for t in node.op.inputs) or not _same_params(node) or node.expected[0].ndim == 0:
@@ -116,7 +77,7 @@ def lower_concatenation(node: "Node") -> Callable | None:
     return _stacking(node, lambda xs, out: np.concatenate(xs, axis=axis, out=out))
 
 
-def lower_pack(node: "Node") -> Callable | None:
+def lower_pack(node: Node) -> Callable | None:
     """PACK of inputs sharing the output's parameters: ``np.stack`` into the output."""
     if any(t is None for t in node.op.inputs) or not _same_params(node):
         return None
@@ -124,17 +85,17 @@ def lower_pack(node: "Node") -> Callable | None:
     return _stacking(node, lambda xs, out: np.stack(xs, axis=axis, out=out))
 
 
-def _stacking(node: "Node", join) -> Callable | None:
+def _stacking(node: Node, join) -> Callable | None:
     expected = node.expected[0]
     if any(x.dtype != expected.dtype for x in node.ins):
         return None
-    operands = [_operand(node, k) for k in range(len(node.ins))]
+    operands = [operand(node, k) for k in range(len(node.ins))]
     shape, dtype = expected.shape, expected.dtype
     oi = node.out_slots[0]
 
     def run(slots):
         out = np.empty(shape, dtype)
-        join([_get(slots, s, c) for s, c in operands], out)
+        join([c if c is not None else slots[s] for s, c in operands], out)
         slots[oi] = out
 
     return run
@@ -146,19 +107,19 @@ def _int16_codes() -> np.ndarray:
     return np.arange(-32768, 32768, dtype=I64)
 
 
-def lower_binary_int16(node: "Node") -> Callable | None:
+def lower_binary_int16(node: Node) -> Callable | None:
     """16x8 ADD / SUB (each input's lifted, rescaled code from a table; the sum rescaled per
     element) and MUL (the product of the centred codes rescaled per element)."""
     a, b = node.ins[0], node.ins[1]
     op_type = node.op.op_type
-    if a.dtype != np.int16 or b.dtype != np.int16 or op_type not in ("ADD", "SUB", "MUL") or not _per_tensor(node):
+    if a.dtype != np.int16 or b.dtype != np.int16 or op_type not in ("ADD", "SUB", "MUL") or not per_tensor(node.op):
         return None
     a_qp, b_qp, out_qp = _in_qp(node, 0), _in_qp(node, 1), _out_qp(node)
     out_dtype = node.call.out_dtypes[0]
     activation = Activation(getattr(node.opts, "fused_activation_function", Activation.NONE))
     lo, hi = activation_range(activation, out_qp, out_dtype)
     za, zb, zy = int(a_qp.zero_point[0]), int(b_qp.zero_point[0]), int(out_qp.zero_point[0])
-    (sa, ca), (sb, cb) = _operand(node, 0), _operand(node, 1)
+    (sa, ca), (sb, cb) = operand(node, 0), operand(node, 1)
     oi = node.out_slots[0]
     if op_type == "MUL":
         m, shift = elementwise.mul_multiplier(a_qp, b_qp, out_qp)
@@ -195,7 +156,7 @@ def lower_binary_int16(node: "Node") -> Callable | None:
 
 # -- QUANTIZE from float ------------------------------------------------------------------------
 
-def lower_quantize_float(node: "Node") -> Callable | None:
+def lower_quantize_float(node: Node) -> Callable | None:
     """float32 -> int8 / uint8 / int16 QUANTIZE per tensor (kiln.ops.quantize): the float32
     quotient rounded half away in float64, saturated, offset, clamped."""
     x, q = node.ins[0], node.op.outputs[0].quantization
@@ -222,7 +183,7 @@ def lower_quantize_float(node: "Node") -> Callable | None:
 
 # -- TRANSPOSE ----------------------------------------------------------------------------------
 
-def lower_transpose(node: "Node") -> Callable | None:
+def lower_transpose(node: Node) -> Callable | None:
     """TRANSPOSE of codes with the permutation of the plan (constant or keying the plan): a
     contiguous copy of the permuted view."""
     x, expected = node.ins[0], node.expected[0]

@@ -108,7 +108,8 @@ def _unsigned(x: np.ndarray) -> np.ndarray:
     return x.view(f"u{x.dtype.itemsize}")
 
 
-def _per_tensor(op: Operator) -> bool:
+def per_tensor(op: Operator) -> bool:
+    """Whether every present tensor of ``op`` has at most one scale (not per channel)."""
     return all(t is None or t.quantization is None or t.quantization.scale.size <= 1
                for t in (*op.inputs, *op.outputs))
 
@@ -117,7 +118,7 @@ def lower_unary_table(node: Node) -> Callable | None:
     """An elementwise unary integer node as a table of its kernel over every input code."""
     x = node.ins[0]
     codes = _all_codes(x.dtype)
-    if codes is None or not _per_tensor(node.op) or len(node.op.outputs) != 1:
+    if codes is None or not per_tensor(node.op) or len(node.op.outputs) != 1:
         return None
     try:
         table = np.asarray(node.kernel(node.call, codes, *node.ins[1:]))
@@ -166,7 +167,7 @@ def _table_from_zero_point(node: Node, codes: np.ndarray) -> Callable | None:
 def lower_binary_table(node: Node) -> Callable | None:
     """An elementwise binary node on 8-bit codes as a 256 x 256 table of its kernel."""
     a, b = node.ins[0], node.ins[1]
-    if a.dtype.itemsize != 1 or b.dtype.itemsize != 1 or len(node.op.inputs) != 2 or not _per_tensor(node.op):
+    if a.dtype.itemsize != 1 or b.dtype.itemsize != 1 or len(node.op.inputs) != 2 or not per_tensor(node.op):
         return None
     ca, cb = _all_codes(a.dtype), _all_codes(b.dtype)
     if ca is None or cb is None:

@@ -27,8 +27,8 @@ product is exactly zero then, so computing it changes nothing.
 LiteRT's quirk with activation NONE is kept: the cell activation leaves its buffer alone, so
 ``m = o · g`` (the raw cell gate), not ``o · c``.
 
-The arithmetic (`input_part`, `step`) is written once over an array namespace: NumPy's here
-(`run` loops over time), jax.numpy's in kiln.xla.lower_quant_lstm (one lax.scan); the
+The arithmetic (`input_part`, `step`, `run` and the kernels) is written once over an array
+namespace: NumPy's here (`run` loops over time), jax.numpy's in kiln.xla (one lax.scan); the
 scratch-buffer layout is static, so the logistic's scalar positions are constant masks under
 tracing.
 """
@@ -213,20 +213,16 @@ def step(xp, cell: Cell, masks: dict, pre_x, h, c):
     return m, c
 
 
-def run(cell: Cell, x: np.ndarray, h: np.ndarray, c: np.ndarray, *, aux: np.ndarray | None = None,
-        reverse: bool = False, time_major: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One direction over time-major ``x`` [T, B, I] (``aux`` [T, B, A]) from states ``h``
-    [B, O] and ``c`` [B, C], in NumPy; returns (outputs [T, B, O], h, c), all float32.
-    ``time_major``: the node's layout, which decides how LiteRT steps the batch (`scalar_masks`)."""
-    x = np.asarray(x, F32)
-    pre_x = input_part(np, cell, x, None if aux is None else np.asarray(aux, F32))
-    steps, batch = x.shape[:2]
-    h, c = np.array(h, F32), np.array(c, F32)
-    out = np.empty((steps, batch, h.shape[1]), F32)
-    masks = scalar_masks(cell.gates, batch, cell.n_cell, time_major)
-    for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
-        h, c = step(np, cell, masks, pre_x[t], h, c)
-        out[t] = h
+def run(xp, cell: Cell, x, h, c, *, aux=None, reverse: bool = False,
+        time_major: bool = True) -> tuple:
+    """One direction over time-major float32 ``x`` [T, B, I] (``aux`` [T, B, A]) from states
+    ``h`` [B, O] and ``c`` [B, C], over array namespace ``xp`` (NumPy loops over time, a traced
+    backend scans); returns (outputs [T, B, O], h, c). ``time_major``: the node's layout, which
+    decides how LiteRT steps the batch (`scalar_masks`)."""
+    pre_x = input_part(xp, cell, x, aux)
+    masks = scalar_masks(cell.gates, x.shape[1], cell.n_cell, time_major)
+    out, (h, c) = float_math.arithmetic(xp).recur(lambda state, pre_t: step(xp, cell, masks, pre_t, *state),
+                                                  (h, c), pre_x, reverse=reverse)
     return out, h, c
 
 
@@ -362,33 +358,34 @@ def hybrid_bidi_lstm_sources(call, inputs):
     return xt, aux_t, cross_linked, n_aux
 
 
-def uni_lstm_hybrid(call, *inputs):
-    """UNIDIRECTIONAL_SEQUENCE_LSTM v2 / v3: float input, int8 weights (lstm_eval.cc EvalHybrid)."""
+def uni_lstm_hybrid(xp, call, *inputs):
+    """UNIDIRECTIONAL_SEQUENCE_LSTM v2 / v3: float input, int8 weights (lstm_eval.cc EvalHybrid),
+    over array namespace ``xp`` (NumPy here, jax.numpy in kiln.xla)."""
     if call.opts.diagonal_recurrent_tensors:
         raise OpError(f"{call.op.name}: diagonal recurrent weights have no hybrid kernel")
     xt = hybrid_lstm_input(call, inputs[0])
     cell = hybrid_lstm_cell(call, inputs, UNIDIRECTIONAL_LSTM, xt.shape[2], None)
     h0, c0 = hybrid_lstm_states(call, inputs, UNIDIRECTIONAL_LSTM, xt.shape[1], cell)
-    out, h, c = run(cell, xt, h0, c0, time_major=bool(call.opts.time_major))
+    out, h, c = run(xp, cell, xt, h0, c0, time_major=bool(call.opts.time_major))
     out = out if call.opts.time_major else out.transpose(1, 0, 2)
     lay = UNIDIRECTIONAL_LSTM
     return with_state(call, [out], (h.reshape(inputs[lay.output_state].shape), c.reshape(inputs[lay.cell_state].shape)))
 
 
-def bidi_lstm_hybrid(call, *inputs):
-    """BIDIRECTIONAL_SEQUENCE_LSTM v2 / v3 (bidirectional_sequence_lstm.cc's hybrid path): the
-    aux input feeds both directions when aux weights are given, else it is the backward
-    direction's input (stacked layers without cross links)."""
+def bidi_lstm_hybrid(xp, call, *inputs):
+    """BIDIRECTIONAL_SEQUENCE_LSTM v2 / v3 (bidirectional_sequence_lstm.cc's hybrid path), over
+    array namespace ``xp``: the aux input feeds both directions when aux weights are given, else
+    it is the backward direction's input (stacked layers without cross links)."""
     xt, aux_t, cross_linked, n_aux = hybrid_bidi_lstm_sources(call, inputs)
     outs, states = [], []
     for lay, reverse in ((BIDIRECTIONAL_LSTM_FW, False), (BIDIRECTIONAL_LSTM_BW, True)):
         src = xt if (cross_linked or not reverse) else aux_t
         cell = hybrid_lstm_cell(call, inputs, lay, src.shape[2], n_aux)
         h0, c0 = hybrid_lstm_states(call, inputs, lay, xt.shape[1], cell)
-        out, h, c = run(cell, src, h0, c0, aux=aux_t if cross_linked else None, reverse=reverse,
-                                    time_major=bool(call.opts.time_major))
+        out, h, c = run(xp, cell, src, h0, c0, aux=aux_t if cross_linked else None, reverse=reverse,
+                        time_major=bool(call.opts.time_major))
         outs.append(out if call.opts.time_major else out.transpose(1, 0, 2))
         states += [h.reshape(inputs[lay.output_state].shape), c.reshape(inputs[lay.cell_state].shape)]
     if call.opts.merge_outputs:
-        outs = [np.concatenate(outs, axis=-1)]
+        outs = [xp.concatenate(outs, axis=-1)]
     return with_state(call, outs, states)

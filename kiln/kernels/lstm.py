@@ -38,6 +38,7 @@ import numpy as np
 
 from ..errors import OpError
 from ..schema import UNIDIRECTIONAL_LSTM as LAYOUT
+from . import float_math
 from .family import with_state
 from .fixedpoint import quantize_multiplier, xp_clamp, xp_divide_by_pot, xp_rescale
 from .gemmlowp import logistic_table, tanh_table
@@ -302,36 +303,37 @@ def step(xp, p: Prepared, pre, h, c):
     return out, c
 
 
-def run(p: Prepared, x: np.ndarray, h: np.ndarray, c: np.ndarray, time_major: bool):
-    """The whole sequence in NumPy: x int8 [T, B, I] (time-major) or [B, T, I]; h, c the
-    states' codes (any shape with batch x n_output / n_cell elements). Returns (output int8
-    in x's layout, final h int8, final c int16), the states in their operands' shapes."""
-    xt = np.asarray(x, np.int64)
+def run(xp, p: Prepared, x, h, c, time_major: bool):
+    """The whole sequence over array namespace ``xp`` (NumPy loops over time, a traced backend
+    scans: float_math's `recur`, which steps any dtype): x int8 [T, B, I] (time-major) or
+    [B, T, I]; h, c the states' codes (any shape with batch x n_output / n_cell elements).
+    Returns (output int8 in x's layout, final h int8, final c int16), the states in their
+    operands' shapes."""
+    xt = xp.asarray(x).astype(xp.int64)
     if not time_major:
         xt = xt.transpose(1, 0, 2)
     T, B, _ = xt.shape
-    if h.size != B * p.n_output or c.size != B * p.n_cell:
-        raise OpError(f"{NAME}: states have {h.size} and {c.size} elements, expected batch {B} x "
+    if np.size(h) != B * p.n_output or np.size(c) != B * p.n_cell:
+        raise OpError(f"{NAME}: states have {np.size(h)} and {np.size(c)} elements, expected batch {B} x "
                       f"{p.n_output} and {B} x {p.n_cell}")
-    hs = np.asarray(h, np.int64).reshape(B, p.n_output)
-    cs = np.asarray(c, np.int64).reshape(B, p.n_cell)
-    pre = input_part(np, p, xt)
-    out = np.empty((T, B, p.n_output), np.int8)
-    for t in range(T):
-        hs, cs = step(np, p, pre[t], hs, cs)
-        out[t] = hs
+    hs = xp.asarray(h).astype(xp.int64).reshape(B, p.n_output)
+    cs = xp.asarray(c).astype(xp.int64).reshape(B, p.n_cell)
+    pre = input_part(xp, p, xt)
+    out, (hs, cs) = float_math.arithmetic(xp).recur(lambda state, pre_t: step(xp, p, pre_t, *state), (hs, cs), pre)
+    out = out.astype(xp.int8)
     if not time_major:
         out = out.transpose(1, 0, 2)
-    return out, hs.astype(np.int8).reshape(np.shape(h)), cs.astype(np.int16).reshape(np.shape(c))
+    return out, hs.astype(xp.int8).reshape(np.shape(h)), cs.astype(xp.int16).reshape(np.shape(c))
 
 
-def uni_lstm_int8(call, *inputs):
+def uni_lstm_int8(xp, call, *inputs):
+    """The int8 UNIDIRECTIONAL_SEQUENCE_LSTM over array namespace ``xp`` (NumPy here,
+    jax.numpy under x64 in kiln.xla): Prepare's constants from the static operands, then `run`."""
     op, opts = call.op, call.opts
     check_operands(op, inputs)
     if opts.cell_clip < 0 or opts.proj_clip < 0:
         raise OpError(f"{NAME}: cell_clip and proj_clip must be >= 0, got {opts.cell_clip} "
                       f"and {opts.proj_clip}")
     p = prepare(op, inputs, cell_clip=float(opts.cell_clip), proj_clip=float(opts.proj_clip))
-    out, h, c = run(p, np.asarray(inputs[0]), np.asarray(inputs[LAYOUT.output_state]),
-                                 np.asarray(inputs[LAYOUT.cell_state]), bool(opts.time_major))
+    out, h, c = run(xp, p, inputs[0], inputs[LAYOUT.output_state], inputs[LAYOUT.cell_state], bool(opts.time_major))
     return with_state(call, [out], (h, c))

@@ -33,6 +33,7 @@ from .fixedpoint import (
 )
 from .fixedpoint import multiply_by_quantized_multiplier_double_rounding as rescale
 from .fixedpoint import saturating_rounding_doubling_high_mul as srdhm
+from . import float_math
 from .float_math import expf
 from .gemmlowp import xp_wrap32
 
@@ -63,12 +64,33 @@ def softmax(x_q, x_qp: QuantParams, out_qp: QuantParams, *, beta: float = 1.0, o
     30 000: a sum 2^-19 coarser in fixed point turns 27.49997 into 28). A row whose exps sum
     to 256 or more (1000 near-equal classes) leaves the reference kernel no output shift and
     BUILTIN_REF aborts the process; such rows get the optimized kernel's values."""
-    multiplier, left_shift, diff_min = softmax_input_scaling(float(F32(x_qp.scale[0])), beta)
+    return softmax_codes(np.int8, x_qp, out_qp, beta, out_dtype)(np, np.asarray(x_q))
+
+
+def softmax_codes(x_dtype, x_qp: QuantParams, out_qp: QuantParams, beta: float, out_dtype):
+    """SOFTMAX of 8-bit codes (`softmax`) or 16x8 (`softmax_int16`, ``x_dtype`` int16) with its
+    tables made once: ``run(xp, x)`` over array namespace ``xp`` (the reference kernels and the
+    NumPy delegate on NumPy, kiln.xla on jax.numpy) gives the output codes in ``out_dtype``."""
+    scale = float(F32(x_qp.scale[0]))
+    if np.dtype(x_dtype) == np.int16:
+        exps16, reciprocals = softmax_int16_tables(scale, float(beta))
+
+        def run16(xp, x):
+            return softmax_int16_fixed_point(xp, x.astype(xp.int64), xp.asarray(exps16),
+                                             xp.asarray(reciprocals)).astype(xp.int16)
+
+        return run16
+    multiplier, left_shift, diff_min = softmax_input_scaling(scale, float(beta))
     exps = softmax_fixed_exps(multiplier, left_shift)
-    out, aborts = softmax_fixed_point(np, np.asarray(x_q, np.int64), exps, diff_min, out_dtype)
-    if np.any(aborts):   # a sum of exps of 256 or more (a wide, flat row): LiteRT's optimized kernel's result
-        out = np.where(aborts, softmax_float_table(x_q, x_qp, out_qp, beta=beta, out_dtype=out_dtype), out)
-    return out.astype(out_dtype)
+
+    def run(xp, x):
+        out, aborts = softmax_fixed_point(xp, x.astype(xp.int64), xp.asarray(exps), diff_min, out_dtype)
+        # NumPy looks at the rows; a traced backend, which cannot, at whether a row can abort
+        if aborts.any() if xp is np else softmax_may_abort(x.shape[-1], out_dtype):
+            out = xp.where(aborts, softmax_float_table(x, x_qp, out_qp, beta=beta, out_dtype=out_dtype, xp=xp), out)
+        return out.astype(out_dtype)
+
+    return run
 
 
 def softmax_fixed_point(xp, x, exps_of_distance, diff_min: int, out_dtype):
@@ -127,20 +149,17 @@ def softmax_fixed_exps(multiplier: int, left_shift: int) -> np.ndarray:
 
 
 def softmax_float_table(x_q, x_qp: QuantParams, out_qp: QuantParams, *, beta: float = 1.0,
-                        out_dtype=np.int8) -> np.ndarray:
+                        out_dtype=np.int8, xp=np) -> np.ndarray:
     """int8 SOFTMAX as LiteRT's optimized kernel computes it (its default resolver): each
     distance's ``expf(−β·s_x·d)`` from a float32 table, summed left to right, times
-    ``1 / (sum · s_y)``, rounded half away. Not the reference (`softmax`); kept to measure the
-    two apart."""
-    x = np.asarray(x_q, np.int64)
-    exps = softmax_exp_table(x_qp, beta)[x.max(axis=-1, keepdims=True) - x]
-    total = np.zeros(x.shape[:-1] + (1,), F32)
-    for j in range(x.shape[-1]):
-        total = (total + exps[..., j:j + 1]).astype(F32)
-    inverse = (F32(1) / (total * F32(out_qp.scale[0])).astype(F32)).astype(F32)
-    scaled = (exps * inverse).astype(F32)
-    out = round_half_away(scaled) + int(out_qp.zero_point[0])
-    return np.clip(out, *dtype_range(out_dtype)).astype(out_dtype)
+    ``1 / (sum · s_y)``, rounded half away; over array namespace ``xp``. Not the reference
+    (`softmax`); kept to measure the two apart."""
+    f = float_math.arithmetic(xp)
+    x = xp.asarray(x_q).astype(xp.int64)
+    exps = xp.take(xp.asarray(softmax_exp_table(x_qp, beta)), x.max(axis=-1, keepdims=True) - x)
+    inverse = f.div(F32(1), f.mul(f.sum_last(exps), F32(out_qp.scale[0])))
+    out = round_half_away(f.mul(exps, inverse), xp) + int(out_qp.zero_point[0])
+    return xp.clip(out, *dtype_range(out_dtype)).astype(out_dtype)
 
 
 # -- 16x8 ---------------------------------------------------------------------------------------
@@ -160,8 +179,7 @@ def softmax_int16_exps(differences, x_qp: QuantParams, beta: float) -> np.ndarra
 def softmax_int16(x_q, x_qp: QuantParams, out_qp: QuantParams, *, beta: float = 1.0) -> np.ndarray:
     """16x8 SOFTMAX (reference SoftmaxInt16) over the last axis: `softmax_int16_fixed_point`
     on NumPy with the node's `softmax_int16_tables`."""
-    exps, reciprocals = softmax_int16_tables(float(F32(x_qp.scale[0])), float(beta))
-    return softmax_int16_fixed_point(np, np.asarray(x_q, np.int64), exps, reciprocals).astype(np.int16)
+    return softmax_codes(np.int16, x_qp, out_qp, beta, np.int16)(np, np.asarray(x_q))
 
 
 @lru_cache(maxsize=64)

@@ -546,7 +546,7 @@ OPS: tuple = (
         version=_uni_lstm_version, max_version=4,
         runtime_versions=("1.13.1", "1.14.0", "2.3.0", "2.12.0"),
         state_operands=UNIDIRECTIONAL_LSTM.states,
-        quantized={INT8: lstm_kernels.uni_lstm_int8, HYBRID: hybrid_lstm.uni_lstm_hybrid},
+        quantized={INT8: on_numpy(lstm_kernels.uni_lstm_int8), HYBRID: on_numpy(hybrid_lstm.uni_lstm_hybrid)},
         weights=Weights(UNIDIRECTIONAL_LSTM.matrices, axis=None),
         quantization=Quantization(OutputScale.LSTM, types=INT8_ONLY, hybrid=True),
         macs=_sequence_lstm_macs(UNIDIRECTIONAL_LSTM)
@@ -569,7 +569,7 @@ OPS: tuple = (
         version=_hybrid_version(1), max_version=3,
         runtime_versions=("1.14.0", "1.14.0", "1.14.0"),
         state_operands=BIDIRECTIONAL_LSTM_FW.states + BIDIRECTIONAL_LSTM_BW.states,
-        quantized={HYBRID: hybrid_lstm.bidi_lstm_hybrid},
+        quantized={HYBRID: on_numpy(hybrid_lstm.bidi_lstm_hybrid)},
         weights=Weights(BIDIRECTIONAL_LSTM_FW.matrices + BIDIRECTIONAL_LSTM_BW.matrices, axis=None),
         # no integer kernel: the integer quantizer splits it into two unidirectional LSTMs
         quantization=Quantization(OutputScale.LSTM, types=frozenset(), hybrid=True),

@@ -1,5 +1,5 @@
-"""Lowerings of the quantized sequence LSTMs, each direction one lax.scan over time, bit-exact
-with kiln's reference kernels because they run the same per-step arithmetic, written once:
+"""Lowerings of the quantized sequence LSTMs: their reference kernels themselves, traced over
+jax.numpy (each direction one lax.scan over time: float_math's `recur`), so bit-exact with them:
 
 - the full-integer UNIDIRECTIONAL_SEQUENCE_LSTM (LiteRT's 8x8->16 kernel): kiln.kernels.lstm
   on jax.numpy int64 (the delegate traces under x64) with the gemmlowp sigmoid / tanh tables
@@ -7,63 +7,21 @@ with kiln's reference kernels because they run the same per-step arithmetic, wri
   static weights and the node's quantization parameters, as LiteRT's Prepare computes them.
 - the hybrid (dynamic-range) UNIDIRECTIONAL_ and BIDIRECTIONAL_SEQUENCE_LSTM (float input and
   states, int8 weights): kiln.kernels.hybrid_lstm on jax.numpy — XLA's float32 arithmetic
-  (lower_families.FLOAT32) and kiln.kernels.hybrid's row quantization, exact int8 products. The operands are read
-  and checked by the reference kernel's own readers (kiln.kernels.hybrid_lstm).
+  (lower_families.FLOAT32) and kiln.kernels.hybrid's row quantization, exact int8 products.
 
 Float nodes have lower_seq's lowerings.
 """
 
 from __future__ import annotations
 
-import jax.numpy as jnp
-import numpy as np
-from jax import lax
-
-from ..errors import OpError
 from ..kernels import hybrid_lstm
 from ..kernels import lstm as il
-from ..kernels.hybrid_lstm import hybrid_bidi_lstm_sources, hybrid_lstm_cell, hybrid_lstm_input, hybrid_lstm_states
-from ..ops.record import with_state
-from ..schema import (BIDIRECTIONAL_LSTM_BW, BIDIRECTIONAL_LSTM_FW, UNIDIRECTIONAL_LSTM,
-                      DType)
+from ..schema import BIDIRECTIONAL_LSTM_BW, BIDIRECTIONAL_LSTM_FW, UNIDIRECTIONAL_LSTM, DType
 from .lower_seq import uni_lstm_check
-from .lowering import Rows, all_of
-
-_I64 = jnp.int64
+from .lowering import Rows, all_of, on_jnp
 
 #: This module's entries of the XLA table (kiln/xla/table.py's `fill` registers them).
 ROWS = Rows()
-
-
-def _uni_lstm_int8(call, *inputs):
-    op, opts = call.op, call.opts
-    il.check_operands(op, inputs)
-    if opts.cell_clip < 0 or opts.proj_clip < 0:
-        raise OpError(f"{il.NAME}: cell_clip and proj_clip must be >= 0, got {opts.cell_clip} and {opts.proj_clip}")
-    p = il.prepare(op, inputs, cell_clip=float(opts.cell_clip), proj_clip=float(opts.proj_clip))
-    time_major = bool(opts.time_major)
-    x, h_in, c_in = inputs[0], inputs[il.LAYOUT.output_state], inputs[il.LAYOUT.cell_state]
-    batch = np.shape(x)[1 if time_major else 0]
-    if np.size(h_in) != batch * p.n_output or np.size(c_in) != batch * p.n_cell:
-        raise OpError(f"{il.NAME}: states have {np.size(h_in)} and {np.size(c_in)} elements, expected batch "
-                      f"{batch} x {p.n_output} and {batch} x {p.n_cell}")
-    xt = jnp.asarray(x).astype(_I64)
-    if not time_major:
-        xt = jnp.swapaxes(xt, 0, 1)
-    pre = il.input_part(jnp, p, xt)
-    h0 = jnp.asarray(h_in).astype(_I64).reshape(batch, p.n_output)
-    c0 = jnp.asarray(c_in).astype(_I64).reshape(batch, p.n_cell)
-
-    def body(carry, pre_t):
-        h, c = il.step(jnp, p, pre_t, *carry)
-        return (h, c), h
-
-    (h, c), out = lax.scan(body, (h0, c0), pre)
-    out = out.astype(jnp.int8)
-    if not time_major:
-        out = jnp.swapaxes(out, 0, 1)
-    return with_state(call, [out], (h.astype(jnp.int8).reshape(np.shape(h_in)),
-                                    c.astype(jnp.int16).reshape(np.shape(c_in))))
 
 
 def _check(op, opts):
@@ -74,47 +32,11 @@ def _check(op, opts):
     return None
 
 
-ROWS.add(il.NAME, _uni_lstm_int8, types=("int8",), static=tuple(UNIDIRECTIONAL_LSTM.weights),
+ROWS.add(il.NAME, on_jnp(il.uni_lstm_int8), types=("int8",), static=tuple(UNIDIRECTIONAL_LSTM.weights),
                   check=all_of(uni_lstm_check, _check))
 
 
 # -- hybrid (dynamic-range) sequence LSTMs -------------------------------------------------------
-
-def _hybrid_direction(call, inputs, lay, src, aux, n_aux, reverse: bool):
-    """One direction over time-major ``src`` [T, B, I] from its state operands: (outputs in the
-    node's layout, h and c in their operands' shapes)."""
-    time_major = bool(call.opts.time_major)
-    cell = hybrid_lstm_cell(call, inputs, lay, src.shape[2], n_aux)
-    h0, c0 = hybrid_lstm_states(call, inputs, lay, src.shape[1], cell)
-    masks = hybrid_lstm.scalar_masks(cell.gates, src.shape[1], cell.n_cell, time_major)
-    pre_x = hybrid_lstm.input_part(jnp, cell, src, aux)
-
-    def body(carry, pre_t):
-        h, c = hybrid_lstm.step(jnp, cell, masks, pre_t, *carry)
-        return (h, c), h
-
-    (h, c), out = lax.scan(body, (h0, c0), pre_x, reverse=reverse)
-    return (out if time_major else jnp.swapaxes(out, 0, 1),
-            h.reshape(np.shape(inputs[lay.output_state])), c.reshape(np.shape(inputs[lay.cell_state])))
-
-
-def _uni_lstm_hybrid(call, *inputs):
-    out, h, c = _hybrid_direction(call, inputs, UNIDIRECTIONAL_LSTM, hybrid_lstm_input(call, inputs[0]), None, None,
-                                  reverse=False)
-    return with_state(call, [out], (h, c))
-
-
-def _bidi_lstm_hybrid(call, *inputs):
-    """As the reference kernel: the aux input feeds both directions when aux weights are given,
-    else it is the backward direction's input."""
-    xt, aux_t, cross_linked, n_aux = hybrid_bidi_lstm_sources(call, inputs)
-    fw_out, *fw_states = _hybrid_direction(call, inputs, BIDIRECTIONAL_LSTM_FW, xt, aux_t if cross_linked else None,
-                                           n_aux, reverse=False)
-    bw_out, *bw_states = _hybrid_direction(call, inputs, BIDIRECTIONAL_LSTM_BW, xt if cross_linked else aux_t,
-                                           aux_t if cross_linked else None, n_aux, reverse=True)
-    outs = [jnp.concatenate([fw_out, bw_out], axis=-1)] if call.opts.merge_outputs else [fw_out, bw_out]
-    return with_state(call, outs, (*fw_states, *bw_states))
-
 
 def _hybrid_check(op, opts):
     """None for a hybrid LSTM node this lowers, else why not."""
@@ -126,7 +48,7 @@ def _hybrid_check(op, opts):
     return None
 
 
-ROWS.add(il.NAME, _uni_lstm_hybrid, types=("hybrid",), static=tuple(UNIDIRECTIONAL_LSTM.weights),
+ROWS.add(il.NAME, on_jnp(hybrid_lstm.uni_lstm_hybrid), types=("hybrid",), static=tuple(UNIDIRECTIONAL_LSTM.weights),
                   check=_hybrid_check)
-ROWS.add("BIDIRECTIONAL_SEQUENCE_LSTM", _bidi_lstm_hybrid, types=("hybrid",),
+ROWS.add("BIDIRECTIONAL_SEQUENCE_LSTM", on_jnp(hybrid_lstm.bidi_lstm_hybrid), types=("hybrid",),
                   static=tuple(BIDIRECTIONAL_LSTM_FW.weights + BIDIRECTIONAL_LSTM_BW.weights), check=_hybrid_check)

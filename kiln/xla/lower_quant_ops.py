@@ -23,23 +23,13 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from .. import ops
 from ..errors import KilnError
 from ..kernels.elementwise import xp_squared_difference
 from ..kernels.fixedpoint import dtype_range as _limits
-from ..kernels.fixedpoint import round_half_away
 from ..kernels.image import xp_resize_bilinear
-from ..kernels.softmax import (
-    softmax_exp_table,
-    softmax_fixed_exps,
-    softmax_fixed_point,
-    softmax_input_scaling,
-    softmax_int16_fixed_point,
-    softmax_int16_tables,
-    softmax_may_abort,
-)
+from ..kernels.softmax import softmax_codes
 from ..ops.record import KernelCall, operand_types
 from ..schema import DType
 from .lower_shape import ROWS as SHAPE_ROWS
@@ -161,47 +151,11 @@ def _binary_tables(rows) -> None:
 # -- SOFTMAX (int8: the reference kernel's fixed point, kiln.kernels.softmax) -------------
 
 def _softmax(call, x):
-    """int8 SOFTMAX: `softmax_fixed_point`, the reference kernel's own arithmetic on
-    jax.numpy; rows so wide and flat that BUILTIN_REF aborts get the kernel's fallback (the
-    optimized kernel's float table), traced only where such a row can occur."""
-    q_x, out_dtype = _q(call.op.inputs[0]), call.out_dtypes[0]
-    multiplier, left_shift, diff_min = softmax_input_scaling(float(np.float32(q_x.scale[0])), float(call.opts.beta))
-    exps = jnp.asarray(softmax_fixed_exps(multiplier, left_shift))
-    out, aborts = softmax_fixed_point(jnp, x.astype(_I64), exps, diff_min, out_dtype)
-    if softmax_may_abort(x.shape[-1], out_dtype):
-        out = jnp.where(aborts, _softmax_float_table(call, x), out)
-    return out.astype(out_dtype)
-
-
-def _softmax_float_table(call, x):
-    """kiln.kernels.softmax.softmax_float_table: exps from the float32 table, summed left
-    to right (unrolled for short rows, a loop for long ones), rounded half away."""
-    f32 = np.float32
-    q_x, q_y = _q(call.op.inputs[0]), _q(call.op.outputs[0])
-    values = softmax_exp_table(q_x, float(call.opts.beta))
-    xi = x.astype(jnp.int32)
-    exps = jnp.take(jnp.asarray(values), jnp.max(xi, axis=-1, keepdims=True) - xi, axis=0)
-    n = x.shape[-1]
-    if n <= 64:
-        total = jnp.zeros(x.shape[:-1] + (1,), jnp.float32)
-        for j in range(n):
-            total = total + exps[..., j:j + 1]
-    else:
-        cols = jnp.moveaxis(exps, -1, 0)
-        total = lax.fori_loop(0, n, lambda j, acc: acc + cols[j], jnp.zeros(x.shape[:-1], jnp.float32))[..., None]
-    inverse = jnp.float32(1) / (total * f32(q_y.scale[0]))
-    out = round_half_away(exps * inverse, jnp) + _zp(call.op.outputs[0])
-    return jnp.clip(out, *_limits(call.out_dtypes[0]))
-
-
-def _softmax_int16(call, x):
-    """16x8 SOFTMAX: the kernel's arithmetic (`softmax_int16_fixed_point`) on jax.numpy."""
-    exps, reciprocals = softmax_int16_tables(float(np.float32(_q(call.op.inputs[0]).scale[0])), float(call.opts.beta))
-    return softmax_int16_fixed_point(jnp, x.astype(_I64), jnp.asarray(exps), jnp.asarray(reciprocals)).astype(jnp.int16)
-
-
-def _any_softmax(call, x):
-    return _softmax_int16(call, x) if np.dtype(x.dtype) == np.int16 else _softmax(call, x)
+    """int8 and 16x8 SOFTMAX: the reference kernel's `softmax_codes` on jax.numpy; rows so
+    wide and flat that BUILTIN_REF aborts get the kernel's fallback (the optimized kernel's
+    float table), traced only where such a row can occur."""
+    op = call.op
+    return softmax_codes(x.dtype, _q(op.inputs[0]), _q(op.outputs[0]), float(call.opts.beta), call.out_dtypes[0])(jnp, x)
 
 
 def _softmax_check(op, opts):
@@ -281,7 +235,7 @@ def _resize_check(op, opts):
 ROWS = Rows()
 for _name in _UNARY:
     ROWS.gap(_name, _unary_lookup, _unary_check, [k for k in CODES if k in ops.require(_name).quantized])
-ROWS.gap("SOFTMAX", _any_softmax, _softmax_check, ("int8", "int16"))
+ROWS.gap("SOFTMAX", _softmax, _softmax_check, ("int8", "int16"))
 ROWS.gap("SQUARED_DIFFERENCE", _squared_difference, _int8_check, ("int8",))
 ROWS.gap("RESIZE_BILINEAR", _resize_bilinear, _resize_check, ("int8", "int16"))
 _SHAPE_FLOAT = {row.op_name: row.fn for row in SHAPE_ROWS}

@@ -163,13 +163,6 @@ def policy_product(product, a, b):
     return product(jnp.asarray(a).astype(policy), jnp.asarray(b).astype(policy), preferred_element_type=jnp.float32)
 
 
-def policy_dot(spec: str, a, b):
-    """``einsum(spec, a, b)`` as `policy_product` computes it (the recurrent lowerings' products)."""
-    import jax.numpy as jnp
-
-    return policy_product(lambda x, y, **kw: jnp.einsum(spec, x, y, **kw), a, b)
-
-
 def fused_range(act: int, dtype) -> tuple:
     """The fused activation's clamp bounds for ``dtype`` (kiln.ops' activation_range; for
     bfloat16 — the dtype_policy — NONE clamps to bfloat16's own finite range)."""
