@@ -64,7 +64,7 @@ def sigmoid(x, xp=np):
         return (1.0 / (1.0 + xp.exp(-x))).astype(np.float32, copy=False)
     s = np.exp(-x)  # the same operations in place: a recurrent step's hot path
     s += 1.0
-    return np.divide(1.0, s, out=s)
+    return np.divide(1.0, s, out=s).astype(np.float32, copy=False)  # float32 whatever x was, as above
 
 
 def layer_norm(x, xp=np):
