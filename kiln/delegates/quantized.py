@@ -225,7 +225,6 @@ class QuantizedChain(Chain):
 
     def __init__(self, delegate: ReportingDelegate, partition: Partition):
         super().__init__(delegate, partition)
-        self.escaping = set()   # no buffer outlives an invoke here: outputs are never copied
         #: partition inputs whose values key a plan (run-time shape tensors: never quantized
         #: data, and never produced inside a partition, whose nodes all write quantized or float outputs)
         self.keyed = [k for k, t in enumerate(partition.inputs) if _shape_like(t)]

@@ -17,6 +17,7 @@ HybridConvPerChannel, DepthwiseConvHybridPerChannel, HybridTransposeConv).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -51,7 +52,7 @@ from .fixedpoint import (
     uint8_multiplier,
 )
 from .hybrid import quantize_batches
-from .windows import Window, padded, scatter_add, transpose_conv_geometry, windows
+from .windows import Window, kept, padded, scatter_add, transpose_conv_geometry, windows
 
 F32 = np.float32
 #: Element budget of one im2col matrix of a float convolution; larger ones run in chunks of
@@ -92,31 +93,30 @@ def _rows_per_chunk(budget: int, n: int, window: Window, depth: int) -> int:
     return max(1, budget // max(1, n * ow * depth))
 
 
-def _im2col_product(xp, p, source, product, depth: int, budget: int, cols_dtype):
+def _im2col_product(xp, p, source, product, depth: int, budget: int, cols_dtype, out_dtype):
     """[N*OH*OW, Cout] of the windows of ``source`` (a `Padded`) times ``product`` (a callable
-    of a [rows, depth] matrix), in chunks of output rows on NumPy."""
+    of a [rows, depth] matrix and, on NumPy, a buffer for its result or None), in chunks of
+    output rows on NumPy, into buffers the plan keeps."""
     n = source.buf.shape[0]
     oh, ow = p.window.out
     windows = source.windows()
     if xp is not np:
-        return product(windows.reshape(n * oh * ow, depth))
+        return product(windows.reshape(n * oh * ow, depth), None)
+    cout = p.out_shape[-1]
+    out = kept(p.workspace, "product", (n, oh, ow, cout), out_dtype)
+    if p.window.pointwise:
+        return product(source.buf.reshape(n * oh * ow, depth), out.reshape(n * oh * ow, cout))
     rows = min(oh, _rows_per_chunk(budget, n, p.window, depth))
-    if rows >= oh:
-        return product(windows.reshape(n * oh * ow, depth))
-    key = ("cols", windows.shape, np.dtype(cols_dtype).str)
-    cols = p.workspace.get(key)
-    if cols is None:
-        cols = p.workspace[key] = np.empty((n, rows, *windows.shape[2:]), cols_dtype)
-    out = None
+    cols = kept(p.workspace, "cols", (n, rows, *windows.shape[2:]), cols_dtype)
+    if rows >= oh:   # one product straight into the result
+        np.copyto(cols, windows)
+        return product(cols.reshape(n * oh * ow, depth), out.reshape(n * oh * ow, cout))
     for r0 in range(0, oh, rows):
         count = min(rows, oh - r0)
         chunk = cols[:, :count]
         np.copyto(chunk, windows[:, r0:r0 + count])
-        part = product(chunk.reshape(n * count * ow, depth))
-        if out is None:
-            out = np.empty((n, oh, ow, part.shape[-1]), part.dtype)
-        out[:, r0:r0 + count] = part.reshape(n, count, ow, -1)
-    return out.reshape(n * oh * ow, -1)
+        out[:, r0:r0 + count] = product(chunk.reshape(n * count * ow, depth), None).reshape(n, count, ow, cout)
+    return out.reshape(n * oh * ow, cout)
 
 
 # -- CONV_2D ----------------------------------------------------------------------------------------
@@ -171,12 +171,13 @@ def run_float_conv(xp, p: FloatConv, x, w=None, bias=None):
     (kh, kw), (sh, sw) = p.window.kernel, p.window.strides
     if kh == kw == 1 and p.groups == 1:   # SAME padding of a 1x1 window is always zero
         taps = x if (sh, sw) == (1, 1) else windows(xp, x, p.window, taps=True)[0]
-        y = float_dot(xp, taps.reshape(-1, cin), w_mat)
+        out = kept(p.workspace, "product", (n * oh * ow, cout), x.dtype) if xp is np else None
+        y = float_dot(xp, taps.reshape(-1, cin), w_mat, out)
     else:
         source = padded(xp, x, p.window, 0, x.dtype, p.workspace)
-        product = (lambda cols: float_dot(xp, cols, w_mat)) if p.groups == 1 else \
-            (lambda cols: _grouped(xp, p.groups, cols, kh * kw, w_mat))
-        y = _im2col_product(xp, p, source, product, kh * kw * cin, FLOAT_IM2COL_BUDGET, x.dtype)
+        product = (lambda cols, out: float_dot(xp, cols, w_mat, out)) if p.groups == 1 else \
+            (lambda cols, out: _grouped(xp, p.groups, cols, kh * kw, w_mat))
+        y = _im2col_product(xp, p, source, product, kh * kw * cin, FLOAT_IM2COL_BUDGET, x.dtype, x.dtype)
     return finish_float(xp, y.reshape(n, oh, ow, cout), run_bias(p.bias, bias), p.lo, p.hi, p.out_dtype)
 
 
@@ -250,9 +251,10 @@ def run_integer_conv(xp, p: IntegerConv, x):
     n, oh, ow, cout = p.out_shape
     dtype = p.product.type(xp)
     source = padded(xp, x, p.window, p.zx, dtype, p.workspace)
-    acc = _im2col_product(xp, p, source, lambda cols: p.product(xp, cols), p.product.w.shape[0], IM2COL_BUDGET, dtype)
+    acc = _im2col_product(xp, p, source, partial(p.product, xp), p.product.w.shape[0], IM2COL_BUDGET, dtype,
+                          np.int64)
     if p.bias is not None:
-        acc = acc + p.bias
+        acc = np.add(acc, p.bias, out=acc) if xp is np else acc + p.bias
     return p.requant.requantize(xp, acc).reshape(n, oh, ow, cout)
 
 
@@ -299,7 +301,8 @@ def run_hybrid_conv(xp, p: HybridConv, x, w=None, bias=None):
     centred, scale = quantize_batches(xp, x.astype(F32))
     dtype = p.product.type(xp)
     source = padded(xp, centred, p.window, 0, dtype, p.workspace)
-    acc = _im2col_product(xp, p, source, lambda cols: p.product(xp, cols), p.product.w.shape[0], IM2COL_BUDGET, dtype)
+    acc = _im2col_product(xp, p, source, partial(p.product, xp), p.product.w.shape[0], IM2COL_BUDGET, dtype,
+                          np.int64)
     out = f.mul(f.mul(acc.reshape(n, oh, ow, cout).astype(F32), p.scales), scale.reshape(-1, 1, 1, 1))
     return _hybrid_finish(xp, f, p, out, bias)
 
@@ -359,17 +362,21 @@ def _tap_sum(xp, p, source, weights, dtype, bias=None):
         return y if bias is None else y + bias.astype(dtype)
     rows = k + (bias is not None)
     if rows * n * oh * ow * cout <= DEPTHWISE_BUDGET:
-        key = ("products", source.buf.shape, rows, np.dtype(dtype).str)
-        products = p.workspace.get(key)
-        if products is None:
-            products = p.workspace[key] = np.empty((rows, n, oh, ow, cout), dtype)
-            if bias is not None:
-                products[k] = bias
-        gathered = products[:k].reshape(k, n, oh, ow, cout // mult, mult)
-        for t, tap in enumerate(taps):
-            np.copyto(gathered[t], tap[..., None])
-        np.multiply(products[:k], weights.reshape(k, 1, 1, 1, cout).astype(dtype, copy=False), out=products[:k])
-        return np.add.reduce(products, axis=0)
+        plan = p.workspace.get("tap sum")
+        if plan is None:   # the buffers and their views, made once
+            products = np.empty((rows, n, oh, ow, cout), dtype)
+            plan = p.workspace["tap sum"] = (
+                products, products[:k], products[:k].reshape(*p.window.kernel, n, oh, ow, cout // mult, mult),
+                source.windows().transpose(3, 4, 0, 1, 2, 5)[..., None], np.empty((n, oh, ow, cout), dtype),
+                weights, weights.reshape(k, 1, 1, 1, cout).astype(dtype))
+        products, head, gathered, tap_major, total, cast_from, cast = plan
+        np.copyto(gathered, tap_major)
+        # integer weights (always the prepared constants) cast once: a casting multiply is 5x slower
+        w = cast if weights is cast_from and weights.dtype != dtype else weights.reshape(k, 1, 1, 1, cout)
+        np.multiply(head, w, out=head)
+        if bias is not None:
+            products[k] = bias
+        return np.add.reduce(products, axis=0, out=total)
     y = np.empty((n, oh, ow, cout), dtype)
     scratch = np.empty_like(y)
     for t, tap in enumerate(taps):
@@ -445,7 +452,7 @@ def run_integer_depthwise(xp, p: IntegerDepthwise, x):
     source = padded(xp, x, p.window, p.zx, dtype, p.workspace)
     acc = _tap_sum(xp, p, source, p.weights, dtype).astype(xp.int64)
     if p.bias is not None:
-        acc = acc + p.bias
+        acc = np.add(acc, p.bias, out=acc) if xp is np else acc + p.bias
     return p.requant.requantize(xp, acc)
 
 

@@ -59,10 +59,11 @@ FC_ACTIVATIONS = (Activation.NONE, Activation.RELU, Activation.RELU6, Activation
 HYBRID, INT8, INT16, UINT8 = "hybrid", "int8", "int16", "uint8"
 
 
-def float_dot(xp, a, b):
+def float_dot(xp, a, b, out=None):
     """A float product (a batch of them for 3-D operands) as the reference kernel's BLAS call
-    takes it: the backend's (XLA: at full precision, or in bfloat16 under its dtype_policy)."""
-    return a @ b if xp is np else float_math.arithmetic(xp).matmul(a, b)
+    takes it: the backend's (XLA: at full precision, or in bfloat16 under its dtype_policy).
+    NumPy writes it into ``out`` when given."""
+    return np.matmul(a, b, out=out) if xp is np else float_math.arithmetic(xp).matmul(a, b)
 
 
 # -- FULLY_CONNECTED ------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ the kernels, the passes (kiln/passes/pad.py) and the backends use.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import product
 from typing import Sequence
 
@@ -102,6 +103,11 @@ class Window:
     def taps(self) -> int:
         return int(np.prod(self.kernel))
 
+    @cached_property
+    def pointwise(self) -> bool:
+        """A 1x1 window at stride 1: each window is one pixel, the windows the input itself."""
+        return self.taps == 1 and all(s == 1 for s in self.strides) and not self.padded
+
     def padded_shape(self, shape) -> tuple[int, ...]:
         return (shape[0], *[s + a + b for s, (a, b) in zip(shape[1:-1], self.pads)], shape[-1])
 
@@ -164,6 +170,16 @@ class Padded:
         return self._taps
 
 
+def kept(workspace: dict, tag: str, shape: tuple, dtype) -> np.ndarray:
+    """A NumPy buffer kept in ``workspace`` (made on first use): a delegate's plan reuses it on every
+    run, where a fresh array of a few MiB costs more in page faults than the copy into it."""
+    key = (tag, shape, dtype)
+    buf = workspace.get(key)
+    if buf is None:
+        buf = workspace[key] = np.empty(shape, dtype)
+    return buf
+
+
 def padded(xp, x, window: Window, zero_point: int, dtype, workspace: dict | None = None, fill=0) -> Padded:
     """``x − zero_point`` in ``dtype``, padded with ``fill`` as ``window`` says: on NumPy a buffer
     kept in ``workspace`` (made on first use) whose interior is loaded; elsewhere a padded
@@ -173,7 +189,7 @@ def padded(xp, x, window: Window, zero_point: int, dtype, workspace: dict | None
         out = pad(xp, x - zero_point if zero_point else x, window, fill)
         return Padded(xp, computed_once(xp, out) if window.taps > 1 else out, window)
     workspace = {} if workspace is None else workspace
-    key = ("padded", x.shape, np.dtype(dtype).str, fill)
+    key = ("padded", x.shape, dtype, fill)
     work = workspace.get(key)
     if work is None:
         work = workspace[key] = Padded(np, np.full(window.padded_shape(x.shape), fill, dtype), window)
