@@ -284,7 +284,6 @@ class _Connection(asyncio.Protocol):
                 self.h2.reset_stream(call.sid, ErrorCodes.NO_ERROR)
             except StreamClosedError:  # its last frame had come: nothing to stop
                 return
-            self._send()
 
     def _complete(self, call: Call) -> None:
         """The client's side is over: check the message and hand it to the application."""
@@ -338,10 +337,12 @@ class _Connection(asyncio.Protocol):
             result = (13, f"Internal: {type(exc).__name__}: {exc}")
         call.task = None
         self._answer(call, result)
+        self._send()
 
     # -- writing -------------------------------------------------------------------------------
     def _answer(self, call: Call, result) -> None:
-        """Write ``result``: a message (bytes, or its pieces in a list) or ``(code, text)``."""
+        """Answer ``result``: a message (bytes, or its pieces in a list) or ``(code, text)``. Its frames wait in
+        `h2` for `_send`: once per read, so the answers to all the calls a read brought go out in one write."""
         if call.admitted:
             call.admitted = False
             self.app.finished(call)
@@ -354,7 +355,6 @@ class _Connection(asyncio.Protocol):
             text = _TEXT_UNSAFE.sub(lambda m: b"%%%02X" % m.group()[0], text.encode()[:4096])
             h2.send_headers(sid, (*_HEAD, (b"grpc-status", b"%d" % code),
                                   NeverIndexedHeaderTuple(b"grpc-message", text)), end_stream=True)
-            self._send()
             return self._end(call)
         size = len(result) if result.__class__ is bytes else sum(map(len, result))
         prefix = b"\x00" + size.to_bytes(4, "big")
@@ -363,7 +363,6 @@ class _Connection(asyncio.Protocol):
                 size + 5 <= min(h2.local_flow_control_window(sid), h2.max_outbound_frame_size):
             h2.send_data(sid, prefix + result)  # the common answer: three frames in one write
             h2.send_headers(sid, _OK, end_stream=True)
-            self._send()
             return self._end(call)
         call.out = [memoryview(prefix)] + [memoryview(piece).cast("B") for piece in
                                            ([result] if result.__class__ is bytes else result)]
@@ -393,7 +392,6 @@ class _Connection(asyncio.Protocol):
             self.blocked.remove(call)
             h2.send_headers(sid, _OK, end_stream=True)
             self._end(call)
-        self._send()
 
     def _end(self, call: Call) -> None:
         call.state = DONE
