@@ -165,22 +165,17 @@ def family_step(node: Node, fmt, prepared) -> Step:
     ``run`` on NumPy over the ``prepared`` constants and the activations the slots hold. The
     result may be a buffer the prepared kernel keeps: an output that leaves the partition is copied."""
     operands = _activations(node, fmt)
-    run, oi = fmt.run, node.out_slots[0]
-    if len(operands) == 1 and operands[0][1] is None and operands[0][0] >= 0:   # one activation: the common case
-        xi = operands[0][0]
+    run, oi, fresh = fmt.run, node.out_slots[0], node.fresh[0]
+    single = operands[0][0] if len(operands) == 1 and operands[0][1] is None else -1   # the common case
 
-        def step(slots):
-            slots[oi] = run(np, prepared, slots[xi])
-    else:
-        def step(slots):
-            slots[oi] = run(np, prepared, *[c if c is not None else (slots[s] if s >= 0 else None)
-                                            for s, c in operands])
+    def step(slots):
+        if single >= 0:
+            y = run(np, prepared, slots[single])
+        else:
+            y = run(np, prepared, *[c if c is not None else (slots[s] if s >= 0 else None) for s, c in operands])
+        slots[oi] = y.copy() if fresh else y
 
-    def fresh_step(slots):
-        step(slots)
-        slots[oi] = slots[oi].copy()
-
-    return fresh_step if node.fresh[0] else step
+    return step
 
 
 def lower_family(node: Node):

@@ -93,10 +93,10 @@ def _rows_per_chunk(budget: int, n: int, window: Window, depth: int) -> int:
     return max(1, budget // max(1, n * ow * depth))
 
 
-def _im2col_product(xp, p, source, product, depth: int, budget: int, cols_dtype, out_dtype):
+def _im2col_product(xp, p, source, product, depth: int, budget: int, cols_dtype, out_dtype=np.int64):
     """[N*OH*OW, Cout] of the windows of ``source`` (a `Padded`) times ``product`` (a callable
-    of a [rows, depth] matrix and, on NumPy, a buffer for its result or None), in chunks of
-    output rows on NumPy, into buffers the plan keeps."""
+    of a [rows, depth] matrix and, on NumPy, a buffer for its result or None; int64: an exact
+    integer product), in chunks of output rows on NumPy, into buffers the plan keeps."""
     n = source.buf.shape[0]
     oh, ow = p.window.out
     windows = source.windows()
@@ -251,8 +251,7 @@ def run_integer_conv(xp, p: IntegerConv, x):
     n, oh, ow, cout = p.out_shape
     dtype = p.product.type(xp)
     source = padded(xp, x, p.window, p.zx, dtype, p.workspace)
-    acc = _im2col_product(xp, p, source, partial(p.product, xp), p.product.w.shape[0], IM2COL_BUDGET, dtype,
-                          np.int64)
+    acc = _im2col_product(xp, p, source, partial(p.product, xp), p.product.w.shape[0], IM2COL_BUDGET, dtype)
     if p.bias is not None:
         acc = np.add(acc, p.bias, out=acc) if xp is np else acc + p.bias
     return p.requant.requantize(xp, acc).reshape(n, oh, ow, cout)
@@ -301,8 +300,7 @@ def run_hybrid_conv(xp, p: HybridConv, x, w=None, bias=None):
     centred, scale = quantize_batches(xp, x.astype(F32))
     dtype = p.product.type(xp)
     source = padded(xp, centred, p.window, 0, dtype, p.workspace)
-    acc = _im2col_product(xp, p, source, partial(p.product, xp), p.product.w.shape[0], IM2COL_BUDGET, dtype,
-                          np.int64)
+    acc = _im2col_product(xp, p, source, partial(p.product, xp), p.product.w.shape[0], IM2COL_BUDGET, dtype)
     out = f.mul(f.mul(acc.reshape(n, oh, ow, cout).astype(F32), p.scales), scale.reshape(-1, 1, 1, 1))
     return _hybrid_finish(xp, f, p, out, bias)
 
@@ -348,20 +346,13 @@ def _tap_sum(xp, p, source, weights, dtype, bias=None):
     """Σ over the taps, in order, of each tap's window times its per-channel weights
     [KH*KW, Cout] — output channel ``c·m + k`` reads input channel ``c``. NumPy: every tap's
     products in one buffer and one reduction (its rows summed in order, then the bias as a
-    last row), or tap by tap where that buffer passes `DEPTHWISE_BUDGET`; the sums are the
-    same either way."""
+    last row); past `DEPTHWISE_BUDGET`, and on other namespaces, tap by tap: the same sums."""
     n, oh, ow, cout = p.out_shape
     taps = source.taps()
     mult = cout // source.buf.shape[3]
     k = len(taps)
-    if xp is not np:
-        y = None
-        for t, tap in enumerate(taps):
-            term = (xp.repeat(tap, mult, axis=3) if mult > 1 else tap) * weights[t].astype(dtype)
-            y = term if y is None else y + term
-        return y if bias is None else y + bias.astype(dtype)
     rows = k + (bias is not None)
-    if rows * n * oh * ow * cout <= DEPTHWISE_BUDGET:
+    if xp is np and rows * n * oh * ow * cout <= DEPTHWISE_BUDGET:
         plan = p.workspace.get("tap sum")
         if plan is None:   # the buffers and their views, made once
             products = np.empty((rows, n, oh, ow, cout), dtype)
@@ -377,17 +368,14 @@ def _tap_sum(xp, p, source, weights, dtype, bias=None):
         if bias is not None:
             products[k] = bias
         return np.add.reduce(products, axis=0, out=total)
-    y = np.empty((n, oh, ow, cout), dtype)
-    scratch = np.empty_like(y)
-    for t, tap in enumerate(taps):
-        view = np.repeat(tap, mult, axis=3) if mult > 1 else tap
-        if t == 0:
-            np.multiply(view, weights[0], out=y, dtype=dtype)
+    y = None
+    for t, tap in enumerate(taps):   # NumPy adds in place (``+=`` is ``+`` on an immutable array)
+        term = (xp.repeat(tap, mult, axis=3) if mult > 1 else tap) * weights[t].astype(dtype)
+        if y is None:
+            y = term
         else:
-            y += np.multiply(view, weights[t], out=scratch, dtype=dtype)
-    if bias is not None:
-        y += bias
-    return y
+            y += term
+    return y if bias is None else y + bias.astype(dtype)
 
 
 @dataclass

@@ -410,12 +410,10 @@ class ExactProduct:
             a = a.astype(dtype)
         if self._wide is None and self.w.size * dtype.itemsize <= WIDEN_BUDGET:
             self._wide = np.ascontiguousarray(self.w.astype(dtype))
+        out = np.empty(a.shape[:-1] + (self.w.shape[1],), np.int64) if out is None else out
         if self._wide is not None:
-            if out is None:
-                return np.dot(a, self._wide).astype(np.int64)
             np.copyto(out, np.dot(a, self._wide), casting="unsafe")
             return out
-        out = np.empty(a.shape[:-1] + (self.w.shape[1],), np.int64) if out is None else out
         block = max(1, BLOCK_BYTES // (dtype.itemsize * self.w.shape[0]))
         for start in range(0, self.w.shape[1], block):
             out[..., start:start + block] = a @ self.w[:, start:start + block].astype(dtype)
