@@ -425,3 +425,36 @@ def test_a_node_computing_on_constants_stays_on_its_kernel():
     interp.invoke()
     np.testing.assert_array_equal(interp.get_tensor(interp.get_output_details()[0]["index"]),
                                   1 + np.arange(6, dtype=np.float32).reshape(3, 2).T)
+
+
+@pytest.mark.parametrize("budget", [None, 0])
+def test_depthwise_sums_alike_in_one_buffer_and_tap_by_tap(monkeypatch, budget):
+    """The NumPy delegate's depthwise products buffer (kept by its plan, reused every invoke) and
+    the tap-by-tap sum past DEPTHWISE_BUDGET give the reference kernel's bits, invoke after invoke."""
+    from kiln.kernels import conv
+    if budget is not None:
+        monkeypatch.setattr(conv, "DEPTHWISE_BUDGET", budget)
+    rng = np.random.default_rng(7)
+    model = Model()
+    sg = model.add_subgraph("main")
+    x = sg.add_tensor("x", DType.FLOAT32, (1, 9, 7, 3))
+    w = sg.add_constant("w", rng.standard_normal((1, 3, 3, 6)).astype(np.float32))
+    b = sg.add_constant("b", rng.standard_normal(6).astype(np.float32))
+    y = sg.add_tensor("y", DType.FLOAT32, (1, 5, 4, 6))
+    sg.inputs, sg.outputs = [x], [y]
+    sg.add_operator("DEPTHWISE_CONV_2D", [x, w, b], [y], options={
+        "padding": Padding.SAME, "stride_h": 2, "stride_w": 2, "depth_multiplier": 2,
+        "fused_activation_function": Activation.NONE})
+    data = write_model(model)
+    ref = kiln.OpResolverType.BUILTIN_REF
+    delegated = kiln.Interpreter(model_content=data, experimental_op_resolver_type=ref,
+                                 experimental_delegates=[NumpyDelegate()])
+    reference = kiln.Interpreter(model_content=data, experimental_op_resolver_type=ref)
+    outputs = []
+    for _ in range(3):
+        xs = rng.standard_normal((1, 9, 7, 3)).astype(np.float32)
+        (got,), (want,) = run(delegated, [xs]), run(reference, [xs])
+        np.testing.assert_array_equal(got, want)
+        outputs.append(got)
+    assert not np.array_equal(outputs[0], outputs[1])   # each invoke's own answer, not a kept buffer's
+    assert steps_of(delegated)   # the node ran in the delegate
