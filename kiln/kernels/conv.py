@@ -348,14 +348,14 @@ def _tap_sum(xp, p, source, weights, dtype, bias=None):
     products in one buffer and one reduction (its rows summed in order, then the bias as a
     last row); past `DEPTHWISE_BUDGET`, and on other namespaces, tap by tap: the same sums."""
     n, oh, ow, cout = p.out_shape
-    taps = source.taps()
     mult = cout // source.buf.shape[3]
-    k = len(taps)
+    k = p.window.taps
     rows = k + (bias is not None)
     if xp is np and rows * n * oh * ow * cout <= DEPTHWISE_BUDGET:
         plan = p.workspace.get("tap sum")
-        if plan is None:   # the buffers and their views, made once
+        if plan is None:   # the buffers and their views, made once (and a prepared bias written)
             products = np.empty((rows, n, oh, ow, cout), dtype)
+            products[k:] = p.bias if bias is not None and bias is p.bias else 0
             plan = p.workspace["tap sum"] = (
                 products, products[:k], products[:k].reshape(*p.window.kernel, n, oh, ow, cout // mult, mult),
                 source.windows().transpose(3, 4, 0, 1, 2, 5)[..., None], np.empty((n, oh, ow, cout), dtype),
@@ -365,11 +365,11 @@ def _tap_sum(xp, p, source, weights, dtype, bias=None):
         # integer weights (always the prepared constants) cast once: a casting multiply is 5x slower
         w = cast if weights is cast_from and weights.dtype != dtype else weights.reshape(k, 1, 1, 1, cout)
         np.multiply(head, w, out=head)
-        if bias is not None:
+        if bias is not None and bias is not p.bias:
             products[k] = bias
         return np.add.reduce(products, axis=0, out=total)
     y = None
-    for t, tap in enumerate(taps):   # NumPy adds in place (``+=`` is ``+`` on an immutable array)
+    for t, tap in enumerate(source.taps()):   # NumPy adds in place (``+=`` is ``+`` on an immutable array)
         term = (xp.repeat(tap, mult, axis=3) if mult > 1 else tap) * weights[t].astype(dtype)
         if y is None:
             y = term

@@ -99,7 +99,7 @@ class Window:
     def padded(self) -> bool:
         return any(p for pair in self.pads for p in pair)
 
-    @property
+    @cached_property
     def taps(self) -> int:
         return int(np.prod(self.kernel))
 
